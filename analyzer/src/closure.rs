@@ -1,0 +1,379 @@
+//! Function and module closures over loaded summaries, mapped to distributions.
+//!
+//! A function's closure is what it needs when shipped by value and called: the imports inside
+//! it (any depth), the module globals it reads followed to their bindings, and the whole-module
+//! closure of every local module those reach (importing a module runs all of it).
+
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+
+use crate::dists::Owner;
+use crate::extract::{Binding, ImportEdge, ScopeKind};
+use crate::project::{EdgeTarget, Project};
+use crate::spec::{
+    DistributionNeed, MissingDistribution, MissingModule, ModuleKind, ModuleNeed, Reason, TargetKind, TargetSpec,
+    Warning,
+};
+
+/// Python builtins: a free name among these is not a module global.
+const BUILTINS: &[&str] = &[
+    "abs", "aiter", "all", "anext", "any", "ascii", "bin", "bool", "breakpoint", "bytearray", "bytes",
+    "callable", "chr", "classmethod", "compile", "complex", "copyright", "credits", "delattr", "dict",
+    "dir", "divmod", "enumerate", "eval", "exec", "exit", "filter", "float", "format", "frozenset",
+    "getattr", "globals", "hasattr", "hash", "help", "hex", "id", "input", "int", "isinstance",
+    "issubclass", "iter", "len", "license", "list", "locals", "map", "max", "memoryview", "min", "next",
+    "object", "oct", "open", "ord", "pow", "print", "property", "quit", "range", "repr", "reversed",
+    "round", "set", "setattr", "slice", "sorted", "staticmethod", "str", "sum", "super", "tuple", "type",
+    "vars", "zip", "__import__", "__name__", "__file__", "__doc__", "__spec__", "__loader__",
+    "__package__", "__builtins__", "__debug__", "NotImplemented", "Ellipsis", "None", "True", "False",
+];
+
+#[derive(Clone)]
+enum Work {
+    Scope { module: u32, scope: u32, chain: Vec<String>, optional: bool },
+    Definition { module: u32, scope: u32, chain: Vec<String>, optional: bool },
+    Name { module: u32, name: String, chain: Vec<String>, optional: bool },
+    Module { module: u32, chain: Vec<String>, optional: bool },
+}
+
+struct Reached {
+    kind: ModuleKind,
+    file: Option<String>,
+    path: Option<std::path::PathBuf>,
+    required: bool,
+    contexts: BTreeSet<&'static str>,
+    reason: Reason,
+}
+
+struct Walk<'p> {
+    project: &'p Project,
+    queue: VecDeque<Work>,
+    seen: HashSet<(u8, u32, u32, bool)>,
+    seen_names: HashSet<(u32, String, bool)>,
+    reached: BTreeMap<String, Reached>,
+    missing: BTreeMap<String, MissingModule>,
+    local_modules: BTreeSet<u32>,
+}
+
+/// The closure of module `module`, or of the def/class `scope` inside it.
+pub fn target_closure(project: &Project, module: u32, scope: Option<u32>) -> TargetSpec {
+    let loaded = &project.modules[module as usize];
+    let mut walk = Walk {
+        project,
+        queue: VecDeque::new(),
+        seen: HashSet::new(),
+        seen_names: HashSet::new(),
+        reached: BTreeMap::new(),
+        missing: BTreeMap::new(),
+        local_modules: BTreeSet::new(),
+    };
+    let (target, kind, line) = match scope {
+        None => {
+            walk.queue.push_back(Work::Module { module, chain: vec![loaded.name.clone()], optional: false });
+            (loaded.name.clone(), TargetKind::Module, 1)
+        }
+        Some(scope_id) => {
+            let scope = &loaded.summary.scopes[scope_id as usize];
+            let chain = vec![scope.name.clone()];
+            walk.queue.push_back(Work::Scope { module, scope: scope_id, chain: chain.clone(), optional: false });
+            walk.queue.push_back(Work::Definition { module, scope: scope_id, chain: chain.clone(), optional: false });
+            // A method needs what its class statements need to run (bases, decorators, class body).
+            let mut parent = scope.parent;
+            while parent != 0 {
+                let enclosing = &loaded.summary.scopes[parent as usize];
+                if enclosing.kind == ScopeKind::Class {
+                    walk.queue.push_back(Work::Definition {
+                        module,
+                        scope: parent,
+                        chain: vec![scope.name.clone(), enclosing.name.clone()],
+                        optional: false,
+                    });
+                }
+                parent = enclosing.parent;
+            }
+            let kind = if scope.kind == ScopeKind::Class { TargetKind::Class } else { TargetKind::Function };
+            (format!("{}:{}", loaded.name, scope.name), kind, scope.line)
+        }
+    };
+    walk.run();
+    walk.into_spec(target, kind, module, line)
+}
+
+impl<'p> Walk<'p> {
+    fn run(&mut self) {
+        while let Some(work) = self.queue.pop_front() {
+            match work {
+                Work::Module { module, chain, optional } => {
+                    if !self.seen.insert((0, module, 0, optional)) {
+                        continue;
+                    }
+                    let summary = &self.project.modules[module as usize].summary;
+                    for (index, edge) in summary.imports.iter().enumerate() {
+                        self.add_edge(module, index, edge, &chain, optional);
+                    }
+                }
+                Work::Scope { module, scope, chain, optional } => {
+                    if !self.seen.insert((1, module, scope, optional)) {
+                        continue;
+                    }
+                    let summary = self.project.modules[module as usize].summary.clone();
+                    let mut stack = vec![scope];
+                    let mut inside: HashSet<u32> = HashSet::new();
+                    while let Some(s) = stack.pop() {
+                        inside.insert(s);
+                        stack.extend(summary.scopes[s as usize].children.iter().copied());
+                    }
+                    for (index, edge) in summary.imports.iter().enumerate() {
+                        if inside.contains(&edge.scope) {
+                            self.add_edge(module, index, edge, &chain, optional);
+                        }
+                    }
+                    for name in &summary.scopes[scope as usize].free_names {
+                        self.queue.push_back(Work::Name { module, name: name.clone(), chain: chain.clone(), optional });
+                    }
+                }
+                Work::Definition { module, scope, chain, optional } => {
+                    if !self.seen.insert((2, module, scope, optional)) {
+                        continue;
+                    }
+                    let summary = self.project.modules[module as usize].summary.clone();
+                    for (index, edge) in summary.imports.iter().enumerate() {
+                        if edge.scope == scope && summary.scopes[scope as usize].kind == ScopeKind::Class {
+                            self.add_edge(module, index, edge, &chain, optional);
+                        }
+                    }
+                    for name in &summary.scopes[scope as usize].definition_reads {
+                        self.queue.push_back(Work::Name { module, name: name.clone(), chain: chain.clone(), optional });
+                    }
+                }
+                Work::Name { module, name, chain, optional } => self.follow_name(module, name, chain, optional),
+            }
+        }
+    }
+
+    fn follow_name(&mut self, module: u32, name: String, chain: Vec<String>, optional: bool) {
+        if !self.seen_names.insert((module, name.clone(), optional)) {
+            return;
+        }
+        let summary = self.project.modules[module as usize].summary.clone();
+        let Some(bindings) = summary.bindings.get(&name) else {
+            if !BUILTINS.contains(&name.as_str()) {
+                // Possibly provided by `from x import *`.
+                if let Some(stars) = summary.bindings.get("*") {
+                    for binding in stars {
+                        if let Binding::Import { edge } = binding {
+                            let edge_ref = &summary.imports[*edge as usize];
+                            self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
+                        }
+                    }
+                }
+            }
+            return;
+        };
+        for binding in bindings {
+            match binding {
+                Binding::Import { edge } => {
+                    let edge_ref = &summary.imports[*edge as usize];
+                    self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
+                }
+                Binding::Definition { scope } => {
+                    let mut next = chain.clone();
+                    let scope_name = &summary.scopes[*scope as usize].name;
+                    if next.last() != Some(scope_name) {
+                        next.push(scope_name.clone());
+                    }
+                    self.queue.push_back(Work::Scope { module, scope: *scope, chain: next.clone(), optional });
+                    self.queue.push_back(Work::Definition { module, scope: *scope, chain: next, optional });
+                }
+                Binding::Value { reads, edges, .. } => {
+                    let mut next = chain.clone();
+                    next.push(name.clone());
+                    for &edge in edges {
+                        let edge_ref = &summary.imports[edge as usize];
+                        self.add_edge(module, edge as usize, edge_ref, &next, optional);
+                    }
+                    for read in reads {
+                        if *read != name {
+                            self.queue.push_back(Work::Name { module, name: read.clone(), chain: next.clone(), optional });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn add_edge(&mut self, module: u32, index: usize, edge: &ImportEdge, chain: &[String], inherited_optional: bool) {
+        if edge.context.type_checking {
+            return;
+        }
+        let loaded = &self.project.modules[module as usize];
+        let optional = inherited_optional || edge.context.optional;
+        let contexts = edge_contexts(edge);
+        let reason = Reason { file: self.project.display_path(&loaded.path), line: edge.line, chain: chain.to_vec() };
+        let Some(targets) = loaded.targets.get(index) else { return };
+        for target in targets {
+            let (name, kind, path) = match target {
+                EdgeTarget::Local(id) => {
+                    let local = &self.project.modules[*id as usize];
+                    self.local_modules.insert(*id);
+                    let mut next = chain.to_vec();
+                    next.push(local.name.clone());
+                    self.queue.push_back(Work::Module { module: *id, chain: next, optional });
+                    (local.name.clone(), ModuleKind::Local, Some(local.path.clone()))
+                }
+                EdgeTarget::Stdlib(name) => (name.clone(), ModuleKind::Stdlib, None),
+                EdgeTarget::ThirdParty { name, path } => (name.clone(), ModuleKind::ThirdParty, Some(path.clone())),
+                EdgeTarget::Missing(name) => {
+                    let entry = self.missing.entry(name.clone()).or_insert_with(|| MissingModule {
+                        name: name.clone(),
+                        optional,
+                        reason: reason.clone(),
+                    });
+                    entry.optional &= optional;
+                    continue;
+                }
+            };
+            let file = path.as_ref().map(|p| self.project.display_path(p));
+            let entry = self.reached.entry(name).or_insert_with(|| Reached {
+                kind,
+                file,
+                path,
+                required: false,
+                contexts: BTreeSet::new(),
+                reason: reason.clone(),
+            });
+            entry.required |= !optional;
+            entry.contexts.extend(contexts.iter().copied());
+        }
+    }
+
+    fn into_spec(self, target: String, kind: TargetKind, module: u32, line: u32) -> TargetSpec {
+        let project = self.project;
+        let loaded = &project.modules[module as usize];
+        let mut warnings: Vec<Warning> = Vec::new();
+        let mut direct: BTreeMap<u32, (bool, Vec<String>)> = BTreeMap::new();
+        let mut modules = Vec::new();
+        for (name, reached) in self.reached {
+            let mut distribution = None;
+            if reached.kind == ModuleKind::ThirdParty {
+                let path = reached.path.clone().unwrap_or_default();
+                let top = name.split('.').next().unwrap_or_default();
+                match project.dists.owner_of(&path, top) {
+                    Owner::One(id) => {
+                        let entry = direct.entry(id).or_insert((false, Vec::new()));
+                        entry.0 |= reached.required;
+                        entry.1.push(name.clone());
+                        distribution = Some(project.dists.dists[id as usize].name.clone());
+                    }
+                    Owner::Ambiguous(ids) => {
+                        let names: Vec<&str> = ids.iter().map(|&i| project.dists.dists[i as usize].name.as_str()).collect();
+                        warnings.push(Warning {
+                            file: reached.reason.file.clone(),
+                            line: reached.reason.line,
+                            message: format!(
+                                "module {name} is provided by several distributions ({}); none was chosen",
+                                names.join(", ")
+                            ),
+                        });
+                    }
+                    Owner::Unknown => warnings.push(Warning {
+                        file: reached.reason.file.clone(),
+                        line: reached.reason.line,
+                        message: format!(
+                            "module {name} ({}) is not listed by any installed distribution",
+                            project.display_path(&path)
+                        ),
+                    }),
+                }
+            }
+            modules.push(ModuleNeed {
+                name,
+                kind: reached.kind,
+                file: reached.file,
+                distribution,
+                optional: !reached.required,
+                contexts: reached.contexts.into_iter().map(String::from).collect(),
+                reason: reached.reason,
+            });
+        }
+        modules.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+
+        let required_roots: Vec<u32> = direct.iter().filter(|(_, (req, _))| *req).map(|(&id, _)| id).collect();
+        let optional_roots: Vec<u32> = direct.iter().filter(|(_, (req, _))| !*req).map(|(&id, _)| id).collect();
+        let required = project.dists.requirement_closure(&required_roots, &project.interpreter);
+        let optional = project.dists.requirement_closure(&optional_roots, &project.interpreter);
+        let mut distributions = Vec::new();
+        let mut listed = BTreeSet::new();
+        for (closure, is_optional) in [(&required, false), (&optional, true)] {
+            for (&id, chain) in &closure.reached {
+                if !listed.insert(id) {
+                    continue;
+                }
+                let dist = &project.dists.dists[id as usize];
+                let (is_direct, reason) = match direct.get(&id) {
+                    Some((_, modules)) => (true, modules.clone()),
+                    None => (false, chain.clone()),
+                };
+                distributions.push(DistributionNeed {
+                    name: dist.name.clone(),
+                    version: dist.version.clone(),
+                    direct: is_direct,
+                    optional: is_optional,
+                    conda_name: dist.conda_name.clone(),
+                    reason,
+                });
+            }
+        }
+        distributions.sort_by_key(|d| crate::dists::normalize_name(&d.name));
+        for problem in required.problems.iter().chain(&optional.problems) {
+            warnings.push(Warning { file: String::new(), line: 0, message: problem.clone() });
+        }
+        let missing_distributions = required
+            .missing
+            .iter()
+            .map(|(name, chain)| MissingDistribution { name: name.clone(), required_by: chain.clone() })
+            .collect();
+
+        // Problems of every local file in the closure (syntax errors, computed dynamic imports).
+        let files_in_closure = std::iter::once(module).chain(self.local_modules.iter().copied().filter(|&id| id != module));
+        for id in files_in_closure {
+            let other = &project.modules[id as usize];
+            for problem in &other.summary.problems {
+                warnings.push(Warning {
+                    file: project.display_path(&other.path),
+                    line: problem.line,
+                    message: problem.message.clone(),
+                });
+            }
+        }
+        warnings.sort();
+        warnings.dedup();
+
+        TargetSpec {
+            target,
+            kind,
+            module: loaded.name.clone(),
+            file: project.display_path(&loaded.path),
+            line,
+            modules,
+            distributions,
+            missing: self.missing.into_values().collect(),
+            missing_distributions,
+            warnings,
+        }
+    }
+}
+
+fn edge_contexts(edge: &ImportEdge) -> Vec<&'static str> {
+    let c = edge.context;
+    let mut out = vec![if c.in_function { "in-function" } else { "top-level" }];
+    if c.conditional {
+        out.push("conditional");
+    }
+    if c.optional {
+        out.push("optional");
+    }
+    if c.dynamic {
+        out.push("dynamic");
+    }
+    out
+}

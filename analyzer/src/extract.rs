@@ -1,0 +1,720 @@
+//! One pass over one module's AST that keeps only what closures need.
+//!
+//! The result, a [`ModuleSummary`], is independent of every other file and of the environment,
+//! so it is what the per-file cache stores and what the parallel phase produces. Resolution of
+//! import names and closure computation happen later, on summaries only.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use ruff_python_ast::visitor::source_order::{self, SourceOrderVisitor};
+use ruff_python_ast::{self as ast, Expr, Stmt};
+use ruff_python_parser::{parse_unchecked, Mode, ParseOptions};
+use ruff_source_file::LineIndex;
+use ruff_text_size::{Ranged, TextSize};
+use serde::{Deserialize, Serialize};
+
+/// Everything the closure computation needs to know about one module.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ModuleSummary {
+    pub imports: Vec<ImportEdge>,
+    /// Scope 0 is the module; the others are defs, classes, lambdas and comprehensions.
+    pub scopes: Vec<Scope>,
+    /// Names bound at module level, each with every statement that binds it.
+    pub bindings: BTreeMap<String, Vec<Binding>>,
+    /// Problems found while reading this file: syntax errors, non-constant dynamic imports.
+    pub problems: Vec<Problem>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ImportEdge {
+    /// Dotted module name as written, without the leading dots of a relative import.
+    pub module: String,
+    /// Number of leading dots (0 = absolute).
+    pub level: u32,
+    /// For `from module import member`: the member (`*` for a star import).
+    pub member: Option<String>,
+    pub line: u32,
+    /// Innermost scope that contains the import statement.
+    pub scope: u32,
+    pub context: EdgeContext,
+}
+
+/// Why and when an import runs. More than one can hold at once (an optional import inside a
+/// function is both `in_function` and `optional`).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct EdgeContext {
+    pub in_function: bool,
+    pub conditional: bool,
+    pub optional: bool,
+    pub type_checking: bool,
+    pub dynamic: bool,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScopeKind {
+    Module,
+    Function,
+    Class,
+    Lambda,
+    Comprehension,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Scope {
+    pub kind: ScopeKind,
+    /// Qualified name inside the module (`Model.fit`, `outer.<locals>.inner` is kept as
+    /// `outer.inner`); empty for the module scope.
+    pub name: String,
+    pub line: u32,
+    pub parent: u32,
+    pub children: Vec<u32>,
+    /// Names this scope (with everything nested in it, and its decorators, defaults, bases and
+    /// annotations) reads but does not bind itself: they resolve to the module's globals.
+    pub free_names: Vec<String>,
+    /// Names read when the `def`/`class` statement itself runs: decorators, defaults,
+    /// annotations, bases, and for a class its body's own statements (not its methods' bodies).
+    pub definition_reads: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Binding {
+    /// `import x` / `from x import y` bound the name.
+    Import { edge: u32 },
+    /// A `def` or `class` statement bound the name.
+    Definition { scope: u32 },
+    /// Any other statement bound it: what its value reads, and dynamic imports inside it.
+    Value { line: u32, reads: Vec<String>, edges: Vec<u32> },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Problem {
+    pub line: u32,
+    pub message: String,
+}
+
+/// Parse `source` and summarise it. Never fails: syntax errors become [`Problem`]s and every
+/// import the error-recovering parser still sees is kept.
+pub fn summarize(source: &str) -> ModuleSummary {
+    let parsed = parse_unchecked(source, ParseOptions::from(Mode::Module));
+    let line_index = LineIndex::from_source_text(source);
+    let mut extractor = Extractor::new(&line_index);
+    if let ast::Mod::Module(module) = parsed.syntax() {
+        extractor.visit_body(&module.body);
+    }
+    let mut summary = extractor.finish();
+    for error in parsed.errors().iter().take(MAX_SYNTAX_ERRORS_REPORTED) {
+        summary.problems.push(Problem {
+            line: line_index.line_index(error.location.start()).get() as u32,
+            message: format!("syntax error: {}", error.error),
+        });
+    }
+    if parsed.errors().len() > MAX_SYNTAX_ERRORS_REPORTED {
+        summary.problems.push(Problem {
+            line: 0,
+            message: format!(
+                "{} more syntax errors not shown (imports were still recovered)",
+                parsed.errors().len() - MAX_SYNTAX_ERRORS_REPORTED
+            ),
+        });
+    }
+    summary
+}
+
+const MAX_SYNTAX_ERRORS_REPORTED: usize = 3;
+
+/// Exception types whose handler makes the guarded import optional.
+const IMPORT_GUARDS: &[&str] = &["ImportError", "ModuleNotFoundError", "Exception", "BaseException"];
+
+struct ScopeBuild {
+    loads: HashSet<String>,
+    binds: HashSet<String>,
+    globals: HashSet<String>,
+    header_loads: HashSet<String>,
+}
+
+/// Collects what one module-level statement reads and imports, to attach to the names it binds.
+#[derive(Default)]
+struct StatementCapture {
+    reads: BTreeSet<String>,
+    edges: Vec<u32>,
+}
+
+struct Extractor<'a> {
+    line_index: &'a LineIndex,
+    imports: Vec<ImportEdge>,
+    scopes: Vec<Scope>,
+    builds: Vec<ScopeBuild>,
+    bindings: BTreeMap<String, Vec<Binding>>,
+    problems: Vec<Problem>,
+    current: u32,
+    function_depth: u32,
+    conditional_depth: u32,
+    optional_depth: u32,
+    type_checking_depth: u32,
+    /// Scopes whose decorators/defaults/bases are being visited: their reads count for them too.
+    header_targets: Vec<u32>,
+    capture: Option<StatementCapture>,
+    /// Local names bound to `typing`/`typing_extensions`, and to `TYPE_CHECKING` itself.
+    typing_aliases: HashSet<String>,
+    type_checking_aliases: HashSet<String>,
+    importlib_aliases: HashSet<String>,
+    import_module_aliases: HashSet<String>,
+}
+
+impl<'a> Extractor<'a> {
+    fn new(line_index: &'a LineIndex) -> Self {
+        let mut extractor = Extractor {
+            line_index,
+            imports: Vec::new(),
+            scopes: Vec::new(),
+            builds: Vec::new(),
+            bindings: BTreeMap::new(),
+            problems: Vec::new(),
+            current: 0,
+            function_depth: 0,
+            conditional_depth: 0,
+            optional_depth: 0,
+            type_checking_depth: 0,
+            header_targets: Vec::new(),
+            capture: None,
+            typing_aliases: ["typing", "typing_extensions"].map(String::from).into(),
+            type_checking_aliases: ["TYPE_CHECKING".to_string()].into(),
+            importlib_aliases: ["importlib".to_string()].into(),
+            import_module_aliases: HashSet::new(),
+        };
+        extractor.new_scope(ScopeKind::Module, String::new(), 0);
+        extractor
+    }
+
+    fn line(&self, offset: TextSize) -> u32 {
+        self.line_index.line_index(offset).get() as u32
+    }
+
+    fn new_scope(&mut self, kind: ScopeKind, name: String, line: u32) -> u32 {
+        let id = self.scopes.len() as u32;
+        let parent = self.current;
+        if id != 0 {
+            self.scopes[parent as usize].children.push(id);
+        }
+        self.scopes.push(Scope {
+            kind,
+            name,
+            line,
+            parent,
+            children: Vec::new(),
+            free_names: Vec::new(),
+            definition_reads: Vec::new(),
+        });
+        self.builds.push(ScopeBuild {
+            loads: HashSet::new(),
+            binds: HashSet::new(),
+            globals: HashSet::new(),
+            header_loads: HashSet::new(),
+        });
+        id
+    }
+
+    fn qualified_child_name(&self, name: &str) -> String {
+        let parent = &self.scopes[self.current as usize];
+        match parent.kind {
+            ScopeKind::Module => name.to_string(),
+            _ if parent.name.is_empty() => name.to_string(),
+            _ => format!("{}.{}", parent.name, name),
+        }
+    }
+
+    fn context(&self) -> EdgeContext {
+        EdgeContext {
+            in_function: self.function_depth > 0,
+            conditional: self.conditional_depth > 0,
+            optional: self.optional_depth > 0,
+            type_checking: self.type_checking_depth > 0,
+            dynamic: false,
+        }
+    }
+
+    fn record_load(&mut self, name: &str) {
+        self.builds[self.current as usize].loads.insert(name.to_string());
+        for &target in &self.header_targets {
+            self.builds[target as usize].header_loads.insert(name.to_string());
+        }
+        if let Some(capture) = &mut self.capture {
+            capture.reads.insert(name.to_string());
+        }
+    }
+
+    fn bind(&mut self, name: &str, binding: impl FnOnce() -> Binding) {
+        self.builds[self.current as usize].binds.insert(name.to_string());
+        if self.current == 0 {
+            self.bindings.entry(name.to_string()).or_default().push(binding());
+        }
+    }
+
+    fn add_edge(&mut self, edge: ImportEdge) -> u32 {
+        let id = self.imports.len() as u32;
+        self.imports.push(edge);
+        if let Some(capture) = &mut self.capture {
+            capture.edges.push(id);
+        }
+        id
+    }
+
+    fn visit_import(&mut self, import: &ast::StmtImport) {
+        let line = self.line(import.start());
+        for alias in &import.names {
+            let module = alias.name.id.to_string();
+            let edge = self.add_edge(ImportEdge {
+                module: module.clone(),
+                level: 0,
+                member: None,
+                line,
+                scope: self.current,
+                context: self.context(),
+            });
+            // `import a.b` binds `a`; `import a.b as c` binds `c`.
+            let bound = match &alias.asname {
+                Some(asname) => asname.id.to_string(),
+                None => module.split('.').next().unwrap_or_default().to_string(),
+            };
+            if module == "typing" || module == "typing_extensions" {
+                self.typing_aliases.insert(bound.clone());
+            }
+            if module == "importlib" {
+                self.importlib_aliases.insert(bound.clone());
+            }
+            self.bind(&bound, || Binding::Import { edge });
+        }
+    }
+
+    fn visit_import_from(&mut self, import: &ast::StmtImportFrom) {
+        let line = self.line(import.start());
+        let module = import.module.as_ref().map(|m| m.id.to_string()).unwrap_or_default();
+        for alias in &import.names {
+            let member = alias.name.id.to_string();
+            let edge = self.add_edge(ImportEdge {
+                module: module.clone(),
+                level: import.level,
+                member: Some(member.clone()),
+                line,
+                scope: self.current,
+                context: self.context(),
+            });
+            if member == "*" {
+                self.bind("*", || Binding::Import { edge });
+                continue;
+            }
+            let bound = alias.asname.as_ref().map_or(member.clone(), |a| a.id.to_string());
+            if import.level == 0 {
+                if (module == "typing" || module == "typing_extensions") && member == "TYPE_CHECKING" {
+                    self.type_checking_aliases.insert(bound.clone());
+                }
+                if module == "importlib" && member == "import_module" {
+                    self.import_module_aliases.insert(bound.clone());
+                }
+            }
+            self.bind(&bound, || Binding::Import { edge });
+        }
+    }
+
+    fn is_type_checking_test(&self, test: &Expr) -> bool {
+        match test {
+            Expr::Name(name) => self.type_checking_aliases.contains(name.id.as_str()),
+            Expr::Attribute(attribute) => {
+                attribute.attr.id.as_str() == "TYPE_CHECKING"
+                    && matches!(&*attribute.value, Expr::Name(n) if self.typing_aliases.contains(n.id.as_str()))
+            }
+            _ => false,
+        }
+    }
+
+    fn visit_if(&mut self, stmt: &'a ast::StmtIf) {
+        self.visit_expr(&stmt.test);
+        let negated = match &*stmt.test {
+            Expr::UnaryOp(unary) if unary.op == ast::UnaryOp::Not => Some(&*unary.operand),
+            _ => None,
+        };
+        let body_is_type_checking = self.is_type_checking_test(&stmt.test);
+        let else_is_type_checking = negated.is_some_and(|operand| self.is_type_checking_test(operand));
+        self.with_branch(body_is_type_checking, |this| this.visit_body(&stmt.body));
+        for (index, clause) in stmt.elif_else_clauses.iter().enumerate() {
+            if let Some(test) = &clause.test {
+                self.visit_expr(test);
+            }
+            let type_checking = else_is_type_checking && index == 0 && clause.test.is_none();
+            self.with_branch(type_checking, |this| this.visit_body(&clause.body));
+        }
+    }
+
+    fn with_branch(&mut self, type_checking: bool, visit: impl FnOnce(&mut Self)) {
+        if type_checking {
+            self.type_checking_depth += 1;
+        } else {
+            self.conditional_depth += 1;
+        }
+        visit(self);
+        if type_checking {
+            self.type_checking_depth -= 1;
+        } else {
+            self.conditional_depth -= 1;
+        }
+    }
+
+    fn visit_try(&mut self, stmt: &'a ast::StmtTry) {
+        let guards_imports = stmt.handlers.iter().any(|handler| {
+            let ast::ExceptHandler::ExceptHandler(handler) = handler;
+            match handler.type_.as_deref() {
+                None => true,
+                Some(expr) => catches_import_error(expr),
+            }
+        });
+        if guards_imports {
+            self.optional_depth += 1;
+        }
+        self.visit_body(&stmt.body);
+        if guards_imports {
+            self.optional_depth -= 1;
+        }
+        self.conditional_depth += 1;
+        for handler in &stmt.handlers {
+            let ast::ExceptHandler::ExceptHandler(handler) = handler;
+            if let Some(type_) = &handler.type_ {
+                self.visit_expr(type_);
+            }
+            if let Some(name) = &handler.name {
+                self.bind(name.id.as_str(), || Binding::Value { line: 0, reads: vec![], edges: vec![] });
+            }
+            self.visit_body(&handler.body);
+        }
+        self.visit_body(&stmt.orelse);
+        self.conditional_depth -= 1;
+        self.visit_body(&stmt.finalbody);
+    }
+
+    fn visit_function_def(&mut self, def: &'a ast::StmtFunctionDef) {
+        let line = self.line(def.name.start());
+        let name = self.qualified_child_name(def.name.id.as_str());
+        let scope = self.new_scope(ScopeKind::Function, name, line);
+        self.header_targets.push(scope);
+        for decorator in &def.decorator_list {
+            self.visit_expr(&decorator.expression);
+        }
+        self.visit_parameter_headers(&def.parameters);
+        if let Some(returns) = &def.returns {
+            self.visit_expr(returns);
+        }
+        self.header_targets.pop();
+        self.bind(def.name.id.as_str(), || Binding::Definition { scope });
+        self.enter_scope(scope, true, |this| {
+            this.bind_parameters(&def.parameters);
+            this.visit_body(&def.body);
+        });
+    }
+
+    fn visit_class_def(&mut self, class: &'a ast::StmtClassDef) {
+        let line = self.line(class.name.start());
+        let name = self.qualified_child_name(class.name.id.as_str());
+        let scope = self.new_scope(ScopeKind::Class, name, line);
+        self.header_targets.push(scope);
+        for decorator in &class.decorator_list {
+            self.visit_expr(&decorator.expression);
+        }
+        if let Some(arguments) = &class.arguments {
+            self.visit_arguments(arguments);
+        }
+        self.header_targets.pop();
+        self.bind(class.name.id.as_str(), || Binding::Definition { scope });
+        self.enter_scope(scope, false, |this| this.visit_body(&class.body));
+    }
+
+    /// Defaults and annotations are evaluated when the `def` runs, in the enclosing scope.
+    fn visit_parameter_headers(&mut self, parameters: &'a ast::Parameters) {
+        for parameter in parameters.iter_non_variadic_params() {
+            if let Some(default) = &parameter.default {
+                self.visit_expr(default);
+            }
+            if let Some(annotation) = &parameter.parameter.annotation {
+                self.visit_expr(annotation);
+            }
+        }
+        for variadic in [&parameters.vararg, &parameters.kwarg].into_iter().flatten() {
+            if let Some(annotation) = &variadic.annotation {
+                self.visit_expr(annotation);
+            }
+        }
+    }
+
+    fn bind_parameters(&mut self, parameters: &ast::Parameters) {
+        for parameter in parameters.iter() {
+            let name = parameter.name().id.to_string();
+            self.builds[self.current as usize].binds.insert(name);
+        }
+    }
+
+    fn enter_scope(&mut self, scope: u32, is_function: bool, visit: impl FnOnce(&mut Self)) {
+        let saved_scope = std::mem::replace(&mut self.current, scope);
+        // A def/class body is not part of the module-level statement that defines it.
+        let saved_capture = self.capture.take();
+        if is_function {
+            self.function_depth += 1;
+        }
+        visit(self);
+        if is_function {
+            self.function_depth -= 1;
+        }
+        self.capture = saved_capture;
+        self.current = saved_scope;
+    }
+
+    fn record_dynamic_import(&mut self, call: &'a ast::ExprCall) {
+        let is_import_call = match &*call.func {
+            Expr::Name(name) => {
+                name.id.as_str() == "__import__" || self.import_module_aliases.contains(name.id.as_str())
+            }
+            Expr::Attribute(attribute) => {
+                attribute.attr.id.as_str() == "import_module"
+                    && matches!(&*attribute.value, Expr::Name(n) if self.importlib_aliases.contains(n.id.as_str()))
+            }
+            _ => false,
+        };
+        if is_import_call {
+            let line = self.line(call.start());
+            match call.arguments.args.first().or_else(|| {
+                call.arguments.find_keyword("name").map(|keyword| &keyword.value)
+            }) {
+                Some(Expr::StringLiteral(literal)) => {
+                    let written = literal.value.to_str();
+                    let level = written.chars().take_while(|&c| c == '.').count() as u32;
+                    let mut module = written[level as usize..].to_string();
+                    if level > 0 {
+                        // importlib.import_module(".sub", "pkg") is absolute once the package is known.
+                        if let Some(Expr::StringLiteral(package)) = call
+                            .arguments
+                            .args
+                            .get(1)
+                            .or_else(|| call.arguments.find_keyword("package").map(|k| &k.value))
+                        {
+                            module = join_relative(package.value.to_str(), level, &module);
+                        }
+                    }
+                    let level = if module.contains('.') || level == 0 { 0 } else { level };
+                    let mut context = self.context();
+                    context.dynamic = true;
+                    self.add_edge(ImportEdge { module, level, member: None, line, scope: self.current, context });
+                }
+                Some(_) => self.problems.push(Problem {
+                    line,
+                    message: "dynamic import with a computed module name; its target is unknown".into(),
+                }),
+                None => {}
+            }
+        }
+    }
+
+    fn visit_scoped_expr(&mut self, kind: ScopeKind, expr: &'a Expr) {
+        let line = self.line(expr.start());
+        let name = self.qualified_child_name(match kind {
+            ScopeKind::Lambda => "<lambda>",
+            _ => "<comprehension>",
+        });
+        let scope = self.new_scope(kind, name, line);
+        match expr {
+            Expr::Lambda(lambda) => {
+                if let Some(parameters) = &lambda.parameters {
+                    self.header_targets.push(scope);
+                    self.visit_parameter_headers(parameters);
+                    self.header_targets.pop();
+                }
+                self.enter_scope(scope, true, |this| {
+                    if let Some(parameters) = &lambda.parameters {
+                        this.bind_parameters(parameters);
+                    }
+                    this.visit_expr(&lambda.body);
+                });
+            }
+            _ => self.enter_scope(scope, false, |this| source_order::walk_expr(this, expr)),
+        }
+    }
+
+    fn finish(mut self) -> ModuleSummary {
+        // Children were created after their parents, so a reverse sweep sees every child first.
+        for id in (0..self.scopes.len()).rev() {
+            let build = &self.builds[id];
+            let mut free: BTreeSet<String> = build.loads.iter().cloned().collect();
+            for &child in &self.scopes[id].children {
+                free.extend(self.scopes[child as usize].free_names.iter().cloned());
+            }
+            let binds: HashSet<&String> = build.binds.iter().filter(|n| !build.globals.contains(*n)).collect();
+            free.retain(|name| !binds.contains(name));
+            free.extend(build.header_loads.iter().cloned());
+            self.scopes[id].free_names = free.into_iter().collect();
+            let mut definition: BTreeSet<String> = build.header_loads.iter().cloned().collect();
+            if self.scopes[id].kind == ScopeKind::Class {
+                definition.extend(build.loads.iter().filter(|n| !binds.contains(n)).cloned());
+            }
+            self.scopes[id].definition_reads = definition.into_iter().collect();
+        }
+        ModuleSummary { imports: self.imports, scopes: self.scopes, bindings: self.bindings, problems: self.problems }
+    }
+
+    /// Names a module-level simple statement binds, so its reads can be attached to them.
+    fn bind_statement_targets(&mut self, stmt: &Stmt, line: u32, capture: StatementCapture) {
+        let mut targets = Vec::new();
+        match stmt {
+            Stmt::Assign(assign) => assign.targets.iter().for_each(|t| collect_target_names(t, &mut targets)),
+            Stmt::AnnAssign(assign) => collect_target_names(&assign.target, &mut targets),
+            Stmt::AugAssign(assign) => collect_target_names(&assign.target, &mut targets),
+            Stmt::TypeAlias(alias) => collect_target_names(&alias.name, &mut targets),
+            Stmt::For(for_stmt) => collect_target_names(&for_stmt.target, &mut targets),
+            Stmt::With(with) => {
+                for item in &with.items {
+                    if let Some(vars) = &item.optional_vars {
+                        collect_target_names(vars, &mut targets);
+                    }
+                }
+            }
+            _ => {}
+        }
+        // Walrus targets anywhere in the statement bind module globals too.
+        targets.extend(capture_named_targets(stmt));
+        let reads: Vec<String> = capture.reads.into_iter().collect();
+        for target in targets {
+            let reads = reads.clone();
+            let edges = capture.edges.clone();
+            self.bind(&target, || Binding::Value { line, reads, edges });
+        }
+    }
+}
+
+impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
+    fn visit_stmt(&mut self, stmt: &'a Stmt) {
+        match stmt {
+            Stmt::Import(import) => self.visit_import(import),
+            Stmt::ImportFrom(import) => self.visit_import_from(import),
+            Stmt::FunctionDef(def) => self.visit_function_def(def),
+            Stmt::ClassDef(class) => self.visit_class_def(class),
+            Stmt::If(if_stmt) => self.visit_if(if_stmt),
+            Stmt::Try(try_stmt) => self.visit_try(try_stmt),
+            Stmt::Global(global) => {
+                for name in &global.names {
+                    self.builds[self.current as usize].globals.insert(name.id.to_string());
+                }
+            }
+            Stmt::While(while_stmt) => {
+                self.visit_expr(&while_stmt.test);
+                self.with_branch(false, |this| {
+                    this.visit_body(&while_stmt.body);
+                    this.visit_body(&while_stmt.orelse);
+                });
+            }
+            Stmt::Match(match_stmt) => {
+                self.visit_expr(&match_stmt.subject);
+                self.with_branch(false, |this| {
+                    for case in &match_stmt.cases {
+                        this.visit_match_case(case);
+                    }
+                });
+            }
+            Stmt::For(for_stmt) if self.current == 0 && self.capture.is_none() => {
+                let line = self.line(for_stmt.start());
+                self.capture = Some(StatementCapture::default());
+                self.visit_expr(&for_stmt.iter);
+                self.visit_expr(&for_stmt.target);
+                let capture = self.capture.take().unwrap_or_default();
+                self.bind_statement_targets(stmt, line, capture);
+                self.with_branch(false, |this| {
+                    this.visit_body(&for_stmt.body);
+                    this.visit_body(&for_stmt.orelse);
+                });
+            }
+            Stmt::With(with) if self.current == 0 && self.capture.is_none() => {
+                let line = self.line(with.start());
+                self.capture = Some(StatementCapture::default());
+                for item in &with.items {
+                    self.visit_with_item(item);
+                }
+                let capture = self.capture.take().unwrap_or_default();
+                self.bind_statement_targets(stmt, line, capture);
+                self.visit_body(&with.body);
+            }
+            Stmt::Assign(_) | Stmt::AnnAssign(_) | Stmt::AugAssign(_) | Stmt::TypeAlias(_) | Stmt::Expr(_)
+                if self.current == 0 && self.capture.is_none() =>
+            {
+                let line = self.line(stmt.start());
+                self.capture = Some(StatementCapture::default());
+                source_order::walk_stmt(self, stmt);
+                let capture = self.capture.take().unwrap_or_default();
+                self.bind_statement_targets(stmt, line, capture);
+            }
+            _ => source_order::walk_stmt(self, stmt),
+        }
+    }
+
+    fn visit_expr(&mut self, expr: &'a Expr) {
+        match expr {
+            Expr::Name(name) => match name.ctx {
+                ast::ExprContext::Load => self.record_load(name.id.as_str()),
+                ast::ExprContext::Store => {
+                    self.builds[self.current as usize].binds.insert(name.id.to_string());
+                }
+                _ => {}
+            },
+            Expr::Call(call) => {
+                self.record_dynamic_import(call);
+                source_order::walk_expr(self, expr);
+            }
+            Expr::Lambda(_) => self.visit_scoped_expr(ScopeKind::Lambda, expr),
+            Expr::ListComp(_) | Expr::SetComp(_) | Expr::DictComp(_) | Expr::Generator(_) => {
+                self.visit_scoped_expr(ScopeKind::Comprehension, expr)
+            }
+            _ => source_order::walk_expr(self, expr),
+        }
+    }
+}
+
+fn catches_import_error(expr: &Expr) -> bool {
+    match expr {
+        Expr::Name(name) => IMPORT_GUARDS.contains(&name.id.as_str()),
+        Expr::Attribute(attribute) => IMPORT_GUARDS.contains(&attribute.attr.id.as_str()),
+        Expr::Tuple(tuple) => tuple.elts.iter().any(catches_import_error),
+        _ => false,
+    }
+}
+
+fn collect_target_names(target: &Expr, out: &mut Vec<String>) {
+    match target {
+        Expr::Name(name) => out.push(name.id.to_string()),
+        Expr::Tuple(tuple) => tuple.elts.iter().for_each(|e| collect_target_names(e, out)),
+        Expr::List(list) => list.elts.iter().for_each(|e| collect_target_names(e, out)),
+        Expr::Starred(starred) => collect_target_names(&starred.value, out),
+        _ => {}
+    }
+}
+
+fn capture_named_targets(stmt: &Stmt) -> Vec<String> {
+    struct Walrus(Vec<String>);
+    impl<'b> SourceOrderVisitor<'b> for Walrus {
+        fn visit_expr(&mut self, expr: &'b Expr) {
+            if let Expr::Named(named) = expr {
+                collect_target_names(&named.target, &mut self.0);
+            }
+            source_order::walk_expr(self, expr);
+        }
+    }
+    let mut walrus = Walrus(Vec::new());
+    walrus.visit_stmt(stmt);
+    walrus.0
+}
+
+/// `importlib.import_module(".b", "pkg.a")` with level 1 -> `pkg.a.b`.
+fn join_relative(package: &str, level: u32, module: &str) -> String {
+    let mut parts: Vec<&str> = package.split('.').filter(|p| !p.is_empty()).collect();
+    for _ in 1..level {
+        parts.pop();
+    }
+    if !module.is_empty() {
+        parts.push(module);
+    }
+    parts.join(".")
+}

@@ -1,0 +1,269 @@
+//! lfm-analyzer: what a Python function needs to run, and why.
+//!
+//! Given source files and a target interpreter, this crate computes for each function (and each
+//! module) the closure of modules it needs: local files, stdlib modules and third-party modules,
+//! each with the import statement and call chain that reached it. Third-party modules are mapped
+//! to installed distributions through installer metadata, and the distributions' Requires-Dist
+//! closure is evaluated for the target interpreter. The result is a versioned [`spec::Spec`].
+//!
+//! It owns parsing (ruff's error-recovering parser), resolution, closures and the Spec. It does
+//! not pack, run or print anything, and it never imports or executes the code it analyses: the
+//! only process started is the target interpreter describing itself.
+
+pub mod cache;
+pub mod closure;
+pub mod dists;
+pub mod extract;
+pub mod interpreter;
+pub mod project;
+pub mod render;
+pub mod resolve;
+pub mod source;
+pub mod spec;
+
+use std::path::{Path, PathBuf};
+
+use crate::cache::SummaryCache;
+use crate::extract::ScopeKind;
+use crate::interpreter::Interpreter;
+use crate::project::{PendingModule, Project};
+use crate::resolve::{module_name_for, Location, Resolver};
+use crate::spec::{PythonInfo, Spec, SPEC_FORMAT};
+
+/// Directory names never descended into when a directory is analysed.
+const SKIPPED_DIRS: &[&str] = &["__pycache__", "node_modules", ".git", ".hg", ".tox", ".nox", ".venv"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum AnalyzeError {
+    #[error("target not found: {target}: {reason}")]
+    TargetNotFound { target: String, reason: String },
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+/// Which interpreter the code is meant for.
+#[derive(Debug, Clone)]
+pub enum Environment {
+    /// An interpreter path or a name on PATH.
+    Python(PathBuf),
+    /// A venv or conda prefix.
+    Prefix(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub environment: Environment,
+    /// Extra source roots (`--root`), searched after the targets' own directories.
+    pub roots: Vec<PathBuf>,
+    /// Where the per-file summary cache lives; `None` disables it.
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            environment: Environment::Python(PathBuf::from("python3")),
+            roots: Vec::new(),
+            cache_dir: SummaryCache::default_dir(),
+        }
+    }
+}
+
+/// One thing the user asked about, located on disk.
+struct Located {
+    files: Vec<PendingModule>,
+    /// `Some(qualname)` for `file.py:func`.
+    qualname: Option<String>,
+    roots: Vec<PathBuf>,
+    text: String,
+}
+
+/// Analyse `targets` (`dir`, `file.py`, `file.py:func`, `file.py:Class.method`, `pkg.mod:func`).
+pub fn analyze(targets: &[String], options: &Options) -> Result<Spec, AnalyzeError> {
+    let interpreter = match &options.environment {
+        Environment::Python(python) => Interpreter::query(python)?,
+        Environment::Prefix(prefix) => Interpreter::for_prefix(prefix)?,
+    };
+    let extra_roots: Vec<PathBuf> =
+        options.roots.iter().map(|r| r.canonicalize().unwrap_or_else(|_| r.clone())).collect();
+    let mut located = Vec::new();
+    for target in targets {
+        located.push(locate(target, &extra_roots, &interpreter)?);
+    }
+    let mut roots: Vec<PathBuf> = Vec::new();
+    for target in &located {
+        for root in &target.roots {
+            if !roots.contains(root) {
+                roots.push(root.clone());
+            }
+        }
+    }
+    for root in &extra_roots {
+        if !roots.contains(root) {
+            roots.push(root.clone());
+        }
+    }
+    let cache = options.cache_dir.as_deref().map(SummaryCache::open);
+    let mut project = Project::new(interpreter, &roots, cache);
+
+    let mut specs = Vec::new();
+    for target in located {
+        let ids = project.load(target.files);
+        for id in ids {
+            let summary = project.modules[id as usize].summary.clone();
+            match &target.qualname {
+                Some(qualname) => {
+                    let scope = summary
+                        .scopes
+                        .iter()
+                        .position(|s| &s.name == qualname && matches!(s.kind, ScopeKind::Function | ScopeKind::Class));
+                    let Some(scope) = scope else {
+                        let mut available: Vec<&str> = summary
+                            .scopes
+                            .iter()
+                            .filter(|s| matches!(s.kind, ScopeKind::Function | ScopeKind::Class))
+                            .map(|s| s.name.as_str())
+                            .take(20)
+                            .collect();
+                        available.sort();
+                        return Err(AnalyzeError::TargetNotFound {
+                            target: target.text.clone(),
+                            reason: format!(
+                                "no function or class named {qualname:?} in {} (defined there: {})",
+                                project.display_path(&project.modules[id as usize].path),
+                                if available.is_empty() { "nothing".to_string() } else { available.join(", ") }
+                            ),
+                        });
+                    };
+                    specs.push(closure::target_closure(&project, id, Some(scope as u32)));
+                }
+                None => {
+                    specs.push(closure::target_closure(&project, id, None));
+                    for (scope_id, scope) in summary.scopes.iter().enumerate() {
+                        let parent_kind = summary.scopes[scope.parent as usize].kind;
+                        if scope.kind == ScopeKind::Function
+                            && scope_id != 0
+                            && matches!(parent_kind, ScopeKind::Module | ScopeKind::Class)
+                        {
+                            specs.push(closure::target_closure(&project, id, Some(scope_id as u32)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut warnings = project.warnings.clone();
+    warnings.sort();
+    warnings.dedup();
+    let interpreter = &project.interpreter;
+    Ok(Spec {
+        format: SPEC_FORMAT.to_string(),
+        python: PythonInfo {
+            version: interpreter.version.clone(),
+            executable: interpreter.executable.display().to_string(),
+            prefix: interpreter.prefix.display().to_string(),
+            platform: interpreter.platform_tag.clone(),
+            soabi: interpreter.soabi.clone(),
+        },
+        targets: specs,
+        warnings,
+    })
+}
+
+fn locate(text: &str, extra_roots: &[PathBuf], interpreter: &Interpreter) -> Result<Located, AnalyzeError> {
+    let (location, qualname) = split_target(text);
+    let path = Path::new(location);
+    if path.is_file() {
+        let file = path.canonicalize().map_err(|e| not_found(text, &e.to_string()))?;
+        let package_root = package_root(&file);
+        let (name, is_package) = module_name_for(&package_root, &file).ok_or_else(|| not_found(text, "not a Python module file name"))?;
+        let own_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        let mut roots = vec![own_dir];
+        if !roots.contains(&package_root) {
+            roots.push(package_root);
+        }
+        return Ok(Located {
+            files: vec![PendingModule { path: file, name, is_package }],
+            qualname: qualname.map(str::to_string),
+            roots,
+            text: text.to_string(),
+        });
+    }
+    if path.is_dir() {
+        if qualname.is_some() {
+            return Err(not_found(text, "a directory target cannot name a function; name a file or module"));
+        }
+        let dir = path.canonicalize().map_err(|e| not_found(text, &e.to_string()))?;
+        let root = if dir.join("__init__.py").exists() { package_root(&dir.join("__init__.py")) } else { dir.clone() };
+        let files = python_files(&dir, &root);
+        return Ok(Located { files, qualname: None, roots: vec![root], text: text.to_string() });
+    }
+    let looks_dotted = !location.is_empty() && location.split('.').all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'));
+    if looks_dotted {
+        let mut roots: Vec<PathBuf> = extra_roots.to_vec();
+        if let Ok(cwd) = std::env::current_dir() {
+            roots.push(cwd);
+        }
+        let mut resolver = Resolver::new(&roots, &[], Default::default(), Default::default(), interpreter.extension_suffixes.clone());
+        if let Some(Location::File { path, is_package, root, .. }) = resolver.resolve(location) {
+            if path.is_file() {
+                return Ok(Located {
+                    files: vec![PendingModule { path, name: location.to_string(), is_package }],
+                    qualname: qualname.map(str::to_string),
+                    roots: vec![root],
+                    text: text.to_string(),
+                });
+            }
+        }
+        return Err(not_found(
+            text,
+            &format!("no file or directory {location:?}, and no module {location:?} under the source roots (the current directory and --root)"),
+        ));
+    }
+    Err(not_found(text, "no such file or directory"))
+}
+
+fn not_found(target: &str, reason: &str) -> AnalyzeError {
+    AnalyzeError::TargetNotFound { target: target.to_string(), reason: reason.to_string() }
+}
+
+/// `file.py:Class.method` -> (`file.py`, `Class.method`); a plain path or module has no qualname.
+fn split_target(text: &str) -> (&str, Option<&str>) {
+    match text.rsplit_once(':') {
+        Some((location, qualname)) if !qualname.is_empty() && !qualname.contains('/') && !location.is_empty() => {
+            (location, Some(qualname))
+        }
+        _ => (text, None),
+    }
+}
+
+/// The directory a file's dotted name starts from: above the outermost package holding it.
+fn package_root(file: &Path) -> PathBuf {
+    let mut dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    while dir.join("__init__.py").exists() {
+        match dir.parent() {
+            Some(parent) => dir = parent.to_path_buf(),
+            None => break,
+        }
+    }
+    dir
+}
+
+fn python_files(dir: &Path, root: &Path) -> Vec<PendingModule> {
+    let walker = walkdir::WalkDir::new(dir).follow_links(false).sort_by_file_name().into_iter().filter_entry(|entry| {
+        if entry.depth() == 0 || !entry.file_type().is_dir() {
+            return true;
+        }
+        let name = entry.file_name().to_string_lossy();
+        !SKIPPED_DIRS.contains(&name.as_ref()) && !entry.path().join("pyvenv.cfg").exists()
+    });
+    walker
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_type().is_file() && entry.path().extension().is_some_and(|e| e == "py"))
+        .filter_map(|entry| {
+            let path = entry.into_path();
+            let (name, is_package) = module_name_for(root, &path)?;
+            Some(PendingModule { path, name, is_package })
+        })
+        .collect()
+}

@@ -1,0 +1,306 @@
+//! The set of local modules being analysed, loaded in parallel waves.
+//!
+//! A wave reads, hashes and summarises files on all cores (or takes the summary from the cache),
+//! then resolves their imports; local modules found that way form the next wave.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use crate::cache::SummaryCache;
+use crate::dists::DistIndex;
+use crate::extract::{summarize, ImportEdge, ModuleSummary};
+use crate::interpreter::Interpreter;
+use crate::resolve::{module_name_for, Location, Resolver, RootKind};
+use crate::source::decode;
+use crate::spec::Warning;
+
+/// Files larger than this are generated data, not code worth parsing.
+const MAX_SOURCE_BYTES: u64 = 64 * 1024 * 1024;
+
+pub struct LoadedModule {
+    pub name: String,
+    pub path: PathBuf,
+    pub is_package: bool,
+    pub summary: Arc<ModuleSummary>,
+    /// For each import edge of the summary, what it resolves to.
+    pub targets: Vec<Vec<EdgeTarget>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum EdgeTarget {
+    Local(u32),
+    Stdlib(String),
+    ThirdParty { name: String, path: PathBuf },
+    Missing(String),
+}
+
+pub struct Project {
+    pub interpreter: Interpreter,
+    pub dists: DistIndex,
+    pub modules: Vec<LoadedModule>,
+    pub warnings: Vec<Warning>,
+    resolver: Resolver,
+    by_path: HashMap<PathBuf, u32>,
+    cache: Option<SummaryCache>,
+    cwd: PathBuf,
+}
+
+/// A local file to load, with the dotted name it is imported by.
+#[derive(Debug, Clone)]
+pub struct PendingModule {
+    pub path: PathBuf,
+    pub name: String,
+    pub is_package: bool,
+}
+
+impl Project {
+    pub fn new(interpreter: Interpreter, local_roots: &[PathBuf], cache: Option<SummaryCache>) -> Project {
+        let site_dirs = interpreter.site_dirs();
+        let dists = DistIndex::build(&site_dirs, Some(&interpreter.prefix));
+        let resolver = Resolver::new(
+            local_roots,
+            &site_dirs,
+            interpreter.stdlib_module_names.clone(),
+            interpreter.builtin_module_names.clone(),
+            interpreter.extension_suffixes.clone(),
+        );
+        let mut warnings = Vec::new();
+        for problem in &dists.problems {
+            warnings.push(Warning { file: String::new(), line: 0, message: problem.clone() });
+        }
+        Project {
+            interpreter,
+            dists,
+            modules: Vec::new(),
+            warnings,
+            resolver,
+            by_path: HashMap::new(),
+            cache,
+            cwd: std::env::current_dir().unwrap_or_default(),
+        }
+    }
+
+    pub fn module_id(&self, path: &Path) -> Option<u32> {
+        self.by_path.get(path).copied()
+    }
+
+    pub fn display_path(&self, path: &Path) -> String {
+        path.strip_prefix(&self.cwd).unwrap_or(path).display().to_string()
+    }
+
+    /// Register a local file (once) and return its id; it is parsed by the next `load`.
+    fn register(&mut self, module: PendingModule, wave: &mut Vec<u32>) -> u32 {
+        if let Some(&id) = self.by_path.get(&module.path) {
+            return id;
+        }
+        let id = self.modules.len() as u32;
+        self.by_path.insert(module.path.clone(), id);
+        self.modules.push(LoadedModule {
+            name: module.name,
+            path: module.path,
+            is_package: module.is_package,
+            summary: Arc::default(),
+            targets: Vec::new(),
+        });
+        wave.push(id);
+        id
+    }
+
+    /// Load `pending` and every local module they reach; returns their ids in order.
+    pub fn load(&mut self, pending: Vec<PendingModule>) -> Vec<u32> {
+        let mut wave = Vec::new();
+        let ids: Vec<u32> = pending.into_iter().map(|module| self.register(module, &mut wave)).collect();
+        while !wave.is_empty() {
+            let cache = self.cache.as_ref();
+            let paths: Vec<&Path> = wave.iter().map(|&id| self.modules[id as usize].path.as_path()).collect();
+            let summaries: Vec<(Arc<ModuleSummary>, Option<String>)> =
+                paths.par_iter().map(|path| read_and_summarize(path, cache)).collect();
+            for (&id, (summary, read_problem)) in wave.iter().zip(summaries) {
+                if let Some(message) = read_problem {
+                    let file = self.display_path(&self.modules[id as usize].path);
+                    self.warnings.push(Warning { file, line: 0, message });
+                }
+                self.modules[id as usize].summary = summary;
+            }
+            let mut next = Vec::new();
+            for &id in &wave {
+                let summary = self.modules[id as usize].summary.clone();
+                let targets = summary.imports.iter().map(|edge| self.resolve_edge(id as usize, edge, &mut next)).collect();
+                self.modules[id as usize].targets = targets;
+            }
+            wave = next;
+        }
+        if let Some(cache) = &self.cache {
+            if let Err(error) = cache.save() {
+                self.warnings.push(Warning {
+                    file: String::new(),
+                    line: 0,
+                    message: format!("could not write the analysis cache: {error:#}"),
+                });
+            }
+        }
+        ids
+    }
+
+    fn resolve_edge(&mut self, id: usize, edge: &ImportEdge, next: &mut Vec<u32>) -> Vec<EdgeTarget> {
+        let module = &self.modules[id];
+        let base = if edge.level > 0 {
+            match relative_base(&module.name, module.is_package, edge.level) {
+                Some(base) => base,
+                None => {
+                    let warning = Warning {
+                        file: self.display_path(&module.path),
+                        line: edge.line,
+                        message: format!(
+                            "relative import (level {}) reaches beyond the top-level package of {}",
+                            edge.level, module.name
+                        ),
+                    };
+                    self.warnings.push(warning);
+                    return vec![EdgeTarget::Missing(format!("{}{}", ".".repeat(edge.level as usize), edge.module))];
+                }
+            }
+        } else {
+            String::new()
+        };
+        let full = join_dotted(&base, &edge.module);
+        let mut targets = Vec::new();
+        if let Some(member) = edge.member.as_deref().filter(|m| *m != "*") {
+            let submodule = join_dotted(&full, member);
+            if let Some(location) = self.resolver.resolve(&submodule) {
+                if !full.is_empty() {
+                    self.push_located(&full, &mut targets, next);
+                }
+                self.push_location(&submodule, location, &mut targets, next);
+                return targets;
+            }
+        }
+        if full.is_empty() {
+            return targets;
+        }
+        self.push_located(&full, &mut targets, next);
+        targets
+    }
+
+    /// The longest importable prefix of `name`, with the local parent packages that run first.
+    fn push_located(&mut self, name: &str, targets: &mut Vec<EdgeTarget>, next: &mut Vec<u32>) {
+        let parts: Vec<&str> = name.split('.').collect();
+        let mut found = None;
+        for end in (1..=parts.len()).rev() {
+            let prefix = parts[..end].join(".");
+            if let Some(location) = self.resolver.resolve(&prefix) {
+                found = Some((prefix, location));
+                break;
+            }
+        }
+        match found {
+            Some((prefix, location)) => self.push_location(&prefix, location, targets, next),
+            None => targets.push(EdgeTarget::Missing(name.to_string())),
+        }
+    }
+
+    fn push_location(
+        &mut self,
+        name: &str,
+        location: Location,
+        targets: &mut Vec<EdgeTarget>,
+        next: &mut Vec<u32>,
+    ) {
+        match location {
+            Location::Stdlib => targets.push(EdgeTarget::Stdlib(name.to_string())),
+            Location::File { path, is_package, root, root_kind } => {
+                let owned = self.dists.owns(&path);
+                if root_kind == RootKind::Site || owned {
+                    targets.push(EdgeTarget::ThirdParty { name: name.to_string(), path });
+                    return;
+                }
+                // Importing a.b.c runs a/__init__.py and a/b/__init__.py first.
+                if let Some((parent, _)) = name.rsplit_once('.') {
+                    if let Some(parent_location) = self.resolver.resolve(parent) {
+                        self.push_location(parent, parent_location, targets, next);
+                    }
+                }
+                if path.is_dir() {
+                    return; // a local namespace package has no code of its own
+                }
+                if !is_python_source(&path) {
+                    targets.push(EdgeTarget::ThirdParty { name: name.to_string(), path });
+                    return;
+                }
+                let name = module_name_for(&root, &path).map(|(n, _)| n).unwrap_or_else(|| name.to_string());
+                let id = self.register(PendingModule { path, name, is_package }, next);
+                targets.push(EdgeTarget::Local(id));
+            }
+        }
+    }
+}
+
+fn is_python_source(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "py" || e == "pyi" || e == "pyw")
+}
+
+fn read_and_summarize(path: &Path, cache: Option<&SummaryCache>) -> (Arc<ModuleSummary>, Option<String>) {
+    let bytes = match std::fs::metadata(path) {
+        Ok(meta) if meta.len() > MAX_SOURCE_BYTES => {
+            return (
+                Arc::default(),
+                Some(format!("skipped: {} bytes is over the {} MiB limit for source files", meta.len(), MAX_SOURCE_BYTES >> 20)),
+            );
+        }
+        _ => match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(error) => return (Arc::default(), Some(format!("could not read: {error}"))),
+        },
+    };
+    let key = cache.map(|_| SummaryCache::key(&bytes));
+    if let (Some(cache), Some(key)) = (cache, key.as_ref()) {
+        if let Some(summary) = cache.get(key) {
+            return (summary, None);
+        }
+    }
+    let decoded = decode(&bytes);
+    let summary = Arc::new(summarize(&decoded.text));
+    if let (Some(cache), Some(key)) = (cache, key) {
+        cache.insert(key, summary.clone());
+    }
+    (summary, decoded.lossy)
+}
+
+/// The package a relative import of `level` dots is taken from.
+pub fn relative_base(module: &str, is_package: bool, level: u32) -> Option<String> {
+    let mut parts: Vec<&str> = module.split('.').collect();
+    if !is_package {
+        parts.pop();
+    }
+    for _ in 1..level {
+        parts.pop()?;
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    Some(parts.join("."))
+}
+
+fn join_dotted(base: &str, name: &str) -> String {
+    match (base.is_empty(), name.is_empty()) {
+        (true, _) => name.to_string(),
+        (_, true) => base.to_string(),
+        _ => format!("{base}.{name}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_bases() {
+        assert_eq!(relative_base("pkg.sub.mod", false, 1).as_deref(), Some("pkg.sub"));
+        assert_eq!(relative_base("pkg.sub", true, 1).as_deref(), Some("pkg.sub"));
+        assert_eq!(relative_base("pkg.sub.mod", false, 2).as_deref(), Some("pkg"));
+        assert_eq!(relative_base("mod", false, 1), None);
+    }
+}

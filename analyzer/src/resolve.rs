@@ -1,0 +1,203 @@
+//! Finding the file behind a dotted module name, the way the target interpreter would.
+//!
+//! Order follows `sys.path`: the local source roots first (a script's directory comes first),
+//! then the stdlib by name, then site directories. Regular packages and modules win over PEP 420
+//! namespace portions, and namespace packages are searched per submodule across all portions,
+//! so `google.protobuf` and `google.api_core` land in different distributions.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RootKind {
+    Local,
+    Site,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Location {
+    /// A builtin or stdlib module of the target interpreter.
+    Stdlib,
+    /// A file (module, package `__init__`, extension) or a namespace directory.
+    File { path: PathBuf, is_package: bool, root: PathBuf, root_kind: RootKind },
+}
+
+/// What a directory holds: entry name -> is a directory.
+type Listing = Arc<HashMap<String, bool>>;
+
+pub struct Resolver {
+    roots: Vec<(PathBuf, RootKind)>,
+    stdlib: std::collections::HashSet<String>,
+    builtins: std::collections::HashSet<String>,
+    extension_suffixes: Vec<String>,
+    listings: HashMap<PathBuf, Listing>,
+    resolved: HashMap<String, Option<Location>>,
+}
+
+enum Step {
+    Module(PathBuf, PathBuf, RootKind),
+    Package(PathBuf, PathBuf, RootKind),
+}
+
+impl Resolver {
+    pub fn new(
+        local_roots: &[PathBuf],
+        site_dirs: &[PathBuf],
+        stdlib: std::collections::HashSet<String>,
+        builtins: std::collections::HashSet<String>,
+        extension_suffixes: Vec<String>,
+    ) -> Resolver {
+        let mut roots: Vec<(PathBuf, RootKind)> = Vec::new();
+        for root in local_roots {
+            if !roots.iter().any(|(r, _)| r == root) {
+                roots.push((root.clone(), RootKind::Local));
+            }
+        }
+        for dir in site_dirs {
+            if !roots.iter().any(|(r, _)| r == dir) {
+                roots.push((dir.clone(), RootKind::Site));
+            }
+        }
+        Resolver { roots, stdlib, builtins, extension_suffixes, listings: HashMap::new(), resolved: HashMap::new() }
+    }
+
+    pub fn is_stdlib_name(&self, top_level: &str) -> bool {
+        self.stdlib.contains(top_level) || self.builtins.contains(top_level)
+    }
+
+    /// Where `name` (absolute, dotted) comes from; `None` when nothing provides it.
+    pub fn resolve(&mut self, name: &str) -> Option<Location> {
+        if let Some(found) = self.resolved.get(name) {
+            return found.clone();
+        }
+        let found = self.resolve_uncached(name);
+        self.resolved.insert(name.to_string(), found.clone());
+        found
+    }
+
+    fn resolve_uncached(&mut self, name: &str) -> Option<Location> {
+        let parts: Vec<&str> = name.split('.').collect();
+        let top = parts[0];
+        if top.is_empty() {
+            return None;
+        }
+        if self.builtins.contains(top) {
+            return Some(Location::Stdlib);
+        }
+        let mut dirs: Vec<(PathBuf, RootKind)> = self.roots.clone();
+        let mut last: Option<Location> = None;
+        for (index, part) in parts.iter().enumerate() {
+            let is_top = index == 0;
+            let mut portions: Vec<(PathBuf, RootKind)> = Vec::new();
+            let mut step: Option<Step> = None;
+            for (dir, kind) in dirs.iter() {
+                // The stdlib sits between the local roots and the site directories on sys.path.
+                if is_top && *kind == RootKind::Site && self.stdlib.contains(*part) {
+                    return Some(Location::Stdlib);
+                }
+                let listing = self.listing(dir);
+                let root = if is_top { dir.clone() } else { self.root_of(&last) };
+                if let Some(&true) = listing.get(*part) {
+                    let package_dir = dir.join(part);
+                    let inner = self.listing(&package_dir);
+                    if inner.contains_key("__init__.py") || inner.contains_key("__init__.pyi") {
+                        let init = if inner.contains_key("__init__.py") { "__init__.py" } else { "__init__.pyi" };
+                        step = Some(Step::Package(package_dir.join(init), root, *kind));
+                        break;
+                    }
+                }
+                if let Some(file) = self.module_file(&listing, part) {
+                    step = Some(Step::Module(dir.join(file), root, *kind));
+                    break;
+                }
+                if let Some(&true) = listing.get(*part) {
+                    portions.push((dir.join(part), *kind));
+                }
+            }
+            if is_top && step.is_none() && self.stdlib.contains(*part) {
+                return Some(Location::Stdlib);
+            }
+            let is_last = index + 1 == parts.len();
+            match step {
+                Some(Step::Package(init, root, kind)) => {
+                    let package_dir = init.parent().map(Path::to_path_buf).unwrap_or_default();
+                    last = Some(Location::File { path: init, is_package: true, root, root_kind: kind });
+                    dirs = vec![(package_dir, kind)];
+                }
+                Some(Step::Module(file, root, kind)) => {
+                    last = Some(Location::File { path: file, is_package: false, root, root_kind: kind });
+                    // `a.b` where `a` is a plain module: `b` is an attribute, `a` is what runs.
+                    return if is_last { last } else { None };
+                }
+                None if !portions.is_empty() => {
+                    let (first, kind) = portions[0].clone();
+                    let root = if is_top { first.parent().map(Path::to_path_buf).unwrap_or_default() } else { self.root_of(&last) };
+                    last = Some(Location::File { path: first, is_package: true, root, root_kind: kind });
+                    dirs = portions;
+                }
+                None => return None,
+            }
+        }
+        last
+    }
+
+    fn root_of(&self, location: &Option<Location>) -> PathBuf {
+        match location {
+            Some(Location::File { root, .. }) => root.clone(),
+            _ => PathBuf::new(),
+        }
+    }
+
+    fn module_file(&self, listing: &HashMap<String, bool>, part: &str) -> Option<String> {
+        let source = format!("{part}.py");
+        if listing.get(&source) == Some(&false) {
+            return Some(source);
+        }
+        for suffix in &self.extension_suffixes {
+            let name = format!("{part}{suffix}");
+            if listing.get(&name) == Some(&false) {
+                return Some(name);
+            }
+        }
+        let stub = format!("{part}.pyi");
+        (listing.get(&stub) == Some(&false)).then_some(stub)
+    }
+
+    fn listing(&mut self, dir: &Path) -> Listing {
+        if let Some(listing) = self.listings.get(dir) {
+            return listing.clone();
+        }
+        let mut entries = HashMap::new();
+        if let Ok(read) = std::fs::read_dir(dir) {
+            for entry in read.flatten() {
+                let Ok(name) = entry.file_name().into_string() else { continue };
+                let is_dir = match entry.file_type() {
+                    Ok(t) if t.is_symlink() => entry.path().is_dir(),
+                    Ok(t) => t.is_dir(),
+                    Err(_) => false,
+                };
+                entries.insert(name, is_dir);
+            }
+        }
+        let listing = Arc::new(entries);
+        self.listings.insert(dir.to_path_buf(), listing.clone());
+        listing
+    }
+}
+
+/// Dotted name of a file under `root` (`pkg/sub/__init__.py` -> `pkg.sub`).
+pub fn module_name_for(root: &Path, path: &Path) -> Option<(String, bool)> {
+    let relative = path.strip_prefix(root).ok()?;
+    let mut parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let file = parts.pop()?;
+    let stem = file.split('.').next().unwrap_or_default().to_string();
+    let is_package = stem == "__init__";
+    if !is_package {
+        parts.push(stem);
+    }
+    if parts.is_empty() || parts.iter().any(|p| p.is_empty()) {
+        return None;
+    }
+    Some((parts.join("."), is_package))
+}
