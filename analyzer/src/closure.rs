@@ -173,7 +173,11 @@ impl<'p> Walk<'p> {
             match binding {
                 Binding::Import { edge } => {
                     let edge_ref = &summary.imports[*edge as usize];
-                    self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
+                    let mut next = chain.clone();
+                    if edge_ref.member.is_some() && next.last() != Some(&name) {
+                        next.push(name.clone());
+                    }
+                    self.add_edge(module, *edge as usize, edge_ref, &next, optional);
                 }
                 Binding::Definition { scope } => {
                     let mut next = chain.clone();

@@ -204,7 +204,7 @@ fn locate(text: &str, extra_roots: &[PathBuf], interpreter: &Interpreter) -> Res
         if let Ok(cwd) = std::env::current_dir() {
             roots.push(cwd);
         }
-        let mut resolver = Resolver::new(&roots, &[], Default::default(), Default::default(), interpreter.extension_suffixes.clone());
+        let mut resolver = Resolver::new(&roots, &[], &[], Default::default(), Default::default(), interpreter.extension_suffixes.clone());
         if let Some(Location::File { path, is_package, root, .. }) = resolver.resolve(location) {
             if path.is_file() {
                 return Ok(Located {

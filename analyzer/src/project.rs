@@ -63,6 +63,7 @@ impl Project {
         let resolver = Resolver::new(
             local_roots,
             &site_dirs,
+            &interpreter.stdlib_dirs,
             interpreter.stdlib_module_names.clone(),
             interpreter.builtin_module_names.clone(),
             interpreter.extension_suffixes.clone(),

@@ -29,6 +29,7 @@ type Listing = Arc<HashMap<String, bool>>;
 pub struct Resolver {
     roots: Vec<(PathBuf, RootKind)>,
     stdlib: std::collections::HashSet<String>,
+    stdlib_dirs: Vec<PathBuf>,
     builtins: std::collections::HashSet<String>,
     extension_suffixes: Vec<String>,
     listings: HashMap<PathBuf, Listing>,
@@ -44,6 +45,7 @@ impl Resolver {
     pub fn new(
         local_roots: &[PathBuf],
         site_dirs: &[PathBuf],
+        stdlib_dirs: &[PathBuf],
         stdlib: std::collections::HashSet<String>,
         builtins: std::collections::HashSet<String>,
         extension_suffixes: Vec<String>,
@@ -59,7 +61,7 @@ impl Resolver {
                 roots.push((dir.clone(), RootKind::Site));
             }
         }
-        Resolver { roots, stdlib, builtins, extension_suffixes, listings: HashMap::new(), resolved: HashMap::new() }
+        Resolver { roots, stdlib, stdlib_dirs: stdlib_dirs.to_vec(), builtins, extension_suffixes, listings: HashMap::new(), resolved: HashMap::new() }
     }
 
     pub fn is_stdlib_name(&self, top_level: &str) -> bool {
@@ -82,8 +84,12 @@ impl Resolver {
         if top.is_empty() {
             return None;
         }
-        if self.builtins.contains(top) {
+        if self.builtins.contains(top) && parts.len() == 1 {
             return Some(Location::Stdlib);
+        }
+        if self.stdlib.contains(top) && parts.len() > 1 && !self.local_shadows(top) {
+            // `from typing import TYPE_CHECKING` names an attribute, `xml.etree` a submodule.
+            return self.stdlib_submodule_exists(&parts).then_some(Location::Stdlib);
         }
         let mut dirs: Vec<(PathBuf, RootKind)> = self.roots.clone();
         let mut last: Option<Location> = None;
@@ -140,6 +146,33 @@ impl Resolver {
             }
         }
         last
+    }
+
+    fn local_shadows(&mut self, top: &str) -> bool {
+        let locals: Vec<PathBuf> =
+            self.roots.iter().filter(|(_, k)| *k == RootKind::Local).map(|(r, _)| r.clone()).collect();
+        locals.iter().any(|root| {
+            let listing = self.listing(root);
+            listing.get(&format!("{top}.py")) == Some(&false)
+                || (listing.get(top) == Some(&true) && self.listing(&root.join(top)).contains_key("__init__.py"))
+        })
+    }
+
+    /// Stdlib packages are plain directories of the stdlib dir (extensions are top-level only).
+    fn stdlib_submodule_exists(&mut self, parts: &[&str]) -> bool {
+        let dirs = self.stdlib_dirs.clone();
+        dirs.iter().any(|stdlib| {
+            let mut dir = stdlib.clone();
+            for (index, part) in parts.iter().enumerate() {
+                let listing = self.listing(&dir);
+                if listing.get(*part) == Some(&true) {
+                    dir = dir.join(part);
+                } else {
+                    return index + 1 == parts.len() && self.module_file(&listing, part).is_some();
+                }
+            }
+            true
+        })
     }
 
     fn root_of(&self, location: &Option<Location>) -> PathBuf {

@@ -18,7 +18,7 @@ pub fn decode(bytes: &[u8]) -> Decoded {
         return decode_with(rest, encoding_rs::UTF_8, "utf-8 (BOM)");
     }
     match coding_cookie(bytes) {
-        Some(label) => match Encoding::for_label(label.as_bytes()) {
+        Some(label) => match Encoding::for_label(python_to_whatwg_label(&label).as_bytes()) {
             Some(encoding) => decode_with(bytes, encoding, &label),
             None => {
                 let mut decoded = decode_with(bytes, encoding_rs::UTF_8, "utf-8");
@@ -73,6 +73,16 @@ fn coding_cookie(bytes: &[u8]) -> Option<String> {
     None
 }
 
+/// Python spells some encodings differently from the WHATWG labels encoding_rs knows.
+fn python_to_whatwg_label(label: &str) -> String {
+    let lower = label.to_ascii_lowercase().replace('_', "-");
+    match lower.as_str() {
+        "latin-1" | "iso-latin-1" | "iso8859-1" | "latin" | "l1" | "cp819" => "latin1".to_string(),
+        "utf-8-sig" | "utf8-sig" => "utf-8".to_string(),
+        other => other.strip_prefix("iso8859-").map_or(other.to_string(), |n| format!("iso-8859-{n}")),
+    }
+}
+
 fn trim_start(line: &[u8]) -> &[u8] {
     let start = line.iter().position(|b| !matches!(b, b' ' | b'\t' | b'\x0c')).unwrap_or(line.len());
     &line[start..]
@@ -84,7 +94,7 @@ mod tests {
 
     #[test]
     fn latin1_cookie_decodes() {
-        let bytes = b"# -*- coding: latin-1 -*-\nname = '\xe9'\nimport json\n";
+        let bytes = b"# -*- coding: latin_1 -*-\nname = '\xe9'\nimport json\n";
         let decoded = decode(bytes);
         assert!(decoded.text.contains("name = '\u{e9}'"));
         assert!(decoded.lossy.is_none());

@@ -1,0 +1,189 @@
+//! `lfm analyze` on small fixture projects, one per closure rule, asserting exact closures.
+//!
+//! The fixtures import stdlib modules (always installed) and deliberately absent names, so the
+//! closures are exact without any third-party install; tests/analyze_venv.rs covers real
+//! distributions.
+
+mod common;
+
+use common::{analyze_json, lfm, names, target};
+
+#[test]
+fn imports_inside_a_function_at_any_depth() {
+    let spec = analyze_json(&["tests/fixtures/in_function/mod.py:outer"]);
+    // nested def, lambda, comprehension and a local class's method; not the other function's.
+    assert_eq!(names(target(&spec, "mod:outer")), ["csv", "decimal", "fractions", "json", "uuid"]);
+}
+
+#[test]
+fn module_globals_are_followed_to_their_bindings() {
+    let spec = analyze_json(&["tests/fixtures/globals/mod.py"]);
+    // DERIVED -> SCALE -> decimal; helper() -> json; Model -> Base -> string, Model.fit -> bisect;
+    // decorator -> heapq; default -> os (os.path is an attribute of os). UNUSED (fractions) and csv are not read.
+    assert_eq!(
+        names(target(&spec, "mod:uses_everything")),
+        ["bisect", "decimal", "heapq", "json", "os", "string"]
+    );
+    // A local variable shadows the module-level import of the same name.
+    assert!(names(target(&spec, "mod:shadowed")).is_empty());
+    // The module itself needs every import it makes.
+    let module = names(target(&spec, "mod"));
+    for needed in ["csv", "fractions", "statistics", "decimal"] {
+        assert!(module.contains(&needed.to_string()), "{needed} missing from {module:?}");
+    }
+}
+
+#[test]
+fn calls_into_local_modules_bring_their_whole_module_closure() {
+    let spec = analyze_json(&["tests/fixtures/local_calls/main.py:run"]);
+    let run = target(&spec, "main:run");
+    assert_eq!(names(run), ["csv", "json", "lib", "lib.deeper", "lib.helpers", "uuid"]);
+    let uuid = module(run, "uuid");
+    assert_eq!(uuid["reason"]["file"], "tests/fixtures/local_calls/lib/deeper.py");
+    assert_eq!(uuid["reason"]["line"], 1);
+    assert_eq!(uuid["reason"]["chain"], serde_json::json!(["run", "fetch", "lib.helpers", "lib.deeper"]));
+    assert_eq!(module(run, "lib.helpers")["kind"], "local");
+}
+
+#[test]
+fn a_method_includes_what_its_class_statement_needs() {
+    let spec = analyze_json(&["tests/fixtures/class_method/mod.py:Model.fit"]);
+    // bases (abc), class body (csv), sibling decorator (functools), its own import (decimal);
+    // not json, which only the sibling method's body imports.
+    assert_eq!(names(target(&spec, "mod:Model.fit")), ["abc", "csv", "decimal", "functools"]);
+}
+
+#[test]
+fn edges_are_classified_and_type_checking_is_excluded() {
+    let spec = analyze_json(&["tests/fixtures/contexts/mod.py"]);
+    let module_target = target(&spec, "mod");
+    let all = names(module_target);
+    assert!(!all.contains(&"tomllib".to_string()), "TYPE_CHECKING import via alias leaked: {all:?}");
+    assert_eq!(contexts(module_target, "fcntl"), ["conditional", "top-level"]);
+    assert_eq!(contexts(module_target, "colorsys"), ["optional", "top-level"]);
+    assert_eq!(module(module_target, "colorsys")["optional"], true);
+    assert_eq!(contexts(module_target, "codecs"), ["dynamic", "in-function"]);
+    assert_eq!(contexts(module_target, "gettext"), ["dynamic", "in-function"]);
+
+    let missing: Vec<(String, bool)> = module_target["missing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["name"].as_str().unwrap().to_string(), m["optional"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(
+        missing,
+        [("not_installed_optional_xyz".to_string(), true), ("not_installed_required_xyz".to_string(), false)]
+    );
+    let missing_line = module_target["missing"][1]["reason"]["line"].as_u64();
+    assert_eq!(missing_line, Some(30));
+
+    let dynamic = target(&spec, "mod:dynamic");
+    let warning = dynamic["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["message"].as_str().unwrap().contains("computed module name"))
+        .expect("non-constant dynamic import warned");
+    assert_eq!(warning["file"], "tests/fixtures/contexts/mod.py");
+    assert_eq!(warning["line"], 26);
+}
+
+#[test]
+fn relative_imports_and_dotted_targets_on_source_roots() {
+    let spec = analyze_json(&["--root", "tests/fixtures/relative/src", "pkg.stages:train"]);
+    let train = target(&spec, "pkg.stages:train");
+    assert_eq!(names(train), ["csv", "json", "pkg", "pkg.config", "pkg.sub", "pkg.sub.tools"]);
+}
+
+#[test]
+fn circular_local_imports_terminate() {
+    let spec = analyze_json(&["tests/fixtures/circular/a.py:f"]);
+    assert_eq!(names(target(&spec, "a:f")), ["a", "b", "csv", "json"]);
+}
+
+#[test]
+fn messy_files_keep_their_imports_and_warn_with_locations() {
+    let spec = analyze_json(&["tests/fixtures/messy"]);
+    assert_eq!(names(target(&spec, "py2")), ["csv", "json", "os"]);
+    assert_eq!(names(target(&spec, "py2:f")), ["csv"]);
+    assert_eq!(names(target(&spec, "broken")), ["fractions", "uuid"]);
+    assert_eq!(names(target(&spec, "modern:show")), ["decimal", "heapq"]);
+    assert_eq!(names(target(&spec, "bom")), ["bisect"]);
+    assert_eq!(names(target(&spec, "latin1")), ["statistics"]);
+    let broken = target(&spec, "broken");
+    assert!(broken["warnings"].as_array().unwrap().iter().any(|w| {
+        w["file"] == "tests/fixtures/messy/broken.py" && w["line"] == 3 && w["message"].as_str().unwrap().starts_with("syntax error")
+    }));
+    assert!(spec["warnings"].as_array().unwrap().is_empty(), "latin-1 cookie should decode cleanly: {}", spec["warnings"]);
+}
+
+#[test]
+fn hostile_trees_never_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir(root.join("loop")).unwrap();
+    std::os::unix::fs::symlink(root, root.join("loop/back")).unwrap();
+    std::os::unix::fs::symlink(root.join("nowhere"), root.join("dangling.py")).unwrap();
+    std::fs::write(root.join("binary.py"), [0xff, 0xfe, 0x00, 0x01, b'\n']).unwrap();
+    // A huge generated file: one import, then 200k lines of data.
+    let mut huge = String::from("import json\n");
+    for i in 0..200_000 {
+        huge.push_str(&format!("V{i} = {i}\n"));
+    }
+    std::fs::write(root.join("huge.py"), huge).unwrap();
+    std::fs::write(root.join("deep.py"), format!("import csv\nx = {}1{}\n", "(".repeat(5000), ")".repeat(5000))).unwrap();
+    let output = lfm(&["analyze", "--no-cache", "--format", "json", root.to_str().unwrap()]);
+    assert!(output.status.success(), "stderr: {}", String::from_utf8_lossy(&output.stderr));
+    let spec: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(names(target(&spec, "huge")), ["json"]);
+}
+
+#[test]
+fn exit_codes() {
+    let not_found = lfm(&["analyze", "--no-cache", "tests/fixtures/nope.py"]);
+    assert_eq!(not_found.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&not_found.stderr).contains("target not found"));
+
+    let no_function = lfm(&["analyze", "--no-cache", "tests/fixtures/globals/mod.py:nothing"]);
+    assert_eq!(no_function.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&no_function.stderr).contains("uses_everything"));
+
+    let target = "tests/fixtures/contexts/mod.py:required_missing";
+    assert_eq!(lfm(&["analyze", "--no-cache", target]).status.code(), Some(0));
+    assert_eq!(lfm(&["analyze", "--no-cache", "--strict", target]).status.code(), Some(4));
+    // Only an optional import is absent here: --strict still passes.
+    let optional_only = "tests/fixtures/contexts/mod.py:dynamic";
+    assert_eq!(lfm(&["analyze", "--no-cache", "--strict", optional_only]).status.code(), Some(0));
+}
+
+#[test]
+fn cache_gives_the_same_answer_and_sees_changes() {
+    let cache = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let file = project.path().join("job.py");
+    std::fs::write(&file, "import csv\n\ndef f():\n    return csv\n").unwrap();
+    let target = format!("{}:f", file.display());
+    let run = || {
+        let output = lfm(&["analyze", "--format", "json", "--cache-dir", cache.path().to_str().unwrap(), &target]);
+        assert!(output.status.success());
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
+    };
+    let cold = run();
+    assert!(cache.path().join("analyze-summaries.bin").exists());
+    assert_eq!(run(), cold);
+    std::fs::write(&file, "import json\n\ndef f():\n    return json\n").unwrap();
+    assert_eq!(names(target_of(&run(), "job:f")), ["json"]);
+}
+
+fn target_of<'a>(spec: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    target(spec, name)
+}
+
+fn module<'a>(target: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    target["modules"].as_array().unwrap().iter().find(|m| m["name"] == name).unwrap_or_else(|| panic!("no module {name}"))
+}
+
+fn contexts(target: &serde_json::Value, name: &str) -> Vec<String> {
+    module(target, name)["contexts"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect()
+}

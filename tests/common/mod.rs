@@ -1,0 +1,43 @@
+//! Helpers shared by the CLI tests: run the real binary, read its JSON.
+#![allow(dead_code)]
+
+use std::process::{Command, Output};
+
+pub fn lfm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lfm"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run lfm")
+}
+
+/// `lfm analyze --format json --no-cache ARGS`, parsed; panics with stderr on failure.
+pub fn analyze_json(args: &[&str]) -> serde_json::Value {
+    let mut full = vec!["analyze", "--no-cache", "--format", "json"];
+    full.extend_from_slice(args);
+    let output = lfm(&full);
+    assert!(output.status.success(), "lfm {full:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).expect("valid JSON")
+}
+
+pub fn target<'a>(spec: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    spec["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["target"] == name)
+        .unwrap_or_else(|| panic!("no target {name} in {:?}", spec["targets"].as_array().unwrap().iter().map(|t| &t["target"]).collect::<Vec<_>>()))
+}
+
+/// Sorted names of every module in a target's closure, installed or not.
+pub fn names(target: &serde_json::Value) -> Vec<String> {
+    let mut out: Vec<String> = target["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(target["missing"].as_array().unwrap())
+        .map(|m| m["name"].as_str().unwrap().to_string())
+        .collect();
+    out.sort();
+    out
+}
