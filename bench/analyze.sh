@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Measures `lfm analyze` against ruff (module-level graph), findimports and pipreqs.
+# Builds (once, cached under target/bench-venv) a scientific venv, then times each tool on the
+# same tree and prints ratios. Usage: bash bench/analyze.sh   (from the repository root)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=target/bench-venv
+TOOLS=target/bench-tools
+if [ ! -x "$VENV/bin/python" ] || [ ! -f "$VENV/.complete" ]; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q numpy scipy pandas matplotlib scikit-learn sympy dask distributed parsl
+  touch "$VENV/.complete"
+fi
+if [ ! -f "$TOOLS/.complete" ]; then
+  python3 -m venv "$TOOLS"
+  "$TOOLS/bin/pip" install -q ruff findimports pipreqs
+  touch "$TOOLS/.complete"
+fi
+cargo build --release -q
+LFM=$PWD/target/release/lfm
+SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+FILES=$(find "$SITE" -name '*.py' | wc -l)
+BYTES=$(find "$SITE" -name '*.py' -print0 | du -cb --files0-from=- | tail -1 | cut -f1)
+echo "tree: $SITE ($FILES .py files, $((BYTES / 1048576)) MiB)"
+
+# time_cmd NAME CMD... -> prints "NAME wall_s max_rss_kib", median wall of 3 runs
+time_cmd() {
+  local name=$1; shift
+  local walls=() rss=0
+  for _ in 1 2 3; do
+    /usr/bin/time -f "%e %M" -o target/bench-time.txt "$@" >/dev/null 2>target/bench-stderr.txt || true
+    read -r wall mem < target/bench-time.txt
+    walls+=("$wall"); [ "$mem" -gt "$rss" ] && rss=$mem
+  done
+  local median
+  median=$(printf '%s\n' "${walls[@]}" | sort -n | sed -n 2p)
+  echo "$name $median $rss"
+}
+CACHE=$(mktemp -d)
+results=()
+results+=("$(time_cmd ruff "$TOOLS/bin/ruff" analyze graph --preview --python "$VENV/bin/python" "$SITE")")
+results+=("$(time_cmd lfm-nocache "$LFM" analyze --no-cache --python "$VENV/bin/python" --format json "$SITE")")
+"$LFM" analyze --cache-dir "$CACHE" --python "$VENV/bin/python" --format json "$SITE" >/dev/null 2>&1
+results+=("$(time_cmd lfm-warm "$LFM" analyze --cache-dir "$CACHE" --python "$VENV/bin/python" --format json "$SITE")")
+results+=("$(time_cmd lfm-pandas "$LFM" analyze --no-cache --python "$VENV/bin/python" --format json "$SITE/pandas")")
+results+=("$(time_cmd findimports-pandas "$TOOLS/bin/findimports" "$SITE/pandas")")
+results+=("$(time_cmd pipreqs-pandas "$TOOLS/bin/pipreqs" --use-local --print "$SITE/pandas")")
+rm -rf "$CACHE"
+printf '%s\n' "${results[@]}" | awk '
+  { wall[$1]=$2; rss[$1]=$3; printf "%-20s %8.2f s  %8d MiB\n", $1, $2, $3/1024 }
+  END {
+    printf "\nlfm (no cache) / ruff wall: %.2fx  (goal <= 1.0x)\n", wall["lfm-nocache"]/wall["ruff"]
+    printf "lfm (warm cache) / ruff wall: %.2fx  (goal <= 0.25x)\n", wall["lfm-warm"]/wall["ruff"]
+    printf "lfm / ruff peak RSS: %.2fx  (goal <= 1.0x)\n", rss["lfm-nocache"]/rss["ruff"]
+    printf "findimports / lfm on pandas: %.1fx  (goal >= 20x)\n", wall["findimports-pandas"]/wall["lfm-pandas"]
+    printf "pipreqs / lfm on pandas: %.1fx  (goal >= 20x)\n", wall["pipreqs-pandas"]/wall["lfm-pandas"]
+  }'
