@@ -5,7 +5,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
-#[command(name = "lfm", version, about = "Lightweight Function Monitor: analyse, pack and run Python functions at scale")]
+#[command(
+    name = "lfm",
+    version,
+    about = "Lightweight Function Monitor: analyse, pack and run Python functions at scale"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

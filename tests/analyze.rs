@@ -12,7 +12,10 @@ use common::{analyze_json, lfm, names, target};
 fn imports_inside_a_function_at_any_depth() {
     let spec = analyze_json(&["tests/fixtures/in_function/mod.py:outer"]);
     // nested def, lambda, comprehension and a local class's method; not the other function's.
-    assert_eq!(names(target(&spec, "mod:outer")), ["csv", "decimal", "fractions", "json", "uuid"]);
+    assert_eq!(
+        names(target(&spec, "mod:outer")),
+        ["csv", "decimal", "fractions", "json", "uuid"]
+    );
 }
 
 #[test]
@@ -29,7 +32,10 @@ fn module_globals_are_followed_to_their_bindings() {
     // The module itself needs every import it makes.
     let module = names(target(&spec, "mod"));
     for needed in ["csv", "fractions", "statistics", "decimal"] {
-        assert!(module.contains(&needed.to_string()), "{needed} missing from {module:?}");
+        assert!(
+            module.contains(&needed.to_string()),
+            "{needed} missing from {module:?}"
+        );
     }
 }
 
@@ -37,11 +43,20 @@ fn module_globals_are_followed_to_their_bindings() {
 fn calls_into_local_modules_bring_their_whole_module_closure() {
     let spec = analyze_json(&["tests/fixtures/local_calls/main.py:run"]);
     let run = target(&spec, "main:run");
-    assert_eq!(names(run), ["csv", "json", "lib", "lib.deeper", "lib.helpers", "uuid"]);
+    assert_eq!(
+        names(run),
+        ["csv", "json", "lib", "lib.deeper", "lib.helpers", "uuid"]
+    );
     let uuid = module(run, "uuid");
-    assert_eq!(uuid["reason"]["file"], "tests/fixtures/local_calls/lib/deeper.py");
+    assert_eq!(
+        uuid["reason"]["file"],
+        "tests/fixtures/local_calls/lib/deeper.py"
+    );
     assert_eq!(uuid["reason"]["line"], 1);
-    assert_eq!(uuid["reason"]["chain"], serde_json::json!(["run", "fetch", "lib.helpers", "lib.deeper"]));
+    assert_eq!(
+        uuid["reason"]["chain"],
+        serde_json::json!(["run", "fetch", "lib.helpers", "lib.deeper"])
+    );
     assert_eq!(module(run, "lib.helpers")["kind"], "local");
 }
 
@@ -50,7 +65,10 @@ fn a_method_includes_what_its_class_statement_needs() {
     let spec = analyze_json(&["tests/fixtures/class_method/mod.py:Model.fit"]);
     // bases (abc), class body (csv), sibling decorator (functools), its own import (decimal);
     // not json, which only the sibling method's body imports.
-    assert_eq!(names(target(&spec, "mod:Model.fit")), ["abc", "csv", "decimal", "functools"]);
+    assert_eq!(
+        names(target(&spec, "mod:Model.fit")),
+        ["abc", "csv", "decimal", "functools"]
+    );
 }
 
 #[test]
@@ -58,22 +76,45 @@ fn edges_are_classified_and_type_checking_is_excluded() {
     let spec = analyze_json(&["tests/fixtures/contexts/mod.py"]);
     let module_target = target(&spec, "mod");
     let all = names(module_target);
-    assert!(!all.contains(&"tomllib".to_string()), "TYPE_CHECKING import via alias leaked: {all:?}");
-    assert_eq!(contexts(module_target, "fcntl"), ["conditional", "top-level"]);
-    assert_eq!(contexts(module_target, "colorsys"), ["optional", "top-level"]);
+    assert!(
+        !all.contains(&"tomllib".to_string()),
+        "TYPE_CHECKING import via alias leaked: {all:?}"
+    );
+    assert_eq!(
+        contexts(module_target, "fcntl"),
+        ["conditional", "top-level"]
+    );
+    assert_eq!(
+        contexts(module_target, "colorsys"),
+        ["optional", "top-level"]
+    );
     assert_eq!(module(module_target, "colorsys")["optional"], true);
-    assert_eq!(contexts(module_target, "codecs"), ["dynamic", "in-function"]);
-    assert_eq!(contexts(module_target, "gettext"), ["dynamic", "in-function"]);
+    assert_eq!(
+        contexts(module_target, "codecs"),
+        ["dynamic", "in-function"]
+    );
+    assert_eq!(
+        contexts(module_target, "gettext"),
+        ["dynamic", "in-function"]
+    );
 
     let missing: Vec<(String, bool)> = module_target["missing"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| (m["name"].as_str().unwrap().to_string(), m["optional"].as_bool().unwrap()))
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap().to_string(),
+                m["optional"].as_bool().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         missing,
-        [("not_installed_optional_xyz".to_string(), true), ("not_installed_required_xyz".to_string(), false)]
+        [
+            ("not_installed_optional_xyz".to_string(), true),
+            ("not_installed_required_xyz".to_string(), false)
+        ]
     );
     let missing_line = module_target["missing"][1]["reason"]["line"].as_u64();
     assert_eq!(missing_line, Some(30));
@@ -83,7 +124,12 @@ fn edges_are_classified_and_type_checking_is_excluded() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|w| w["message"].as_str().unwrap().contains("computed module name"))
+        .find(|w| {
+            w["message"]
+                .as_str()
+                .unwrap()
+                .contains("computed module name")
+        })
         .expect("non-constant dynamic import warned");
     assert_eq!(warning["file"], "tests/fixtures/contexts/mod.py");
     assert_eq!(warning["line"], 26);
@@ -93,7 +139,17 @@ fn edges_are_classified_and_type_checking_is_excluded() {
 fn relative_imports_and_dotted_targets_on_source_roots() {
     let spec = analyze_json(&["--root", "tests/fixtures/relative/src", "pkg.stages:train"]);
     let train = target(&spec, "pkg.stages:train");
-    assert_eq!(names(train), ["csv", "json", "pkg", "pkg.config", "pkg.sub", "pkg.sub.tools"]);
+    assert_eq!(
+        names(train),
+        [
+            "csv",
+            "json",
+            "pkg",
+            "pkg.config",
+            "pkg.sub",
+            "pkg.sub.tools"
+        ]
+    );
 }
 
 #[test]
@@ -113,9 +169,15 @@ fn messy_files_keep_their_imports_and_warn_with_locations() {
     assert_eq!(names(target(&spec, "latin1")), ["statistics"]);
     let broken = target(&spec, "broken");
     assert!(broken["warnings"].as_array().unwrap().iter().any(|w| {
-        w["file"] == "tests/fixtures/messy/broken.py" && w["line"] == 3 && w["message"].as_str().unwrap().starts_with("syntax error")
+        w["file"] == "tests/fixtures/messy/broken.py"
+            && w["line"] == 3
+            && w["message"].as_str().unwrap().starts_with("syntax error")
     }));
-    assert!(spec["warnings"].as_array().unwrap().is_empty(), "latin-1 cookie should decode cleanly: {}", spec["warnings"]);
+    assert!(
+        spec["warnings"].as_array().unwrap().is_empty(),
+        "latin-1 cookie should decode cleanly: {}",
+        spec["warnings"]
+    );
 }
 
 #[test]
@@ -132,9 +194,27 @@ fn hostile_trees_never_panic() {
         huge.push_str(&format!("V{i} = {i}\n"));
     }
     std::fs::write(root.join("huge.py"), huge).unwrap();
-    std::fs::write(root.join("deep.py"), format!("import csv\nx = {}1{}\n", "(".repeat(5000), ")".repeat(5000))).unwrap();
-    let output = lfm(&["analyze", "--no-cache", "--format", "json", root.to_str().unwrap()]);
-    assert!(output.status.success(), "stderr: {}", String::from_utf8_lossy(&output.stderr));
+    std::fs::write(
+        root.join("deep.py"),
+        format!(
+            "import csv\nx = {}1{}\n",
+            "(".repeat(5000),
+            ")".repeat(5000)
+        ),
+    )
+    .unwrap();
+    let output = lfm(&[
+        "analyze",
+        "--no-cache",
+        "--format",
+        "json",
+        root.to_str().unwrap(),
+    ]);
+    assert!(
+        output.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let spec: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(names(target(&spec, "huge")), ["json"]);
 }
@@ -145,16 +225,33 @@ fn exit_codes() {
     assert_eq!(not_found.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&not_found.stderr).contains("target not found"));
 
-    let no_function = lfm(&["analyze", "--no-cache", "tests/fixtures/globals/mod.py:nothing"]);
+    let no_function = lfm(&[
+        "analyze",
+        "--no-cache",
+        "tests/fixtures/globals/mod.py:nothing",
+    ]);
     assert_eq!(no_function.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&no_function.stderr).contains("uses_everything"));
 
     let target = "tests/fixtures/contexts/mod.py:required_missing";
-    assert_eq!(lfm(&["analyze", "--no-cache", target]).status.code(), Some(0));
-    assert_eq!(lfm(&["analyze", "--no-cache", "--strict", target]).status.code(), Some(4));
+    assert_eq!(
+        lfm(&["analyze", "--no-cache", target]).status.code(),
+        Some(0)
+    );
+    assert_eq!(
+        lfm(&["analyze", "--no-cache", "--strict", target])
+            .status
+            .code(),
+        Some(4)
+    );
     // Only an optional import is absent here: --strict still passes.
     let optional_only = "tests/fixtures/contexts/mod.py:dynamic";
-    assert_eq!(lfm(&["analyze", "--no-cache", "--strict", optional_only]).status.code(), Some(0));
+    assert_eq!(
+        lfm(&["analyze", "--no-cache", "--strict", optional_only])
+            .status
+            .code(),
+        Some(0)
+    );
 }
 
 #[test]
@@ -165,7 +262,14 @@ fn cache_gives_the_same_answer_and_sees_changes() {
     std::fs::write(&file, "import csv\n\ndef f():\n    return csv\n").unwrap();
     let target = format!("{}:f", file.display());
     let run = || {
-        let output = lfm(&["analyze", "--format", "json", "--cache-dir", cache.path().to_str().unwrap(), &target]);
+        let output = lfm(&[
+            "analyze",
+            "--format",
+            "json",
+            "--cache-dir",
+            cache.path().to_str().unwrap(),
+            &target,
+        ]);
         assert!(output.status.success());
         serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
     };
@@ -181,9 +285,19 @@ fn target_of<'a>(spec: &'a serde_json::Value, name: &str) -> &'a serde_json::Val
 }
 
 fn module<'a>(target: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    target["modules"].as_array().unwrap().iter().find(|m| m["name"] == name).unwrap_or_else(|| panic!("no module {name}"))
+    target["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .unwrap_or_else(|| panic!("no module {name}"))
 }
 
 fn contexts(target: &serde_json::Value, name: &str) -> Vec<String> {
-    module(target, name)["contexts"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect()
+    module(target, name)["contexts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect()
 }

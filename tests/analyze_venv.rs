@@ -64,13 +64,19 @@ def use_requests():
 fn real_venv() -> Option<PathBuf> {
     // Tests in this file run in parallel threads; one builds the venv, the others wait.
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = BUILD.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _guard = BUILD
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-venvs/real");
     let marker = venv.join(".lfm-complete");
     if std::fs::read_to_string(&marker).is_ok_and(|text| text == PACKAGES.join("\n")) {
         return Some(venv);
     }
-    let status = Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv).status().expect("python3 -m venv");
+    let status = Command::new("python3")
+        .args(["-m", "venv", "--clear"])
+        .arg(&venv)
+        .status()
+        .expect("python3 -m venv");
     assert!(status.success(), "python3 -m venv failed");
     let output = Command::new(venv.join("bin/pip"))
         .args(["install", "--quiet", "--disable-pip-version-check"])
@@ -79,9 +85,18 @@ fn real_venv() -> Option<PathBuf> {
         .expect("run pip");
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let offline = ["Could not find a version", "NewConnectionError", "Temporary failure in name resolution", "Network is unreachable", "ConnectTimeout"];
+        let offline = [
+            "Could not find a version",
+            "NewConnectionError",
+            "Temporary failure in name resolution",
+            "Network is unreachable",
+            "ConnectTimeout",
+        ];
         if offline.iter().any(|needle| stderr.contains(needle)) {
-            eprintln!("SKIPPED analyze_venv: the package registry is unreachable: {}", stderr.lines().last().unwrap_or_default());
+            eprintln!(
+                "SKIPPED analyze_venv: the package registry is unreachable: {}",
+                stderr.lines().last().unwrap_or_default()
+            );
             return None;
         }
         panic!("pip install failed: {stderr}");
@@ -95,7 +110,12 @@ fn dists(target: &serde_json::Value) -> Vec<(String, bool)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|d| (d["name"].as_str().unwrap().to_lowercase(), d["direct"].as_bool().unwrap()))
+        .map(|d| {
+            (
+                d["name"].as_str().unwrap().to_lowercase(),
+                d["direct"].as_bool().unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -116,10 +136,21 @@ fn distribution_of(target: &serde_json::Value, module: &str) -> String {
 }
 
 fn analyze(python: &Path, args: &[&str]) -> serde_json::Value {
-    let mut full = vec!["analyze", "--no-cache", "--format", "json", "--python", python.to_str().unwrap()];
+    let mut full = vec![
+        "analyze",
+        "--no-cache",
+        "--format",
+        "json",
+        "--python",
+        python.to_str().unwrap(),
+    ];
     full.extend_from_slice(args);
     let output = lfm(&full);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
@@ -137,12 +168,27 @@ fn maps_modules_to_real_distributions_and_follows_requires_dist() {
     assert_eq!(dists(yaml), [("pyyaml".to_string(), true)]);
 
     let dateutil = target(&spec, "workflow:use_dateutil");
-    assert_eq!(distribution_of(dateutil, "dateutil.parser"), "python-dateutil");
-    assert_eq!(dists(dateutil), [("python-dateutil".to_string(), true), ("six".to_string(), false)]);
+    assert_eq!(
+        distribution_of(dateutil, "dateutil.parser"),
+        "python-dateutil"
+    );
+    assert_eq!(
+        dists(dateutil),
+        [
+            ("python-dateutil".to_string(), true),
+            ("six".to_string(), false)
+        ]
+    );
 
     let bs4 = target(&spec, "workflow:use_bs4");
     assert_eq!(distribution_of(bs4, "bs4"), "beautifulsoup4");
-    assert_eq!(dists(bs4), [("beautifulsoup4".to_string(), true), ("soupsieve".to_string(), false)]);
+    assert_eq!(
+        dists(bs4),
+        [
+            ("beautifulsoup4".to_string(), true),
+            ("soupsieve".to_string(), false)
+        ]
+    );
 
     let attrs = target(&spec, "workflow:use_attr");
     assert_eq!(distribution_of(attrs, "attr"), "attrs");
@@ -150,38 +196,119 @@ fn maps_modules_to_real_distributions_and_follows_requires_dist() {
 
     // google is a namespace shared by two distributions: resolved per submodule.
     let protobuf = target(&spec, "workflow:use_protobuf");
-    assert_eq!(distribution_of(protobuf, "google.protobuf.descriptor"), "protobuf");
+    assert_eq!(
+        distribution_of(protobuf, "google.protobuf.descriptor"),
+        "protobuf"
+    );
     assert_eq!(dist_names(protobuf), ["protobuf"]);
     let google_api = target(&spec, "workflow:use_google_api");
-    assert_eq!(distribution_of(google_api, "google.api.annotations_pb2"), "googleapis-common-protos");
-    assert_eq!(dists(google_api), [("googleapis-common-protos".to_string(), true), ("protobuf".to_string(), false)]);
+    assert_eq!(
+        distribution_of(google_api, "google.api.annotations_pb2"),
+        "googleapis-common-protos"
+    );
+    assert_eq!(
+        dists(google_api),
+        [
+            ("googleapis-common-protos".to_string(), true),
+            ("protobuf".to_string(), false)
+        ]
+    );
 
     // requests' own requirements, markers evaluated; extras (socks, charset) not requested.
     let requests = target(&spec, "workflow:use_requests");
-    assert_eq!(dist_names(requests), ["certifi", "charset-normalizer", "idna", "requests", "urllib3"]);
-    let urllib3 = requests["distributions"].as_array().unwrap().iter().find(|d| d["name"] == "urllib3").unwrap();
-    assert_eq!(urllib3["reason"], serde_json::json!(["requests", "urllib3"]));
+    assert_eq!(
+        dist_names(requests),
+        [
+            "certifi",
+            "charset-normalizer",
+            "idna",
+            "requests",
+            "urllib3"
+        ]
+    );
+    let urllib3 = requests["distributions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "urllib3")
+        .unwrap();
+    assert_eq!(
+        urllib3["reason"],
+        serde_json::json!(["requests", "urllib3"])
+    );
 
     // The module needs all of them; requirements output is the sorted union.
-    let output = lfm(&["analyze", "--no-cache", "--format", "requirements", "--python", python.to_str().unwrap(), file.to_str().unwrap()]);
+    let output = lfm(&[
+        "analyze",
+        "--no-cache",
+        "--format",
+        "requirements",
+        "--python",
+        python.to_str().unwrap(),
+        file.to_str().unwrap(),
+    ]);
     let requirements = String::from_utf8(output.stdout).unwrap();
-    let names: Vec<&str> = requirements.lines().map(|l| l.split("==").next().unwrap()).collect();
-    for expected in ["attrs", "beautifulsoup4", "certifi", "googleapis-common-protos", "protobuf", "python-dateutil", "PyYAML", "requests", "six", "soupsieve", "urllib3"] {
-        assert!(names.contains(&expected), "{expected} not in\n{requirements}");
+    let names: Vec<&str> = requirements
+        .lines()
+        .map(|l| l.split("==").next().unwrap())
+        .collect();
+    for expected in [
+        "attrs",
+        "beautifulsoup4",
+        "certifi",
+        "googleapis-common-protos",
+        "protobuf",
+        "python-dateutil",
+        "PyYAML",
+        "requests",
+        "six",
+        "soupsieve",
+        "urllib3",
+    ] {
+        assert!(
+            names.contains(&expected),
+            "{expected} not in\n{requirements}"
+        );
     }
     let mut sorted = names.clone();
     sorted.sort_by_key(|n| n.to_lowercase());
     assert_eq!(names, sorted);
-    let yaml_line = requirements.lines().find(|l| l.starts_with("PyYAML==")).unwrap();
-    let installed = Command::new(&python).args(["-c", "import yaml; print(yaml.__version__)"]).output().unwrap();
-    assert_eq!(yaml_line, format!("PyYAML=={}", String::from_utf8_lossy(&installed.stdout).trim()));
+    let yaml_line = requirements
+        .lines()
+        .find(|l| l.starts_with("PyYAML=="))
+        .unwrap();
+    let installed = Command::new(&python)
+        .args(["-c", "import yaml; print(yaml.__version__)"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        yaml_line,
+        format!(
+            "PyYAML=={}",
+            String::from_utf8_lossy(&installed.stdout).trim()
+        )
+    );
 
     // poncho spec: python pinned, pip list inside.
-    let output = lfm(&["analyze", "--no-cache", "--format", "poncho", "--python", python.to_str().unwrap(), &format!("{}:use_yaml", file.display())]);
+    let output = lfm(&[
+        "analyze",
+        "--no-cache",
+        "--format",
+        "poncho",
+        "--python",
+        python.to_str().unwrap(),
+        &format!("{}:use_yaml", file.display()),
+    ]);
     let poncho: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let deps = poncho["conda"]["dependencies"].as_array().unwrap();
-    assert_eq!(deps[0], "python=3.11".replace("3.11", &spec["python"]["version"].as_str().unwrap()[..4]));
-    assert!(deps.last().unwrap()["pip"][0].as_str().unwrap().starts_with("PyYAML=="));
+    assert_eq!(
+        deps[0],
+        "python=3.11".replace("3.11", &spec["python"]["version"].as_str().unwrap()[..4])
+    );
+    assert!(deps.last().unwrap()["pip"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("PyYAML=="));
 }
 
 #[test]
@@ -190,7 +317,19 @@ fn env_prefix_selects_the_same_environment() {
     let project = tempfile::tempdir().unwrap();
     let file = project.path().join("job.py");
     std::fs::write(&file, "import yaml\n\ndef f():\n    return yaml\n").unwrap();
-    let output = lfm(&["analyze", "--no-cache", "--format", "requirements", "--env", venv.to_str().unwrap(), &format!("{}:f", file.display())]);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let output = lfm(&[
+        "analyze",
+        "--no-cache",
+        "--format",
+        "requirements",
+        "--env",
+        venv.to_str().unwrap(),
+        &format!("{}:f", file.display()),
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(String::from_utf8_lossy(&output.stdout).starts_with("PyYAML=="));
 }

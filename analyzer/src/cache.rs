@@ -34,7 +34,11 @@ impl SummaryCache {
             .and_then(|bytes| bincode::deserialize::<Vec<(CacheKey, ModuleSummary)>>(&bytes).ok())
             .map(|list| list.into_iter().map(|(k, v)| (k, Arc::new(v))).collect())
             .unwrap_or_default();
-        SummaryCache { path, entries: Mutex::new(entries), added: Mutex::new(0) }
+        SummaryCache {
+            path,
+            entries: Mutex::new(entries),
+            added: Mutex::new(0),
+        }
     }
 
     /// The default location: `$LFM_CACHE_DIR`, else `$XDG_CACHE_HOME/lfm`, else `~/.cache/lfm`.
@@ -73,16 +77,23 @@ impl SummaryCache {
         if self.added.lock().map(|a| *a == 0).unwrap_or(true) {
             return Ok(());
         }
-        let entries = self.entries.lock().map_err(|_| anyhow::anyhow!("cache lock poisoned"))?;
-        let mut list: Vec<(&CacheKey, &ModuleSummary)> = entries.iter().map(|(k, v)| (k, v.as_ref())).collect();
+        let entries = self
+            .entries
+            .lock()
+            .map_err(|_| anyhow::anyhow!("cache lock poisoned"))?;
+        let mut list: Vec<(&CacheKey, &ModuleSummary)> =
+            entries.iter().map(|(k, v)| (k, v.as_ref())).collect();
         list.sort_by_key(|(k, _)| **k);
         let bytes = bincode::serialize(&list).context("serialising the cache")?;
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let tmp = dir.join(format!(".analyze-summaries.{}.tmp", std::process::id()));
-        let mut file = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        file.write_all(&bytes).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, &self.path).with_context(|| format!("renaming to {}", self.path.display()))?;
+        let mut file =
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        file.write_all(&bytes)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &self.path)
+            .with_context(|| format!("renaming to {}", self.path.display()))?;
         if let Ok(mut added) = self.added.lock() {
             *added = 0;
         }

@@ -10,29 +10,128 @@ use crate::dists::Owner;
 use crate::extract::{Binding, ImportEdge, ScopeKind};
 use crate::project::{EdgeTarget, Project};
 use crate::spec::{
-    DistributionNeed, MissingDistribution, MissingModule, ModuleKind, ModuleNeed, Reason, TargetKind, TargetSpec,
-    Warning,
+    DistributionNeed, MissingDistribution, MissingModule, ModuleKind, ModuleNeed, Reason,
+    TargetKind, TargetSpec, Warning,
 };
 
 /// Python builtins: a free name among these is not a module global.
 const BUILTINS: &[&str] = &[
-    "abs", "aiter", "all", "anext", "any", "ascii", "bin", "bool", "breakpoint", "bytearray", "bytes",
-    "callable", "chr", "classmethod", "compile", "complex", "copyright", "credits", "delattr", "dict",
-    "dir", "divmod", "enumerate", "eval", "exec", "exit", "filter", "float", "format", "frozenset",
-    "getattr", "globals", "hasattr", "hash", "help", "hex", "id", "input", "int", "isinstance",
-    "issubclass", "iter", "len", "license", "list", "locals", "map", "max", "memoryview", "min", "next",
-    "object", "oct", "open", "ord", "pow", "print", "property", "quit", "range", "repr", "reversed",
-    "round", "set", "setattr", "slice", "sorted", "staticmethod", "str", "sum", "super", "tuple", "type",
-    "vars", "zip", "__import__", "__name__", "__file__", "__doc__", "__spec__", "__loader__",
-    "__package__", "__builtins__", "__debug__", "NotImplemented", "Ellipsis", "None", "True", "False",
+    "abs",
+    "aiter",
+    "all",
+    "anext",
+    "any",
+    "ascii",
+    "bin",
+    "bool",
+    "breakpoint",
+    "bytearray",
+    "bytes",
+    "callable",
+    "chr",
+    "classmethod",
+    "compile",
+    "complex",
+    "copyright",
+    "credits",
+    "delattr",
+    "dict",
+    "dir",
+    "divmod",
+    "enumerate",
+    "eval",
+    "exec",
+    "exit",
+    "filter",
+    "float",
+    "format",
+    "frozenset",
+    "getattr",
+    "globals",
+    "hasattr",
+    "hash",
+    "help",
+    "hex",
+    "id",
+    "input",
+    "int",
+    "isinstance",
+    "issubclass",
+    "iter",
+    "len",
+    "license",
+    "list",
+    "locals",
+    "map",
+    "max",
+    "memoryview",
+    "min",
+    "next",
+    "object",
+    "oct",
+    "open",
+    "ord",
+    "pow",
+    "print",
+    "property",
+    "quit",
+    "range",
+    "repr",
+    "reversed",
+    "round",
+    "set",
+    "setattr",
+    "slice",
+    "sorted",
+    "staticmethod",
+    "str",
+    "sum",
+    "super",
+    "tuple",
+    "type",
+    "vars",
+    "zip",
+    "__import__",
+    "__name__",
+    "__file__",
+    "__doc__",
+    "__spec__",
+    "__loader__",
+    "__package__",
+    "__builtins__",
+    "__debug__",
+    "NotImplemented",
+    "Ellipsis",
+    "None",
+    "True",
+    "False",
 ];
 
 #[derive(Clone)]
 enum Work {
-    Scope { module: u32, scope: u32, chain: Vec<String>, optional: bool },
-    Definition { module: u32, scope: u32, chain: Vec<String>, optional: bool },
-    Name { module: u32, name: String, chain: Vec<String>, optional: bool },
-    Module { module: u32, chain: Vec<String>, optional: bool },
+    Scope {
+        module: u32,
+        scope: u32,
+        chain: Vec<String>,
+        optional: bool,
+    },
+    Definition {
+        module: u32,
+        scope: u32,
+        chain: Vec<String>,
+        optional: bool,
+    },
+    Name {
+        module: u32,
+        name: String,
+        chain: Vec<String>,
+        optional: bool,
+    },
+    Module {
+        module: u32,
+        chain: Vec<String>,
+        optional: bool,
+    },
 }
 
 struct Reached {
@@ -68,14 +167,28 @@ pub fn target_closure(project: &Project, module: u32, scope: Option<u32>) -> Tar
     };
     let (target, kind, line) = match scope {
         None => {
-            walk.queue.push_back(Work::Module { module, chain: vec![loaded.name.clone()], optional: false });
+            walk.queue.push_back(Work::Module {
+                module,
+                chain: vec![loaded.name.clone()],
+                optional: false,
+            });
             (loaded.name.clone(), TargetKind::Module, 1)
         }
         Some(scope_id) => {
             let scope = &loaded.summary.scopes[scope_id as usize];
             let chain = vec![scope.name.clone()];
-            walk.queue.push_back(Work::Scope { module, scope: scope_id, chain: chain.clone(), optional: false });
-            walk.queue.push_back(Work::Definition { module, scope: scope_id, chain: chain.clone(), optional: false });
+            walk.queue.push_back(Work::Scope {
+                module,
+                scope: scope_id,
+                chain: chain.clone(),
+                optional: false,
+            });
+            walk.queue.push_back(Work::Definition {
+                module,
+                scope: scope_id,
+                chain: chain.clone(),
+                optional: false,
+            });
             // A method needs what its class statements need to run (bases, decorators, class body).
             let mut parent = scope.parent;
             while parent != 0 {
@@ -90,7 +203,11 @@ pub fn target_closure(project: &Project, module: u32, scope: Option<u32>) -> Tar
                 }
                 parent = enclosing.parent;
             }
-            let kind = if scope.kind == ScopeKind::Class { TargetKind::Class } else { TargetKind::Function };
+            let kind = if scope.kind == ScopeKind::Class {
+                TargetKind::Class
+            } else {
+                TargetKind::Function
+            };
             (format!("{}:{}", loaded.name, scope.name), kind, scope.line)
         }
     };
@@ -102,7 +219,11 @@ impl<'p> Walk<'p> {
     fn run(&mut self) {
         while let Some(work) = self.queue.pop_front() {
             match work {
-                Work::Module { module, chain, optional } => {
+                Work::Module {
+                    module,
+                    chain,
+                    optional,
+                } => {
                     if !self.seen.insert((0, module, 0, optional)) {
                         continue;
                     }
@@ -111,7 +232,12 @@ impl<'p> Walk<'p> {
                         self.add_edge(module, index, edge, &chain, optional);
                     }
                 }
-                Work::Scope { module, scope, chain, optional } => {
+                Work::Scope {
+                    module,
+                    scope,
+                    chain,
+                    optional,
+                } => {
                     if !self.seen.insert((1, module, scope, optional)) {
                         continue;
                     }
@@ -128,24 +254,46 @@ impl<'p> Walk<'p> {
                         }
                     }
                     for name in &summary.scopes[scope as usize].free_names {
-                        self.queue.push_back(Work::Name { module, name: name.clone(), chain: chain.clone(), optional });
+                        self.queue.push_back(Work::Name {
+                            module,
+                            name: name.clone(),
+                            chain: chain.clone(),
+                            optional,
+                        });
                     }
                 }
-                Work::Definition { module, scope, chain, optional } => {
+                Work::Definition {
+                    module,
+                    scope,
+                    chain,
+                    optional,
+                } => {
                     if !self.seen.insert((2, module, scope, optional)) {
                         continue;
                     }
                     let summary = self.project.modules[module as usize].summary.clone();
                     for (index, edge) in summary.imports.iter().enumerate() {
-                        if edge.scope == scope && summary.scopes[scope as usize].kind == ScopeKind::Class {
+                        if edge.scope == scope
+                            && summary.scopes[scope as usize].kind == ScopeKind::Class
+                        {
                             self.add_edge(module, index, edge, &chain, optional);
                         }
                     }
                     for name in &summary.scopes[scope as usize].definition_reads {
-                        self.queue.push_back(Work::Name { module, name: name.clone(), chain: chain.clone(), optional });
+                        self.queue.push_back(Work::Name {
+                            module,
+                            name: name.clone(),
+                            chain: chain.clone(),
+                            optional,
+                        });
                     }
                 }
-                Work::Name { module, name, chain, optional } => self.follow_name(module, name, chain, optional),
+                Work::Name {
+                    module,
+                    name,
+                    chain,
+                    optional,
+                } => self.follow_name(module, name, chain, optional),
             }
         }
     }
@@ -185,8 +333,18 @@ impl<'p> Walk<'p> {
                     if next.last() != Some(scope_name) {
                         next.push(scope_name.clone());
                     }
-                    self.queue.push_back(Work::Scope { module, scope: *scope, chain: next.clone(), optional });
-                    self.queue.push_back(Work::Definition { module, scope: *scope, chain: next, optional });
+                    self.queue.push_back(Work::Scope {
+                        module,
+                        scope: *scope,
+                        chain: next.clone(),
+                        optional,
+                    });
+                    self.queue.push_back(Work::Definition {
+                        module,
+                        scope: *scope,
+                        chain: next,
+                        optional,
+                    });
                 }
                 Binding::Value { reads, edges, .. } => {
                     let mut next = chain.clone();
@@ -197,7 +355,12 @@ impl<'p> Walk<'p> {
                     }
                     for read in reads {
                         if *read != name {
-                            self.queue.push_back(Work::Name { module, name: read.clone(), chain: next.clone(), optional });
+                            self.queue.push_back(Work::Name {
+                                module,
+                                name: read.clone(),
+                                chain: next.clone(),
+                                optional,
+                            });
                         }
                     }
                 }
@@ -205,15 +368,28 @@ impl<'p> Walk<'p> {
         }
     }
 
-    fn add_edge(&mut self, module: u32, index: usize, edge: &ImportEdge, chain: &[String], inherited_optional: bool) {
+    fn add_edge(
+        &mut self,
+        module: u32,
+        index: usize,
+        edge: &ImportEdge,
+        chain: &[String],
+        inherited_optional: bool,
+    ) {
         if edge.context.type_checking {
             return;
         }
         let loaded = &self.project.modules[module as usize];
         let optional = inherited_optional || edge.context.optional;
         let contexts = edge_contexts(edge);
-        let reason = Reason { file: self.project.display_path(&loaded.path), line: edge.line, chain: chain.to_vec() };
-        let Some(targets) = loaded.targets.get(index) else { return };
+        let reason = Reason {
+            file: self.project.display_path(&loaded.path),
+            line: edge.line,
+            chain: chain.to_vec(),
+        };
+        let Some(targets) = loaded.targets.get(index) else {
+            return;
+        };
         for target in targets {
             let (name, kind, path) = match target {
                 EdgeTarget::Local(id) => {
@@ -221,17 +397,30 @@ impl<'p> Walk<'p> {
                     self.local_modules.insert(*id);
                     let mut next = chain.to_vec();
                     next.push(local.name.clone());
-                    self.queue.push_back(Work::Module { module: *id, chain: next, optional });
-                    (local.name.clone(), ModuleKind::Local, Some(local.path.clone()))
+                    self.queue.push_back(Work::Module {
+                        module: *id,
+                        chain: next,
+                        optional,
+                    });
+                    (
+                        local.name.clone(),
+                        ModuleKind::Local,
+                        Some(local.path.clone()),
+                    )
                 }
                 EdgeTarget::Stdlib(name) => (name.clone(), ModuleKind::Stdlib, None),
-                EdgeTarget::ThirdParty { name, path } => (name.clone(), ModuleKind::ThirdParty, Some(path.clone())),
+                EdgeTarget::ThirdParty { name, path } => {
+                    (name.clone(), ModuleKind::ThirdParty, Some(path.clone()))
+                }
                 EdgeTarget::Missing(name) => {
-                    let entry = self.missing.entry(name.clone()).or_insert_with(|| MissingModule {
-                        name: name.clone(),
-                        optional,
-                        reason: reason.clone(),
-                    });
+                    let entry = self
+                        .missing
+                        .entry(name.clone())
+                        .or_insert_with(|| MissingModule {
+                            name: name.clone(),
+                            optional,
+                            reason: reason.clone(),
+                        });
                     entry.optional &= optional;
                     continue;
                 }
@@ -269,7 +458,10 @@ impl<'p> Walk<'p> {
                         distribution = Some(project.dists.dists[id as usize].name.clone());
                     }
                     Owner::Ambiguous(ids) => {
-                        let names: Vec<&str> = ids.iter().map(|&i| project.dists.dists[i as usize].name.as_str()).collect();
+                        let names: Vec<&str> = ids
+                            .iter()
+                            .map(|&i| project.dists.dists[i as usize].name.as_str())
+                            .collect();
                         warnings.push(Warning {
                             file: reached.reason.file.clone(),
                             line: reached.reason.line,
@@ -301,13 +493,25 @@ impl<'p> Walk<'p> {
         }
         modules.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
 
-        let required_roots: Vec<u32> = direct.iter().filter(|(_, (req, _))| *req).map(|(&id, _)| id).collect();
-        let optional_roots: Vec<u32> = direct.iter().filter(|(_, (req, _))| !*req).map(|(&id, _)| id).collect();
-        let required = project.dists.requirement_closure(&required_roots, &project.interpreter);
-        let optional = project.dists.requirement_closure(&optional_roots, &project.interpreter);
+        let required_roots: Vec<u32> = direct
+            .iter()
+            .filter(|(_, (req, _))| *req)
+            .map(|(&id, _)| id)
+            .collect();
+        let optional_roots: Vec<u32> = direct
+            .iter()
+            .filter(|(_, (req, _))| !*req)
+            .map(|(&id, _)| id)
+            .collect();
+        let required = project
+            .dists
+            .requirement_closure(&required_roots, &project.interpreter);
+        let optional = project
+            .dists
+            .requirement_closure(&optional_roots, &project.interpreter);
         let mut distributions = Vec::new();
         let mut listed = BTreeSet::new();
-        for (closure, is_optional) in [(&required, false), (&optional, true)] {
+        for (closure, is_optional) in [(&*required, false), (&*optional, true)] {
             for (&id, chain) in &closure.reached {
                 if !listed.insert(id) {
                     continue;
@@ -329,16 +533,28 @@ impl<'p> Walk<'p> {
         }
         distributions.sort_by_key(|d| crate::dists::normalize_name(&d.name));
         for problem in required.problems.iter().chain(&optional.problems) {
-            warnings.push(Warning { file: String::new(), line: 0, message: problem.clone() });
+            warnings.push(Warning {
+                file: String::new(),
+                line: 0,
+                message: problem.clone(),
+            });
         }
         let missing_distributions = required
             .missing
             .iter()
-            .map(|(name, chain)| MissingDistribution { name: name.clone(), required_by: chain.clone() })
+            .map(|(name, chain)| MissingDistribution {
+                name: name.clone(),
+                required_by: chain.clone(),
+            })
             .collect();
 
         // Problems of every local file in the closure (syntax errors, computed dynamic imports).
-        let files_in_closure = std::iter::once(module).chain(self.local_modules.iter().copied().filter(|&id| id != module));
+        let files_in_closure = std::iter::once(module).chain(
+            self.local_modules
+                .iter()
+                .copied()
+                .filter(|&id| id != module),
+        );
         for id in files_in_closure {
             let other = &project.modules[id as usize];
             for problem in &other.summary.problems {
@@ -369,7 +585,11 @@ impl<'p> Walk<'p> {
 
 fn edge_contexts(edge: &ImportEdge) -> Vec<&'static str> {
     let c = edge.context;
-    let mut out = vec![if c.in_function { "in-function" } else { "top-level" }];
+    let mut out = vec![if c.in_function {
+        "in-function"
+    } else {
+        "top-level"
+    }];
     if c.conditional {
         out.push("conditional");
     }

@@ -44,6 +44,8 @@ pub struct DistIndex {
     by_top_level: HashMap<String, BTreeSet<u32>>,
     by_name: HashMap<String, u32>,
     pub problems: Vec<String>,
+    /// Closures already computed, by their sorted roots: most functions share a few root sets.
+    closures: std::sync::Mutex<HashMap<Vec<u32>, std::sync::Arc<RequirementClosure>>>,
 }
 
 /// Who owns a module file.
@@ -75,11 +77,18 @@ impl DistIndex {
     pub fn build(site_dirs: &[PathBuf], prefix: Option<&Path>) -> DistIndex {
         let mut index = DistIndex::default();
         for site in site_dirs {
-            let Ok(entries) = std::fs::read_dir(site) else { continue };
-            let mut names: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+            let Ok(entries) = std::fs::read_dir(site) else {
+                continue;
+            };
+            let mut names: Vec<PathBuf> =
+                entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
             names.sort();
             for path in names {
-                let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+                let file_name = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or_default()
+                    .to_string();
                 let result = if file_name.ends_with(".dist-info") {
                     read_dist_info(site, &path)
                 } else if file_name.ends_with(".egg-info") {
@@ -89,7 +98,9 @@ impl DistIndex {
                 };
                 match result {
                     Ok(dist) => index.add(dist),
-                    Err(message) => index.problems.push(format!("{}: {message}", path.display())),
+                    Err(message) => index
+                        .problems
+                        .push(format!("{}: {message}", path.display())),
                 }
             }
         }
@@ -125,7 +136,9 @@ impl DistIndex {
     }
 
     fn add_conda_meta(&mut self, prefix: &Path) {
-        let Ok(entries) = std::fs::read_dir(prefix.join("conda-meta")) else { return };
+        let Ok(entries) = std::fs::read_dir(prefix.join("conda-meta")) else {
+            return;
+        };
         let mut files: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|e| e == "json"))
@@ -142,8 +155,12 @@ impl DistIndex {
                     continue;
                 }
             };
-            let (Some(name), Some(version)) = (meta["name"].as_str(), meta["version"].as_str()) else {
-                self.problems.push(format!("{}: missing \"name\" or \"version\"", path.display()));
+            let (Some(name), Some(version)) = (meta["name"].as_str(), meta["version"].as_str())
+            else {
+                self.problems.push(format!(
+                    "{}: missing \"name\" or \"version\"",
+                    path.display()
+                ));
                 continue;
             };
             let files: Vec<PathBuf> = meta["files"]
@@ -155,7 +172,10 @@ impl DistIndex {
                 .collect();
             // A conda package that carries a dist-info is the same distribution pip would see.
             let owner = files.iter().find_map(|f| {
-                f.file_name().is_some_and(|n| n == "METADATA").then(|| self.by_file.get(f)).flatten()
+                f.file_name()
+                    .is_some_and(|n| n == "METADATA")
+                    .then(|| self.by_file.get(f))
+                    .flatten()
             });
             if let Some(owners) = owner {
                 let id = owners[0] as usize;
@@ -184,7 +204,7 @@ impl DistIndex {
     /// Owner of a module file, or of a namespace package directory.
     pub fn owner_of(&self, path: &Path, top_level: &str) -> Owner {
         if let Some(owners) = self.by_file.get(path) {
-            return owner_from(owners.iter().copied().collect());
+            return owner_from(owners.to_vec());
         }
         if path.is_dir() {
             if let Some(owners) = self.by_dir.get(path) {
@@ -208,9 +228,41 @@ impl DistIndex {
 
     /// The transitive Requires-Dist closure of `roots`, markers evaluated for `interpreter`,
     /// extras followed only where a requirement asks for them.
-    pub fn requirement_closure(&self, roots: &[u32], interpreter: &Interpreter) -> RequirementClosure {
-        let environment = marker_environment(interpreter);
+    pub fn requirement_closure(
+        &self,
+        roots: &[u32],
+        interpreter: &Interpreter,
+    ) -> std::sync::Arc<RequirementClosure> {
+        let mut key = roots.to_vec();
+        key.sort_unstable();
+        if let Some(found) = self.closures.lock().ok().and_then(|c| c.get(&key).cloned()) {
+            return found;
+        }
+        let closure = std::sync::Arc::new(self.compute_requirement_closure(&key, interpreter));
+        if let Ok(mut closures) = self.closures.lock() {
+            closures.insert(key, closure.clone());
+        }
+        closure
+    }
+
+    fn compute_requirement_closure(
+        &self,
+        roots: &[u32],
+        interpreter: &Interpreter,
+    ) -> RequirementClosure {
         let mut closure = RequirementClosure::default();
+        let Some(environment) = marker_environment(interpreter) else {
+            closure.problems.push(format!(
+                "the interpreter's version {:?} is not a PEP 440 version; requirements were not followed",
+                interpreter.markers.python_full_version
+            ));
+            for &root in roots {
+                closure
+                    .reached
+                    .insert(root, vec![self.dists[root as usize].name.clone()]);
+            }
+            return closure;
+        };
         let mut seen: BTreeSet<(u32, Option<String>)> = BTreeSet::new();
         let mut queue: VecDeque<(u32, Option<String>, Vec<String>)> = VecDeque::new();
         for &root in roots {
@@ -222,7 +274,10 @@ impl DistIndex {
             }
             closure.reached.entry(id).or_insert_with(|| chain.clone());
             let dist = &self.dists[id as usize];
-            let extras: Vec<ExtraName> = extra.iter().filter_map(|e| ExtraName::from_str(e).ok()).collect();
+            let extras: Vec<ExtraName> = extra
+                .iter()
+                .filter_map(|e| ExtraName::from_str(e).ok())
+                .collect();
             for line in &dist.requires {
                 if dist.kind == MetadataKind::Conda {
                     if let Some(dep) = self.by_conda_or_pip_name(line) {
@@ -256,11 +311,14 @@ impl DistIndex {
                         }
                     }
                     None => {
-                        closure.missing.entry(normalize_name(&name)).or_insert_with(|| {
-                            let mut next = chain.clone();
-                            next.push(line.clone());
-                            next
-                        });
+                        closure
+                            .missing
+                            .entry(normalize_name(&name))
+                            .or_insert_with(|| {
+                                let mut next = chain.clone();
+                                next.push(line.clone());
+                                next
+                            });
                     }
                 }
             }
@@ -277,7 +335,7 @@ impl DistIndex {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct RequirementClosure {
     /// Each distribution reached, with the requirement chain that reached it first.
     pub reached: BTreeMap<u32, Vec<String>>,
@@ -294,7 +352,7 @@ fn owner_from(owners: Vec<u32>) -> Owner {
     }
 }
 
-fn marker_environment(interpreter: &Interpreter) -> MarkerEnvironment {
+fn marker_environment(interpreter: &Interpreter) -> Option<MarkerEnvironment> {
     let m = &interpreter.markers;
     let build = |full_version: &str| {
         MarkerEnvironment::try_from(MarkerEnvironmentBuilder {
@@ -314,7 +372,7 @@ fn marker_environment(interpreter: &Interpreter) -> MarkerEnvironment {
     // A version suffix PEP 440 cannot read ("3.14.0+"): fall back to the plain X.Y version.
     build(&m.python_full_version)
         .or_else(|_| build(&m.python_version))
-        .expect("X.Y is a valid PEP 440 version")
+        .ok()
 }
 
 /// Lexically resolve `.` and `..` without touching the filesystem (RECORD holds `../../bin/x`).
@@ -352,9 +410,18 @@ fn read_headers(text: &str) -> Vec<(String, String)> {
     headers
 }
 
-fn dist_from_metadata(text: &str, kind: MetadataKind, metadata_path: &Path) -> Result<Distribution, String> {
+fn dist_from_metadata(
+    text: &str,
+    kind: MetadataKind,
+    metadata_path: &Path,
+) -> Result<Distribution, String> {
     let headers = read_headers(text);
-    let get = |key: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v.clone());
+    let get = |key: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.clone())
+    };
     let name = get("Name").ok_or("metadata has no Name field")?;
     let version = get("Version").ok_or("metadata has no Version field")?;
     let requires = headers
@@ -375,7 +442,11 @@ fn dist_from_metadata(text: &str, kind: MetadataKind, metadata_path: &Path) -> R
 
 fn read_dist_info(site: &Path, dir: &Path) -> Result<Distribution, String> {
     let metadata = std::fs::read(dir.join("METADATA")).map_err(|e| format!("METADATA: {e}"))?;
-    let mut dist = dist_from_metadata(&String::from_utf8_lossy(&metadata), MetadataKind::DistInfo, dir)?;
+    let mut dist = dist_from_metadata(
+        &String::from_utf8_lossy(&metadata),
+        MetadataKind::DistInfo,
+        dir,
+    )?;
     if let Ok(record) = std::fs::read(dir.join("RECORD")) {
         for line in String::from_utf8_lossy(&record).lines() {
             if let Some(path) = record_path(line) {
@@ -414,9 +485,17 @@ fn record_path(line: &str) -> Option<String> {
 
 fn read_egg_info(site: &Path, path: &Path) -> Result<Distribution, String> {
     // An egg-info is a directory with PKG-INFO, or (old distutils) a single PKG-INFO file.
-    let pkg_info = if path.is_dir() { path.join("PKG-INFO") } else { path.to_path_buf() };
+    let pkg_info = if path.is_dir() {
+        path.join("PKG-INFO")
+    } else {
+        path.to_path_buf()
+    };
     let metadata = std::fs::read(&pkg_info).map_err(|e| format!("PKG-INFO: {e}"))?;
-    let mut dist = dist_from_metadata(&String::from_utf8_lossy(&metadata), MetadataKind::EggInfo, path)?;
+    let mut dist = dist_from_metadata(
+        &String::from_utf8_lossy(&metadata),
+        MetadataKind::EggInfo,
+        path,
+    )?;
     if path.is_dir() {
         if let Ok(requires) = std::fs::read_to_string(path.join("requires.txt")) {
             dist.requires.extend(egg_requires(&requires));
@@ -427,7 +506,9 @@ fn read_egg_info(site: &Path, path: &Path) -> Result<Distribution, String> {
             }
         }
     }
-    dist.files.push(normalize_path(&site.join(path.file_name().unwrap_or_default())));
+    dist.files.push(normalize_path(
+        &site.join(path.file_name().unwrap_or_default()),
+    ));
     Ok(dist)
 }
 
@@ -435,7 +516,11 @@ fn read_egg_info(site: &Path, path: &Path) -> Result<Distribution, String> {
 fn egg_requires(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut section: Option<(String, String)> = None;
-    for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+    for line in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
         if let Some(header) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
             let (extra, marker) = header.split_once(':').unwrap_or((header, ""));
             section = Some((extra.trim().to_string(), marker.trim().to_string()));
@@ -469,7 +554,12 @@ fn top_level_names(dist: &Distribution) -> Vec<String> {
     }
     let path = dist.metadata_path.join("top_level.txt");
     std::fs::read_to_string(path)
-        .map(|text| text.lines().map(|l| l.trim().replace('/', ".")).filter(|l| !l.is_empty()).collect())
+        .map(|text| {
+            text.lines()
+                .map(|l| l.trim().replace('/', "."))
+                .filter(|l| !l.is_empty())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -486,8 +576,14 @@ mod tests {
 
     #[test]
     fn record_paths_with_quotes_and_parents() {
-        assert_eq!(record_path("yaml/__init__.py,sha256=x,12").as_deref(), Some("yaml/__init__.py"));
-        assert_eq!(record_path("\"a,b.py\",sha256=x,1").as_deref(), Some("a,b.py"));
+        assert_eq!(
+            record_path("yaml/__init__.py,sha256=x,12").as_deref(),
+            Some("yaml/__init__.py")
+        );
+        assert_eq!(
+            record_path("\"a,b.py\",sha256=x,1").as_deref(),
+            Some("a,b.py")
+        );
         assert_eq!(
             normalize_path(Path::new("/e/lib/site-packages/../../bin/x")),
             PathBuf::from("/e/bin/x")

@@ -85,7 +85,11 @@ pub enum Binding {
     /// A `def` or `class` statement bound the name.
     Definition { scope: u32 },
     /// Any other statement bound it: what its value reads, and dynamic imports inside it.
-    Value { line: u32, reads: Vec<String>, edges: Vec<u32> },
+    Value {
+        line: u32,
+        reads: Vec<String>,
+        edges: Vec<u32>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -125,7 +129,12 @@ pub fn summarize(source: &str) -> ModuleSummary {
 const MAX_SYNTAX_ERRORS_REPORTED: usize = 3;
 
 /// Exception types whose handler makes the guarded import optional.
-const IMPORT_GUARDS: &[&str] = &["ImportError", "ModuleNotFoundError", "Exception", "BaseException"];
+const IMPORT_GUARDS: &[&str] = &[
+    "ImportError",
+    "ModuleNotFoundError",
+    "Exception",
+    "BaseException",
+];
 
 struct ScopeBuild {
     loads: HashSet<String>,
@@ -236,9 +245,13 @@ impl<'a> Extractor<'a> {
     }
 
     fn record_load(&mut self, name: &str) {
-        self.builds[self.current as usize].loads.insert(name.to_string());
+        self.builds[self.current as usize]
+            .loads
+            .insert(name.to_string());
         for &target in &self.header_targets {
-            self.builds[target as usize].header_loads.insert(name.to_string());
+            self.builds[target as usize]
+                .header_loads
+                .insert(name.to_string());
         }
         if let Some(capture) = &mut self.capture {
             capture.reads.insert(name.to_string());
@@ -246,9 +259,14 @@ impl<'a> Extractor<'a> {
     }
 
     fn bind(&mut self, name: &str, binding: impl FnOnce() -> Binding) {
-        self.builds[self.current as usize].binds.insert(name.to_string());
+        self.builds[self.current as usize]
+            .binds
+            .insert(name.to_string());
         if self.current == 0 {
-            self.bindings.entry(name.to_string()).or_default().push(binding());
+            self.bindings
+                .entry(name.to_string())
+                .or_default()
+                .push(binding());
         }
     }
 
@@ -290,7 +308,11 @@ impl<'a> Extractor<'a> {
 
     fn visit_import_from(&mut self, import: &ast::StmtImportFrom) {
         let line = self.line(import.start());
-        let module = import.module.as_ref().map(|m| m.id.to_string()).unwrap_or_default();
+        let module = import
+            .module
+            .as_ref()
+            .map(|m| m.id.to_string())
+            .unwrap_or_default();
         for alias in &import.names {
             let member = alias.name.id.to_string();
             let edge = self.add_edge(ImportEdge {
@@ -305,9 +327,14 @@ impl<'a> Extractor<'a> {
                 self.bind("*", || Binding::Import { edge });
                 continue;
             }
-            let bound = alias.asname.as_ref().map_or(member.clone(), |a| a.id.to_string());
+            let bound = alias
+                .asname
+                .as_ref()
+                .map_or(member.clone(), |a| a.id.to_string());
             if import.level == 0 {
-                if (module == "typing" || module == "typing_extensions") && member == "TYPE_CHECKING" {
+                if (module == "typing" || module == "typing_extensions")
+                    && member == "TYPE_CHECKING"
+                {
                     self.type_checking_aliases.insert(bound.clone());
                 }
                 if module == "importlib" && member == "import_module" {
@@ -336,7 +363,8 @@ impl<'a> Extractor<'a> {
             _ => None,
         };
         let body_is_type_checking = self.is_type_checking_test(&stmt.test);
-        let else_is_type_checking = negated.is_some_and(|operand| self.is_type_checking_test(operand));
+        let else_is_type_checking =
+            negated.is_some_and(|operand| self.is_type_checking_test(operand));
         self.with_branch(body_is_type_checking, |this| this.visit_body(&stmt.body));
         for (index, clause) in stmt.elif_else_clauses.iter().enumerate() {
             if let Some(test) = &clause.test {
@@ -383,7 +411,11 @@ impl<'a> Extractor<'a> {
                 self.visit_expr(type_);
             }
             if let Some(name) = &handler.name {
-                self.bind(name.id.as_str(), || Binding::Value { line: 0, reads: vec![], edges: vec![] });
+                self.bind(name.id.as_str(), || Binding::Value {
+                    line: 0,
+                    reads: vec![],
+                    edges: vec![],
+                });
             }
             self.visit_body(&handler.body);
         }
@@ -438,7 +470,10 @@ impl<'a> Extractor<'a> {
                 self.visit_expr(annotation);
             }
         }
-        for variadic in [&parameters.vararg, &parameters.kwarg].into_iter().flatten() {
+        for variadic in [&parameters.vararg, &parameters.kwarg]
+            .into_iter()
+            .flatten()
+        {
             if let Some(annotation) = &variadic.annotation {
                 self.visit_expr(annotation);
             }
@@ -470,7 +505,8 @@ impl<'a> Extractor<'a> {
     fn record_dynamic_import(&mut self, call: &'a ast::ExprCall) {
         let is_import_call = match &*call.func {
             Expr::Name(name) => {
-                name.id.as_str() == "__import__" || self.import_module_aliases.contains(name.id.as_str())
+                name.id.as_str() == "__import__"
+                    || self.import_module_aliases.contains(name.id.as_str())
             }
             Expr::Attribute(attribute) => {
                 attribute.attr.id.as_str() == "import_module"
@@ -481,7 +517,9 @@ impl<'a> Extractor<'a> {
         if is_import_call {
             let line = self.line(call.start());
             match call.arguments.args.first().or_else(|| {
-                call.arguments.find_keyword("name").map(|keyword| &keyword.value)
+                call.arguments
+                    .find_keyword("name")
+                    .map(|keyword| &keyword.value)
             }) {
                 Some(Expr::StringLiteral(literal)) => {
                     let written = literal.value.to_str();
@@ -489,23 +527,34 @@ impl<'a> Extractor<'a> {
                     let mut module = written[level as usize..].to_string();
                     if level > 0 {
                         // importlib.import_module(".sub", "pkg") is absolute once the package is known.
-                        if let Some(Expr::StringLiteral(package)) = call
-                            .arguments
-                            .args
-                            .get(1)
-                            .or_else(|| call.arguments.find_keyword("package").map(|k| &k.value))
+                        if let Some(Expr::StringLiteral(package)) =
+                            call.arguments.args.get(1).or_else(|| {
+                                call.arguments.find_keyword("package").map(|k| &k.value)
+                            })
                         {
                             module = join_relative(package.value.to_str(), level, &module);
                         }
                     }
-                    let level = if module.contains('.') || level == 0 { 0 } else { level };
+                    let level = if module.contains('.') || level == 0 {
+                        0
+                    } else {
+                        level
+                    };
                     let mut context = self.context();
                     context.dynamic = true;
-                    self.add_edge(ImportEdge { module, level, member: None, line, scope: self.current, context });
+                    self.add_edge(ImportEdge {
+                        module,
+                        level,
+                        member: None,
+                        line,
+                        scope: self.current,
+                        context,
+                    });
                 }
                 Some(_) => self.problems.push(Problem {
                     line,
-                    message: "dynamic import with a computed module name; its target is unknown".into(),
+                    message: "dynamic import with a computed module name; its target is unknown"
+                        .into(),
                 }),
                 None => {}
             }
@@ -545,7 +594,11 @@ impl<'a> Extractor<'a> {
             for &child in &self.scopes[id].children {
                 free.extend(self.scopes[child as usize].free_names.iter().cloned());
             }
-            let binds: HashSet<&String> = build.binds.iter().filter(|n| !build.globals.contains(*n)).collect();
+            let binds: HashSet<&String> = build
+                .binds
+                .iter()
+                .filter(|n| !build.globals.contains(*n))
+                .collect();
             free.retain(|name| !binds.contains(name));
             free.extend(build.header_loads.iter().cloned());
             self.scopes[id].free_names = free.into_iter().collect();
@@ -555,14 +608,22 @@ impl<'a> Extractor<'a> {
             }
             self.scopes[id].definition_reads = definition.into_iter().collect();
         }
-        ModuleSummary { imports: self.imports, scopes: self.scopes, bindings: self.bindings, problems: self.problems }
+        ModuleSummary {
+            imports: self.imports,
+            scopes: self.scopes,
+            bindings: self.bindings,
+            problems: self.problems,
+        }
     }
 
     /// Names a module-level simple statement binds, so its reads can be attached to them.
     fn bind_statement_targets(&mut self, stmt: &Stmt, line: u32, capture: StatementCapture) {
         let mut targets = Vec::new();
         match stmt {
-            Stmt::Assign(assign) => assign.targets.iter().for_each(|t| collect_target_names(t, &mut targets)),
+            Stmt::Assign(assign) => assign
+                .targets
+                .iter()
+                .for_each(|t| collect_target_names(t, &mut targets)),
             Stmt::AnnAssign(assign) => collect_target_names(&assign.target, &mut targets),
             Stmt::AugAssign(assign) => collect_target_names(&assign.target, &mut targets),
             Stmt::TypeAlias(alias) => collect_target_names(&alias.name, &mut targets),
@@ -598,7 +659,9 @@ impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
             Stmt::Try(try_stmt) => self.visit_try(try_stmt),
             Stmt::Global(global) => {
                 for name in &global.names {
-                    self.builds[self.current as usize].globals.insert(name.id.to_string());
+                    self.builds[self.current as usize]
+                        .globals
+                        .insert(name.id.to_string());
                 }
             }
             Stmt::While(while_stmt) => {
@@ -638,7 +701,11 @@ impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
                 self.bind_statement_targets(stmt, line, capture);
                 self.visit_body(&with.body);
             }
-            Stmt::Assign(_) | Stmt::AnnAssign(_) | Stmt::AugAssign(_) | Stmt::TypeAlias(_) | Stmt::Expr(_)
+            Stmt::Assign(_)
+            | Stmt::AnnAssign(_)
+            | Stmt::AugAssign(_)
+            | Stmt::TypeAlias(_)
+            | Stmt::Expr(_)
                 if self.current == 0 && self.capture.is_none() =>
             {
                 let line = self.line(stmt.start());
@@ -656,7 +723,9 @@ impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
             Expr::Name(name) => match name.ctx {
                 ast::ExprContext::Load => self.record_load(name.id.as_str()),
                 ast::ExprContext::Store => {
-                    self.builds[self.current as usize].binds.insert(name.id.to_string());
+                    self.builds[self.current as usize]
+                        .binds
+                        .insert(name.id.to_string());
                 }
                 _ => {}
             },

@@ -107,8 +107,11 @@ impl Interpreter {
             .filter(|p| p.is_dir())
             .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
             .collect();
-        interpreter.stdlib_dirs =
-            interpreter.stdlib_dirs.iter().map(|p| p.canonicalize().unwrap_or_else(|_| p.clone())).collect();
+        interpreter.stdlib_dirs = interpreter
+            .stdlib_dirs
+            .iter()
+            .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+            .collect();
         Ok(interpreter)
     }
 
@@ -120,7 +123,10 @@ impl Interpreter {
                 return Interpreter::query(&python);
             }
         }
-        bail!("{} holds no interpreter (looked for bin/python, bin/python3)", prefix.display())
+        bail!(
+            "{} holds no interpreter (looked for bin/python, bin/python3)",
+            prefix.display()
+        )
     }
 
     /// sys.path entries that hold third-party code: everything outside the stdlib directories.

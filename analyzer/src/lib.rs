@@ -23,6 +23,8 @@ pub mod spec;
 
 use std::path::{Path, PathBuf};
 
+use rayon::prelude::*;
+
 use crate::cache::SummaryCache;
 use crate::extract::ScopeKind;
 use crate::interpreter::Interpreter;
@@ -31,7 +33,15 @@ use crate::resolve::{module_name_for, Location, Resolver};
 use crate::spec::{PythonInfo, Spec, SPEC_FORMAT};
 
 /// Directory names never descended into when a directory is analysed.
-const SKIPPED_DIRS: &[&str] = &["__pycache__", "node_modules", ".git", ".hg", ".tox", ".nox", ".venv"];
+const SKIPPED_DIRS: &[&str] = &[
+    "__pycache__",
+    "node_modules",
+    ".git",
+    ".hg",
+    ".tox",
+    ".nox",
+    ".venv",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum AnalyzeError {
@@ -84,8 +94,11 @@ pub fn analyze(targets: &[String], options: &Options) -> Result<Spec, AnalyzeErr
         Environment::Python(python) => Interpreter::query(python)?,
         Environment::Prefix(prefix) => Interpreter::for_prefix(prefix)?,
     };
-    let extra_roots: Vec<PathBuf> =
-        options.roots.iter().map(|r| r.canonicalize().unwrap_or_else(|_| r.clone())).collect();
+    let extra_roots: Vec<PathBuf> = options
+        .roots
+        .iter()
+        .map(|r| r.canonicalize().unwrap_or_else(|_| r.clone()))
+        .collect();
     let mut located = Vec::new();
     for target in targets {
         located.push(locate(target, &extra_roots, &interpreter)?);
@@ -106,17 +119,18 @@ pub fn analyze(targets: &[String], options: &Options) -> Result<Spec, AnalyzeErr
     let cache = options.cache_dir.as_deref().map(SummaryCache::open);
     let mut project = Project::new(interpreter, &roots, cache);
 
-    let mut specs = Vec::new();
+    // (module, scope) pairs to compute; the closures themselves run in parallel below.
+    let mut jobs: Vec<(u32, Option<u32>)> = Vec::new();
     for target in located {
         let ids = project.load(target.files);
         for id in ids {
             let summary = project.modules[id as usize].summary.clone();
             match &target.qualname {
                 Some(qualname) => {
-                    let scope = summary
-                        .scopes
-                        .iter()
-                        .position(|s| &s.name == qualname && matches!(s.kind, ScopeKind::Function | ScopeKind::Class));
+                    let scope = summary.scopes.iter().position(|s| {
+                        &s.name == qualname
+                            && matches!(s.kind, ScopeKind::Function | ScopeKind::Class)
+                    });
                     let Some(scope) = scope else {
                         let mut available: Vec<&str> = summary
                             .scopes
@@ -131,27 +145,35 @@ pub fn analyze(targets: &[String], options: &Options) -> Result<Spec, AnalyzeErr
                             reason: format!(
                                 "no function or class named {qualname:?} in {} (defined there: {})",
                                 project.display_path(&project.modules[id as usize].path),
-                                if available.is_empty() { "nothing".to_string() } else { available.join(", ") }
+                                if available.is_empty() {
+                                    "nothing".to_string()
+                                } else {
+                                    available.join(", ")
+                                }
                             ),
                         });
                     };
-                    specs.push(closure::target_closure(&project, id, Some(scope as u32)));
+                    jobs.push((id, Some(scope as u32)));
                 }
                 None => {
-                    specs.push(closure::target_closure(&project, id, None));
+                    jobs.push((id, None));
                     for (scope_id, scope) in summary.scopes.iter().enumerate() {
                         let parent_kind = summary.scopes[scope.parent as usize].kind;
                         if scope.kind == ScopeKind::Function
                             && scope_id != 0
                             && matches!(parent_kind, ScopeKind::Module | ScopeKind::Class)
                         {
-                            specs.push(closure::target_closure(&project, id, Some(scope_id as u32)));
+                            jobs.push((id, Some(scope_id as u32)));
                         }
                     }
                 }
             }
         }
     }
+    let specs: Vec<_> = jobs
+        .par_iter()
+        .map(|&(id, scope)| closure::target_closure(&project, id, scope))
+        .collect();
     let mut warnings = project.warnings.clone();
     warnings.sort();
     warnings.dedup();
@@ -170,20 +192,31 @@ pub fn analyze(targets: &[String], options: &Options) -> Result<Spec, AnalyzeErr
     })
 }
 
-fn locate(text: &str, extra_roots: &[PathBuf], interpreter: &Interpreter) -> Result<Located, AnalyzeError> {
+fn locate(
+    text: &str,
+    extra_roots: &[PathBuf],
+    interpreter: &Interpreter,
+) -> Result<Located, AnalyzeError> {
     let (location, qualname) = split_target(text);
     let path = Path::new(location);
     if path.is_file() {
-        let file = path.canonicalize().map_err(|e| not_found(text, &e.to_string()))?;
+        let file = path
+            .canonicalize()
+            .map_err(|e| not_found(text, &e.to_string()))?;
         let package_root = package_root(&file);
-        let (name, is_package) = module_name_for(&package_root, &file).ok_or_else(|| not_found(text, "not a Python module file name"))?;
+        let (name, is_package) = module_name_for(&package_root, &file)
+            .ok_or_else(|| not_found(text, "not a Python module file name"))?;
         let own_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
         let mut roots = vec![own_dir];
         if !roots.contains(&package_root) {
             roots.push(package_root);
         }
         return Ok(Located {
-            files: vec![PendingModule { path: file, name, is_package }],
+            files: vec![PendingModule {
+                path: file,
+                name,
+                is_package,
+            }],
             qualname: qualname.map(str::to_string),
             roots,
             text: text.to_string(),
@@ -191,24 +224,58 @@ fn locate(text: &str, extra_roots: &[PathBuf], interpreter: &Interpreter) -> Res
     }
     if path.is_dir() {
         if qualname.is_some() {
-            return Err(not_found(text, "a directory target cannot name a function; name a file or module"));
+            return Err(not_found(
+                text,
+                "a directory target cannot name a function; name a file or module",
+            ));
         }
-        let dir = path.canonicalize().map_err(|e| not_found(text, &e.to_string()))?;
-        let root = if dir.join("__init__.py").exists() { package_root(&dir.join("__init__.py")) } else { dir.clone() };
+        let dir = path
+            .canonicalize()
+            .map_err(|e| not_found(text, &e.to_string()))?;
+        let root = if dir.join("__init__.py").exists() {
+            package_root(&dir.join("__init__.py"))
+        } else {
+            dir.clone()
+        };
         let files = python_files(&dir, &root);
-        return Ok(Located { files, qualname: None, roots: vec![root], text: text.to_string() });
+        return Ok(Located {
+            files,
+            qualname: None,
+            roots: vec![root],
+            text: text.to_string(),
+        });
     }
-    let looks_dotted = !location.is_empty() && location.split('.').all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'));
+    let looks_dotted = !location.is_empty()
+        && location
+            .split('.')
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'));
     if looks_dotted {
         let mut roots: Vec<PathBuf> = extra_roots.to_vec();
         if let Ok(cwd) = std::env::current_dir() {
             roots.push(cwd);
         }
-        let mut resolver = Resolver::new(&roots, &[], &[], Default::default(), Default::default(), interpreter.extension_suffixes.clone());
-        if let Some(Location::File { path, is_package, root, .. }) = resolver.resolve(location) {
+        let mut resolver = Resolver::new(
+            &roots,
+            &[],
+            &[],
+            Default::default(),
+            Default::default(),
+            interpreter.extension_suffixes.clone(),
+        );
+        if let Some(Location::File {
+            path,
+            is_package,
+            root,
+            ..
+        }) = resolver.resolve(location)
+        {
             if path.is_file() {
                 return Ok(Located {
-                    files: vec![PendingModule { path, name: location.to_string(), is_package }],
+                    files: vec![PendingModule {
+                        path,
+                        name: location.to_string(),
+                        is_package,
+                    }],
                     qualname: qualname.map(str::to_string),
                     roots: vec![root],
                     text: text.to_string(),
@@ -224,13 +291,18 @@ fn locate(text: &str, extra_roots: &[PathBuf], interpreter: &Interpreter) -> Res
 }
 
 fn not_found(target: &str, reason: &str) -> AnalyzeError {
-    AnalyzeError::TargetNotFound { target: target.to_string(), reason: reason.to_string() }
+    AnalyzeError::TargetNotFound {
+        target: target.to_string(),
+        reason: reason.to_string(),
+    }
 }
 
 /// `file.py:Class.method` -> (`file.py`, `Class.method`); a plain path or module has no qualname.
 fn split_target(text: &str) -> (&str, Option<&str>) {
     match text.rsplit_once(':') {
-        Some((location, qualname)) if !qualname.is_empty() && !qualname.contains('/') && !location.is_empty() => {
+        Some((location, qualname))
+            if !qualname.is_empty() && !qualname.contains('/') && !location.is_empty() =>
+        {
             (location, Some(qualname))
         }
         _ => (text, None),
@@ -250,20 +322,30 @@ fn package_root(file: &Path) -> PathBuf {
 }
 
 fn python_files(dir: &Path, root: &Path) -> Vec<PendingModule> {
-    let walker = walkdir::WalkDir::new(dir).follow_links(false).sort_by_file_name().into_iter().filter_entry(|entry| {
-        if entry.depth() == 0 || !entry.file_type().is_dir() {
-            return true;
-        }
-        let name = entry.file_name().to_string_lossy();
-        !SKIPPED_DIRS.contains(&name.as_ref()) && !entry.path().join("pyvenv.cfg").exists()
-    });
+    let walker = walkdir::WalkDir::new(dir)
+        .follow_links(false)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|entry| {
+            if entry.depth() == 0 || !entry.file_type().is_dir() {
+                return true;
+            }
+            let name = entry.file_name().to_string_lossy();
+            !SKIPPED_DIRS.contains(&name.as_ref()) && !entry.path().join("pyvenv.cfg").exists()
+        });
     walker
         .filter_map(Result::ok)
-        .filter(|entry| entry.file_type().is_file() && entry.path().extension().is_some_and(|e| e == "py"))
+        .filter(|entry| {
+            entry.file_type().is_file() && entry.path().extension().is_some_and(|e| e == "py")
+        })
         .filter_map(|entry| {
             let path = entry.into_path();
             let (name, is_package) = module_name_for(root, &path)?;
-            Some(PendingModule { path, name, is_package })
+            Some(PendingModule {
+                path,
+                name,
+                is_package,
+            })
         })
         .collect()
 }

@@ -57,7 +57,11 @@ pub struct PendingModule {
 }
 
 impl Project {
-    pub fn new(interpreter: Interpreter, local_roots: &[PathBuf], cache: Option<SummaryCache>) -> Project {
+    pub fn new(
+        interpreter: Interpreter,
+        local_roots: &[PathBuf],
+        cache: Option<SummaryCache>,
+    ) -> Project {
         let site_dirs = interpreter.site_dirs();
         let dists = DistIndex::build(&site_dirs, Some(&interpreter.prefix));
         let resolver = Resolver::new(
@@ -70,7 +74,11 @@ impl Project {
         );
         let mut warnings = Vec::new();
         for problem in &dists.problems {
-            warnings.push(Warning { file: String::new(), line: 0, message: problem.clone() });
+            warnings.push(Warning {
+                file: String::new(),
+                line: 0,
+                message: problem.clone(),
+            });
         }
         Project {
             interpreter,
@@ -89,7 +97,10 @@ impl Project {
     }
 
     pub fn display_path(&self, path: &Path) -> String {
-        path.strip_prefix(&self.cwd).unwrap_or(path).display().to_string()
+        path.strip_prefix(&self.cwd)
+            .unwrap_or(path)
+            .display()
+            .to_string()
     }
 
     /// Register a local file (once) and return its id; it is parsed by the next `load`.
@@ -113,23 +124,39 @@ impl Project {
     /// Load `pending` and every local module they reach; returns their ids in order.
     pub fn load(&mut self, pending: Vec<PendingModule>) -> Vec<u32> {
         let mut wave = Vec::new();
-        let ids: Vec<u32> = pending.into_iter().map(|module| self.register(module, &mut wave)).collect();
+        let ids: Vec<u32> = pending
+            .into_iter()
+            .map(|module| self.register(module, &mut wave))
+            .collect();
         while !wave.is_empty() {
             let cache = self.cache.as_ref();
-            let paths: Vec<&Path> = wave.iter().map(|&id| self.modules[id as usize].path.as_path()).collect();
-            let summaries: Vec<(Arc<ModuleSummary>, Option<String>)> =
-                paths.par_iter().map(|path| read_and_summarize(path, cache)).collect();
+            let paths: Vec<&Path> = wave
+                .iter()
+                .map(|&id| self.modules[id as usize].path.as_path())
+                .collect();
+            let summaries: Vec<(Arc<ModuleSummary>, Option<String>)> = paths
+                .par_iter()
+                .map(|path| read_and_summarize(path, cache))
+                .collect();
             for (&id, (summary, read_problem)) in wave.iter().zip(summaries) {
                 if let Some(message) = read_problem {
                     let file = self.display_path(&self.modules[id as usize].path);
-                    self.warnings.push(Warning { file, line: 0, message });
+                    self.warnings.push(Warning {
+                        file,
+                        line: 0,
+                        message,
+                    });
                 }
                 self.modules[id as usize].summary = summary;
             }
             let mut next = Vec::new();
             for &id in &wave {
                 let summary = self.modules[id as usize].summary.clone();
-                let targets = summary.imports.iter().map(|edge| self.resolve_edge(id as usize, edge, &mut next)).collect();
+                let targets = summary
+                    .imports
+                    .iter()
+                    .map(|edge| self.resolve_edge(id as usize, edge, &mut next))
+                    .collect();
                 self.modules[id as usize].targets = targets;
             }
             wave = next;
@@ -146,7 +173,12 @@ impl Project {
         ids
     }
 
-    fn resolve_edge(&mut self, id: usize, edge: &ImportEdge, next: &mut Vec<u32>) -> Vec<EdgeTarget> {
+    fn resolve_edge(
+        &mut self,
+        id: usize,
+        edge: &ImportEdge,
+        next: &mut Vec<u32>,
+    ) -> Vec<EdgeTarget> {
         let module = &self.modules[id];
         let base = if edge.level > 0 {
             match relative_base(&module.name, module.is_package, edge.level) {
@@ -161,7 +193,11 @@ impl Project {
                         ),
                     };
                     self.warnings.push(warning);
-                    return vec![EdgeTarget::Missing(format!("{}{}", ".".repeat(edge.level as usize), edge.module))];
+                    return vec![EdgeTarget::Missing(format!(
+                        "{}{}",
+                        ".".repeat(edge.level as usize),
+                        edge.module
+                    ))];
                 }
             }
         } else {
@@ -212,10 +248,18 @@ impl Project {
     ) {
         match location {
             Location::Stdlib => targets.push(EdgeTarget::Stdlib(name.to_string())),
-            Location::File { path, is_package, root, root_kind } => {
+            Location::File {
+                path,
+                is_package,
+                root,
+                root_kind,
+            } => {
                 let owned = self.dists.owns(&path);
                 if root_kind == RootKind::Site || owned {
-                    targets.push(EdgeTarget::ThirdParty { name: name.to_string(), path });
+                    targets.push(EdgeTarget::ThirdParty {
+                        name: name.to_string(),
+                        path,
+                    });
                     return;
                 }
                 // Importing a.b.c runs a/__init__.py and a/b/__init__.py first.
@@ -228,11 +272,23 @@ impl Project {
                     return; // a local namespace package has no code of its own
                 }
                 if !is_python_source(&path) {
-                    targets.push(EdgeTarget::ThirdParty { name: name.to_string(), path });
+                    targets.push(EdgeTarget::ThirdParty {
+                        name: name.to_string(),
+                        path,
+                    });
                     return;
                 }
-                let name = module_name_for(&root, &path).map(|(n, _)| n).unwrap_or_else(|| name.to_string());
-                let id = self.register(PendingModule { path, name, is_package }, next);
+                let name = module_name_for(&root, &path)
+                    .map(|(n, _)| n)
+                    .unwrap_or_else(|| name.to_string());
+                let id = self.register(
+                    PendingModule {
+                        path,
+                        name,
+                        is_package,
+                    },
+                    next,
+                );
                 targets.push(EdgeTarget::Local(id));
             }
         }
@@ -240,15 +296,23 @@ impl Project {
 }
 
 fn is_python_source(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "py" || e == "pyi" || e == "pyw")
+    path.extension()
+        .is_some_and(|e| e == "py" || e == "pyi" || e == "pyw")
 }
 
-fn read_and_summarize(path: &Path, cache: Option<&SummaryCache>) -> (Arc<ModuleSummary>, Option<String>) {
+fn read_and_summarize(
+    path: &Path,
+    cache: Option<&SummaryCache>,
+) -> (Arc<ModuleSummary>, Option<String>) {
     let bytes = match std::fs::metadata(path) {
         Ok(meta) if meta.len() > MAX_SOURCE_BYTES => {
             return (
                 Arc::default(),
-                Some(format!("skipped: {} bytes is over the {} MiB limit for source files", meta.len(), MAX_SOURCE_BYTES >> 20)),
+                Some(format!(
+                    "skipped: {} bytes is over the {} MiB limit for source files",
+                    meta.len(),
+                    MAX_SOURCE_BYTES >> 20
+                )),
             );
         }
         _ => match std::fs::read(path) {
@@ -299,9 +363,18 @@ mod tests {
 
     #[test]
     fn relative_bases() {
-        assert_eq!(relative_base("pkg.sub.mod", false, 1).as_deref(), Some("pkg.sub"));
-        assert_eq!(relative_base("pkg.sub", true, 1).as_deref(), Some("pkg.sub"));
-        assert_eq!(relative_base("pkg.sub.mod", false, 2).as_deref(), Some("pkg"));
+        assert_eq!(
+            relative_base("pkg.sub.mod", false, 1).as_deref(),
+            Some("pkg.sub")
+        );
+        assert_eq!(
+            relative_base("pkg.sub", true, 1).as_deref(),
+            Some("pkg.sub")
+        );
+        assert_eq!(
+            relative_base("pkg.sub.mod", false, 2).as_deref(),
+            Some("pkg")
+        );
         assert_eq!(relative_base("mod", false, 1), None);
     }
 }

@@ -7,13 +7,19 @@ use crate::spec::{DistributionNeed, Spec};
 
 /// `name==version`, one a line, sorted by normalised name.
 pub fn requirements(spec: &Spec) -> String {
-    spec.union_distributions().iter().map(|d| format!("{}=={}\n", d.name, d.version)).collect()
+    spec.union_distributions()
+        .iter()
+        .map(|d| format!("{}=={}\n", d.name, d.version))
+        .collect()
 }
 
 /// conda environment.yml: conda packages where the env is a conda env, pip for the rest.
 pub fn conda_environment(spec: &Spec, name: &str) -> String {
     let (conda, pip) = split_conda_pip(spec);
-    let mut out = format!("name: {name}\nchannels:\n  - conda-forge\ndependencies:\n  - python={}\n", python_minor(spec));
+    let mut out = format!(
+        "name: {name}\nchannels:\n  - conda-forge\ndependencies:\n  - python={}\n",
+        python_minor(spec)
+    );
     for entry in &conda {
         out.push_str(&format!("  - {entry}\n"));
     }
@@ -30,7 +36,8 @@ pub fn conda_environment(spec: &Spec, name: &str) -> String {
 /// The cctools poncho spec: `{"conda": {"channels": [...], "dependencies": [..., {"pip": [...]}]}}`.
 pub fn poncho(spec: &Spec) -> serde_json::Value {
     let (conda, pip) = split_conda_pip(spec);
-    let mut dependencies: Vec<serde_json::Value> = vec![format!("python={}", python_minor(spec)).into()];
+    let mut dependencies: Vec<serde_json::Value> =
+        vec![format!("python={}", python_minor(spec)).into()];
     dependencies.extend(conda.into_iter().map(serde_json::Value::from));
     dependencies.push("pip".into());
     dependencies.push(serde_json::json!({ "pip": pip }));
@@ -38,16 +45,28 @@ pub fn poncho(spec: &Spec) -> serde_json::Value {
 }
 
 fn python_minor(spec: &Spec) -> String {
-    spec.python.version.split('.').take(2).collect::<Vec<_>>().join(".")
+    spec.python
+        .version
+        .split('.')
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 fn split_conda_pip(spec: &Spec) -> (Vec<String>, Vec<String>) {
     let mut conda = Vec::new();
     let mut pip = Vec::new();
     for dist in spec.union_distributions() {
-        let DistributionNeed { name, version, conda_name, .. } = dist;
+        let DistributionNeed {
+            name,
+            version,
+            conda_name,
+            ..
+        } = dist;
         match conda_name {
-            Some(conda_name) if conda_name != "python" => conda.push(format!("{conda_name}={version}")),
+            Some(conda_name) if conda_name != "python" => {
+                conda.push(format!("{conda_name}={version}"))
+            }
             Some(_) => {}
             None => pip.push(format!("{name}=={version}")),
         }

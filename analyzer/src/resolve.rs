@@ -20,7 +20,12 @@ pub enum Location {
     /// A builtin or stdlib module of the target interpreter.
     Stdlib,
     /// A file (module, package `__init__`, extension) or a namespace directory.
-    File { path: PathBuf, is_package: bool, root: PathBuf, root_kind: RootKind },
+    File {
+        path: PathBuf,
+        is_package: bool,
+        root: PathBuf,
+        root_kind: RootKind,
+    },
 }
 
 /// What a directory holds: entry name -> is a directory.
@@ -61,7 +66,15 @@ impl Resolver {
                 roots.push((dir.clone(), RootKind::Site));
             }
         }
-        Resolver { roots, stdlib, stdlib_dirs: stdlib_dirs.to_vec(), builtins, extension_suffixes, listings: HashMap::new(), resolved: HashMap::new() }
+        Resolver {
+            roots,
+            stdlib,
+            stdlib_dirs: stdlib_dirs.to_vec(),
+            builtins,
+            extension_suffixes,
+            listings: HashMap::new(),
+            resolved: HashMap::new(),
+        }
     }
 
     pub fn is_stdlib_name(&self, top_level: &str) -> bool {
@@ -89,7 +102,9 @@ impl Resolver {
         }
         if self.stdlib.contains(top) && parts.len() > 1 && !self.local_shadows(top) {
             // `from typing import TYPE_CHECKING` names an attribute, `xml.etree` a submodule.
-            return self.stdlib_submodule_exists(&parts).then_some(Location::Stdlib);
+            return self
+                .stdlib_submodule_exists(&parts)
+                .then_some(Location::Stdlib);
         }
         let mut dirs: Vec<(PathBuf, RootKind)> = self.roots.clone();
         let mut last: Option<Location> = None;
@@ -103,12 +118,20 @@ impl Resolver {
                     return Some(Location::Stdlib);
                 }
                 let listing = self.listing(dir);
-                let root = if is_top { dir.clone() } else { self.root_of(&last) };
+                let root = if is_top {
+                    dir.clone()
+                } else {
+                    self.root_of(&last)
+                };
                 if let Some(&true) = listing.get(*part) {
                     let package_dir = dir.join(part);
                     let inner = self.listing(&package_dir);
                     if inner.contains_key("__init__.py") || inner.contains_key("__init__.pyi") {
-                        let init = if inner.contains_key("__init__.py") { "__init__.py" } else { "__init__.pyi" };
+                        let init = if inner.contains_key("__init__.py") {
+                            "__init__.py"
+                        } else {
+                            "__init__.pyi"
+                        };
                         step = Some(Step::Package(package_dir.join(init), root, *kind));
                         break;
                     }
@@ -128,18 +151,37 @@ impl Resolver {
             match step {
                 Some(Step::Package(init, root, kind)) => {
                     let package_dir = init.parent().map(Path::to_path_buf).unwrap_or_default();
-                    last = Some(Location::File { path: init, is_package: true, root, root_kind: kind });
+                    last = Some(Location::File {
+                        path: init,
+                        is_package: true,
+                        root,
+                        root_kind: kind,
+                    });
                     dirs = vec![(package_dir, kind)];
                 }
                 Some(Step::Module(file, root, kind)) => {
-                    last = Some(Location::File { path: file, is_package: false, root, root_kind: kind });
+                    last = Some(Location::File {
+                        path: file,
+                        is_package: false,
+                        root,
+                        root_kind: kind,
+                    });
                     // `a.b` where `a` is a plain module: `b` is an attribute, `a` is what runs.
                     return if is_last { last } else { None };
                 }
                 None if !portions.is_empty() => {
                     let (first, kind) = portions[0].clone();
-                    let root = if is_top { first.parent().map(Path::to_path_buf).unwrap_or_default() } else { self.root_of(&last) };
-                    last = Some(Location::File { path: first, is_package: true, root, root_kind: kind });
+                    let root = if is_top {
+                        first.parent().map(Path::to_path_buf).unwrap_or_default()
+                    } else {
+                        self.root_of(&last)
+                    };
+                    last = Some(Location::File {
+                        path: first,
+                        is_package: true,
+                        root,
+                        root_kind: kind,
+                    });
                     dirs = portions;
                 }
                 None => return None,
@@ -149,12 +191,17 @@ impl Resolver {
     }
 
     fn local_shadows(&mut self, top: &str) -> bool {
-        let locals: Vec<PathBuf> =
-            self.roots.iter().filter(|(_, k)| *k == RootKind::Local).map(|(r, _)| r.clone()).collect();
+        let locals: Vec<PathBuf> = self
+            .roots
+            .iter()
+            .filter(|(_, k)| *k == RootKind::Local)
+            .map(|(r, _)| r.clone())
+            .collect();
         locals.iter().any(|root| {
             let listing = self.listing(root);
             listing.get(&format!("{top}.py")) == Some(&false)
-                || (listing.get(top) == Some(&true) && self.listing(&root.join(top)).contains_key("__init__.py"))
+                || (listing.get(top) == Some(&true)
+                    && self.listing(&root.join(top)).contains_key("__init__.py"))
         })
     }
 
@@ -204,7 +251,9 @@ impl Resolver {
         let mut entries = HashMap::new();
         if let Ok(read) = std::fs::read_dir(dir) {
             for entry in read.flatten() {
-                let Ok(name) = entry.file_name().into_string() else { continue };
+                let Ok(name) = entry.file_name().into_string() else {
+                    continue;
+                };
                 let is_dir = match entry.file_type() {
                     Ok(t) if t.is_symlink() => entry.path().is_dir(),
                     Ok(t) => t.is_dir(),
@@ -222,7 +271,10 @@ impl Resolver {
 /// Dotted name of a file under `root` (`pkg/sub/__init__.py` -> `pkg.sub`).
 pub fn module_name_for(root: &Path, path: &Path) -> Option<(String, bool)> {
     let relative = path.strip_prefix(root).ok()?;
-    let mut parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let mut parts: Vec<String> = relative
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
     let file = parts.pop()?;
     let stem = file.split('.').next().unwrap_or_default().to_string();
     let is_package = stem == "__init__";

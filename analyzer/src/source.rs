@@ -33,7 +33,10 @@ pub fn decode(bytes: &[u8]) -> Decoded {
 fn decode_with(bytes: &[u8], encoding: &'static Encoding, label: &str) -> Decoded {
     if encoding == encoding_rs::UTF_8 {
         if let Ok(text) = std::str::from_utf8(bytes) {
-            return Decoded { text: text.to_owned(), lossy: None };
+            return Decoded {
+                text: text.to_owned(),
+                lossy: None,
+            };
         }
     }
     let (text, had_errors) = encoding.decode_without_bom_handling(bytes);
@@ -79,12 +82,17 @@ fn python_to_whatwg_label(label: &str) -> String {
     match lower.as_str() {
         "latin-1" | "iso-latin-1" | "iso8859-1" | "latin" | "l1" | "cp819" => "latin1".to_string(),
         "utf-8-sig" | "utf8-sig" => "utf-8".to_string(),
-        other => other.strip_prefix("iso8859-").map_or(other.to_string(), |n| format!("iso-8859-{n}")),
+        other => other
+            .strip_prefix("iso8859-")
+            .map_or(other.to_string(), |n| format!("iso-8859-{n}")),
     }
 }
 
 fn trim_start(line: &[u8]) -> &[u8] {
-    let start = line.iter().position(|b| !matches!(b, b' ' | b'\t' | b'\x0c')).unwrap_or(line.len());
+    let start = line
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t' | b'\x0c'))
+        .unwrap_or(line.len());
     &line[start..]
 }
 

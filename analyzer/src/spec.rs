@@ -127,7 +127,8 @@ impl Spec {
         let mut all: std::collections::BTreeMap<String, &DistributionNeed> = Default::default();
         for target in &self.targets {
             for dist in &target.distributions {
-                all.entry(crate::dists::normalize_name(&dist.name)).or_insert(dist);
+                all.entry(crate::dists::normalize_name(&dist.name))
+                    .or_insert(dist);
             }
         }
         all.into_values().collect()

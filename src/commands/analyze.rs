@@ -43,24 +43,34 @@ pub fn run(args: AnalyzeArgs) -> i32 {
         Format::Json => serde_json::to_string_pretty(&spec).unwrap_or_default() + "\n",
         Format::Requirements => lfm_analyzer::render::requirements(&spec),
         Format::Conda => lfm_analyzer::render::conda_environment(&spec, "lfm-env"),
-        Format::Poncho => serde_json::to_string_pretty(&lfm_analyzer::render::poncho(&spec)).unwrap_or_default() + "\n",
+        Format::Poncho => {
+            serde_json::to_string_pretty(&lfm_analyzer::render::poncho(&spec)).unwrap_or_default()
+                + "\n"
+        }
     };
     let mut stdout = std::io::stdout().lock();
-    if stdout.write_all(output.as_bytes()).and_then(|_| stdout.flush()).is_err() {
+    if stdout
+        .write_all(output.as_bytes())
+        .and_then(|_| stdout.flush())
+        .is_err()
+    {
         return EXIT_FAILED; // a closed pipe (`| head`) is not worth a panic
     }
     if args.format != Format::Table {
         print_warnings_to_stderr(&spec);
     }
     if args.strict && spec.targets.iter().any(TargetSpec::has_missing_required) {
-        eprintln!("error: required modules or distributions are not installed (see `missing` above)");
+        eprintln!(
+            "error: required modules or distributions are not installed (see `missing` above)"
+        );
         return EXIT_MISSING_REQUIRED;
     }
     0
 }
 
 fn print_warnings_to_stderr(spec: &Spec) {
-    let count: usize = spec.targets.iter().map(|t| t.warnings.len()).sum::<usize>() + spec.warnings.len();
+    let count: usize =
+        spec.targets.iter().map(|t| t.warnings.len()).sum::<usize>() + spec.warnings.len();
     if count > 0 {
         eprintln!("lfm: {count} warnings (see the table format or the `warnings` fields of --format json)");
     }
@@ -91,7 +101,12 @@ fn table(spec: &Spec, quiet: bool) -> String {
         }
         if !target.distributions.is_empty() {
             let _ = writeln!(out, "  distributions:");
-            let width = target.distributions.iter().map(|d| d.name.len() + d.version.len() + 1).max().unwrap_or(0);
+            let width = target
+                .distributions
+                .iter()
+                .map(|d| d.name.len() + d.version.len() + 1)
+                .max()
+                .unwrap_or(0);
             for dist in &target.distributions {
                 let label = format!("{} {}", dist.name, dist.version);
                 let why = if dist.direct {
@@ -103,7 +118,11 @@ fn table(spec: &Spec, quiet: bool) -> String {
                 let _ = writeln!(out, "    {label:<width$}  {why}{optional}");
             }
         }
-        for (kind, title) in [(ModuleKind::Local, "local"), (ModuleKind::ThirdParty, "third-party"), (ModuleKind::Stdlib, "stdlib")] {
+        for (kind, title) in [
+            (ModuleKind::Local, "local"),
+            (ModuleKind::ThirdParty, "third-party"),
+            (ModuleKind::Stdlib, "stdlib"),
+        ] {
             let modules: Vec<_> = target.modules.iter().filter(|m| m.kind == kind).collect();
             if modules.is_empty() {
                 continue;
@@ -132,22 +151,39 @@ fn table(spec: &Spec, quiet: bool) -> String {
             let _ = writeln!(
                 out,
                 "  {} {} imported at {}:{}",
-                if missing.optional { "note: optional module not installed:" } else { "MISSING:" },
+                if missing.optional {
+                    "note: optional module not installed:"
+                } else {
+                    "MISSING:"
+                },
                 missing.name,
                 missing.reason.file,
                 missing.reason.line
             );
         }
         for missing in &target.missing_distributions {
-            let _ = writeln!(out, "  MISSING distribution: {} (required by {})", missing.name, missing.required_by.join(" -> "));
+            let _ = writeln!(
+                out,
+                "  MISSING distribution: {} (required by {})",
+                missing.name,
+                missing.required_by.join(" -> ")
+            );
         }
         for warning in &target.warnings {
-            let _ = writeln!(out, "  warning: {}:{}: {}", warning.file, warning.line, warning.message);
+            let _ = writeln!(
+                out,
+                "  warning: {}:{}: {}",
+                warning.file, warning.line, warning.message
+            );
         }
         out.push('\n');
     }
     for warning in &spec.warnings {
-        let location = if warning.file.is_empty() { String::new() } else { format!("{}:{}: ", warning.file, warning.line) };
+        let location = if warning.file.is_empty() {
+            String::new()
+        } else {
+            format!("{}:{}: ", warning.file, warning.line)
+        };
         let _ = writeln!(out, "warning: {location}{}", warning.message);
     }
     out

@@ -16,7 +16,11 @@ pub fn analyze_json(args: &[&str]) -> serde_json::Value {
     let mut full = vec!["analyze", "--no-cache", "--format", "json"];
     full.extend_from_slice(args);
     let output = lfm(&full);
-    assert!(output.status.success(), "lfm {full:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "lfm {full:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     serde_json::from_slice(&output.stdout).expect("valid JSON")
 }
 
@@ -26,7 +30,17 @@ pub fn target<'a>(spec: &'a serde_json::Value, name: &str) -> &'a serde_json::Va
         .unwrap()
         .iter()
         .find(|t| t["target"] == name)
-        .unwrap_or_else(|| panic!("no target {name} in {:?}", spec["targets"].as_array().unwrap().iter().map(|t| &t["target"]).collect::<Vec<_>>()))
+        .unwrap_or_else(|| {
+            panic!(
+                "no target {name} in {:?}",
+                spec["targets"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| &t["target"])
+                    .collect::<Vec<_>>()
+            )
+        })
 }
 
 /// Sorted names of every module in a target's closure, installed or not.
