@@ -277,11 +277,7 @@ fn cache_gives_the_same_answer_and_sees_changes() {
     assert!(cache.path().join("analyze-summaries.bin").exists());
     assert_eq!(run(), cold);
     std::fs::write(&file, "import json\n\ndef f():\n    return json\n").unwrap();
-    assert_eq!(names(target_of(&run(), "job:f")), ["json"]);
-}
-
-fn target_of<'a>(spec: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    target(spec, name)
+    assert_eq!(names(target(&run(), "job:f")), ["json"]);
 }
 
 fn module<'a>(target: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
