@@ -260,7 +260,7 @@ fn cache_gives_the_same_answer_and_sees_changes() {
     let project = tempfile::tempdir().unwrap();
     let file = project.path().join("job.py");
     std::fs::write(&file, "import csv\n\ndef f():\n    return csv\n").unwrap();
-    let target = format!("{}:f", file.display());
+    let job = format!("{}:f", file.display());
     let run = || {
         let output = lfm(&[
             "analyze",
@@ -268,7 +268,7 @@ fn cache_gives_the_same_answer_and_sees_changes() {
             "json",
             "--cache-dir",
             cache.path().to_str().unwrap(),
-            &target,
+            &job,
         ]);
         assert!(output.status.success());
         serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
