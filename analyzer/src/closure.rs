@@ -4,10 +4,13 @@
 //! it (any depth), the module globals it reads followed to their bindings, and the whole-module
 //! closure of every local module those reach (importing a module runs all of it).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::rc::Rc;
+
+use rustc_hash::FxHashSet as HashSet;
 
 use crate::dists::Owner;
-use crate::extract::{Binding, ImportEdge, ScopeKind};
+use crate::extract::{Binding, ImportEdge, ModuleSummary, ScopeKind};
 use crate::project::{EdgeTarget, Project};
 use crate::spec::{
     DistributionNeed, MissingDistribution, MissingModule, ModuleKind, ModuleNeed, Reason,
@@ -107,29 +110,74 @@ const BUILTINS: &[&str] = &[
     "False",
 ];
 
-#[derive(Clone)]
-enum Work {
+/// The path from the target to where the walk is: functions, globals and local modules
+/// followed. Shared tails make extending it a pointer copy, not a vector clone.
+#[derive(Clone, Default)]
+struct Chain<'p>(Option<Rc<Link<'p>>>);
+
+struct Link<'p> {
+    name: &'p str,
+    parent: Chain<'p>,
+}
+
+impl<'p> Chain<'p> {
+    fn of(name: &'p str) -> Chain<'p> {
+        Chain::default().then(name)
+    }
+
+    fn then(&self, name: &'p str) -> Chain<'p> {
+        Chain(Some(Rc::new(Link {
+            name,
+            parent: self.clone(),
+        })))
+    }
+
+    /// Extend unless `name` is already the last step (a def reached through its own name).
+    fn then_new(&self, name: &'p str) -> Chain<'p> {
+        match &self.0 {
+            Some(link) if link.name == name => self.clone(),
+            _ => self.then(name),
+        }
+    }
+
+    fn to_vec(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut cursor = &self.0;
+        while let Some(link) = cursor {
+            out.push(link.name.to_string());
+            cursor = &link.parent.0;
+        }
+        out.reverse();
+        out
+    }
+}
+
+enum Work<'p> {
+    /// A def/class body and everything nested in it.
     Scope {
         module: u32,
         scope: u32,
-        chain: Vec<String>,
+        chain: Chain<'p>,
         optional: bool,
     },
+    /// What running the def/class statement needs (decorators, defaults, bases, class body).
     Definition {
         module: u32,
         scope: u32,
-        chain: Vec<String>,
+        chain: Chain<'p>,
         optional: bool,
     },
+    /// A module-level name, followed to its bindings.
     Name {
         module: u32,
-        name: String,
-        chain: Vec<String>,
+        name: &'p str,
+        chain: Chain<'p>,
         optional: bool,
     },
+    /// A whole local module (importing it runs all of it).
     Module {
         module: u32,
-        chain: Vec<String>,
+        chain: Chain<'p>,
         optional: bool,
     },
 }
@@ -145,11 +193,11 @@ struct Reached {
 
 struct Walk<'p> {
     project: &'p Project,
-    queue: VecDeque<Work>,
+    queue: VecDeque<Work<'p>>,
     seen: HashSet<(u8, u32, u32, bool)>,
-    seen_names: HashSet<(u32, String, bool)>,
-    reached: BTreeMap<String, Reached>,
-    missing: BTreeMap<String, MissingModule>,
+    seen_names: HashSet<(u32, &'p str, bool)>,
+    reached: BTreeMap<&'p str, Reached>,
+    missing: BTreeMap<&'p str, MissingModule>,
     local_modules: BTreeSet<u32>,
 }
 
@@ -159,24 +207,25 @@ pub fn target_closure(project: &Project, module: u32, scope: Option<u32>) -> Tar
     let mut walk = Walk {
         project,
         queue: VecDeque::new(),
-        seen: HashSet::new(),
-        seen_names: HashSet::new(),
+        seen: HashSet::default(),
+        seen_names: HashSet::default(),
         reached: BTreeMap::new(),
         missing: BTreeMap::new(),
         local_modules: BTreeSet::new(),
     };
     let (target, kind, line) = match scope {
         None => {
+            let chain = Chain::of(&loaded.name);
             walk.queue.push_back(Work::Module {
                 module,
-                chain: vec![loaded.name.clone()],
+                chain,
                 optional: false,
             });
             (loaded.name.clone(), TargetKind::Module, 1)
         }
         Some(scope_id) => {
             let scope = &loaded.summary.scopes[scope_id as usize];
-            let chain = vec![scope.name.clone()];
+            let chain = Chain::of(&scope.name);
             walk.queue.push_back(Work::Scope {
                 module,
                 scope: scope_id,
@@ -194,10 +243,11 @@ pub fn target_closure(project: &Project, module: u32, scope: Option<u32>) -> Tar
             while parent != 0 {
                 let enclosing = &loaded.summary.scopes[parent as usize];
                 if enclosing.kind == ScopeKind::Class {
+                    let chain = chain.then(&enclosing.name);
                     walk.queue.push_back(Work::Definition {
                         module,
                         scope: parent,
-                        chain: vec![scope.name.clone(), enclosing.name.clone()],
+                        chain,
                         optional: false,
                     });
                 }
@@ -216,6 +266,11 @@ pub fn target_closure(project: &Project, module: u32, scope: Option<u32>) -> Tar
 }
 
 impl<'p> Walk<'p> {
+    fn summary(&self, module: u32) -> &'p ModuleSummary {
+        let project: &'p Project = self.project;
+        &project.modules[module as usize].summary
+    }
+
     fn run(&mut self) {
         while let Some(work) = self.queue.pop_front() {
             match work {
@@ -227,7 +282,7 @@ impl<'p> Walk<'p> {
                     if !self.seen.insert((0, module, 0, optional)) {
                         continue;
                     }
-                    let summary = &self.project.modules[module as usize].summary;
+                    let summary = self.summary(module);
                     for (index, edge) in summary.imports.iter().enumerate() {
                         self.add_edge(module, index, edge, &chain, optional);
                     }
@@ -241,22 +296,20 @@ impl<'p> Walk<'p> {
                     if !self.seen.insert((1, module, scope, optional)) {
                         continue;
                     }
-                    let summary = self.project.modules[module as usize].summary.clone();
+                    let summary = self.summary(module);
                     let mut stack = vec![scope];
-                    let mut inside: HashSet<u32> = HashSet::new();
-                    while let Some(s) = stack.pop() {
-                        inside.insert(s);
-                        stack.extend(summary.scopes[s as usize].children.iter().copied());
-                    }
-                    for (index, edge) in summary.imports.iter().enumerate() {
-                        if inside.contains(&edge.scope) {
-                            self.add_edge(module, index, edge, &chain, optional);
+                    while let Some(inner) = stack.pop() {
+                        let inner = &summary.scopes[inner as usize];
+                        for &index in &inner.imports {
+                            let edge = &summary.imports[index as usize];
+                            self.add_edge(module, index as usize, edge, &chain, optional);
                         }
+                        stack.extend(inner.children.iter().copied());
                     }
                     for name in &summary.scopes[scope as usize].free_names {
                         self.queue.push_back(Work::Name {
                             module,
-                            name: name.clone(),
+                            name,
                             chain: chain.clone(),
                             optional,
                         });
@@ -271,18 +324,19 @@ impl<'p> Walk<'p> {
                     if !self.seen.insert((2, module, scope, optional)) {
                         continue;
                     }
-                    let summary = self.project.modules[module as usize].summary.clone();
-                    for (index, edge) in summary.imports.iter().enumerate() {
-                        if edge.scope == scope
-                            && summary.scopes[scope as usize].kind == ScopeKind::Class
-                        {
-                            self.add_edge(module, index, edge, &chain, optional);
+                    let summary = self.summary(module);
+                    // A class body runs its own imports when the class statement runs.
+                    let definition = &summary.scopes[scope as usize];
+                    if definition.kind == ScopeKind::Class {
+                        for &index in &definition.imports {
+                            let edge = &summary.imports[index as usize];
+                            self.add_edge(module, index as usize, edge, &chain, optional);
                         }
                     }
-                    for name in &summary.scopes[scope as usize].definition_reads {
+                    for name in &definition.definition_reads {
                         self.queue.push_back(Work::Name {
                             module,
-                            name: name.clone(),
+                            name,
                             chain: chain.clone(),
                             optional,
                         });
@@ -298,20 +352,18 @@ impl<'p> Walk<'p> {
         }
     }
 
-    fn follow_name(&mut self, module: u32, name: String, chain: Vec<String>, optional: bool) {
-        if !self.seen_names.insert((module, name.clone(), optional)) {
+    fn follow_name(&mut self, module: u32, name: &'p str, chain: Chain<'p>, optional: bool) {
+        if !self.seen_names.insert((module, name, optional)) {
             return;
         }
-        let summary = self.project.modules[module as usize].summary.clone();
-        let Some(bindings) = summary.bindings.get(&name) else {
-            if !BUILTINS.contains(&name.as_str()) {
+        let summary = self.summary(module);
+        let Some(bindings) = summary.bindings.get(name) else {
+            if !BUILTINS.contains(&name) {
                 // Possibly provided by `from x import *`.
-                if let Some(stars) = summary.bindings.get("*") {
-                    for binding in stars {
-                        if let Binding::Import { edge } = binding {
-                            let edge_ref = &summary.imports[*edge as usize];
-                            self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
-                        }
+                for binding in summary.bindings.get("*").into_iter().flatten() {
+                    if let Binding::Import { edge } = binding {
+                        let edge_ref = &summary.imports[*edge as usize];
+                        self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
                     }
                 }
             }
@@ -321,44 +373,40 @@ impl<'p> Walk<'p> {
             match binding {
                 Binding::Import { edge } => {
                     let edge_ref = &summary.imports[*edge as usize];
-                    let mut next = chain.clone();
-                    if edge_ref.member.is_some() && next.last() != Some(&name) {
-                        next.push(name.clone());
-                    }
-                    self.add_edge(module, *edge as usize, edge_ref, &next, optional);
+                    let chain = if edge_ref.member.is_some() {
+                        chain.then_new(name)
+                    } else {
+                        chain.clone()
+                    };
+                    self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
                 }
                 Binding::Definition { scope } => {
-                    let mut next = chain.clone();
-                    let scope_name = &summary.scopes[*scope as usize].name;
-                    if next.last() != Some(scope_name) {
-                        next.push(scope_name.clone());
-                    }
+                    let chain = chain.then_new(&summary.scopes[*scope as usize].name);
                     self.queue.push_back(Work::Scope {
                         module,
                         scope: *scope,
-                        chain: next.clone(),
+                        chain: chain.clone(),
                         optional,
                     });
                     self.queue.push_back(Work::Definition {
                         module,
                         scope: *scope,
-                        chain: next,
+                        chain,
                         optional,
                     });
                 }
                 Binding::Value { reads, edges, .. } => {
-                    let mut next = chain.clone();
-                    next.push(name.clone());
+                    let chain = chain.then(name);
                     for &edge in edges {
                         let edge_ref = &summary.imports[edge as usize];
-                        self.add_edge(module, edge as usize, edge_ref, &next, optional);
+                        self.add_edge(module, edge as usize, edge_ref, &chain, optional);
                     }
                     for read in reads {
-                        if *read != name {
+                        if read != name {
                             self.queue.push_back(Work::Name {
                                 module,
-                                name: read.clone(),
-                                chain: next.clone(),
+                                name: read,
+                                chain: chain.clone(),
                                 optional,
                             });
                         }
@@ -373,69 +421,58 @@ impl<'p> Walk<'p> {
         module: u32,
         index: usize,
         edge: &ImportEdge,
-        chain: &[String],
+        chain: &Chain<'p>,
         inherited_optional: bool,
     ) {
         if edge.context.type_checking {
             return;
         }
-        let loaded = &self.project.modules[module as usize];
+        let project: &'p Project = self.project;
+        let loaded = &project.modules[module as usize];
         let optional = inherited_optional || edge.context.optional;
-        let contexts = edge_contexts(edge);
-        let reason = Reason {
-            file: self.project.display_path(&loaded.path),
-            line: edge.line,
-            chain: chain.to_vec(),
-        };
         let Some(targets) = loaded.targets.get(index) else {
             return;
         };
+        let reason = || Reason {
+            file: loaded.display.clone(),
+            line: edge.line,
+            chain: chain.to_vec(),
+        };
         for target in targets {
-            let (name, kind, path) = match target {
+            let (name, kind, path): (&'p str, _, _) = match target {
                 EdgeTarget::Local(id) => {
-                    let local = &self.project.modules[*id as usize];
+                    let local = &project.modules[*id as usize];
                     self.local_modules.insert(*id);
-                    let mut next = chain.to_vec();
-                    next.push(local.name.clone());
+                    let chain = chain.then(&local.name);
                     self.queue.push_back(Work::Module {
                         module: *id,
-                        chain: next,
+                        chain,
                         optional,
                     });
-                    (
-                        local.name.clone(),
-                        ModuleKind::Local,
-                        Some(local.path.clone()),
-                    )
+                    (&local.name, ModuleKind::Local, Some(&local.path))
                 }
-                EdgeTarget::Stdlib(name) => (name.clone(), ModuleKind::Stdlib, None),
-                EdgeTarget::ThirdParty { name, path } => {
-                    (name.clone(), ModuleKind::ThirdParty, Some(path.clone()))
-                }
+                EdgeTarget::Stdlib(name) => (name, ModuleKind::Stdlib, None),
+                EdgeTarget::ThirdParty { name, path } => (name, ModuleKind::ThirdParty, Some(path)),
                 EdgeTarget::Missing(name) => {
-                    let entry = self
-                        .missing
-                        .entry(name.clone())
-                        .or_insert_with(|| MissingModule {
-                            name: name.clone(),
-                            optional,
-                            reason: reason.clone(),
-                        });
+                    let entry = self.missing.entry(name).or_insert_with(|| MissingModule {
+                        name: name.clone(),
+                        optional,
+                        reason: reason(),
+                    });
                     entry.optional &= optional;
                     continue;
                 }
             };
-            let file = path.as_ref().map(|p| self.project.display_path(p));
             let entry = self.reached.entry(name).or_insert_with(|| Reached {
                 kind,
-                file,
-                path,
+                file: path.map(|p| project.display_path(p)),
+                path: path.cloned(),
                 required: false,
                 contexts: BTreeSet::new(),
-                reason: reason.clone(),
+                reason: reason(),
             });
             entry.required |= !optional;
-            entry.contexts.extend(contexts.iter().copied());
+            entry.contexts.extend(edge_contexts(edge));
         }
     }
 
@@ -454,7 +491,7 @@ impl<'p> Walk<'p> {
                     Owner::One(id) => {
                         let entry = direct.entry(id).or_insert((false, Vec::new()));
                         entry.0 |= reached.required;
-                        entry.1.push(name.clone());
+                        entry.1.push(name.to_string());
                         distribution = Some(project.dists.dists[id as usize].name.clone());
                     }
                     Owner::Ambiguous(ids) => {
@@ -482,7 +519,7 @@ impl<'p> Walk<'p> {
                 }
             }
             modules.push(ModuleNeed {
-                name,
+                name: name.to_string(),
                 kind: reached.kind,
                 file: reached.file,
                 distribution,
@@ -559,7 +596,7 @@ impl<'p> Walk<'p> {
             let other = &project.modules[id as usize];
             for problem in &other.summary.problems {
                 warnings.push(Warning {
-                    file: project.display_path(&other.path),
+                    file: other.display.clone(),
                     line: problem.line,
                     message: problem.message.clone(),
                 });
@@ -572,7 +609,7 @@ impl<'p> Walk<'p> {
             target,
             kind,
             module: loaded.name.clone(),
-            file: project.display_path(&loaded.path),
+            file: loaded.display.clone(),
             line,
             modules,
             distributions,

@@ -75,6 +75,8 @@ pub struct Scope {
     /// Names read when the `def`/`class` statement itself runs: decorators, defaults,
     /// annotations, bases, and for a class its body's own statements (not its methods' bodies).
     pub definition_reads: Vec<String>,
+    /// Import edges whose innermost scope is this one.
+    pub imports: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -215,6 +217,7 @@ impl<'a> Extractor<'a> {
             children: Vec::new(),
             free_names: Vec::new(),
             definition_reads: Vec::new(),
+            imports: Vec::new(),
         });
         self.builds.push(ScopeBuild {
             loads: HashSet::new(),
@@ -587,6 +590,9 @@ impl<'a> Extractor<'a> {
     }
 
     fn finish(mut self) -> ModuleSummary {
+        for (index, edge) in self.imports.iter().enumerate() {
+            self.scopes[edge.scope as usize].imports.push(index as u32);
+        }
         // Children were created after their parents, so a reverse sweep sees every child first.
         for id in (0..self.scopes.len()).rev() {
             let build = &self.builds[id];

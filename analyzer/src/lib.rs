@@ -88,8 +88,81 @@ struct Located {
     text: String,
 }
 
-/// Analyse `targets` (`dir`, `file.py`, `file.py:func`, `file.py:Class.method`, `pkg.mod:func`).
+/// Analyse `targets` (`dir`, `file.py`, `file.py:func`, `file.py:Class.method`, `pkg.mod:func`)
+/// and return the whole Spec. For trees with many functions, [`prepare`] and
+/// [`Analysis::for_each_chunk`] keep memory to one chunk of targets at a time.
 pub fn analyze(targets: &[String], options: &Options) -> Result<Spec, AnalyzeError> {
+    let analysis = prepare(targets, options)?;
+    let mut specs = Vec::with_capacity(analysis.len());
+    analysis
+        .for_each_chunk(usize::MAX, |chunk| {
+            specs.extend(chunk);
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .unwrap_or_else(|never| match never {});
+    Ok(Spec {
+        format: SPEC_FORMAT.to_string(),
+        python: analysis.python(),
+        targets: specs,
+        warnings: analysis.warnings(),
+    })
+}
+
+/// Every file parsed and every import resolved; closures are computed on demand.
+pub struct Analysis {
+    project: Project,
+    /// (module, scope) pairs in output order; `None` is the module itself.
+    jobs: Vec<(u32, Option<u32>)>,
+}
+
+impl Analysis {
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    pub fn python(&self) -> PythonInfo {
+        let interpreter = &self.project.interpreter;
+        PythonInfo {
+            version: interpreter.version.clone(),
+            executable: interpreter.executable.display().to_string(),
+            prefix: interpreter.prefix.display().to_string(),
+            platform: interpreter.platform_tag.clone(),
+            soabi: interpreter.soabi.clone(),
+        }
+    }
+
+    /// Problems not tied to one target.
+    pub fn warnings(&self) -> Vec<spec::Warning> {
+        let mut warnings = self.project.warnings.clone();
+        warnings.sort();
+        warnings.dedup();
+        warnings
+    }
+
+    /// Compute target closures in order, `chunk` at a time (in parallel within a chunk), and
+    /// hand each chunk to `sink` before computing the next.
+    pub fn for_each_chunk<E>(
+        &self,
+        chunk: usize,
+        mut sink: impl FnMut(Vec<spec::TargetSpec>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for jobs in self.jobs.chunks(chunk.max(1)) {
+            let specs: Vec<_> = jobs
+                .par_iter()
+                .map(|&(id, scope)| closure::target_closure(&self.project, id, scope))
+                .collect();
+            sink(specs)?;
+        }
+        Ok(())
+    }
+}
+
+/// Locate the targets, parse every file they reach and resolve every import.
+pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, AnalyzeError> {
     let interpreter = match &options.environment {
         Environment::Python(python) => Interpreter::query(python)?,
         Environment::Prefix(prefix) => Interpreter::for_prefix(prefix)?,
@@ -170,26 +243,7 @@ pub fn analyze(targets: &[String], options: &Options) -> Result<Spec, AnalyzeErr
             }
         }
     }
-    let specs: Vec<_> = jobs
-        .par_iter()
-        .map(|&(id, scope)| closure::target_closure(&project, id, scope))
-        .collect();
-    let mut warnings = project.warnings.clone();
-    warnings.sort();
-    warnings.dedup();
-    let interpreter = &project.interpreter;
-    Ok(Spec {
-        format: SPEC_FORMAT.to_string(),
-        python: PythonInfo {
-            version: interpreter.version.clone(),
-            executable: interpreter.executable.display().to_string(),
-            prefix: interpreter.prefix.display().to_string(),
-            platform: interpreter.platform_tag.clone(),
-            soabi: interpreter.soabi.clone(),
-        },
-        targets: specs,
-        warnings,
-    })
+    Ok(Analysis { project, jobs })
 }
 
 fn locate(

@@ -23,6 +23,8 @@ const MAX_SOURCE_BYTES: u64 = 64 * 1024 * 1024;
 pub struct LoadedModule {
     pub name: String,
     pub path: PathBuf,
+    /// `path` as shown to people: relative to the working directory when below it.
+    pub display: String,
     pub is_package: bool,
     pub summary: Arc<ModuleSummary>,
     /// For each import edge of the summary, what it resolves to.
@@ -110,7 +112,9 @@ impl Project {
         }
         let id = self.modules.len() as u32;
         self.by_path.insert(module.path.clone(), id);
+        let display = self.display_path(&module.path);
         self.modules.push(LoadedModule {
+            display,
             name: module.name,
             path: module.path,
             is_package: module.is_package,

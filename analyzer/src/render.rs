@@ -3,22 +3,22 @@
 //! With several targets each gives the union of their distributions; the JSON Spec keeps them
 //! apart.
 
-use crate::spec::{DistributionNeed, Spec};
+use crate::spec::DistributionNeed;
 
-/// `name==version`, one a line, sorted by normalised name.
-pub fn requirements(spec: &Spec) -> String {
-    spec.union_distributions()
+/// `name==version`, one a line, in the order given (a union is sorted by normalised name).
+pub fn requirements(dists: &[&DistributionNeed]) -> String {
+    dists
         .iter()
         .map(|d| format!("{}=={}\n", d.name, d.version))
         .collect()
 }
 
 /// conda environment.yml: conda packages where the env is a conda env, pip for the rest.
-pub fn conda_environment(spec: &Spec, name: &str) -> String {
-    let (conda, pip) = split_conda_pip(spec);
+pub fn conda_environment(python_version: &str, dists: &[&DistributionNeed], name: &str) -> String {
+    let (conda, pip) = split_conda_pip(dists);
     let mut out = format!(
         "name: {name}\nchannels:\n  - conda-forge\ndependencies:\n  - python={}\n",
-        python_minor(spec)
+        python_minor(python_version)
     );
     for entry in &conda {
         out.push_str(&format!("  - {entry}\n"));
@@ -34,29 +34,24 @@ pub fn conda_environment(spec: &Spec, name: &str) -> String {
 }
 
 /// The cctools poncho spec: `{"conda": {"channels": [...], "dependencies": [..., {"pip": [...]}]}}`.
-pub fn poncho(spec: &Spec) -> serde_json::Value {
-    let (conda, pip) = split_conda_pip(spec);
+pub fn poncho(python_version: &str, dists: &[&DistributionNeed]) -> serde_json::Value {
+    let (conda, pip) = split_conda_pip(dists);
     let mut dependencies: Vec<serde_json::Value> =
-        vec![format!("python={}", python_minor(spec)).into()];
+        vec![format!("python={}", python_minor(python_version)).into()];
     dependencies.extend(conda.into_iter().map(serde_json::Value::from));
     dependencies.push("pip".into());
     dependencies.push(serde_json::json!({ "pip": pip }));
     serde_json::json!({ "conda": { "channels": ["conda-forge"], "dependencies": dependencies } })
 }
 
-fn python_minor(spec: &Spec) -> String {
-    spec.python
-        .version
-        .split('.')
-        .take(2)
-        .collect::<Vec<_>>()
-        .join(".")
+fn python_minor(version: &str) -> String {
+    version.split('.').take(2).collect::<Vec<_>>().join(".")
 }
 
-fn split_conda_pip(spec: &Spec) -> (Vec<String>, Vec<String>) {
+fn split_conda_pip(dists: &[&DistributionNeed]) -> (Vec<String>, Vec<String>) {
     let mut conda = Vec::new();
     let mut pip = Vec::new();
-    for dist in spec.union_distributions() {
+    for dist in dists {
         let DistributionNeed {
             name,
             version,

@@ -1,16 +1,22 @@
 //! `lfm analyze`: run the analyzer and print the Spec in the chosen format.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::Write as _;
+use std::io::{BufWriter, IsTerminal, Write};
 
-use lfm_analyzer::spec::{ModuleKind, Spec, TargetSpec};
-use lfm_analyzer::{analyze, AnalyzeError, Environment, Options};
+use lfm_analyzer::dists::normalize_name;
+use lfm_analyzer::render;
+use lfm_analyzer::spec::{DistributionNeed, ModuleKind, TargetSpec, SPEC_FORMAT};
+use lfm_analyzer::{prepare, Analysis, AnalyzeError, Environment, Options};
 
 use crate::cli::{AnalyzeArgs, Format};
 
 pub const EXIT_FAILED: i32 = 1;
 pub const EXIT_TARGET_NOT_FOUND: i32 = 3;
 pub const EXIT_MISSING_REQUIRED: i32 = 4;
+
+/// Targets computed and printed per chunk, so a whole site-packages never sits in memory.
+const CHUNK: usize = 512;
 
 pub fn run(args: AnalyzeArgs) -> i32 {
     let mut options = Options::default();
@@ -26,8 +32,8 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     } else if let Some(dir) = args.cache_dir {
         options.cache_dir = Some(dir);
     }
-    let spec = match analyze(&args.targets, &options) {
-        Ok(spec) => spec,
+    let analysis = match prepare(&args.targets, &options) {
+        Ok(analysis) => analysis,
         Err(AnalyzeError::TargetNotFound { target, reason }) => {
             eprintln!("error: target not found: {target}\n  {reason}");
             eprintln!("hint: targets are DIR, FILE.py, FILE.py:FUNC, FILE.py:Class.method or pkg.mod:FUNC");
@@ -38,47 +44,129 @@ pub fn run(args: AnalyzeArgs) -> i32 {
             return EXIT_FAILED;
         }
     };
-    let output = match args.format {
-        Format::Table => table(&spec, args.quiet),
-        Format::Json => serde_json::to_string_pretty(&spec).unwrap_or_default() + "\n",
-        Format::Requirements => lfm_analyzer::render::requirements(&spec),
-        Format::Conda => lfm_analyzer::render::conda_environment(&spec, "lfm-env"),
-        Format::Poncho => {
-            serde_json::to_string_pretty(&lfm_analyzer::render::poncho(&spec)).unwrap_or_default()
-                + "\n"
+    let stdout = std::io::stdout();
+    let pretty = stdout.is_terminal();
+    let mut out = BufWriter::new(stdout.lock());
+    let mut totals = Totals::default();
+    let written = match args.format {
+        Format::Json => write_json(&analysis, &mut out, pretty, &mut totals),
+        Format::Table => analysis.for_each_chunk(CHUNK, |targets| {
+            for target in &targets {
+                totals.count(target);
+                out.write_all(table_entry(target, args.quiet).as_bytes())?;
+            }
+            Ok(())
+        }),
+        Format::Requirements | Format::Conda | Format::Poncho => {
+            let mut union: BTreeMap<String, DistributionNeed> = BTreeMap::new();
+            let collected = analysis.for_each_chunk(CHUNK, |targets| {
+                for target in targets {
+                    totals.count(&target);
+                    for dist in target.distributions {
+                        union.entry(normalize_name(&dist.name)).or_insert(dist);
+                    }
+                }
+                Ok::<(), std::io::Error>(())
+            });
+            let dists: Vec<&DistributionNeed> = union.values().collect();
+            let python = analysis.python().version;
+            let text = match args.format {
+                Format::Requirements => render::requirements(&dists),
+                Format::Conda => render::conda_environment(&python, &dists, "lfm-env"),
+                _ => {
+                    serde_json::to_string_pretty(&render::poncho(&python, &dists))
+                        .unwrap_or_default()
+                        + "\n"
+                }
+            };
+            collected.and_then(|_| out.write_all(text.as_bytes()))
         }
     };
-    let mut stdout = std::io::stdout().lock();
-    if stdout
-        .write_all(output.as_bytes())
-        .and_then(|_| stdout.flush())
-        .is_err()
-    {
+    let global_warnings = analysis.warnings();
+    let finished = written
+        .and_then(|_| {
+            if args.format == Format::Table {
+                for warning in &global_warnings {
+                    let location = if warning.file.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{}:{}: ", warning.file, warning.line)
+                    };
+                    writeln!(out, "warning: {location}{}", warning.message)?;
+                }
+            }
+            Ok(())
+        })
+        .and_then(|_| out.flush());
+    if finished.is_err() {
         return EXIT_FAILED; // a closed pipe (`| head`) is not worth a panic
     }
-    if args.format != Format::Table {
-        print_warnings_to_stderr(&spec);
+    let warning_count = totals.warnings + global_warnings.len();
+    if args.format != Format::Table && warning_count > 0 {
+        eprintln!("lfm: {warning_count} warnings (see the table format or the `warnings` fields of --format json)");
     }
-    if args.strict && spec.targets.iter().any(TargetSpec::has_missing_required) {
-        eprintln!(
-            "error: required modules or distributions are not installed (see `missing` above)"
-        );
+    if args.strict && totals.missing_required {
+        eprintln!("error: required modules or distributions are not installed (see `missing`)");
         return EXIT_MISSING_REQUIRED;
     }
     0
 }
 
-fn print_warnings_to_stderr(spec: &Spec) {
-    let count: usize =
-        spec.targets.iter().map(|t| t.warnings.len()).sum::<usize>() + spec.warnings.len();
-    if count > 0 {
-        eprintln!("lfm: {count} warnings (see the table format or the `warnings` fields of --format json)");
+#[derive(Default)]
+struct Totals {
+    warnings: usize,
+    missing_required: bool,
+}
+
+impl Totals {
+    fn count(&mut self, target: &TargetSpec) {
+        self.warnings += target.warnings.len();
+        self.missing_required |= target.has_missing_required();
     }
 }
 
-fn table(spec: &Spec, quiet: bool) -> String {
+/// The Spec as one JSON document, written target by target.
+fn write_json(
+    analysis: &Analysis,
+    out: &mut impl Write,
+    pretty: bool,
+    totals: &mut Totals,
+) -> std::io::Result<()> {
+    fn value(
+        out: &mut impl Write,
+        pretty: bool,
+        value: &impl serde::Serialize,
+    ) -> std::io::Result<()> {
+        if pretty {
+            serde_json::to_writer_pretty(out, value)?;
+        } else {
+            serde_json::to_writer(out, value)?;
+        }
+        Ok(())
+    }
+    write!(out, "{{\"format\":\"{SPEC_FORMAT}\",\"python\":")?;
+    value(out, pretty, &analysis.python())?;
+    write!(out, ",\"targets\":[")?;
+    let mut first = true;
+    analysis.for_each_chunk(CHUNK, |targets| {
+        for target in &targets {
+            totals.count(target);
+            if !first {
+                out.write_all(b",")?;
+            }
+            first = false;
+            value(out, pretty, target)?;
+        }
+        Ok::<(), std::io::Error>(())
+    })?;
+    write!(out, "],\"warnings\":")?;
+    value(out, pretty, &analysis.warnings())?;
+    writeln!(out, "}}")
+}
+
+fn table_entry(target: &TargetSpec, quiet: bool) -> String {
     let mut out = String::new();
-    for target in &spec.targets {
+    {
         let dists = target.distributions.len();
         let direct = target.distributions.iter().filter(|d| d.direct).count();
         let _ = writeln!(
@@ -97,7 +185,7 @@ fn table(spec: &Spec, quiet: bool) -> String {
             target.modules.len()
         );
         if quiet {
-            continue;
+            return out;
         }
         if !target.distributions.is_empty() {
             let _ = writeln!(out, "  distributions:");
@@ -177,14 +265,6 @@ fn table(spec: &Spec, quiet: bool) -> String {
             );
         }
         out.push('\n');
-    }
-    for warning in &spec.warnings {
-        let location = if warning.file.is_empty() {
-            String::new()
-        } else {
-            format!("{}:{}: ", warning.file, warning.line)
-        };
-        let _ = writeln!(out, "warning: {location}{}", warning.message);
     }
     out
 }
