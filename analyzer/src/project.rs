@@ -99,10 +99,15 @@ impl Project {
     }
 
     pub fn display_path(&self, path: &Path) -> String {
-        path.strip_prefix(&self.cwd)
-            .unwrap_or(path)
-            .display()
-            .to_string()
+        // A byte prefix test: Path::strip_prefix walks components, and this runs per reason.
+        use std::os::unix::ffi::OsStrExt;
+        let bytes = path.as_os_str().as_bytes();
+        let cwd = self.cwd.as_os_str().as_bytes();
+        let shown = match bytes.strip_prefix(cwd) {
+            Some([b'/', rest @ ..]) if !cwd.is_empty() => rest,
+            _ => bytes,
+        };
+        String::from_utf8_lossy(shown).into_owned()
     }
 
     /// Register a local file (once) and return its id; it is parsed by the next `load`.
