@@ -20,6 +20,96 @@ pub enum Command {
     /// Show the modules and installed distributions each function needs, and why.
     #[command(after_help = ANALYZE_EXAMPLES)]
     Analyze(AnalyzeArgs),
+    /// Run a command under cgroup v2 / cgroup v1 / rlimit control and report what it used.
+    #[command(after_help = RUN_EXAMPLES)]
+    Run(RunArgs),
+}
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  lfm run --memory 2G --cores 1.5 --wall 10m --report r.json -- python job.py
+  lfm run --sandbox ./work --series ts.jsonl -- ./simulate --steps 100
+  lfm run --summary-format resource-monitor --report r.json -- cmd
+  lfm run --backend rlimit -- cmd        force a backend (default: auto)
+  lfm run -- cmd                         measure only, no limits
+
+Backends (auto picks the first that works): cgroup2 with delegated controllers, cgroup1
+(root or a delegated v1 hierarchy), cgroup2 without controllers (tracking and kill only),
+rlimit + /proc polling (any user). The report names the one used.
+
+Exit codes:
+  the command's own exit code when it ended normally
+  128+N  the command died of signal N
+  125    a limit was exceeded (the report's limits_exceeded says which)
+  126    the command is not executable
+  127    the command was not found
+  70     the monitor itself failed
+  2      bad command line (unknown unit, zero or negative limit)";
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Memory limit for the whole tree (e.g. 512M, 2G).
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// CPU limit in cores (e.g. 1.5).
+    #[arg(long, value_name = "N")]
+    pub cores: Option<String>,
+    /// Wall-time limit (e.g. 90s, 10m, 2h).
+    #[arg(long, value_name = "DURATION")]
+    pub wall: Option<String>,
+    /// Disk limit for the sandbox directory (e.g. 1G); needs --sandbox.
+    #[arg(long, value_name = "SIZE", requires = "sandbox")]
+    pub disk: Option<String>,
+    /// Most processes alive at once; a fork bomb beyond it is contained and killed.
+    #[arg(long, value_name = "N")]
+    pub processes: Option<String>,
+    /// RLIMIT_AS address-space cap. Off unless asked: numpy/OpenBLAS and the JVM reserve far
+    /// more address space than they use and fail under it; prefer --memory.
+    #[arg(long, value_name = "SIZE")]
+    pub address_space: Option<String>,
+    /// Working directory of the command (created if missing); its size is the disk measure.
+    #[arg(long, value_name = "DIR")]
+    pub sandbox: Option<PathBuf>,
+    /// Write the report here (`-` for stdout). Always written, also on limits and signals.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Write one JSON sample per line here (time, cpu, cores, memory, processes, I/O, disk).
+    #[arg(long, value_name = "FILE")]
+    pub series: Option<PathBuf>,
+    /// Report format.
+    #[arg(long, value_enum, default_value_t = SummaryFormat::Lfm)]
+    pub summary_format: SummaryFormat,
+    /// How the run is contained.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+    /// After SIGINT/SIGTERM to lfm is forwarded, how long the tree gets before SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "5s")]
+    pub grace: String,
+    /// Category name recorded in the report (for sizing from history).
+    #[arg(long)]
+    pub category: Option<String>,
+    /// No human summary on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// The command and its arguments.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum SummaryFormat {
+    /// The lfm Report (docs/report.md).
+    Lfm,
+    /// cctools resource_monitor's summary: its field names, units and [value, "unit"] pairs.
+    ResourceMonitor,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum BackendArg {
+    Auto,
+    Cgroup2,
+    Cgroup1,
+    Rlimit,
 }
 
 const ANALYZE_EXAMPLES: &str = "\

@@ -14,6 +14,7 @@ fn main() {
     let cli = cli::Cli::parse();
     let code = match cli.command {
         cli::Command::Analyze(args) => commands::analyze::run(args),
+        cli::Command::Run(args) => commands::run::run(args),
     };
     std::process::exit(code);
 }

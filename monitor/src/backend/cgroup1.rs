@@ -1,0 +1,267 @@
+//! cgroup v1: one directory per controller hierarchy (memory, cpu, cpuacct, pids, blkio).
+
+use std::fs::{self, File, OpenOptions};
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use super::files::{self, read_keyed, read_u64, write};
+use super::{Backend, BackendKind, Enforced, Reading};
+use crate::limits::Limits;
+
+const CONTROLLERS: &[&str] = &["memory", "cpu", "cpuacct", "pids", "blkio", "freezer"];
+const CFS_PERIOD_US: u64 = 100_000;
+
+pub struct Cgroup1 {
+    /// controller -> this run's directory in that controller's hierarchy (deduplicated when
+    /// controllers are co-mounted, as cpu,cpuacct usually are).
+    dirs: Vec<(&'static str, PathBuf)>,
+    join: Vec<File>,
+    enforced: Enforced,
+    notes: Vec<String>,
+    removed: bool,
+}
+
+impl Cgroup1 {
+    pub fn create(limits: &Limits) -> Result<Cgroup1> {
+        let mut dirs: Vec<(&'static str, PathBuf)> = Vec::new();
+        for &controller in CONTROLLERS {
+            let Some(mount) = files::mount_point("cgroup", Some(controller)) else {
+                continue;
+            };
+            let own = files::own_cgroup(Some(controller)).unwrap_or_else(|| "/".to_string());
+            let parent = mount.join(own.trim_start_matches('/')).join("lfm");
+            if dirs
+                .iter()
+                .any(|(_, d)| d.parent() == Some(parent.as_path()))
+            {
+                continue; // co-mounted with a controller already set up
+            }
+            if fs::create_dir_all(&parent).is_err() {
+                continue;
+            }
+            files::clean_stale_runs(&parent, |dir| files::kill_listed(&dir.join("cgroup.procs")));
+            let dir = parent.join(files::run_name());
+            if fs::create_dir(&dir).is_err() {
+                continue;
+            }
+            dirs.push((controller, dir));
+        }
+        if !dirs.iter().any(|(c, _)| *c == "memory") {
+            for (_, dir) in &dirs {
+                let _ = fs::remove_dir(dir);
+            }
+            bail!("no writable cgroup v1 memory hierarchy (need root or a delegated v1 subtree)");
+        }
+        let mut cgroup = Cgroup1 {
+            dirs,
+            join: Vec::new(),
+            enforced: Enforced::default(),
+            notes: Vec::new(),
+            removed: false,
+        };
+        if let Err(error) = cgroup.apply(limits) {
+            let _ = cgroup.remove();
+            return Err(error);
+        }
+        for (_, dir) in &cgroup.dirs {
+            let procs = dir.join("cgroup.procs");
+            let file = OpenOptions::new()
+                .write(true)
+                .open(&procs)
+                .with_context(|| format!("opening {}", procs.display()))?;
+            cgroup.join.push(file);
+        }
+        Ok(cgroup)
+    }
+
+    fn dir(&self, controller: &str) -> Option<&Path> {
+        // co-mounted controllers share one directory: find the hierarchy that has the files.
+        self.dirs
+            .iter()
+            .find(|(c, _)| *c == controller)
+            .map(|(_, d)| d.as_path())
+            .or_else(|| {
+                self.dirs.iter().map(|(_, d)| d.as_path()).find(|d| {
+                    d.join(format!("{controller}.stat")).exists()
+                        || d.join(format!("{controller}.usage")).exists()
+                })
+            })
+    }
+
+    fn apply(&mut self, limits: &Limits) -> Result<()> {
+        if let Some(bytes) = limits.memory_bytes {
+            let dir = self
+                .dir("memory")
+                .context("memory hierarchy")?
+                .to_path_buf();
+            write(&dir.join("memory.limit_in_bytes"), &bytes.to_string())?;
+            // Without this the run could swap past its limit instead of being OOM-killed.
+            let memsw = dir.join("memory.memsw.limit_in_bytes");
+            if memsw.exists() {
+                write(&memsw, &bytes.to_string())?;
+            } else {
+                self.notes.push("memory.memsw.limit_in_bytes missing (swap accounting off): the run may swap past --memory".into());
+            }
+            self.enforced.memory = true;
+        }
+        if let Some(cores) = limits.cores {
+            match self.dir("cpu").map(Path::to_path_buf) {
+                Some(dir) if dir.join("cpu.cfs_quota_us").exists() => {
+                    write(&dir.join("cpu.cfs_period_us"), &CFS_PERIOD_US.to_string())?;
+                    let quota = ((cores * CFS_PERIOD_US as f64).round() as u64).max(1000);
+                    write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())?;
+                    self.enforced.cores = true;
+                }
+                _ => self.notes.push(
+                    "no cgroup v1 cpu controller: --cores is enforced by the supervisor".into(),
+                ),
+            }
+        }
+        if let Some(processes) = limits.processes {
+            match self.dir("pids").map(Path::to_path_buf) {
+                Some(dir) => {
+                    write(&dir.join("pids.max"), &processes.to_string())?;
+                    self.enforced.processes = true;
+                }
+                None => self.notes.push(
+                    "no cgroup v1 pids controller: --processes is enforced by the supervisor"
+                        .into(),
+                ),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Backend for Cgroup1 {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cgroup1
+    }
+
+    fn join_fds(&self) -> Vec<RawFd> {
+        self.join.iter().map(|f| f.as_raw_fd()).collect()
+    }
+
+    fn enforced(&self) -> Enforced {
+        self.enforced
+    }
+
+    fn read(&self) -> Reading {
+        let mut reading = Reading::default();
+        if let Some(dir) = self.dir("memory") {
+            reading.memory_current = read_u64(&dir.join("memory.usage_in_bytes"));
+            reading.memory_peak = read_u64(&dir.join("memory.max_usage_in_bytes"));
+            let stat = dir.join("memory.stat");
+            reading.anon_bytes =
+                read_keyed(&stat, "total_rss").or_else(|| read_keyed(&stat, "rss"));
+            reading.file_bytes =
+                read_keyed(&stat, "total_cache").or_else(|| read_keyed(&stat, "cache"));
+            reading.swap_bytes =
+                read_keyed(&stat, "total_swap").or_else(|| read_keyed(&stat, "swap"));
+            reading.oom_kills =
+                read_keyed(&dir.join("memory.oom_control"), "oom_kill").unwrap_or(0);
+        }
+        if let Some(dir) = self.dir("cpuacct") {
+            reading.cpu_total_us = read_u64(&dir.join("cpuacct.usage")).map(|ns| ns / 1000);
+            let stat = dir.join("cpuacct.stat");
+            let ticks = crate::proctree::clock_ticks_per_second();
+            reading.cpu_user_us = read_keyed(&stat, "user").map(|t| t * 1_000_000 / ticks);
+            reading.cpu_system_us = read_keyed(&stat, "system").map(|t| t * 1_000_000 / ticks);
+        }
+        if let Some(dir) = self.dir("pids") {
+            reading.pids_limit_hits = read_keyed(&dir.join("pids.events"), "max").unwrap_or(0);
+        }
+        if let Some(dir) = self.dir("blkio") {
+            let path = dir.join("blkio.throttle.io_service_bytes_recursive");
+            let path = if path.exists() {
+                path
+            } else {
+                dir.join("blkio.throttle.io_service_bytes")
+            };
+            if let Ok(text) = fs::read_to_string(path) {
+                let sum = |op: &str| -> u64 {
+                    text.lines()
+                        .filter_map(|l| {
+                            let f: Vec<&str> = l.split_whitespace().collect();
+                            (f.len() == 3 && f[1] == op)
+                                .then(|| f[2].parse::<u64>().ok())
+                                .flatten()
+                        })
+                        .sum()
+                };
+                reading.io_read_bytes = Some(sum("Read"));
+                reading.io_write_bytes = Some(sum("Write"));
+            }
+        }
+        reading
+    }
+
+    fn pids(&self) -> Option<Vec<i32>> {
+        let dir = self.dir("memory")?;
+        Some(files::read_pids(&dir.join("cgroup.procs")))
+    }
+
+    fn kill_all(&self) {
+        // Freeze first so a fork bomb cannot outrun the kill loop, then kill, then thaw.
+        let freezer = self.dir("freezer").map(|d| d.join("freezer.state"));
+        if let Some(state) = &freezer {
+            let _ = fs::write(state, "FROZEN");
+        }
+        if let Some(dir) = self.dir("memory") {
+            for pid in files::read_pids(&dir.join("cgroup.procs")) {
+                // SAFETY: kill(2) on a pid the cgroup lists.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        if let Some(state) = &freezer {
+            let _ = fs::write(state, "THAWED");
+        }
+        if let Some(dir) = self.dir("memory") {
+            files::kill_listed(&dir.join("cgroup.procs"));
+        }
+    }
+
+    fn remove(&mut self) -> Result<()> {
+        if self.removed {
+            return Ok(());
+        }
+        self.join.clear();
+        let mut errors = Vec::new();
+        for (_, dir) in &self.dirs {
+            // rmdir fails while the kernel still lists exiting tasks; retry briefly.
+            let mut result = fs::remove_dir(dir);
+            for _ in 0..100 {
+                if result.is_ok() || !dir.exists() {
+                    result = Ok(());
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                result = fs::remove_dir(dir);
+            }
+            if let Err(error) = result {
+                errors.push(format!("{}: {error}", dir.display()));
+            }
+        }
+        self.removed = true;
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            bail!("could not remove cgroups: {}", errors.join("; "))
+        }
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.notes.clone()
+    }
+}
+
+impl Drop for Cgroup1 {
+    fn drop(&mut self) {
+        if !self.removed {
+            self.kill_all();
+            let _ = self.remove();
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! cgroup v2: one directory in the unified hierarchy, under lfm's own cgroup.
+//!
+//! Limits need the memory/cpu/pids controllers delegated to lfm's subtree. Where they are not
+//! (the controller-free cgroup2 mount of hybrid machines, or a subtree without delegation), the
+//! cgroup still tracks every process (cgroup.procs), kills them all at once (cgroup.kill) and
+//! counts CPU (cpu.stat); the supervisor then enforces memory and cores from /proc.
+
+use std::fs::{self, File, OpenOptions};
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+
+use super::files::{self, read_keyed, read_u64, write};
+use super::{Backend, BackendKind, Enforced, Reading};
+use crate::limits::Limits;
+
+const CPU_PERIOD_US: u64 = 100_000;
+
+pub struct Cgroup2 {
+    dir: PathBuf,
+    join: Option<File>,
+    controllers: Vec<String>,
+    enforced: Enforced,
+    notes: Vec<String>,
+    removed: bool,
+}
+
+impl Cgroup2 {
+    pub fn create(limits: &Limits) -> Result<Cgroup2> {
+        let mount =
+            files::mount_point("cgroup2", None).context("no cgroup2 filesystem is mounted")?;
+        let own = files::own_cgroup(None).unwrap_or_else(|| "/".to_string());
+        let base = mount.join(own.trim_start_matches('/'));
+        let parent = base.join("lfm");
+        fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
+        files::clean_stale_runs(&parent, |dir| {
+            if fs::write(dir.join("cgroup.kill"), "1").is_err() {
+                files::kill_listed(&dir.join("cgroup.procs"));
+            }
+        });
+        // Delegate what the parent offers to the run directories (the `lfm` directory holds no
+        // process, so the no-internal-process rule allows it).
+        let offered = fs::read_to_string(parent.join("cgroup.controllers")).unwrap_or_default();
+        for controller in ["memory", "cpu", "pids", "io"] {
+            if offered.split_whitespace().any(|c| c == controller) {
+                let _ = fs::write(
+                    parent.join("cgroup.subtree_control"),
+                    format!("+{controller}"),
+                );
+            }
+        }
+        let dir = parent.join(files::run_name());
+        fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let controllers: Vec<String> = fs::read_to_string(dir.join("cgroup.controllers"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        let mut cgroup = Cgroup2 {
+            dir,
+            join: None,
+            controllers,
+            enforced: Enforced::default(),
+            notes: Vec::new(),
+            removed: false,
+        };
+        if let Err(error) = cgroup.apply(limits) {
+            let _ = cgroup.remove();
+            return Err(error);
+        }
+        let procs = cgroup.dir.join("cgroup.procs");
+        cgroup.join = Some(
+            OpenOptions::new()
+                .write(true)
+                .open(&procs)
+                .with_context(|| format!("opening {}", procs.display()))?,
+        );
+        Ok(cgroup)
+    }
+
+    pub fn has_memory_controller(&self) -> bool {
+        self.has("memory")
+    }
+
+    fn has(&self, controller: &str) -> bool {
+        self.controllers.iter().any(|c| c == controller)
+    }
+
+    fn apply(&mut self, limits: &Limits) -> Result<()> {
+        if let Some(bytes) = limits.memory_bytes {
+            if self.has("memory") {
+                write(&self.dir.join("memory.max"), &bytes.to_string())?;
+                let _ = fs::write(self.dir.join("memory.swap.max"), "0");
+                self.enforced.memory = true;
+            } else {
+                self.notes.push("cgroup2 has no memory controller here: --memory is enforced by the supervisor from /proc".into());
+            }
+        }
+        if let Some(cores) = limits.cores {
+            if self.has("cpu") {
+                let quota = ((cores * CPU_PERIOD_US as f64).round() as u64).max(1000);
+                write(
+                    &self.dir.join("cpu.max"),
+                    &format!("{quota} {CPU_PERIOD_US}"),
+                )?;
+                self.enforced.cores = true;
+            } else {
+                self.notes.push(
+                    "cgroup2 has no cpu controller here: --cores is enforced by the supervisor"
+                        .into(),
+                );
+            }
+        }
+        if let Some(processes) = limits.processes {
+            if self.has("pids") {
+                write(&self.dir.join("pids.max"), &processes.to_string())?;
+                self.enforced.processes = true;
+            } else {
+                self.notes.push("cgroup2 has no pids controller here: --processes is enforced by the supervisor".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// `populated` from cgroup.events: whether any process is left in the run.
+    pub fn populated(&self) -> Option<bool> {
+        read_keyed(&self.dir.join("cgroup.events"), "populated").map(|v| v == 1)
+    }
+}
+
+impl Backend for Cgroup2 {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cgroup2
+    }
+
+    fn join_fds(&self) -> Vec<RawFd> {
+        self.join.iter().map(|f| f.as_raw_fd()).collect()
+    }
+
+    fn enforced(&self) -> Enforced {
+        self.enforced
+    }
+
+    fn read(&self) -> Reading {
+        let dir = &self.dir;
+        let stat = dir.join("cpu.stat");
+        let memory_stat = dir.join("memory.stat");
+        let mut reading = Reading {
+            cpu_total_us: read_keyed(&stat, "usage_usec"),
+            cpu_user_us: read_keyed(&stat, "user_usec"),
+            cpu_system_us: read_keyed(&stat, "system_usec"),
+            ..Reading::default()
+        };
+        if self.has("memory") {
+            reading.memory_current = read_u64(&dir.join("memory.current"));
+            reading.memory_peak = read_u64(&dir.join("memory.peak"));
+            reading.anon_bytes = read_keyed(&memory_stat, "anon");
+            reading.file_bytes = read_keyed(&memory_stat, "file");
+            reading.swap_bytes = read_u64(&dir.join("memory.swap.current"));
+            reading.oom_kills = read_keyed(&dir.join("memory.events"), "oom_kill").unwrap_or(0);
+        }
+        if self.has("pids") {
+            reading.pids_limit_hits = read_keyed(&dir.join("pids.events"), "max").unwrap_or(0);
+        }
+        if self.has("io") {
+            if let Ok(text) = fs::read_to_string(dir.join("io.stat")) {
+                let sum = |key: &str| -> u64 {
+                    text.split_whitespace()
+                        .filter_map(|f| f.strip_prefix(key)?.parse::<u64>().ok())
+                        .sum()
+                };
+                reading.io_read_bytes = Some(sum("rbytes="));
+                reading.io_write_bytes = Some(sum("wbytes="));
+            }
+        }
+        reading
+    }
+
+    fn pids(&self) -> Option<Vec<i32>> {
+        Some(files::read_pids(&self.dir.join("cgroup.procs")))
+    }
+
+    fn kill_all(&self) {
+        // cgroup.kill (5.14+) kills every process atomically, forks included; else loop.
+        if fs::write(self.dir.join("cgroup.kill"), "1").is_err() {
+            let _ = fs::write(self.dir.join("cgroup.freeze"), "1");
+            files::kill_listed(&self.dir.join("cgroup.procs"));
+            let _ = fs::write(self.dir.join("cgroup.freeze"), "0");
+        }
+        for _ in 0..400 {
+            if self.populated() != Some(true) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    fn remove(&mut self) -> Result<()> {
+        if self.removed {
+            return Ok(());
+        }
+        self.join = None;
+        let mut result = fs::remove_dir(&self.dir);
+        for _ in 0..100 {
+            if result.is_ok() || !self.dir.exists() {
+                self.removed = true;
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            result = fs::remove_dir(&self.dir);
+        }
+        bail!(
+            "could not remove {}: {}",
+            self.dir.display(),
+            result.err().map(|e| e.to_string()).unwrap_or_default()
+        )
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.notes.clone()
+    }
+}
+
+impl Drop for Cgroup2 {
+    fn drop(&mut self) {
+        if !self.removed {
+            self.kill_all();
+            let _ = self.remove();
+        }
+    }
+}

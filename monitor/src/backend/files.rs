@@ -1,0 +1,112 @@
+//! Reading and writing cgroup control files, with errors that name the file and the value.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+pub fn write(path: &Path, value: &str) -> Result<()> {
+    fs::write(path, value)
+        .with_context(|| format!("failed to write {value:?} to {}", path.display()))
+}
+
+pub fn read_u64(path: &Path) -> Option<u64> {
+    fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// `key value` lines (memory.stat, cpu.stat, memory.events, memory.oom_control).
+pub fn read_keyed(path: &Path, key: &str) -> Option<u64> {
+    let text = fs::read_to_string(path).ok()?;
+    text.lines().find_map(|line| {
+        let mut parts = line.split_whitespace();
+        (parts.next()? == key)
+            .then(|| parts.next()?.parse().ok())
+            .flatten()
+    })
+}
+
+pub fn read_pids(path: &Path) -> Vec<i32> {
+    fs::read_to_string(path)
+        .map(|text| text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// The mount point of a cgroup filesystem: `cgroup2`, or a v1 hierarchy with `controller`.
+pub fn mount_point(fstype: &str, controller: Option<&str>) -> Option<PathBuf> {
+    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 4 || fields[2] != fstype {
+            return None;
+        }
+        match controller {
+            Some(name) if !fields[3].split(',').any(|o| o == name) => None,
+            _ => Some(PathBuf::from(fields[1])),
+        }
+    })
+}
+
+/// This process's cgroup path in the v2 hierarchy (`0::/path`) or in the v1 hierarchy that
+/// holds `controller`.
+pub fn own_cgroup(controller: Option<&str>) -> Option<String> {
+    let text = fs::read_to_string("/proc/self/cgroup").ok()?;
+    text.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        match controller {
+            None if controllers.is_empty() => Some(path.to_string()),
+            Some(name) if controllers.split(',').any(|c| c == name) => Some(path.to_string()),
+            _ => None,
+        }
+    })
+}
+
+/// Remove run directories left by lfm processes that no longer exist (a crash, a SIGKILL).
+pub fn clean_stale_runs(parent: &Path, kill: impl Fn(&Path)) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(owner) = name
+            .strip_prefix("run-")
+            .and_then(|rest| rest.split('-').next())
+        else {
+            continue;
+        };
+        let Ok(pid) = owner.parse::<i32>() else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let path = entry.path();
+        kill(&path);
+        let _ = fs::remove_dir(&path);
+    }
+}
+
+/// A name unique to this process and run.
+pub fn run_name() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SEQUENCE: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "run-{}-{}",
+        std::process::id(),
+        SEQUENCE.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub fn kill_listed(procs_file: &Path) {
+    for _ in 0..200 {
+        let pids = read_pids(procs_file);
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            // SAFETY: plain kill(2) on a pid listed by the cgroup.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}

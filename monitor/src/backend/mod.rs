@@ -1,0 +1,117 @@
+//! One interface over the ways a run can be contained and measured.
+//!
+//! `cgroup2` and `cgroup1` put the command in a fresh cgroup that lfm creates under its own
+//! subtree and always removes; the kernel enforces limits and keeps peak counters. `rlimit` needs
+//! no privilege: rlimits in the child, and the supervisor measures and enforces from /proc.
+
+pub mod cgroup1;
+pub mod cgroup2;
+mod files;
+pub mod rlimit;
+
+use std::os::fd::RawFd;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::limits::Limits;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendKind {
+    Cgroup2,
+    Cgroup1,
+    Rlimit,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Cgroup2 => "cgroup2",
+            BackendKind::Cgroup1 => "cgroup1",
+            BackendKind::Rlimit => "rlimit",
+        }
+    }
+}
+
+/// Which limits the kernel enforces for this run; the supervisor enforces the rest itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Enforced {
+    pub memory: bool,
+    pub cores: bool,
+    pub processes: bool,
+}
+
+/// Counters a cgroup keeps. `None` where the backend or kernel does not have them.
+#[derive(Debug, Clone, Default)]
+pub struct Reading {
+    pub memory_current: Option<u64>,
+    pub memory_peak: Option<u64>,
+    pub anon_bytes: Option<u64>,
+    pub file_bytes: Option<u64>,
+    pub swap_bytes: Option<u64>,
+    pub cpu_user_us: Option<u64>,
+    pub cpu_system_us: Option<u64>,
+    pub cpu_total_us: Option<u64>,
+    pub oom_kills: u64,
+    /// Times a fork failed because the pids limit was reached (pids.events `max`).
+    pub pids_limit_hits: u64,
+    pub io_read_bytes: Option<u64>,
+    pub io_write_bytes: Option<u64>,
+}
+
+pub trait Backend {
+    fn kind(&self) -> BackendKind;
+    /// Descriptors of `cgroup.procs` files the child writes "0" to before exec, so it is inside
+    /// the cgroup before it can fork.
+    fn join_fds(&self) -> Vec<RawFd>;
+    fn enforced(&self) -> Enforced;
+    fn read(&self) -> Reading;
+    /// Processes in the run's cgroup; `None` when the backend has no cgroup.
+    fn pids(&self) -> Option<Vec<i32>>;
+    /// Kill every process of the run and return once none is left (or the attempt failed).
+    fn kill_all(&self);
+    /// Remove the cgroup (after `kill_all`).
+    fn remove(&mut self) -> Result<()>;
+    /// What the backend could not do as asked (e.g. no memory controller delegated).
+    fn notes(&self) -> Vec<String>;
+}
+
+/// `--backend` choices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendChoice {
+    Auto,
+    Cgroup2,
+    Cgroup1,
+    Rlimit,
+}
+
+/// Create the backend for one run. `Auto` prefers a cgroup v2 hierarchy with the controllers
+/// the limits need, then cgroup v1, then a controller-free cgroup v2 (tracking and kill only),
+/// then rlimit.
+pub fn create(choice: BackendChoice, limits: &Limits) -> Result<Box<dyn Backend>> {
+    match choice {
+        BackendChoice::Cgroup2 => Ok(Box::new(cgroup2::Cgroup2::create(limits)?)),
+        BackendChoice::Cgroup1 => Ok(Box::new(cgroup1::Cgroup1::create(limits)?)),
+        BackendChoice::Rlimit => Ok(Box::new(rlimit::Rlimit::new(limits))),
+        BackendChoice::Auto => {
+            if let Ok(v2) = cgroup2::Cgroup2::create(limits) {
+                if v2.has_memory_controller() {
+                    return Ok(Box::new(v2));
+                }
+                let mut v2 = v2;
+                match cgroup1::Cgroup1::create(limits) {
+                    Ok(v1) => {
+                        let _ = v2.remove();
+                        return Ok(Box::new(v1));
+                    }
+                    Err(_) => return Ok(Box::new(v2)),
+                }
+            }
+            if let Ok(v1) = cgroup1::Cgroup1::create(limits) {
+                return Ok(Box::new(v1));
+            }
+            Ok(Box::new(rlimit::Rlimit::new(limits)))
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! No cgroup: rlimits in the child; the supervisor measures and enforces from /proc.
+
+use std::os::fd::RawFd;
+
+use anyhow::Result;
+
+use super::{Backend, BackendKind, Enforced, Reading};
+use crate::limits::Limits;
+
+pub struct Rlimit {
+    notes: Vec<String>,
+}
+
+impl Rlimit {
+    pub fn new(limits: &Limits) -> Rlimit {
+        let mut notes = Vec::new();
+        if limits.memory_bytes.is_some() {
+            notes.push("rlimit backend: --memory is enforced by the supervisor polling /proc (RSS of the tree)".into());
+        }
+        Rlimit { notes }
+    }
+}
+
+impl Backend for Rlimit {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Rlimit
+    }
+
+    fn join_fds(&self) -> Vec<RawFd> {
+        Vec::new()
+    }
+
+    fn enforced(&self) -> Enforced {
+        Enforced::default()
+    }
+
+    fn read(&self) -> Reading {
+        Reading::default()
+    }
+
+    fn pids(&self) -> Option<Vec<i32>> {
+        None
+    }
+
+    fn kill_all(&self) {}
+
+    fn remove(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.notes.clone()
+    }
+}

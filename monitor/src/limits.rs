@@ -1,0 +1,155 @@
+//! Resource limits and the units people write them in.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// What a run may use. `None` means unlimited (measured only).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    pub memory_bytes: Option<u64>,
+    pub cores: Option<f64>,
+    pub wall_seconds: Option<f64>,
+    pub disk_bytes: Option<u64>,
+    pub processes: Option<u64>,
+    /// RLIMIT_AS: opt-in only, it breaks numpy/OpenBLAS/JVM which reserve huge address space.
+    pub address_space_bytes: Option<u64>,
+}
+
+impl Limits {
+    pub fn wall(&self) -> Option<Duration> {
+        self.wall_seconds.map(Duration::from_secs_f64)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Limits::default()
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum LimitError {
+    #[error("{flag}: {value:?} is not a size (examples: 512M, 2G, 1.5GiB, 1048576)")]
+    BadSize { flag: &'static str, value: String },
+    #[error("{flag}: {value:?} is not a duration (examples: 90, 90s, 10m, 2h, 1.5m)")]
+    BadDuration { flag: &'static str, value: String },
+    #[error("{flag}: {value:?} is not a number")]
+    BadNumber { flag: &'static str, value: String },
+    #[error("{flag}: must be greater than zero (got {value:?})")]
+    NotPositive { flag: &'static str, value: String },
+}
+
+/// `2G`, `512M`, `1.5GiB`, `100k`, `1048576` (bytes). K/M/G/T are powers of 1024, as for
+/// memory everywhere in HPC schedulers.
+pub fn parse_size(flag: &'static str, text: &str) -> Result<u64, LimitError> {
+    let bad = || LimitError::BadSize {
+        flag,
+        value: text.to_string(),
+    };
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let number: f64 = number.parse().map_err(|_| bad())?;
+    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return Err(bad()),
+    };
+    let bytes = number * multiplier as f64;
+    if !bytes.is_finite() || bytes < 1.0 {
+        return Err(LimitError::NotPositive {
+            flag,
+            value: text.to_string(),
+        });
+    }
+    Ok(bytes as u64)
+}
+
+/// `90`, `90s`, `10m`, `2h`, `1.5m`, `250ms`.
+pub fn parse_duration(flag: &'static str, text: &str) -> Result<f64, LimitError> {
+    let bad = || LimitError::BadDuration {
+        flag,
+        value: text.to_string(),
+    };
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let number: f64 = number.parse().map_err(|_| bad())?;
+    let seconds = match unit.trim() {
+        "" | "s" => number,
+        "ms" => number / 1000.0,
+        "m" | "min" => number * 60.0,
+        "h" => number * 3600.0,
+        "d" => number * 86400.0,
+        _ => return Err(bad()),
+    };
+    if !seconds.is_finite() || seconds <= 0.0 {
+        return Err(LimitError::NotPositive {
+            flag,
+            value: text.to_string(),
+        });
+    }
+    Ok(seconds)
+}
+
+pub fn parse_positive(flag: &'static str, text: &str) -> Result<f64, LimitError> {
+    let value: f64 = text.trim().parse().map_err(|_| LimitError::BadNumber {
+        flag,
+        value: text.to_string(),
+    })?;
+    if !value.is_finite() || value <= 0.0 {
+        return Err(LimitError::NotPositive {
+            flag,
+            value: text.to_string(),
+        });
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("--memory", "2G"), Ok(2 << 30));
+        assert_eq!(parse_size("--memory", "512M"), Ok(512 << 20));
+        assert_eq!(parse_size("--memory", "1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("--memory", "4096"), Ok(4096));
+        assert!(matches!(
+            parse_size("--memory", "2X"),
+            Err(LimitError::BadSize { .. })
+        ));
+        assert!(matches!(
+            parse_size("--memory", "0"),
+            Err(LimitError::NotPositive { .. })
+        ));
+        assert!(matches!(
+            parse_size("--memory", "-1G"),
+            Err(LimitError::BadSize { .. })
+        ));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("--wall", "10m"), Ok(600.0));
+        assert_eq!(parse_duration("--wall", "1.5"), Ok(1.5));
+        assert_eq!(parse_duration("--wall", "250ms"), Ok(0.25));
+        assert!(parse_duration("--wall", "soon").is_err());
+        assert!(parse_duration("--wall", "0s").is_err());
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(parse_positive("--cores", "1.5"), Ok(1.5));
+        assert!(parse_positive("--cores", "0").is_err());
+        assert!(parse_positive("--cores", "-2").is_err());
+        assert!(parse_positive("--cores", "many").is_err());
+    }
+}

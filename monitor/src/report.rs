@@ -1,0 +1,181 @@
+//! The Report (docs/report.md): what a run used, how it ended, and under which control.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits::Limits;
+
+pub const REPORT_FORMAT: &str = "lfm-report/1";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    pub format: String,
+    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    pub backend: String,
+    pub limits: Limits,
+    pub exit: Exit,
+    /// Each exceeded resource with its limit (bytes, cores, seconds, processes).
+    pub limits_exceeded: BTreeMap<String, f64>,
+    pub start: f64,
+    pub end: f64,
+    pub wall_time: f64,
+    pub cpu_time: CpuTime,
+    pub cores: Cores,
+    pub memory: Memory,
+    pub virtual_memory_bytes: u64,
+    pub swap_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<Disk>,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub max_concurrent_processes: u64,
+    pub total_processes: u64,
+    pub sampling: Sampling,
+    /// What the backend could not do as asked, and problems that did not stop the run.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Exit {
+    /// `normal`, `signal`, `limits` or `error`.
+    #[serde(rename = "type")]
+    pub kind: ExitKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExitKind {
+    Normal,
+    Signal,
+    Limits,
+    Error,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CpuTime {
+    pub user: f64,
+    pub system: f64,
+    pub total: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Cores {
+    /// Highest CPU use over any window of `window_seconds`.
+    pub peak: f64,
+    /// cpu_time.total / wall_time.
+    pub average: f64,
+    pub window_seconds: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Memory {
+    pub peak_bytes: u64,
+    /// `cgroup-peak` (kernel-kept peak of the run's cgroup, file cache included), `vmhwm`
+    /// (sum of per-process VmHWM high-water marks and reaped children's ru_maxrss), `sampled`.
+    pub peak_source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anon_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Disk {
+    pub path: String,
+    pub bytes: u64,
+    pub files: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Sampling {
+    pub samples: u64,
+    pub first_interval_ms: f64,
+    pub last_interval_ms: f64,
+}
+
+/// One line of `--series`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SeriesSample {
+    pub t: f64,
+    pub cpu_time: f64,
+    pub cores: f64,
+    pub memory_bytes: u64,
+    pub processes: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_bytes: Option<u64>,
+}
+
+const MB: f64 = 1_048_576.0;
+
+impl Report {
+    /// cctools resource_monitor's summary: its names, units and `[value, "unit"]` pairs.
+    pub fn resource_monitor_summary(&self) -> serde_json::Value {
+        use serde_json::json;
+        let mb = |bytes: u64| ((bytes as f64 / MB) * 1000.0).round() / 1000.0;
+        let round3 = |v: f64| (v * 1000.0).round() / 1000.0;
+        let mut summary = json!({
+            "command": self.command.join(" "),
+            "exit_type": match self.exit.kind {
+                ExitKind::Normal => "normal",
+                ExitKind::Signal => "signal",
+                ExitKind::Limits => "limits",
+                ExitKind::Error => "error",
+            },
+            "start": [round3(self.start), "s"],
+            "end": [round3(self.end), "s"],
+            "wall_time": [round3(self.wall_time), "s"],
+            "cpu_time": [round3(self.cpu_time.total), "s"],
+            "cores": [round3(self.cores.peak), "cores"],
+            "cores_avg": [round3(self.cores.average), "cores"],
+            "memory": [mb(self.memory.peak_bytes), "MB"],
+            "virtual_memory": [mb(self.virtual_memory_bytes), "MB"],
+            "swap_memory": [mb(self.swap_bytes), "MB"],
+            "bytes_read": [mb(self.bytes_read), "MB"],
+            "bytes_written": [mb(self.bytes_written), "MB"],
+            "max_concurrent_processes": [self.max_concurrent_processes, "procs"],
+            "total_processes": [self.total_processes, "procs"],
+        });
+        if let Some(status) = self.exit.status {
+            summary["exit_status"] = json!(status);
+        }
+        if let Some(signal) = self.exit.signal {
+            summary["signal"] = json!(signal);
+        }
+        if let Some(disk) = &self.disk {
+            summary["disk"] = json!([mb(disk.bytes), "MB"]);
+            summary["total_files"] = json!([disk.files, "files"]);
+        }
+        if let Some(category) = &self.category {
+            summary["category"] = json!(category);
+        }
+        if !self.limits_exceeded.is_empty() {
+            let mut exceeded = serde_json::Map::new();
+            for (resource, limit) in &self.limits_exceeded {
+                let value = match resource.as_str() {
+                    "memory" | "disk" => json!([mb(*limit as u64), "MB"]),
+                    "cores" => json!([limit, "cores"]),
+                    "wall_time" => json!([limit, "s"]),
+                    "max_concurrent_processes" => json!([limit, "procs"]),
+                    _ => json!(limit),
+                };
+                exceeded.insert(resource.clone(), value);
+            }
+            summary["limits_exceeded"] = serde_json::Value::Object(exceeded);
+        }
+        summary
+    }
+}

@@ -1,0 +1,163 @@
+//! `lfm run`: parse limits, run the command under the monitor, write the report.
+
+use std::io::Write;
+use std::time::Duration;
+
+use lfm_monitor::limits::{parse_duration, parse_positive, parse_size, LimitError};
+use lfm_monitor::report::ExitKind;
+use lfm_monitor::{BackendChoice, Limits, Report, RunError, RunOptions};
+
+use crate::cli::{BackendArg, RunArgs, SummaryFormat};
+
+pub const EXIT_LIMITS: i32 = 125;
+pub const EXIT_NOT_EXECUTABLE: i32 = 126;
+pub const EXIT_NOT_FOUND: i32 = 127;
+pub const EXIT_MONITOR_FAILED: i32 = 70;
+pub const EXIT_USAGE: i32 = 2;
+
+pub fn run(args: RunArgs) -> i32 {
+    let (limits, grace) = match parse_limits(&args) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return EXIT_USAGE;
+        }
+    };
+    let options = RunOptions {
+        command: args.command.clone(),
+        limits,
+        backend: match args.backend {
+            BackendArg::Auto => BackendChoice::Auto,
+            BackendArg::Cgroup2 => BackendChoice::Cgroup2,
+            BackendArg::Cgroup1 => BackendChoice::Cgroup1,
+            BackendArg::Rlimit => BackendChoice::Rlimit,
+        },
+        sandbox: args.sandbox.clone(),
+        series: args.series.clone(),
+        grace,
+        category: args.category.clone(),
+    };
+    let report = match lfm_monitor::run(&options) {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return match error {
+                RunError::NotFound(_) => EXIT_NOT_FOUND,
+                RunError::NotExecutable(_) => EXIT_NOT_EXECUTABLE,
+                RunError::Empty => EXIT_USAGE,
+                RunError::Monitor(_) => {
+                    eprintln!("hint: try --backend rlimit, which needs no cgroup access");
+                    EXIT_MONITOR_FAILED
+                }
+            };
+        }
+    };
+    if let Err(error) = write_report(&args, &report) {
+        eprintln!("error: writing the report: {error}");
+        return EXIT_MONITOR_FAILED;
+    }
+    if !args.quiet {
+        eprintln!("{}", human_summary(&report));
+    }
+    match report.exit.kind {
+        ExitKind::Limits => EXIT_LIMITS,
+        ExitKind::Error => EXIT_MONITOR_FAILED,
+        ExitKind::Signal => 128 + report.exit.signal.unwrap_or(0),
+        ExitKind::Normal => report.exit.status.unwrap_or(0),
+    }
+}
+
+fn parse_limits(args: &RunArgs) -> Result<(Limits, Duration), LimitError> {
+    let limits = Limits {
+        memory_bytes: args
+            .memory
+            .as_deref()
+            .map(|v| parse_size("--memory", v))
+            .transpose()?,
+        cores: args
+            .cores
+            .as_deref()
+            .map(|v| parse_positive("--cores", v))
+            .transpose()?,
+        wall_seconds: args
+            .wall
+            .as_deref()
+            .map(|v| parse_duration("--wall", v))
+            .transpose()?,
+        disk_bytes: args
+            .disk
+            .as_deref()
+            .map(|v| parse_size("--disk", v))
+            .transpose()?,
+        processes: args
+            .processes
+            .as_deref()
+            .map(|v| parse_positive("--processes", v).map(|n| n.ceil() as u64))
+            .transpose()?,
+        address_space_bytes: args
+            .address_space
+            .as_deref()
+            .map(|v| parse_size("--address-space", v))
+            .transpose()?,
+    };
+    let grace = Duration::from_secs_f64(parse_duration("--grace", &args.grace)?);
+    Ok((limits, grace))
+}
+
+fn write_report(args: &RunArgs, report: &Report) -> std::io::Result<()> {
+    let Some(path) = &args.report else {
+        return Ok(());
+    };
+    let value = match args.summary_format {
+        SummaryFormat::Lfm => serde_json::to_value(report).map_err(std::io::Error::other)?,
+        SummaryFormat::ResourceMonitor => report.resource_monitor_summary(),
+    };
+    let mut text = serde_json::to_string_pretty(&value).map_err(std::io::Error::other)?;
+    text.push('\n');
+    if path.as_os_str() == "-" {
+        std::io::stdout().lock().write_all(text.as_bytes())
+    } else {
+        std::fs::write(path, text)
+    }
+}
+
+fn human_summary(report: &Report) -> String {
+    let mib = |bytes: u64| bytes as f64 / 1_048_576.0;
+    let ending = match report.exit.kind {
+        ExitKind::Normal => format!("exit {}", report.exit.status.unwrap_or(0)),
+        ExitKind::Signal => format!("signal {}", report.exit.signal.unwrap_or(0)),
+        ExitKind::Limits => format!(
+            "killed: limit exceeded ({})",
+            report
+                .limits_exceeded
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        ExitKind::Error => format!("error: {}", report.exit.error.clone().unwrap_or_default()),
+    };
+    let mut line = format!(
+        "lfm: {ending} | wall {:.2}s cpu {:.2}s cores {:.2} peak/{:.2} avg | memory {:.1} MiB ({}) | procs {} max, {} total | backend {}",
+        report.wall_time,
+        report.cpu_time.total,
+        report.cores.peak,
+        report.cores.average,
+        mib(report.memory.peak_bytes),
+        report.memory.peak_source,
+        report.max_concurrent_processes,
+        report.total_processes,
+        report.backend
+    );
+    if let Some(disk) = &report.disk {
+        line.push_str(&format!(
+            " | disk {:.1} MiB in {} files",
+            mib(disk.bytes),
+            disk.files
+        ));
+    }
+    for note in &report.notes {
+        line.push_str(&format!("\nlfm: note: {note}"));
+    }
+    line
+}
