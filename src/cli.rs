@@ -49,19 +49,24 @@ Exit codes:
 #[derive(Args)]
 pub struct RunArgs {
     /// Memory limit for the whole tree (e.g. 512M, 2G).
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_negative_numbers = true)]
     pub memory: Option<String>,
     /// CPU limit in cores (e.g. 1.5).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub cores: Option<String>,
     /// Wall-time limit (e.g. 90s, 10m, 2h).
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
     pub wall: Option<String>,
     /// Disk limit for the sandbox directory (e.g. 1G); needs --sandbox.
-    #[arg(long, value_name = "SIZE", requires = "sandbox")]
+    #[arg(
+        long,
+        value_name = "SIZE",
+        requires = "sandbox",
+        allow_negative_numbers = true
+    )]
     pub disk: Option<String>,
     /// Most processes alive at once; a fork bomb beyond it is contained and killed.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub processes: Option<String>,
     /// RLIMIT_AS address-space cap. Off unless asked: numpy/OpenBLAS and the JVM reserve far
     /// more address space than they use and fail under it; prefer --memory.

@@ -101,6 +101,9 @@ struct Tracker {
     max_reaped_maxrss: u64,
     cpu_history: VecDeque<(Instant, f64)>,
     peak_cores: f64,
+    /// Largest anon / file-cache charge seen in the cgroup (memory.stat is empty after exit).
+    peak_anon: Option<u64>,
+    peak_file: Option<u64>,
 }
 
 /// Run the command to completion and report.
@@ -117,6 +120,7 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
     }
     // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) has no memory-safety preconditions.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    prefer_supervisor_over_workload();
     let received = Arc::new(AtomicUsize::new(0));
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         signal_hook::flag::register_usize(signal, received.clone(), signal as usize)
@@ -142,6 +146,7 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
         RunError::Monitor(anyhow::anyhow!("starting {}: {e}", executable.display()))
     })?;
     let child_pid = child.id() as i32;
+    let group = own_process_group(backend.as_ref()).then_some(child_pid);
     let pidfd = pidfd_open(child_pid);
     let me = std::process::id() as i32;
 
@@ -155,6 +160,8 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
         max_reaped_maxrss: 0,
         cpu_history: VecDeque::new(),
         peak_cores: 0.0,
+        peak_anon: None,
+        peak_file: None,
     };
     let mut exceeded: std::collections::BTreeMap<String, f64> = Default::default();
     let mut child_status: Option<libc::c_int> = None;
@@ -178,6 +185,8 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
         };
         let reading = backend.read();
         tracker.observe(&processes);
+        tracker.peak_anon = tracker.peak_anon.max(reading.anon_bytes);
+        tracker.peak_file = tracker.peak_file.max(reading.file_bytes);
         let live_cpu: f64 = processes.iter().map(|p| p.cpu_ticks as f64 / ticks).sum();
         let cpu_now = match reading.cpu_total_us {
             Some(us) => us as f64 / 1e6,
@@ -245,19 +254,19 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
             }
         }
         if !exceeded.is_empty() {
-            kill_tree(backend.as_ref(), me);
+            kill_tree(backend.as_ref(), me, group);
             break;
         }
 
         // Signals sent to lfm go to the whole tree; after the grace period, SIGKILL.
         let signal = received.swap(0, Ordering::SeqCst) as i32;
         if signal != 0 && forwarded.is_none() {
-            signal_tree(backend.as_ref(), me, signal);
+            signal_tree(backend.as_ref(), me, group, signal);
             forwarded = Some((signal, Instant::now()));
         }
         if let Some((_, at)) = forwarded {
             if at.elapsed() > options.grace {
-                kill_tree(backend.as_ref(), me);
+                kill_tree(backend.as_ref(), me, group);
             }
         }
 
@@ -266,7 +275,7 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
     }
 
     // The command is over: nothing it started may outlive it.
-    kill_tree(backend.as_ref(), me);
+    kill_tree(backend.as_ref(), me, group);
     let deadline = Instant::now() + Duration::from_secs(5);
     while child_status.is_none() && Instant::now() < deadline {
         reap(&mut child_status, child_pid, &mut tracker);
@@ -329,8 +338,8 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
             peak_bytes: peak,
             peak_source: "cgroup-peak".into(),
             peak_rss_bytes: Some(vmhwm_peak),
-            anon_bytes: reading.anon_bytes,
-            file_bytes: reading.file_bytes,
+            anon_bytes: tracker.peak_anon.max(reading.anon_bytes),
+            file_bytes: tracker.peak_file.max(reading.file_bytes),
         },
         None => Memory {
             peak_bytes: vmhwm_peak.max(tracker.peak_rss_sum),
@@ -348,6 +357,22 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
         (Some(r), Some(w)) if r + w > 0 => (r, w),
         _ => tracker.io(),
     };
+    // Kernel rlimits end a run with a signal of their own: those are limits too.
+    if let Some(status) = child_status.filter(|&s| libc::WIFSIGNALED(s)) {
+        match libc::WTERMSIG(status) {
+            libc::SIGXFSZ => {
+                if let Some(limit) = options.limits.disk_bytes {
+                    exceeded.insert("disk".into(), limit as f64);
+                }
+            }
+            libc::SIGXCPU => {
+                if let Some(cores) = options.limits.cores {
+                    exceeded.insert("cores".into(), cores);
+                }
+            }
+            _ => {}
+        }
+    }
     let exit = classify_exit(child_status, &exceeded, forwarded.map(|(s, _)| s));
     Ok(Report {
         format: REPORT_FORMAT.into(),
@@ -442,6 +467,9 @@ fn spawn(
     if let Some(sandbox) = &options.sandbox {
         command.current_dir(sandbox);
     }
+    if own_process_group(backend) {
+        command.process_group(0);
+    }
     let join_fds = backend.join_fds();
     let rlimits = child_rlimits(&options.limits, backend);
     // SAFETY: the closure runs between fork and exec; it only calls async-signal-safe
@@ -468,6 +496,14 @@ fn spawn(
     command.spawn()
 }
 
+/// Without a cgroup, a process group is the one handle the kernel kills atomically (a fork
+/// bomb cannot escape a group kill). It is skipped when stdin is a terminal: a background
+/// group would be stopped as soon as it read from it.
+fn own_process_group(backend: &dyn Backend) -> bool {
+    use std::io::IsTerminal;
+    backend.pids().is_none() && !std::io::stdin().is_terminal()
+}
+
 fn child_rlimits(
     limits: &Limits,
     backend: &dyn Backend,
@@ -486,14 +522,29 @@ fn child_rlimits(
         // RLIMIT_NPROC counts every process of the user, and root ignores it: only useful for
         // an unprivileged user without a pids controller.
         if !root && !backend.enforced().processes {
+            // One above the limit: the kernel stops the growth, and the supervisor sees the
+            // count pass the limit and reports it.
             let current = count_user_processes();
-            out.push((libc::RLIMIT_NPROC, (current + processes) as libc::rlim_t));
+            out.push((
+                libc::RLIMIT_NPROC,
+                (current + processes + 1) as libc::rlim_t,
+            ));
         }
     }
     if let Some(address_space) = limits.address_space_bytes {
         out.push((libc::RLIMIT_AS, address_space as libc::rlim_t));
     }
     out
+}
+
+/// A workload with thousands of runnable processes (a fork bomb) starves an ordinary
+/// supervisor of CPU, so it samples and kills too late. Where allowed (root or CAP_SYS_NICE),
+/// lfm runs at the lowest real-time priority; SCHED_RESET_ON_FORK puts the command back on the
+/// normal scheduler. The supervisor sleeps between samples, so it takes almost no CPU.
+fn prefer_supervisor_over_workload() {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: sched_setscheduler on this process with a valid parameter; failure is harmless.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) };
 }
 
 fn count_user_processes() -> u64 {
@@ -627,7 +678,11 @@ fn rusage_children() -> (f64, f64) {
     (seconds(usage.ru_utime), seconds(usage.ru_stime))
 }
 
-fn signal_tree(backend: &dyn Backend, me: i32, signal: i32) {
+fn signal_tree(backend: &dyn Backend, me: i32, group: Option<i32>, signal: i32) {
+    if let Some(group) = group {
+        // SAFETY: kill(2) on the run's own process group.
+        unsafe { libc::kill(-group, signal) };
+    }
     let pids = backend
         .pids()
         .unwrap_or_else(|| proctree::descendants(me).iter().map(|p| p.pid).collect());
@@ -639,8 +694,12 @@ fn signal_tree(backend: &dyn Backend, me: i32, signal: i32) {
 
 /// SIGKILL everything the run started: via the cgroup, and via /proc for any descendant that
 /// is not in it (the rlimit backend has no cgroup at all).
-fn kill_tree(backend: &dyn Backend, me: i32) {
+fn kill_tree(backend: &dyn Backend, me: i32, group: Option<i32>) {
     backend.kill_all();
+    if let Some(group) = group {
+        // SAFETY: kill(2) on the run's own process group (negative pid).
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+    }
     for _ in 0..100 {
         let left = proctree::descendants(me);
         let alive: Vec<i32> = left

@@ -6,6 +6,7 @@ use std::process::{Command, Output};
 pub fn lfm(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lfm"))
         .args(args)
+        .stdin(std::process::Stdio::null())
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run lfm")

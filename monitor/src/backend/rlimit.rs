@@ -17,6 +17,10 @@ impl Rlimit {
         if limits.memory_bytes.is_some() {
             notes.push("rlimit backend: --memory is enforced by the supervisor polling /proc (RSS of the tree)".into());
         }
+        // SAFETY: geteuid has no preconditions.
+        if limits.processes.is_some() && unsafe { libc::geteuid() } == 0 {
+            notes.push("rlimit backend as root: RLIMIT_NPROC does not apply to root, so --processes is enforced by polling and a process-group kill".into());
+        }
         Rlimit { notes }
     }
 }
