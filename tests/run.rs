@@ -416,6 +416,58 @@ fn no_cgroup_is_left_behind() {
 }
 
 #[test]
+fn a_killed_lfm_leaves_nothing_once_the_next_run_starts() {
+    let workload = workload();
+    for backend in backends().into_iter().filter(|b| *b != "rlimit") {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("grandchild.pid");
+        let mut monitor = Command::new(env!("CARGO_BIN_EXE_lfm"))
+            .args(["run", "--quiet", "--backend", backend, "--"])
+            .arg(&workload)
+            .arg("doublefork")
+            .arg(&pidfile)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !pidfile.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let grandchild: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        monitor.kill().unwrap(); // SIGKILL: no cleanup code of lfm runs
+        monitor.wait().unwrap();
+        assert!(
+            alive(grandchild),
+            "{backend}: expected the orphan to outlive a SIGKILLed lfm"
+        );
+        let output = lfm(&["run", "--quiet", "--backend", backend, "--", "true"]);
+        assert!(output.status.success());
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !alive(grandchild),
+            "{backend}: the next run did not kill the stale run's processes"
+        );
+        let stale = format!("run-{}-", monitor.id());
+        let left: Vec<String> = [
+            "/sys/fs/cgroup/memory",
+            "/sys/fs/cgroup/unified",
+            "/sys/fs/cgroup/pids",
+            "/sys/fs/cgroup/cpu",
+        ]
+        .iter()
+        .flat_map(|root| walk_run_dirs(Path::new(root)))
+        .filter(|d| d.contains(&stale))
+        .collect();
+        assert!(left.is_empty(), "{backend}: stale cgroups left: {left:?}");
+    }
+}
+
+#[test]
 fn rlimit_backend_works_for_an_unprivileged_user() {
     if !is_root() {
         eprintln!("SKIPPED unprivileged test: not root, so cannot switch to nobody (the other tests already ran unprivileged)");

@@ -476,6 +476,9 @@ fn spawn(
     // functions (write, setrlimit) on data prepared before the fork.
     unsafe {
         command.pre_exec(move || {
+            // If lfm is SIGKILLed the command dies with it; the rest of a cgroup run is killed
+            // by the next lfm, which cleans stale run cgroups.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
             for &fd in &join_fds {
                 if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
                     return Err(std::io::Error::last_os_error());

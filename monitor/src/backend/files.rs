@@ -82,7 +82,13 @@ pub fn clean_stale_runs(parent: &Path, kill: impl Fn(&Path)) {
         }
         let path = entry.path();
         kill(&path);
-        let _ = fs::remove_dir(&path);
+        // The killed tasks take a moment to leave the cgroup.
+        for _ in 0..200 {
+            if fs::remove_dir(&path).is_ok() || !path.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }
 

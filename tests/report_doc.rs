@@ -1,0 +1,98 @@
+//! docs/report.md carries a real Report and resource_monitor summary; a fresh run must produce
+//! documents with exactly the same fields.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::lfm;
+
+fn json_blocks(doc: &str) -> Vec<serde_json::Value> {
+    doc.split("```json\n")
+        .skip(1)
+        .map(|block| {
+            serde_json::from_str(&block[..block.find("```").unwrap()]).expect("example parses")
+        })
+        .collect()
+}
+
+/// Every key path in a JSON value (`memory.peak_bytes`, ...).
+fn key_paths(value: &serde_json::Value, prefix: &str, out: &mut BTreeSet<String>) {
+    if let serde_json::Value::Object(map) = value {
+        for (key, inner) in map {
+            let path = if prefix.is_empty() {
+                key.clone()
+            } else {
+                format!("{prefix}.{key}")
+            };
+            out.insert(path.clone());
+            // limits_exceeded keys depend on what was exceeded; both examples exceed memory.
+            key_paths(inner, &path, out);
+        }
+    }
+}
+
+fn paths(value: &serde_json::Value) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    key_paths(value, "", &mut out);
+    out
+}
+
+#[test]
+fn report_examples_match_real_output() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/report.md")).unwrap();
+    let blocks = json_blocks(&doc);
+    assert_eq!(blocks.len(), 2);
+    let report: lfm_monitor::Report =
+        serde_json::from_value(blocks[0].clone()).expect("example is a Report");
+    assert_eq!(report.format, lfm_monitor::report::REPORT_FORMAT);
+
+    let workload =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-workloads/workload");
+    if !workload.exists() {
+        let status = std::process::Command::new("cc")
+            .args(["-O1", "-pthread", "-o"])
+            .arg(&workload)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/workloads/workload.c"
+            ))
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let workload = workload.to_str().unwrap();
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "run",
+            "--quiet",
+            "--backend",
+            "cgroup1",
+            "--memory",
+            "100M",
+            "--report",
+            "-",
+        ];
+        args.extend_from_slice(extra);
+        args.extend(["--", workload, "touch", "300", "2000"]);
+        let output = lfm(&args);
+        serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stderr)))
+    };
+    if !lfm(&["run", "--quiet", "--backend", "cgroup1", "--", "true"])
+        .status
+        .success()
+    {
+        eprintln!("SKIPPED comparison with a fresh report: the example was made on cgroup v1, which this machine does not offer");
+        return;
+    }
+    assert_eq!(
+        paths(&run(&["--cores", "1.5", "--wall", "1m"])),
+        paths(&blocks[0])
+    );
+    assert_eq!(
+        paths(&run(&["--summary-format", "resource-monitor"])),
+        paths(&blocks[1])
+    );
+}
