@@ -27,6 +27,8 @@ pub struct RunOptions {
     pub limits: Limits,
     pub backend: BackendChoice,
     /// Working directory of the command (created if missing); its size is the disk measure.
+    /// Without it, the working directory is measured when it is a fresh temporary directory
+    /// (a workflow worker's task sandbox), and not otherwise.
     pub sandbox: Option<PathBuf>,
     /// One JSON line per sample.
     pub series: Option<PathBuf>,
@@ -138,6 +140,7 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
         None => None,
     };
 
+    let measured_dir = options.sandbox.clone().or_else(fresh_temporary_cwd);
     let start_time = now_seconds();
     let started = Instant::now();
     let child = spawn(&executable, options, backend.as_ref()).map_err(|e| {
@@ -174,6 +177,9 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
     let ticks = proctree::clock_ticks_per_second() as f64;
 
     loop {
+        // Wait first: a command that ends within the first interval needs no sampling at all
+        // (its peaks come from the cgroup and from wait4's rusage).
+        wait_for_exit(pidfd, last_interval);
         reap(&mut child_status, child_pid, &mut tracker);
         if child_status.is_some() {
             break;
@@ -198,7 +204,7 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
             .unwrap_or_else(|| processes.iter().map(|p| p.rss_bytes).sum());
         samples += 1;
 
-        if let Some(sandbox) = &options.sandbox {
+        if let Some(sandbox) = &measured_dir {
             if Instant::now() >= next_disk_walk {
                 let walk_started = Instant::now();
                 disk = Some(measure_disk(sandbox));
@@ -271,7 +277,6 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
         }
 
         last_interval = sampling_interval(elapsed);
-        wait_for_exit(pidfd, last_interval);
     }
 
     // The command is over: nothing it started may outlive it.
@@ -292,7 +297,7 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
             exceeded.insert("memory".into(), limit as f64);
         }
     }
-    if let Some(sandbox) = &options.sandbox {
+    if let Some(sandbox) = &measured_dir {
         disk = Some(measure_disk(sandbox));
         if let Some(limit) = options.limits.disk_bytes {
             if disk.as_ref().is_some_and(|d| d.bytes > limit) {
@@ -699,6 +704,10 @@ fn signal_tree(backend: &dyn Backend, me: i32, group: Option<i32>, signal: i32) 
 /// is not in it (the rlimit backend has no cgroup at all).
 fn kill_tree(backend: &dyn Backend, me: i32, group: Option<i32>) {
     backend.kill_all();
+    if !has_children() {
+        // lfm is a subreaper: any live descendant would be, or descend from, a child of lfm.
+        return;
+    }
     if let Some(group) = group {
         // SAFETY: kill(2) on the run's own process group (negative pid).
         unsafe { libc::kill(-group, libc::SIGKILL) };
@@ -719,6 +728,20 @@ fn kill_tree(backend: &dyn Backend, me: i32, group: Option<i32>) {
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+fn has_children() -> bool {
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid with WNOWAIT only inspects; a valid pointer to a local.
+    let result = unsafe {
+        libc::waitid(
+            libc::P_ALL,
+            0,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    result == 0
 }
 
 fn is_zombie(pid: i32) -> bool {
@@ -750,6 +773,18 @@ fn measure_disk(path: &Path) -> Disk {
         bytes,
         files,
     }
+}
+
+/// The working directory, when it lies inside the temp dir and was created in the last hour.
+fn fresh_temporary_cwd() -> Option<PathBuf> {
+    let cwd = std::env::current_dir().ok()?;
+    let temp = std::env::temp_dir().canonicalize().ok()?;
+    let cwd = cwd.canonicalize().ok()?;
+    if cwd == temp || !cwd.starts_with(&temp) {
+        return None;
+    }
+    let created = std::fs::metadata(&cwd).ok()?.created().ok()?;
+    (created.elapsed().ok()? < Duration::from_secs(3600)).then_some(cwd)
 }
 
 fn pidfd_open(pid: i32) -> Option<i32> {

@@ -10,7 +10,19 @@ use super::files::{self, read_keyed, read_u64, write};
 use super::{Backend, BackendKind, Enforced, Reading};
 use crate::limits::Limits;
 
-const CONTROLLERS: &[&str] = &["memory", "cpu", "cpuacct", "pids", "blkio", "freezer"];
+/// Hierarchies a run joins. Each join is a cgroup migration that costs the child a few hundred
+/// microseconds (an RCU grace period on v1), so only what the limits need is joined: memory and
+/// cpuacct always (peak memory, CPU time), cpu for --cores, pids and freezer for --processes.
+fn controllers_for(limits: &Limits) -> Vec<&'static str> {
+    let mut wanted = vec!["memory", "cpuacct"];
+    if limits.cores.is_some() {
+        wanted.push("cpu");
+    }
+    if limits.processes.is_some() {
+        wanted.extend(["pids", "freezer"]);
+    }
+    wanted
+}
 const CFS_PERIOD_US: u64 = 100_000;
 
 pub struct Cgroup1 {
@@ -26,7 +38,7 @@ pub struct Cgroup1 {
 impl Cgroup1 {
     pub fn create(limits: &Limits) -> Result<Cgroup1> {
         let mut dirs: Vec<(&'static str, PathBuf)> = Vec::new();
-        for &controller in CONTROLLERS {
+        for controller in controllers_for(limits) {
             let Some(mount) = files::mount_point("cgroup", Some(controller)) else {
                 continue;
             };
