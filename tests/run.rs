@@ -15,6 +15,12 @@ use common::lfm;
 
 const MIB: f64 = 1_048_576.0;
 
+/// Tests that measure CPU, or load it heavily, take turns: in parallel they would skew each other.
+fn cpu_heavy() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn workload() -> PathBuf {
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = BUILD.lock().unwrap_or_else(|p| p.into_inner());
@@ -132,6 +138,7 @@ fn a_50ms_spike_is_caught() {
 
 #[test]
 fn two_busy_threads_use_two_cores() {
+    let _turn = cpu_heavy();
     let workload = workload();
     for backend in backends() {
         let (_, report) = run_report(
@@ -213,6 +220,7 @@ fn a_wall_limit_kills_a_setsid_double_forked_tree() {
 
 #[test]
 fn a_fork_bomb_is_contained_by_processes() {
+    let _turn = cpu_heavy();
     // A copy under a unique name, so survivors can be told apart from other tests' workloads.
     let dir = tempfile::tempdir().unwrap();
     let bomb = dir.path().join(format!("bomb-{}", std::process::id()));
@@ -469,6 +477,7 @@ fn a_killed_lfm_leaves_nothing_once_the_next_run_starts() {
 
 #[test]
 fn rlimit_backend_works_for_an_unprivileged_user() {
+    let _turn = cpu_heavy();
     if !is_root() {
         eprintln!("SKIPPED unprivileged test: not root, so cannot switch to nobody (the other tests already ran unprivileged)");
         return;
