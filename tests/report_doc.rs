@@ -48,20 +48,7 @@ fn report_examples_match_real_output() {
         serde_json::from_value(blocks[0].clone()).expect("example is a Report");
     assert_eq!(report.format, lfm_monitor::report::REPORT_FORMAT);
 
-    let workload =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-workloads/workload");
-    if !workload.exists() {
-        let status = std::process::Command::new("cc")
-            .args(["-O1", "-pthread", "-o"])
-            .arg(&workload)
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/workloads/workload.c"
-            ))
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
+    let workload = common::workload();
     let workload = workload.to_str().unwrap();
     let run = |extra: &[&str]| -> serde_json::Value {
         let mut args = vec![

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::lfm;
+use common::{lfm, workload};
 
 const MIB: f64 = 1_048_576.0;
 
@@ -19,31 +19,6 @@ const MIB: f64 = 1_048_576.0;
 fn cpu_heavy() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn workload() -> PathBuf {
-    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = BUILD.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-workloads");
-    let binary = dir.join("workload");
-    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/workload.c");
-    let stale = match (binary.metadata(), source.metadata()) {
-        (Ok(b), Ok(s)) => b.modified().unwrap() < s.modified().unwrap(),
-        _ => true,
-    };
-    if stale {
-        std::fs::create_dir_all(&dir).unwrap();
-        let tmp = dir.join(format!("workload.{}", std::process::id()));
-        let status = Command::new("cc")
-            .args(["-O1", "-pthread", "-o"])
-            .arg(&tmp)
-            .arg(&source)
-            .status()
-            .expect("cc");
-        assert!(status.success(), "compiling the workload failed");
-        std::fs::rename(&tmp, &binary).unwrap();
-    }
-    binary
 }
 
 /// Backends to test here, each with why it is or is not available.

@@ -56,3 +56,31 @@ pub fn names(target: &serde_json::Value) -> Vec<String> {
     out.sort();
     out
 }
+
+/// tests/workloads/workload.c compiled with `cc` into target/test-workloads (once, rebuilt
+/// when the source changes).
+pub fn workload() -> std::path::PathBuf {
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = BUILD.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-workloads");
+    let binary = dir.join("workload");
+    let source =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/workload.c");
+    let stale = match (binary.metadata(), source.metadata()) {
+        (Ok(b), Ok(s)) => b.modified().unwrap() < s.modified().unwrap(),
+        _ => true,
+    };
+    if stale {
+        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = dir.join(format!("workload.{}", std::process::id()));
+        let status = Command::new("cc")
+            .args(["-O1", "-pthread", "-o"])
+            .arg(&tmp)
+            .arg(&source)
+            .status()
+            .expect("cc");
+        assert!(status.success(), "compiling the workload failed");
+        std::fs::rename(&tmp, &binary).unwrap();
+    }
+    binary
+}
