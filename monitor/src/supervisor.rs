@@ -775,7 +775,8 @@ fn measure_disk(path: &Path) -> Disk {
     }
 }
 
-/// The working directory, when it lies inside the temp dir and was created in the last hour.
+/// The working directory, when it is a task sandbox: inside the temp dir, created in the last
+/// hour, and small (at most 10,000 entries), so measuring it stays cheap.
 fn fresh_temporary_cwd() -> Option<PathBuf> {
     let cwd = std::env::current_dir().ok()?;
     let temp = std::env::temp_dir().canonicalize().ok()?;
@@ -784,7 +785,11 @@ fn fresh_temporary_cwd() -> Option<PathBuf> {
         return None;
     }
     let created = std::fs::metadata(&cwd).ok()?.created().ok()?;
-    (created.elapsed().ok()? < Duration::from_secs(3600)).then_some(cwd)
+    if created.elapsed().ok()? > Duration::from_secs(3600) {
+        return None;
+    }
+    let small = walkdir::WalkDir::new(&cwd).follow_links(false).into_iter().take(10_001).count() <= 10_000;
+    small.then_some(cwd)
 }
 
 fn pidfd_open(pid: i32) -> Option<i32> {

@@ -1,0 +1,63 @@
+//! The pack manifest (docs/pack.md): the first entry of every lfm pack.
+
+use serde::{Deserialize, Serialize};
+
+pub const MANIFEST_FORMAT: &str = "lfm-pack/1";
+pub const MANIFEST_NAME: &str = "lfm-manifest.json";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    pub format: String,
+    /// blake3 of the Spec the pack was made from (absent for `--all`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_hash: Option<String>,
+    pub python: PackPython,
+    pub distributions: Vec<PackDistribution>,
+    /// Local source files, as stored under `app/`.
+    pub local_files: Vec<String>,
+    /// Per target of the Spec: the modules its closure imports (checked by `lfm verify`).
+    pub targets: Vec<PackTarget>,
+    pub totals: Totals,
+    pub run: RunInfo,
+    /// How compiled bytecode is handled.
+    pub pyc: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PackPython {
+    pub version: String,
+    /// `sysconfig.get_config_var("SOABI")`, e.g. cpython-311-x86_64-linux-gnu.
+    pub abi: String,
+    pub platform: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PackDistribution {
+    pub name: String,
+    pub version: String,
+    pub files: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PackTarget {
+    pub target: String,
+    pub modules: Vec<String>,
+    /// Optional imports whose module is not installed: not packed, skipped by verify.
+    #[serde(default)]
+    pub optional_missing: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Totals {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunInfo {
+    /// Script at the pack root that puts the pack on the path and runs its arguments.
+    pub script: String,
+    /// Directories (relative to the pack root) that go on PYTHONPATH, in order.
+    pub pythonpath: Vec<String>,
+    pub example: String,
+}

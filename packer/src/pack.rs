@@ -1,0 +1,338 @@
+//! Building a pack: the selected distributions' files and the local modules, as a
+//! deterministic tar.zst whose first entry is the manifest.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use lfm_analyzer::dists::{normalize_name, DistIndex};
+use lfm_analyzer::interpreter::Interpreter;
+use lfm_analyzer::spec::{ModuleKind, Spec};
+
+use crate::manifest::{
+    Manifest, PackDistribution, PackPython, PackTarget, RunInfo, Totals, MANIFEST_FORMAT, MANIFEST_NAME,
+};
+
+/// Every entry gets this mtime: packs of the same inputs must be byte-identical. (Not 0: some
+/// tools treat a zero mtime as "unset".)
+const FIXED_MTIME: u64 = 1;
+
+pub struct PackOptions {
+    /// zstd level (1-22).
+    pub level: i32,
+    /// zstd worker threads; at least 1, so the output is the same for any count.
+    pub threads: u32,
+    /// Where to write; `None`: `lfm-<hash>.tar.zst` in `output_dir`.
+    pub output: Option<PathBuf>,
+    pub output_dir: PathBuf,
+}
+
+/// What goes in: a Spec (the closure of some targets) or the whole environment.
+pub enum Selection<'a> {
+    Spec(&'a Spec),
+    All,
+}
+
+pub struct Packed {
+    pub path: PathBuf,
+    pub manifest: Manifest,
+    pub compressed_bytes: u64,
+    pub hash: String,
+    /// Files RECORD lists but the environment no longer has, and other non-fatal problems.
+    pub warnings: Vec<String>,
+}
+
+enum Source {
+    File(PathBuf),
+    Symlink(PathBuf),
+    Bytes(Vec<u8>),
+}
+
+struct Entry {
+    source: Source,
+    executable: bool,
+}
+
+/// Build a pack from the environment of `interpreter`.
+pub fn pack(selection: Selection, interpreter: &Interpreter, options: &PackOptions) -> Result<Packed> {
+    let prefix = interpreter.prefix.canonicalize().unwrap_or_else(|_| interpreter.prefix.clone());
+    let site_dirs = interpreter.site_dirs();
+    let index = DistIndex::build(&site_dirs, Some(&prefix));
+    let mut warnings: Vec<String> = index.problems.clone();
+
+    let (dist_ids, spec_hash, targets, local_sources) = match selection {
+        Selection::All => ((0..index.dists.len() as u32).collect::<Vec<_>>(), None, Vec::new(), Vec::new()),
+        Selection::Spec(spec) => {
+            let mut ids = Vec::new();
+            for dist in spec.union_distributions() {
+                match index.by_name(&dist.name) {
+                    Some(id) => ids.push(id),
+                    None => bail!(
+                        "distribution {} {} from the spec is not installed in {}",
+                        dist.name,
+                        dist.version,
+                        prefix.display()
+                    ),
+                }
+            }
+            let hash = blake3::hash(serde_json::to_string(spec)?.as_bytes()).to_hex().to_string();
+            (ids, Some(hash), pack_targets(spec), local_files(spec))
+        }
+    };
+
+    let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
+    let mut distributions = Vec::new();
+    for &id in &dist_ids {
+        let dist = &index.dists[id as usize];
+        let mut count = 0;
+        for file in &dist.files {
+            if is_bytecode(file) {
+                continue;
+            }
+            let Ok(relative) = file.strip_prefix(&prefix) else {
+                warnings.push(format!("{}: {} lies outside the environment; not packed", dist.name, file.display()));
+                continue;
+            };
+            let Ok(meta) = fs::symlink_metadata(file) else {
+                warnings.push(format!("{}: {} is listed in its RECORD but missing", dist.name, file.display()));
+                continue;
+            };
+            let archive_path = format!("env/{}", relative.display());
+            let entry = if meta.file_type().is_symlink() {
+                Entry { source: Source::Symlink(fs::read_link(file)?), executable: false }
+            } else if relative.starts_with("bin") {
+                Entry { source: Source::Bytes(relocatable_script(&fs::read(file)?)), executable: true }
+            } else {
+                Entry { source: Source::File(file.clone()), executable: meta.permissions().mode() & 0o111 != 0 }
+            };
+            entries.insert(archive_path, entry);
+            count += 1;
+        }
+        distributions.push(PackDistribution { name: dist.name.clone(), version: dist.version.clone(), files: count });
+    }
+    distributions.sort_by_key(|d| normalize_name(&d.name));
+
+    let mut local_archive_paths = Vec::new();
+    for (archive_path, source) in local_sources {
+        if !source.is_file() {
+            bail!("local module file {} is missing (was the spec made in another directory?)", source.display());
+        }
+        local_archive_paths.push(archive_path.clone());
+        entries.insert(archive_path, Entry { source: Source::File(source), executable: false });
+    }
+
+    let pythonpath: Vec<String> = std::iter::once("app".to_string())
+        .chain(site_dirs.iter().filter_map(|dir| {
+            dir.strip_prefix(&prefix).ok().map(|relative| format!("env/{}", relative.display()))
+        }))
+        .collect();
+    entries.insert("run".into(), Entry { source: Source::Bytes(run_script(&pythonpath).into_bytes()), executable: true });
+
+    let mut totals = Totals::default();
+    for entry in entries.values() {
+        totals.files += 1;
+        totals.bytes += match &entry.source {
+            Source::File(path) => fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+            Source::Bytes(bytes) => bytes.len() as u64,
+            Source::Symlink(_) => 0,
+        };
+    }
+    let example_module = targets.first().map(|t: &PackTarget| t.target.split(':').next().unwrap_or("").to_string());
+    let manifest = Manifest {
+        format: MANIFEST_FORMAT.into(),
+        spec_hash,
+        python: PackPython {
+            version: interpreter.version.clone(),
+            abi: interpreter.soabi.clone(),
+            platform: interpreter.platform_tag.clone(),
+        },
+        distributions,
+        local_files: local_archive_paths,
+        targets,
+        totals,
+        run: RunInfo {
+            script: "run".into(),
+            pythonpath,
+            example: match example_module {
+                Some(module) if !module.is_empty() => format!("./run python3 -c 'import {module}'"),
+                _ => "./run python3 script.py".into(),
+            },
+        },
+        pyc: "no .pyc or __pycache__ is packed: timestamps are normalised, so shipped timestamp pycs would be stale; `lfm unpack --compile` compiles once into the cache (unchecked-hash pycs)".into(),
+    };
+
+    let (path, compressed_bytes, hash) = write_archive(&manifest, &entries, options)?;
+    Ok(Packed { path, manifest, compressed_bytes, hash, warnings })
+}
+
+fn pack_targets(spec: &Spec) -> Vec<PackTarget> {
+    spec.targets
+        .iter()
+        .map(|target| {
+            let mut modules: BTreeSet<String> = BTreeSet::new();
+            modules.insert(target.module.clone());
+            for module in &target.modules {
+                let importable = match module.kind {
+                    ModuleKind::Local => true,
+                    ModuleKind::ThirdParty => module.distribution.is_some(),
+                    ModuleKind::Stdlib => true,
+                };
+                if importable {
+                    modules.insert(module.name.clone());
+                }
+            }
+            PackTarget {
+                target: target.target.clone(),
+                modules: modules.into_iter().collect(),
+                optional_missing: target.missing.iter().filter(|m| m.optional).map(|m| m.name.clone()).collect(),
+            }
+        })
+        .collect()
+}
+
+/// Local modules of the closure (and the targets' own modules): archive path -> source file.
+fn local_files(spec: &Spec) -> Vec<(String, PathBuf)> {
+    let mut out: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for target in &spec.targets {
+        let own = std::iter::once((target.module.as_str(), target.file.as_str()));
+        let locals = target
+            .modules
+            .iter()
+            .filter(|m| m.kind == ModuleKind::Local)
+            .filter_map(|m| m.file.as_deref().map(|file| (m.name.as_str(), file)));
+        for (name, file) in own.chain(locals) {
+            let is_package = Path::new(file).file_name().is_some_and(|f| f == "__init__.py");
+            let relative = if is_package {
+                format!("{}/__init__.py", name.replace('.', "/"))
+            } else {
+                format!("{}.py", name.replace('.', "/"))
+            };
+            out.insert(format!("app/{relative}"), PathBuf::from(file));
+        }
+    }
+    out.into_iter().collect()
+}
+
+fn is_bytecode(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "pyc" || e == "pyo") || path.components().any(|c| c.as_os_str() == "__pycache__")
+}
+
+/// Entry-point scripts name the packing machine's interpreter on their first line; in a pack
+/// they run with whatever `python3` the `run` script put first on PATH.
+fn relocatable_script(bytes: &[u8]) -> Vec<u8> {
+    if !bytes.starts_with(b"#!") {
+        return bytes.to_vec();
+    }
+    let end = bytes.iter().position(|&b| b == b'\n').unwrap_or(bytes.len());
+    let first = String::from_utf8_lossy(&bytes[..end]);
+    if !first.contains("python") {
+        return bytes.to_vec();
+    }
+    let mut out = b"#!/usr/bin/env python3".to_vec();
+    out.extend_from_slice(&bytes[end..]);
+    out
+}
+
+fn run_script(pythonpath: &[String]) -> String {
+    let joined: Vec<String> = pythonpath.iter().map(|p| format!("$here/{p}")).collect();
+    format!(
+        "#!/bin/sh\n\
+         # Run a command with this pack on the Python path, from wherever it was unpacked:\n\
+         #   ./run python3 -c 'import mymodule'      (no command: python3)\n\
+         here=$(CDPATH= cd -- \"$(dirname -- \"$0\")\" && pwd)\n\
+         PYTHONPATH=\"{}${{PYTHONPATH:+:$PYTHONPATH}}\"\n\
+         PATH=\"$here/env/bin:$PATH\"\n\
+         export PYTHONPATH PATH\n\
+         [ $# -eq 0 ] && set -- python3\n\
+         exec \"$@\"\n",
+        joined.join(":")
+    )
+}
+
+/// Hashes what passes through, so the pack is named by its content without a second read.
+struct HashingWriter<W: Write> {
+    inner: W,
+    hasher: blake3::Hasher,
+    written: u64,
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+fn write_archive(manifest: &Manifest, entries: &BTreeMap<String, Entry>, options: &PackOptions) -> Result<(PathBuf, u64, String)> {
+    let dir = match &options.output {
+        Some(path) => path.parent().filter(|p| !p.as_os_str().is_empty()).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(".")),
+        None => options.output_dir.clone(),
+    };
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tmp = dir.join(format!(".lfm-pack-{}.tmp", std::process::id()));
+    let file = fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let hashing = HashingWriter { inner: io::BufWriter::new(file), hasher: blake3::Hasher::new(), written: 0 };
+    let mut encoder = zstd::stream::Encoder::new(hashing, options.level)?;
+    // nbWorkers >= 1 in every case: zstd's multithreaded format is identical for any worker
+    // count, but differs from the single-threaded one.
+    encoder.multithread(options.threads.max(1))?;
+    encoder.include_checksum(true)?;
+    let mut builder = tar::Builder::new(encoder);
+    builder.follow_symlinks(false);
+
+    let manifest_bytes = serde_json::to_vec_pretty(manifest)?;
+    append_bytes(&mut builder, MANIFEST_NAME, &manifest_bytes, false)?;
+    for (path, entry) in entries {
+        match &entry.source {
+            Source::Bytes(bytes) => append_bytes(&mut builder, path, bytes, entry.executable)?,
+            Source::File(source) => {
+                let file = fs::File::open(source).with_context(|| format!("reading {}", source.display()))?;
+                let size = file.metadata()?.len();
+                let mut header = header(tar::EntryType::Regular, size, entry.executable);
+                builder.append_data(&mut header, path, file).with_context(|| format!("packing {}", source.display()))?;
+            }
+            Source::Symlink(target) => {
+                let mut header = header(tar::EntryType::Symlink, 0, false);
+                builder.append_link(&mut header, path, target)?;
+            }
+        }
+    }
+    let encoder = builder.into_inner()?;
+    let mut hashing = encoder.finish()?;
+    hashing.flush()?;
+    let hash = hashing.hasher.finalize().to_hex().to_string();
+    let written = hashing.written;
+    drop(hashing);
+    let path = match &options.output {
+        Some(path) => path.clone(),
+        None => dir.join(format!("lfm-{}.tar.zst", &hash[..16])),
+    };
+    fs::rename(&tmp, &path).with_context(|| format!("moving the pack to {}", path.display()))?;
+    Ok((path, written, hash))
+}
+
+fn header(kind: tar::EntryType, size: u64, executable: bool) -> tar::Header {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(kind);
+    header.set_size(size);
+    header.set_mode(if executable || kind == tar::EntryType::Symlink { 0o755 } else { 0o644 });
+    header.set_mtime(FIXED_MTIME);
+    header.set_uid(0);
+    header.set_gid(0);
+    header
+}
+
+fn append_bytes<W: Write>(builder: &mut tar::Builder<W>, path: &str, bytes: &[u8], executable: bool) -> Result<()> {
+    let mut header = header(tar::EntryType::Regular, bytes.len() as u64, executable);
+    builder.append_data(&mut header, path, bytes)?;
+    Ok(())
+}

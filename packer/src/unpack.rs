@@ -1,0 +1,323 @@
+//! Unpacking like a careful worker: any tar.zst / tar.gz / tar, each archive extracted once per
+//! cache, entry by entry under safety rules, into a fresh directory renamed into place under a
+//! lock.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::{self, BufReader, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Component, Path, PathBuf};
+use std::time::SystemTime;
+
+use anyhow::{Context, Result};
+
+/// Written last inside an extraction: a root without it is not used.
+const COMPLETE_MARKER: &str = ".lfm-complete";
+/// Touched on every use, for least-recently-used eviction.
+const USED_MARKER: &str = ".lfm-used";
+
+#[derive(Debug, Clone)]
+pub struct UnpackOptions {
+    pub cache: PathBuf,
+    /// Refuse archives that expand to more than this (a tar bomb).
+    pub max_bytes: u64,
+    pub max_entries: u64,
+    /// After unpacking, evict least recently used packs until the cache is at most this big.
+    pub cache_max: Option<u64>,
+}
+
+impl UnpackOptions {
+    pub fn new(cache: PathBuf) -> UnpackOptions {
+        UnpackOptions { cache, max_bytes: 64 << 30, max_entries: 2_000_000, cache_max: None }
+    }
+
+    /// `$LFM_CACHE_DIR/packs`, `$XDG_CACHE_HOME/lfm/packs` or `~/.cache/lfm/packs`.
+    pub fn default_cache() -> PathBuf {
+        lfm_analyzer::cache::SummaryCache::default_dir().unwrap_or_else(|| std::env::temp_dir().join("lfm")).join("packs")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UnpackError {
+    #[error("refused entry {entry:?}: {rule}")]
+    Refused { entry: String, rule: String },
+    #[error("{0:#}")]
+    Other(#[from] anyhow::Error),
+}
+
+impl From<io::Error> for UnpackError {
+    fn from(error: io::Error) -> Self {
+        UnpackError::Other(error.into())
+    }
+}
+
+fn refused(entry: &Path, rule: impl Into<String>) -> UnpackError {
+    UnpackError::Refused { entry: entry.display().to_string(), rule: rule.into() }
+}
+
+/// Unpack `archive` into the cache (once) and return its root.
+pub fn unpack(archive: &Path, options: &UnpackOptions) -> Result<PathBuf, UnpackError> {
+    let hash = hash_file(archive).with_context(|| format!("reading {}", archive.display()))?;
+    fs::create_dir_all(&options.cache).with_context(|| format!("creating {}", options.cache.display()))?;
+    let root = options.cache.join(&hash);
+    if root.join(COMPLETE_MARKER).exists() {
+        touch(&root.join(USED_MARKER));
+        return Ok(root);
+    }
+    let lock_path = options.cache.join(format!("{hash}.lock"));
+    let lock = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path)
+        .with_context(|| format!("opening {}", lock_path.display()))?;
+    // SAFETY: flock on a descriptor we own; released when `lock` is dropped.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(anyhow::anyhow!("locking {}: {}", lock_path.display(), io::Error::last_os_error()).into());
+    }
+    if root.join(COMPLETE_MARKER).exists() {
+        touch(&root.join(USED_MARKER));
+        return Ok(root);
+    }
+    clean_stale_temporaries(&options.cache);
+    let tmp = options.cache.join(format!(".tmp-{hash}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let result = extract(archive, &tmp, options);
+    if let Err(error) = result {
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(error);
+    }
+    fs::write(tmp.join(COMPLETE_MARKER), hash.as_bytes())?;
+    touch(&tmp.join(USED_MARKER));
+    if root.exists() {
+        // A directory without the marker: an interrupted run of an older lfm. Replace it.
+        fs::remove_dir_all(&root).with_context(|| format!("removing incomplete {}", root.display()))?;
+    }
+    fs::rename(&tmp, &root).with_context(|| format!("moving {} into place", root.display()))?;
+    drop(lock);
+    if let Some(max) = options.cache_max {
+        evict(&options.cache, max, &root);
+    }
+    Ok(root)
+}
+
+/// blake3 of the archive bytes: the cache key.
+pub fn hash_file(path: &Path) -> io::Result<String> {
+    let mut hasher = blake3::Hasher::new();
+    let mut file = fs::File::open(path)?;
+    io::copy(&mut file, &mut hasher)?;
+    Ok(hasher.finalize().to_hex().to_string())
+}
+
+fn open_decompressed(archive: &Path) -> Result<Box<dyn Read>> {
+    let mut file = BufReader::new(fs::File::open(archive).with_context(|| format!("opening {}", archive.display()))?);
+    let mut magic = [0u8; 4];
+    let read = {
+        use std::io::BufRead;
+        let buffer = file.fill_buf()?;
+        let n = buffer.len().min(4);
+        magic[..n].copy_from_slice(&buffer[..n]);
+        n
+    };
+    if read == 4 && magic == [0x28, 0xB5, 0x2F, 0xFD] {
+        let mut decoder = zstd::stream::Decoder::with_buffer(file)?;
+        // Bounded decoder memory whatever the archive claims (2^27 = 128 MiB window).
+        decoder.window_log_max(27)?;
+        Ok(Box::new(decoder))
+    } else if read >= 2 && magic[..2] == [0x1F, 0x8B] {
+        Ok(Box::new(flate2::bufread::MultiGzDecoder::new(file)))
+    } else {
+        Ok(Box::new(file))
+    }
+}
+
+/// Extract entry by entry into the empty directory `dest`, refusing anything unsafe.
+pub fn extract(archive: &Path, dest: &Path, options: &UnpackOptions) -> Result<(), UnpackError> {
+    let reader = open_decompressed(archive)?;
+    let mut tar = tar::Archive::new(reader);
+    let mut seen: HashSet<PathBuf> = HashSet::new();
+    let mut regular_files: HashSet<PathBuf> = HashSet::new();
+    let mut total_bytes: u64 = 0;
+    let mut count: u64 = 0;
+    for entry in tar.entries().context("reading the archive")? {
+        let mut entry = entry.context("reading an archive entry")?;
+        let raw = entry.path().context("an entry name is not a valid path")?.into_owned();
+        let path = safe_relative(&raw)?;
+        count += 1;
+        if count > options.max_entries {
+            return Err(refused(&raw, format!("more than {} entries (a tar bomb?)", options.max_entries)));
+        }
+        let kind = entry.header().entry_type();
+        if matches!(kind, tar::EntryType::XGlobalHeader | tar::EntryType::XHeader) {
+            continue; // pax metadata records (the tar crate applies per-entry ones itself)
+        }
+        if path.as_os_str().is_empty() {
+            if kind.is_dir() {
+                continue; // "./" itself
+            }
+            return Err(refused(&raw, "empty path"));
+        }
+        if !seen.insert(path.clone()) && !kind.is_dir() {
+            return Err(refused(&raw, "duplicate path"));
+        }
+        let target = dest.join(&path);
+        match kind {
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                let size = entry.header().size().unwrap_or(0);
+                total_bytes = total_bytes.saturating_add(size);
+                if total_bytes > options.max_bytes {
+                    return Err(refused(&raw, format!("archive expands past {} bytes (a tar bomb?)", options.max_bytes)));
+                }
+                make_parents(dest, &path, &raw)?;
+                let mut file = fs::OpenOptions::new().write(true).create_new(true).open(&target).map_err(|e| refused(&raw, format!("cannot create: {e}")))?;
+                let copied = io::copy(&mut (&mut entry).take(size), &mut file)?;
+                if copied != size {
+                    return Err(refused(&raw, "truncated entry"));
+                }
+                let mode = entry.header().mode().unwrap_or(0o644);
+                // No setuid/setgid/sticky, nothing group/world-writable; owner can always read.
+                let masked = (mode & 0o755) | 0o600;
+                fs::set_permissions(&target, fs::Permissions::from_mode(masked))?;
+                regular_files.insert(path);
+            }
+            tar::EntryType::Directory => {
+                make_parents(dest, &path, &raw)?;
+                match fs::symlink_metadata(&target) {
+                    Ok(meta) if meta.is_dir() => {}
+                    Ok(_) => return Err(refused(&raw, "directory over an existing non-directory")),
+                    Err(_) => fs::create_dir(&target)?,
+                }
+            }
+            tar::EntryType::Symlink => {
+                let link = entry.link_name().context("symlink without a target")?.ok_or_else(|| refused(&raw, "symlink without a target"))?.into_owned();
+                if link.is_absolute() {
+                    return Err(refused(&raw, format!("symlink to an absolute path {}", link.display())));
+                }
+                let parent = path.parent().unwrap_or(Path::new(""));
+                if !stays_inside(&parent.join(&link)) {
+                    return Err(refused(&raw, format!("symlink target {} leaves the root", link.display())));
+                }
+                make_parents(dest, &path, &raw)?;
+                std::os::unix::fs::symlink(&link, &target).map_err(|e| refused(&raw, format!("cannot create: {e}")))?;
+            }
+            tar::EntryType::Link => {
+                let link = entry.link_name().context("hard link without a target")?.ok_or_else(|| refused(&raw, "hard link without a target"))?.into_owned();
+                let link = safe_relative(&link).map_err(|_| refused(&raw, format!("hard link target {} leaves the root", link.display())))?;
+                if !regular_files.contains(&link) {
+                    return Err(refused(&raw, format!("hard link to {}, which is not a file extracted earlier from this archive", link.display())));
+                }
+                make_parents(dest, &path, &raw)?;
+                fs::hard_link(dest.join(&link), &target).map_err(|e| refused(&raw, format!("cannot link: {e}")))?;
+            }
+            other => {
+                return Err(refused(&raw, format!("entry type {other:?} is not allowed (only files, directories and links)")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A relative path of normal components only.
+fn safe_relative(raw: &Path) -> Result<PathBuf, UnpackError> {
+    let mut out = PathBuf::new();
+    for component in raw.components() {
+        match component {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir => {}
+            Component::ParentDir => return Err(refused(raw, "path contains '..'")),
+            Component::RootDir | Component::Prefix(_) => return Err(refused(raw, "absolute path")),
+        }
+    }
+    Ok(out)
+}
+
+/// Does a relative path, with `..` resolved lexically, stay below the root?
+fn stays_inside(path: &Path) -> bool {
+    let mut depth: i64 = 0;
+    for component in path.components() {
+        match component {
+            Component::Normal(_) => depth += 1,
+            Component::ParentDir => {
+                depth -= 1;
+                if depth < 0 {
+                    return false;
+                }
+            }
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => return false,
+        }
+    }
+    true
+}
+
+/// Create the parent directories of `path` under `dest`, refusing to go through anything that
+/// is not a real directory (a symlink planted by an earlier entry must not be written through).
+fn make_parents(dest: &Path, path: &Path, raw: &Path) -> Result<(), UnpackError> {
+    let mut current = dest.to_path_buf();
+    let Some(parent) = path.parent() else { return Ok(()) };
+    for component in parent.components() {
+        current.push(component);
+        match fs::symlink_metadata(&current) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => return Err(refused(raw, format!("parent {} is not a directory (a symlink?)", current.strip_prefix(dest).unwrap_or(&current).display()))),
+            Err(_) => fs::create_dir(&current)?,
+        }
+    }
+    Ok(())
+}
+
+fn touch(path: &Path) {
+    let _ = fs::write(path, b"");
+}
+
+/// Remove extraction directories left by processes that died mid-way.
+fn clean_stale_temporaries(cache: &Path) {
+    let Ok(entries) = fs::read_dir(cache) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(".tmp-").and_then(|rest| rest.rsplit('-').next()).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Evict least recently used packs until the cache is at most `max` bytes (never `keep`).
+fn evict(cache: &Path, max: u64, keep: &Path) {
+    let Ok(entries) = fs::read_dir(cache) else { return };
+    let mut packs: Vec<(SystemTime, u64, PathBuf)> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join(COMPLETE_MARKER).exists())
+        .map(|p| {
+            let used = fs::metadata(p.join(USED_MARKER)).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
+            let size = walkdir::WalkDir::new(&p).into_iter().flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum();
+            (used, size, p)
+        })
+        .collect();
+    let mut total: u64 = packs.iter().map(|(_, size, _)| size).sum();
+    packs.sort();
+    for (_, size, path) in packs {
+        if total <= max {
+            break;
+        }
+        if path == keep {
+            continue;
+        }
+        if fs::remove_dir_all(&path).is_ok() {
+            total = total.saturating_sub(size);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        assert!(safe_relative(Path::new("a/../b")).is_err());
+        assert!(safe_relative(Path::new("/etc/passwd")).is_err());
+        assert_eq!(safe_relative(Path::new("./a/b")).unwrap(), PathBuf::from("a/b"));
+        assert!(stays_inside(Path::new("a/b/../c")));
+        assert!(!stays_inside(Path::new("a/../../c")));
+    }
+}

@@ -1,0 +1,97 @@
+//! `lfm verify`: an isolated interpreter whose path holds only the pack imports every module
+//! the manifest says the closure needs.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::manifest::{Manifest, MANIFEST_NAME};
+
+const IMPORT_ALL: &str = r#"
+import importlib, json, sys
+request = json.loads(sys.argv[1])
+sys.path[:0] = request["paths"]
+results = []
+for name in request["modules"]:
+    try:
+        importlib.import_module(name)
+        results.append([name, None])
+    except BaseException as error:
+        results.append([name, "%s: %s" % (type(error).__name__, error)])
+print(json.dumps(results))
+"#;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Verification {
+    pub imported: Vec<String>,
+    /// module -> error
+    pub failed: Vec<(String, String)>,
+    /// Optional imports that were not installed when the pack was made.
+    pub skipped: Vec<String>,
+}
+
+impl Verification {
+    pub fn ok(&self) -> bool {
+        self.failed.is_empty()
+    }
+}
+
+pub fn read_manifest(root: &Path) -> Result<Manifest> {
+    let path = root.join(MANIFEST_NAME);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("{} has no {MANIFEST_NAME}: not an lfm pack", root.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: not a valid lfm-pack/1 manifest", path.display()))
+}
+
+/// Import the modules of every target (or of `target` only) with `python -I -S`.
+pub fn verify(root: &Path, python: &Path, target: Option<&str>) -> Result<Verification> {
+    let manifest = read_manifest(root)?;
+    let mut modules: Vec<String> = Vec::new();
+    let mut skipped: Vec<String> = Vec::new();
+    let mut matched = false;
+    for packed in &manifest.targets {
+        if target.is_some_and(|t| t != packed.target) {
+            continue;
+        }
+        matched = true;
+        for module in &packed.modules {
+            if !modules.contains(module) {
+                modules.push(module.clone());
+            }
+        }
+        for module in &packed.optional_missing {
+            if !skipped.contains(module) {
+                skipped.push(module.clone());
+            }
+        }
+    }
+    if let Some(target) = target {
+        if !matched {
+            let known: Vec<&str> = manifest.targets.iter().map(|t| t.target.as_str()).collect();
+            bail!("the pack has no target {target:?} (it has: {})", known.join(", "));
+        }
+    }
+    let paths: Vec<String> = manifest.run.pythonpath.iter().map(|p| root.join(p).display().to_string()).collect();
+    let request = serde_json::json!({ "paths": paths, "modules": modules });
+    let output = Command::new(python)
+        .args(["-I", "-S", "-c", IMPORT_ALL])
+        .arg(request.to_string())
+        .current_dir(root)
+        .output()
+        .with_context(|| format!("starting {}", python.display()))?;
+    if !output.status.success() {
+        bail!("{} failed while importing: {}", python.display(), String::from_utf8_lossy(&output.stderr).trim());
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    let results: Vec<(String, Option<String>)> = serde_json::from_str(last).with_context(|| format!("unexpected output from the import check: {stdout}"))?;
+    let mut verification = Verification { imported: Vec::new(), failed: Vec::new(), skipped };
+    for (module, error) in results {
+        match error {
+            None => verification.imported.push(module),
+            Some(error) => verification.failed.push((module, error)),
+        }
+    }
+    Ok(verification)
+}
