@@ -23,6 +23,83 @@ pub enum Command {
     /// Run a command under cgroup v2 / cgroup v1 / rlimit control and report what it used.
     #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),
+    /// Pack what a function needs (or a whole environment) into a deterministic tar.zst.
+    #[command(after_help = PACK_EXAMPLES)]
+    Pack(PackArgs),
+    /// Unpack a pack (or any tar.zst / tar.gz) once into the cache and print its root.
+    Unpack(UnpackArgs),
+    /// Prove a pack holds what its closure needs: import every module in isolation.
+    Verify(VerifyArgs),
+}
+
+const PACK_EXAMPLES: &str = "\
+Examples:
+  lfm pack workflow.py:train --env ~/envs/sci -o train.tar.zst   analyse + pack in one step
+  lfm analyze workflow.py:train --format json > spec.json && lfm pack spec.json --env ~/envs/sci
+  lfm pack --env ~/envs/sci --all -o sci.tar.zst                 the whole environment
+  lfm unpack train.tar.zst                                       prints the unpacked root
+  ROOT/run python3 -c 'import workflow; workflow.train(\"data.txt\")'
+
+Without -o the pack is named by its content hash: lfm-<hash>.tar.zst in the current directory.";
+
+#[derive(Args)]
+pub struct PackArgs {
+    /// A Spec (JSON from `lfm analyze --format json`) or analysis targets (as for analyze).
+    #[arg(value_name = "SPEC.json|TARGET", required_unless_present = "all")]
+    pub inputs: Vec<String>,
+    /// The environment to pack from: a venv or conda prefix.
+    #[arg(long, value_name = "PREFIX", required = true)]
+    pub env: PathBuf,
+    /// Pack every distribution of the environment.
+    #[arg(long, conflicts_with = "inputs")]
+    pub all: bool,
+    /// Output file (default: lfm-<hash>.tar.zst in the current directory).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// zstd level.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=22))]
+    pub level: i32,
+    /// zstd threads (default: all cores); the output is identical for any count.
+    #[arg(long)]
+    pub threads: Option<u32>,
+    /// Extra source roots for the analysis (as for analyze).
+    #[arg(long = "root", value_name = "DIR")]
+    pub roots: Vec<PathBuf>,
+    /// Add the interpreter and stdlib so the pack runs where no Python is installed.
+    #[arg(long)]
+    pub self_contained: bool,
+    /// No summary on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Args)]
+pub struct UnpackArgs {
+    /// The archive: an lfm pack, or any tar.zst / tar.gz / tar (e.g. conda-pack output).
+    pub archive: PathBuf,
+    /// Cache directory (default: $LFM_CACHE_DIR/packs, $XDG_CACHE_HOME/lfm/packs, ~/.cache/lfm/packs).
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// Evict least recently used packs until the cache is at most this big (e.g. 20G).
+    #[arg(long, value_name = "SIZE")]
+    pub cache_max: Option<String>,
+    /// Refuse archives that expand past this many bytes.
+    #[arg(long, value_name = "SIZE", default_value = "64G")]
+    pub max_bytes: String,
+}
+
+#[derive(Args)]
+pub struct VerifyArgs {
+    /// The pack.
+    pub pack: PathBuf,
+    /// Only this target of the pack (as listed in its manifest, e.g. workflow:train).
+    pub target: Option<String>,
+    /// Interpreter to import with (default: python3 on PATH).
+    #[arg(long, default_value = "python3")]
+    pub python: PathBuf,
+    /// Cache directory to unpack into (as for unpack).
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
 }
 
 const RUN_EXAMPLES: &str = "\

@@ -15,6 +15,9 @@ fn main() {
     let code = match cli.command {
         cli::Command::Analyze(args) => commands::analyze::run(args),
         cli::Command::Run(args) => commands::run::run(args),
+        cli::Command::Pack(args) => commands::pack::pack(args),
+        cli::Command::Unpack(args) => commands::pack::unpack(args),
+        cli::Command::Verify(args) => commands::pack::verify(args),
     };
     std::process::exit(code);
 }

@@ -173,7 +173,11 @@ fn pack_targets(spec: &Spec) -> Vec<PackTarget> {
         .iter()
         .map(|target| {
             let mut modules: BTreeSet<String> = BTreeSet::new();
-            modules.insert(target.module.clone());
+            // A function's closure does not include running its module's top level (it is
+            // shipped by value); a module target's does.
+            if target.kind == lfm_analyzer::spec::TargetKind::Module {
+                modules.insert(target.module.clone());
+            }
             for module in &target.modules {
                 let importable = match module.kind {
                     ModuleKind::Local => true,

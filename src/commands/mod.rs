@@ -1,2 +1,3 @@
 pub mod analyze;
 pub mod run;
+pub mod pack;

@@ -1,0 +1,170 @@
+//! `lfm pack`, `lfm unpack`, `lfm verify`.
+
+use std::path::PathBuf;
+
+use lfm_analyzer::interpreter::Interpreter;
+use lfm_analyzer::spec::Spec;
+use lfm_analyzer::{analyze, AnalyzeError, Environment, Options};
+use lfm_monitor::limits::parse_size;
+use lfm_packer::{PackOptions, Selection, UnpackError, UnpackOptions};
+
+use crate::cli::{PackArgs, UnpackArgs, VerifyArgs};
+
+pub const EXIT_FAILED: i32 = 1;
+pub const EXIT_USAGE: i32 = 2;
+pub const EXIT_TARGET_NOT_FOUND: i32 = 3;
+pub const EXIT_REFUSED: i32 = 5;
+pub const EXIT_VERIFY_FAILED: i32 = 6;
+
+pub fn pack(args: PackArgs) -> i32 {
+    if args.self_contained {
+        eprintln!("error: --self-contained is not implemented yet; pack without it and run with a compatible python3");
+        return EXIT_USAGE;
+    }
+    let interpreter = match Interpreter::for_prefix(&args.env) {
+        Ok(interpreter) => interpreter,
+        Err(error) => {
+            eprintln!("error: {error:#}\nhint: --env takes a venv or conda prefix (the directory holding bin/python)");
+            return EXIT_FAILED;
+        }
+    };
+    let spec = if args.all {
+        None
+    } else {
+        match load_spec(&args) {
+            Ok(spec) => Some(spec),
+            Err(code) => return code,
+        }
+    };
+    let options = PackOptions {
+        level: args.level,
+        threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1)),
+        output: args.output.clone(),
+        output_dir: PathBuf::from("."),
+    };
+    let selection = match &spec {
+        Some(spec) => Selection::Spec(spec),
+        None => Selection::All,
+    };
+    match lfm_packer::pack(selection, &interpreter, &options) {
+        Ok(packed) => {
+            println!("{}", packed.path.display());
+            if !args.quiet {
+                let m = &packed.manifest;
+                eprintln!(
+                    "lfm: packed {} distributions and {} local files: {} files, {:.1} MiB -> {:.1} MiB",
+                    m.distributions.len(),
+                    m.local_files.len(),
+                    m.totals.files,
+                    m.totals.bytes as f64 / 1_048_576.0,
+                    packed.compressed_bytes as f64 / 1_048_576.0
+                );
+                for warning in &packed.warnings {
+                    eprintln!("lfm: warning: {warning}");
+                }
+            }
+            0
+        }
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            EXIT_FAILED
+        }
+    }
+}
+
+/// A Spec file, or targets analysed against the same environment.
+fn load_spec(args: &PackArgs) -> Result<Spec, i32> {
+    if let [single] = args.inputs.as_slice() {
+        if single.ends_with(".json") {
+            let text = std::fs::read_to_string(single).map_err(|e| {
+                eprintln!("error: reading {single}: {e}");
+                EXIT_FAILED
+            })?;
+            return serde_json::from_str::<Spec>(&text).map_err(|e| {
+                eprintln!("error: {single}: not an lfm-spec/1 document: {e}");
+                EXIT_FAILED
+            });
+        }
+    }
+    let options = Options {
+        environment: Environment::Prefix(args.env.clone()),
+        roots: args.roots.clone(),
+        ..Options::default()
+    };
+    match analyze(&args.inputs, &options) {
+        Ok(spec) => Ok(spec),
+        Err(AnalyzeError::TargetNotFound { target, reason }) => {
+            eprintln!("error: target not found: {target}\n  {reason}");
+            Err(EXIT_TARGET_NOT_FOUND)
+        }
+        Err(AnalyzeError::Other(error)) => {
+            eprintln!("error: {error:#}");
+            Err(EXIT_FAILED)
+        }
+    }
+}
+
+fn unpack_options(cache: Option<PathBuf>) -> UnpackOptions {
+    UnpackOptions::new(cache.unwrap_or_else(UnpackOptions::default_cache))
+}
+
+pub fn unpack(args: UnpackArgs) -> i32 {
+    let mut options = unpack_options(args.cache);
+    match parse_size("--max-bytes", &args.max_bytes) {
+        Ok(bytes) => options.max_bytes = bytes,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return EXIT_USAGE;
+        }
+    }
+    if let Some(max) = &args.cache_max {
+        match parse_size("--cache-max", max) {
+            Ok(bytes) => options.cache_max = Some(bytes),
+            Err(error) => {
+                eprintln!("error: {error}");
+                return EXIT_USAGE;
+            }
+        }
+    }
+    match lfm_packer::unpack(&args.archive, &options) {
+        Ok(root) => {
+            println!("{}", root.display());
+            0
+        }
+        Err(UnpackError::Refused { entry, rule }) => {
+            eprintln!("error: {}: refused entry {entry:?}: {rule}; nothing was extracted", args.archive.display());
+            EXIT_REFUSED
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            EXIT_FAILED
+        }
+    }
+}
+
+pub fn verify(args: VerifyArgs) -> i32 {
+    let options = unpack_options(args.cache);
+    let root = match lfm_packer::unpack(&args.pack, &options) {
+        Ok(root) => root,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return EXIT_FAILED;
+        }
+    };
+    match lfm_packer::verify::verify(&root, &args.python, args.target.as_deref()) {
+        Ok(result) => {
+            for module in &result.skipped {
+                println!("skipped  {module} (optional, not installed when packed)");
+            }
+            for (module, error) in &result.failed {
+                println!("FAILED   {module}: {error}");
+            }
+            println!("{} modules imported, {} failed, {} skipped", result.imported.len(), result.failed.len(), result.skipped.len());
+            if result.ok() { 0 } else { EXIT_VERIFY_FAILED }
+        }
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            EXIT_FAILED
+        }
+    }
+}
