@@ -6,21 +6,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use common::{lfm, target};
-
-/// Pinned so the expected Requires-Dist closures stay exact.
-const PACKAGES: &[&str] = &[
-    "PyYAML==6.0.2",
-    "python-dateutil==2.9.0.post0",
-    "beautifulsoup4==4.12.3",
-    "attrs==24.2.0",
-    "protobuf==5.28.3",
-    "googleapis-common-protos==1.65.0",
-    "requests==2.32.3",
-];
+use common::{lfm, real_venv, target};
 
 const WORKFLOW: &str = r#"
 import yaml
@@ -59,51 +48,6 @@ def use_google_api():
 def use_requests():
     return requests.get
 "#;
-
-/// The venv, or `None` (with the reason printed) when PyPI is unreachable.
-fn real_venv() -> Option<PathBuf> {
-    // Tests in this file run in parallel threads; one builds the venv, the others wait.
-    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = BUILD
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-venvs/real");
-    let marker = venv.join(".lfm-complete");
-    if std::fs::read_to_string(&marker).is_ok_and(|text| text == PACKAGES.join("\n")) {
-        return Some(venv);
-    }
-    let status = Command::new("python3")
-        .args(["-m", "venv", "--clear"])
-        .arg(&venv)
-        .status()
-        .expect("python3 -m venv");
-    assert!(status.success(), "python3 -m venv failed");
-    let output = Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", "--disable-pip-version-check"])
-        .args(PACKAGES)
-        .output()
-        .expect("run pip");
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let offline = [
-            "Could not find a version",
-            "NewConnectionError",
-            "Temporary failure in name resolution",
-            "Network is unreachable",
-            "ConnectTimeout",
-        ];
-        if offline.iter().any(|needle| stderr.contains(needle)) {
-            eprintln!(
-                "SKIPPED analyze_venv: the package registry is unreachable: {}",
-                stderr.lines().last().unwrap_or_default()
-            );
-            return None;
-        }
-        panic!("pip install failed: {stderr}");
-    }
-    std::fs::write(&marker, PACKAGES.join("\n")).unwrap();
-    Some(venv)
-}
 
 fn dists(target: &serde_json::Value) -> Vec<(String, bool)> {
     target["distributions"]

@@ -788,7 +788,12 @@ fn fresh_temporary_cwd() -> Option<PathBuf> {
     if created.elapsed().ok()? > Duration::from_secs(3600) {
         return None;
     }
-    let small = walkdir::WalkDir::new(&cwd).follow_links(false).into_iter().take(10_001).count() <= 10_000;
+    let small = walkdir::WalkDir::new(&cwd)
+        .follow_links(false)
+        .into_iter()
+        .take(10_001)
+        .count()
+        <= 10_000;
     small.then_some(cwd)
 }
 

@@ -13,7 +13,8 @@ use lfm_analyzer::interpreter::Interpreter;
 use lfm_analyzer::spec::{ModuleKind, Spec};
 
 use crate::manifest::{
-    Manifest, PackDistribution, PackPython, PackTarget, RunInfo, Totals, MANIFEST_FORMAT, MANIFEST_NAME,
+    Manifest, PackDistribution, PackPython, PackTarget, RunInfo, Totals, MANIFEST_FORMAT,
+    MANIFEST_NAME,
 };
 
 /// Every entry gets this mtime: packs of the same inputs must be byte-identical. (Not 0: some
@@ -57,14 +58,26 @@ struct Entry {
 }
 
 /// Build a pack from the environment of `interpreter`.
-pub fn pack(selection: Selection, interpreter: &Interpreter, options: &PackOptions) -> Result<Packed> {
-    let prefix = interpreter.prefix.canonicalize().unwrap_or_else(|_| interpreter.prefix.clone());
+pub fn pack(
+    selection: Selection,
+    interpreter: &Interpreter,
+    options: &PackOptions,
+) -> Result<Packed> {
+    let prefix = interpreter
+        .prefix
+        .canonicalize()
+        .unwrap_or_else(|_| interpreter.prefix.clone());
     let site_dirs = interpreter.site_dirs();
     let index = DistIndex::build(&site_dirs, Some(&prefix));
     let mut warnings: Vec<String> = index.problems.clone();
 
     let (dist_ids, spec_hash, targets, local_sources) = match selection {
-        Selection::All => ((0..index.dists.len() as u32).collect::<Vec<_>>(), None, Vec::new(), Vec::new()),
+        Selection::All => (
+            (0..index.dists.len() as u32).collect::<Vec<_>>(),
+            None,
+            Vec::new(),
+            Vec::new(),
+        ),
         Selection::Spec(spec) => {
             let mut ids = Vec::new();
             for dist in spec.union_distributions() {
@@ -78,7 +91,9 @@ pub fn pack(selection: Selection, interpreter: &Interpreter, options: &PackOptio
                     ),
                 }
             }
-            let hash = blake3::hash(serde_json::to_string(spec)?.as_bytes()).to_hex().to_string();
+            let hash = blake3::hash(serde_json::to_string(spec)?.as_bytes())
+                .to_hex()
+                .to_string();
             (ids, Some(hash), pack_targets(spec), local_files(spec))
         }
     };
@@ -93,43 +108,81 @@ pub fn pack(selection: Selection, interpreter: &Interpreter, options: &PackOptio
                 continue;
             }
             let Ok(relative) = file.strip_prefix(&prefix) else {
-                warnings.push(format!("{}: {} lies outside the environment; not packed", dist.name, file.display()));
+                warnings.push(format!(
+                    "{}: {} lies outside the environment; not packed",
+                    dist.name,
+                    file.display()
+                ));
                 continue;
             };
             let Ok(meta) = fs::symlink_metadata(file) else {
-                warnings.push(format!("{}: {} is listed in its RECORD but missing", dist.name, file.display()));
+                warnings.push(format!(
+                    "{}: {} is listed in its RECORD but missing",
+                    dist.name,
+                    file.display()
+                ));
                 continue;
             };
             let archive_path = format!("env/{}", relative.display());
             let entry = if meta.file_type().is_symlink() {
-                Entry { source: Source::Symlink(fs::read_link(file)?), executable: false }
+                Entry {
+                    source: Source::Symlink(fs::read_link(file)?),
+                    executable: false,
+                }
             } else if relative.starts_with("bin") {
-                Entry { source: Source::Bytes(relocatable_script(&fs::read(file)?)), executable: true }
+                Entry {
+                    source: Source::Bytes(relocatable_script(&fs::read(file)?)),
+                    executable: true,
+                }
             } else {
-                Entry { source: Source::File(file.clone()), executable: meta.permissions().mode() & 0o111 != 0 }
+                Entry {
+                    source: Source::File(file.clone()),
+                    executable: meta.permissions().mode() & 0o111 != 0,
+                }
             };
             entries.insert(archive_path, entry);
             count += 1;
         }
-        distributions.push(PackDistribution { name: dist.name.clone(), version: dist.version.clone(), files: count });
+        distributions.push(PackDistribution {
+            name: dist.name.clone(),
+            version: dist.version.clone(),
+            files: count,
+        });
     }
     distributions.sort_by_key(|d| normalize_name(&d.name));
 
     let mut local_archive_paths = Vec::new();
     for (archive_path, source) in local_sources {
         if !source.is_file() {
-            bail!("local module file {} is missing (was the spec made in another directory?)", source.display());
+            bail!(
+                "local module file {} is missing (was the spec made in another directory?)",
+                source.display()
+            );
         }
         local_archive_paths.push(archive_path.clone());
-        entries.insert(archive_path, Entry { source: Source::File(source), executable: false });
+        entries.insert(
+            archive_path,
+            Entry {
+                source: Source::File(source),
+                executable: false,
+            },
+        );
     }
 
     let pythonpath: Vec<String> = std::iter::once("app".to_string())
         .chain(site_dirs.iter().filter_map(|dir| {
-            dir.strip_prefix(&prefix).ok().map(|relative| format!("env/{}", relative.display()))
+            dir.strip_prefix(&prefix)
+                .ok()
+                .map(|relative| format!("env/{}", relative.display()))
         }))
         .collect();
-    entries.insert("run".into(), Entry { source: Source::Bytes(run_script(&pythonpath).into_bytes()), executable: true });
+    entries.insert(
+        "run".into(),
+        Entry {
+            source: Source::Bytes(run_script(&pythonpath).into_bytes()),
+            executable: true,
+        },
+    );
 
     let mut totals = Totals::default();
     for entry in entries.values() {
@@ -140,7 +193,9 @@ pub fn pack(selection: Selection, interpreter: &Interpreter, options: &PackOptio
             Source::Symlink(_) => 0,
         };
     }
-    let example_module = targets.first().map(|t: &PackTarget| t.target.split(':').next().unwrap_or("").to_string());
+    let example_module = targets
+        .first()
+        .map(|t: &PackTarget| t.target.split(':').next().unwrap_or("").to_string());
     let manifest = Manifest {
         format: MANIFEST_FORMAT.into(),
         spec_hash,
@@ -165,7 +220,13 @@ pub fn pack(selection: Selection, interpreter: &Interpreter, options: &PackOptio
     };
 
     let (path, compressed_bytes, hash) = write_archive(&manifest, &entries, options)?;
-    Ok(Packed { path, manifest, compressed_bytes, hash, warnings })
+    Ok(Packed {
+        path,
+        manifest,
+        compressed_bytes,
+        hash,
+        warnings,
+    })
 }
 
 fn pack_targets(spec: &Spec) -> Vec<PackTarget> {
@@ -191,7 +252,12 @@ fn pack_targets(spec: &Spec) -> Vec<PackTarget> {
             PackTarget {
                 target: target.target.clone(),
                 modules: modules.into_iter().collect(),
-                optional_missing: target.missing.iter().filter(|m| m.optional).map(|m| m.name.clone()).collect(),
+                optional_missing: target
+                    .missing
+                    .iter()
+                    .filter(|m| m.optional)
+                    .map(|m| m.name.clone())
+                    .collect(),
             }
         })
         .collect()
@@ -208,7 +274,9 @@ fn local_files(spec: &Spec) -> Vec<(String, PathBuf)> {
             .filter(|m| m.kind == ModuleKind::Local)
             .filter_map(|m| m.file.as_deref().map(|file| (m.name.as_str(), file)));
         for (name, file) in own.chain(locals) {
-            let is_package = Path::new(file).file_name().is_some_and(|f| f == "__init__.py");
+            let is_package = Path::new(file)
+                .file_name()
+                .is_some_and(|f| f == "__init__.py");
             let relative = if is_package {
                 format!("{}/__init__.py", name.replace('.', "/"))
             } else {
@@ -221,7 +289,8 @@ fn local_files(spec: &Spec) -> Vec<(String, PathBuf)> {
 }
 
 fn is_bytecode(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "pyc" || e == "pyo") || path.components().any(|c| c.as_os_str() == "__pycache__")
+    path.extension().is_some_and(|e| e == "pyc" || e == "pyo")
+        || path.components().any(|c| c.as_os_str() == "__pycache__")
 }
 
 /// Entry-point scripts name the packing machine's interpreter on their first line; in a pack
@@ -230,7 +299,10 @@ fn relocatable_script(bytes: &[u8]) -> Vec<u8> {
     if !bytes.starts_with(b"#!") {
         return bytes.to_vec();
     }
-    let end = bytes.iter().position(|&b| b == b'\n').unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .position(|&b| b == b'\n')
+        .unwrap_or(bytes.len());
     let first = String::from_utf8_lossy(&bytes[..end]);
     if !first.contains("python") {
         return bytes.to_vec();
@@ -276,15 +348,27 @@ impl<W: Write> Write for HashingWriter<W> {
     }
 }
 
-fn write_archive(manifest: &Manifest, entries: &BTreeMap<String, Entry>, options: &PackOptions) -> Result<(PathBuf, u64, String)> {
+fn write_archive(
+    manifest: &Manifest,
+    entries: &BTreeMap<String, Entry>,
+    options: &PackOptions,
+) -> Result<(PathBuf, u64, String)> {
     let dir = match &options.output {
-        Some(path) => path.parent().filter(|p| !p.as_os_str().is_empty()).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(".")),
+        Some(path) => path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from(".")),
         None => options.output_dir.clone(),
     };
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let tmp = dir.join(format!(".lfm-pack-{}.tmp", std::process::id()));
     let file = fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let hashing = HashingWriter { inner: io::BufWriter::new(file), hasher: blake3::Hasher::new(), written: 0 };
+    let hashing = HashingWriter {
+        inner: io::BufWriter::new(file),
+        hasher: blake3::Hasher::new(),
+        written: 0,
+    };
     let mut encoder = zstd::stream::Encoder::new(hashing, options.level)?;
     // nbWorkers >= 1 in every case: zstd's multithreaded format is identical for any worker
     // count, but differs from the single-threaded one.
@@ -299,10 +383,13 @@ fn write_archive(manifest: &Manifest, entries: &BTreeMap<String, Entry>, options
         match &entry.source {
             Source::Bytes(bytes) => append_bytes(&mut builder, path, bytes, entry.executable)?,
             Source::File(source) => {
-                let file = fs::File::open(source).with_context(|| format!("reading {}", source.display()))?;
+                let file = fs::File::open(source)
+                    .with_context(|| format!("reading {}", source.display()))?;
                 let size = file.metadata()?.len();
                 let mut header = header(tar::EntryType::Regular, size, entry.executable);
-                builder.append_data(&mut header, path, file).with_context(|| format!("packing {}", source.display()))?;
+                builder
+                    .append_data(&mut header, path, file)
+                    .with_context(|| format!("packing {}", source.display()))?;
             }
             Source::Symlink(target) => {
                 let mut header = header(tar::EntryType::Symlink, 0, false);
@@ -328,14 +415,23 @@ fn header(kind: tar::EntryType, size: u64, executable: bool) -> tar::Header {
     let mut header = tar::Header::new_gnu();
     header.set_entry_type(kind);
     header.set_size(size);
-    header.set_mode(if executable || kind == tar::EntryType::Symlink { 0o755 } else { 0o644 });
+    header.set_mode(if executable || kind == tar::EntryType::Symlink {
+        0o755
+    } else {
+        0o644
+    });
     header.set_mtime(FIXED_MTIME);
     header.set_uid(0);
     header.set_gid(0);
     header
 }
 
-fn append_bytes<W: Write>(builder: &mut tar::Builder<W>, path: &str, bytes: &[u8], executable: bool) -> Result<()> {
+fn append_bytes<W: Write>(
+    builder: &mut tar::Builder<W>,
+    path: &str,
+    bytes: &[u8],
+    executable: bool,
+) -> Result<()> {
     let mut header = header(tar::EntryType::Regular, bytes.len() as u64, executable);
     builder.append_data(&mut header, path, bytes)?;
     Ok(())

@@ -29,12 +29,19 @@ pub struct UnpackOptions {
 
 impl UnpackOptions {
     pub fn new(cache: PathBuf) -> UnpackOptions {
-        UnpackOptions { cache, max_bytes: 64 << 30, max_entries: 2_000_000, cache_max: None }
+        UnpackOptions {
+            cache,
+            max_bytes: 64 << 30,
+            max_entries: 2_000_000,
+            cache_max: None,
+        }
     }
 
     /// `$LFM_CACHE_DIR/packs`, `$XDG_CACHE_HOME/lfm/packs` or `~/.cache/lfm/packs`.
     pub fn default_cache() -> PathBuf {
-        lfm_analyzer::cache::SummaryCache::default_dir().unwrap_or_else(|| std::env::temp_dir().join("lfm")).join("packs")
+        lfm_analyzer::cache::SummaryCache::default_dir()
+            .unwrap_or_else(|| std::env::temp_dir().join("lfm"))
+            .join("packs")
     }
 }
 
@@ -53,31 +60,46 @@ impl From<io::Error> for UnpackError {
 }
 
 fn refused(entry: &Path, rule: impl Into<String>) -> UnpackError {
-    UnpackError::Refused { entry: entry.display().to_string(), rule: rule.into() }
+    UnpackError::Refused {
+        entry: entry.display().to_string(),
+        rule: rule.into(),
+    }
 }
 
 /// Unpack `archive` into the cache (once) and return its root.
 pub fn unpack(archive: &Path, options: &UnpackOptions) -> Result<PathBuf, UnpackError> {
     let hash = hash_file(archive).with_context(|| format!("reading {}", archive.display()))?;
-    fs::create_dir_all(&options.cache).with_context(|| format!("creating {}", options.cache.display()))?;
+    fs::create_dir_all(&options.cache)
+        .with_context(|| format!("creating {}", options.cache.display()))?;
     let root = options.cache.join(&hash);
     if root.join(COMPLETE_MARKER).exists() {
         touch(&root.join(USED_MARKER));
         return Ok(root);
     }
     let lock_path = options.cache.join(format!("{hash}.lock"));
-    let lock = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path)
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
         .with_context(|| format!("opening {}", lock_path.display()))?;
     // SAFETY: flock on a descriptor we own; released when `lock` is dropped.
     if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(anyhow::anyhow!("locking {}: {}", lock_path.display(), io::Error::last_os_error()).into());
+        return Err(anyhow::anyhow!(
+            "locking {}: {}",
+            lock_path.display(),
+            io::Error::last_os_error()
+        )
+        .into());
     }
     if root.join(COMPLETE_MARKER).exists() {
         touch(&root.join(USED_MARKER));
         return Ok(root);
     }
     clean_stale_temporaries(&options.cache);
-    let tmp = options.cache.join(format!(".tmp-{hash}-{}", std::process::id()));
+    let tmp = options
+        .cache
+        .join(format!(".tmp-{hash}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let result = extract(archive, &tmp, options);
@@ -89,9 +111,11 @@ pub fn unpack(archive: &Path, options: &UnpackOptions) -> Result<PathBuf, Unpack
     touch(&tmp.join(USED_MARKER));
     if root.exists() {
         // A directory without the marker: an interrupted run of an older lfm. Replace it.
-        fs::remove_dir_all(&root).with_context(|| format!("removing incomplete {}", root.display()))?;
+        fs::remove_dir_all(&root)
+            .with_context(|| format!("removing incomplete {}", root.display()))?;
     }
     fs::rename(&tmp, &root).with_context(|| format!("moving {} into place", root.display()))?;
+    log_extraction(&options.cache, &hash, archive);
     drop(lock);
     if let Some(max) = options.cache_max {
         evict(&options.cache, max, &root);
@@ -108,7 +132,9 @@ pub fn hash_file(path: &Path) -> io::Result<String> {
 }
 
 fn open_decompressed(archive: &Path) -> Result<Box<dyn Read>> {
-    let mut file = BufReader::new(fs::File::open(archive).with_context(|| format!("opening {}", archive.display()))?);
+    let mut file = BufReader::new(
+        fs::File::open(archive).with_context(|| format!("opening {}", archive.display()))?,
+    );
     let mut magic = [0u8; 4];
     let read = {
         use std::io::BufRead;
@@ -139,14 +165,23 @@ pub fn extract(archive: &Path, dest: &Path, options: &UnpackOptions) -> Result<(
     let mut count: u64 = 0;
     for entry in tar.entries().context("reading the archive")? {
         let mut entry = entry.context("reading an archive entry")?;
-        let raw = entry.path().context("an entry name is not a valid path")?.into_owned();
+        let raw = entry
+            .path()
+            .context("an entry name is not a valid path")?
+            .into_owned();
         let path = safe_relative(&raw)?;
         count += 1;
         if count > options.max_entries {
-            return Err(refused(&raw, format!("more than {} entries (a tar bomb?)", options.max_entries)));
+            return Err(refused(
+                &raw,
+                format!("more than {} entries (a tar bomb?)", options.max_entries),
+            ));
         }
         let kind = entry.header().entry_type();
-        if matches!(kind, tar::EntryType::XGlobalHeader | tar::EntryType::XHeader) {
+        if matches!(
+            kind,
+            tar::EntryType::XGlobalHeader | tar::EntryType::XHeader
+        ) {
             continue; // pax metadata records (the tar crate applies per-entry ones itself)
         }
         if path.as_os_str().is_empty() {
@@ -164,10 +199,20 @@ pub fn extract(archive: &Path, dest: &Path, options: &UnpackOptions) -> Result<(
                 let size = entry.header().size().unwrap_or(0);
                 total_bytes = total_bytes.saturating_add(size);
                 if total_bytes > options.max_bytes {
-                    return Err(refused(&raw, format!("archive expands past {} bytes (a tar bomb?)", options.max_bytes)));
+                    return Err(refused(
+                        &raw,
+                        format!(
+                            "archive expands past {} bytes (a tar bomb?)",
+                            options.max_bytes
+                        ),
+                    ));
                 }
                 make_parents(dest, &path, &raw)?;
-                let mut file = fs::OpenOptions::new().write(true).create_new(true).open(&target).map_err(|e| refused(&raw, format!("cannot create: {e}")))?;
+                let mut file = fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&target)
+                    .map_err(|e| refused(&raw, format!("cannot create: {e}")))?;
                 let copied = io::copy(&mut (&mut entry).take(size), &mut file)?;
                 if copied != size {
                     return Err(refused(&raw, "truncated entry"));
@@ -187,28 +232,54 @@ pub fn extract(archive: &Path, dest: &Path, options: &UnpackOptions) -> Result<(
                 }
             }
             tar::EntryType::Symlink => {
-                let link = entry.link_name().context("symlink without a target")?.ok_or_else(|| refused(&raw, "symlink without a target"))?.into_owned();
+                let link = entry
+                    .link_name()
+                    .context("symlink without a target")?
+                    .ok_or_else(|| refused(&raw, "symlink without a target"))?
+                    .into_owned();
                 if link.is_absolute() {
-                    return Err(refused(&raw, format!("symlink to an absolute path {}", link.display())));
+                    return Err(refused(
+                        &raw,
+                        format!("symlink to an absolute path {}", link.display()),
+                    ));
                 }
                 let parent = path.parent().unwrap_or(Path::new(""));
                 if !stays_inside(&parent.join(&link)) {
-                    return Err(refused(&raw, format!("symlink target {} leaves the root", link.display())));
+                    return Err(refused(
+                        &raw,
+                        format!("symlink target {} leaves the root", link.display()),
+                    ));
                 }
                 make_parents(dest, &path, &raw)?;
-                std::os::unix::fs::symlink(&link, &target).map_err(|e| refused(&raw, format!("cannot create: {e}")))?;
+                std::os::unix::fs::symlink(&link, &target)
+                    .map_err(|e| refused(&raw, format!("cannot create: {e}")))?;
             }
             tar::EntryType::Link => {
-                let link = entry.link_name().context("hard link without a target")?.ok_or_else(|| refused(&raw, "hard link without a target"))?.into_owned();
-                let link = safe_relative(&link).map_err(|_| refused(&raw, format!("hard link target {} leaves the root", link.display())))?;
+                let link = entry
+                    .link_name()
+                    .context("hard link without a target")?
+                    .ok_or_else(|| refused(&raw, "hard link without a target"))?
+                    .into_owned();
+                let link = safe_relative(&link).map_err(|_| {
+                    refused(
+                        &raw,
+                        format!("hard link target {} leaves the root", link.display()),
+                    )
+                })?;
                 if !regular_files.contains(&link) {
                     return Err(refused(&raw, format!("hard link to {}, which is not a file extracted earlier from this archive", link.display())));
                 }
                 make_parents(dest, &path, &raw)?;
-                fs::hard_link(dest.join(&link), &target).map_err(|e| refused(&raw, format!("cannot link: {e}")))?;
+                fs::hard_link(dest.join(&link), &target)
+                    .map_err(|e| refused(&raw, format!("cannot link: {e}")))?;
             }
             other => {
-                return Err(refused(&raw, format!("entry type {other:?} is not allowed (only files, directories and links)")));
+                return Err(refused(
+                    &raw,
+                    format!(
+                        "entry type {other:?} is not allowed (only files, directories and links)"
+                    ),
+                ));
             }
         }
     }
@@ -252,16 +323,47 @@ fn stays_inside(path: &Path) -> bool {
 /// is not a real directory (a symlink planted by an earlier entry must not be written through).
 fn make_parents(dest: &Path, path: &Path, raw: &Path) -> Result<(), UnpackError> {
     let mut current = dest.to_path_buf();
-    let Some(parent) = path.parent() else { return Ok(()) };
+    let Some(parent) = path.parent() else {
+        return Ok(());
+    };
     for component in parent.components() {
         current.push(component);
         match fs::symlink_metadata(&current) {
             Ok(meta) if meta.is_dir() => {}
-            Ok(_) => return Err(refused(raw, format!("parent {} is not a directory (a symlink?)", current.strip_prefix(dest).unwrap_or(&current).display()))),
+            Ok(_) => {
+                return Err(refused(
+                    raw,
+                    format!(
+                        "parent {} is not a directory (a symlink?)",
+                        current.strip_prefix(dest).unwrap_or(&current).display()
+                    ),
+                ))
+            }
             Err(_) => fs::create_dir(&current)?,
         }
     }
     Ok(())
+}
+
+/// One line per extraction in `lfm-unpack.log`: what a node's cache did, and when.
+fn log_extraction(cache: &Path, hash: &str, archive: &Path) {
+    use std::io::Write;
+    let seconds = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    if let Ok(mut log) = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(cache.join("lfm-unpack.log"))
+    {
+        let _ = writeln!(
+            log,
+            "{seconds} {hash} pid={} {}",
+            std::process::id(),
+            archive.display()
+        );
+    }
 }
 
 fn touch(path: &Path) {
@@ -270,10 +372,18 @@ fn touch(path: &Path) {
 
 /// Remove extraction directories left by processes that died mid-way.
 fn clean_stale_temporaries(cache: &Path) {
-    let Ok(entries) = fs::read_dir(cache) else { return };
+    let Ok(entries) = fs::read_dir(cache) else {
+        return;
+    };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix(".tmp-").and_then(|rest| rest.rsplit('-').next()).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Some(pid) = name
+            .strip_prefix(".tmp-")
+            .and_then(|rest| rest.rsplit('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
         if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = fs::remove_dir_all(entry.path());
         }
@@ -282,14 +392,24 @@ fn clean_stale_temporaries(cache: &Path) {
 
 /// Evict least recently used packs until the cache is at most `max` bytes (never `keep`).
 fn evict(cache: &Path, max: u64, keep: &Path) {
-    let Ok(entries) = fs::read_dir(cache) else { return };
+    let Ok(entries) = fs::read_dir(cache) else {
+        return;
+    };
     let mut packs: Vec<(SystemTime, u64, PathBuf)> = entries
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.join(COMPLETE_MARKER).exists())
         .map(|p| {
-            let used = fs::metadata(p.join(USED_MARKER)).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
-            let size = walkdir::WalkDir::new(&p).into_iter().flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum();
+            let used = fs::metadata(p.join(USED_MARKER))
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            let size = walkdir::WalkDir::new(&p)
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum();
             (used, size, p)
         })
         .collect();
@@ -316,7 +436,10 @@ mod tests {
     fn paths() {
         assert!(safe_relative(Path::new("a/../b")).is_err());
         assert!(safe_relative(Path::new("/etc/passwd")).is_err());
-        assert_eq!(safe_relative(Path::new("./a/b")).unwrap(), PathBuf::from("a/b"));
+        assert_eq!(
+            safe_relative(Path::new("./a/b")).unwrap(),
+            PathBuf::from("a/b")
+        );
         assert!(stays_inside(Path::new("a/b/../c")));
         assert!(!stays_inside(Path::new("a/../../c")));
     }

@@ -40,8 +40,10 @@ impl Verification {
 
 pub fn read_manifest(root: &Path) -> Result<Manifest> {
     let path = root.join(MANIFEST_NAME);
-    let text = std::fs::read_to_string(&path).with_context(|| format!("{} has no {MANIFEST_NAME}: not an lfm pack", root.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{}: not a valid lfm-pack/1 manifest", path.display()))
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("{} has no {MANIFEST_NAME}: not an lfm pack", root.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a valid lfm-pack/1 manifest", path.display()))
 }
 
 /// Import the modules of every target (or of `target` only) with `python -I -S`.
@@ -69,10 +71,18 @@ pub fn verify(root: &Path, python: &Path, target: Option<&str>) -> Result<Verifi
     if let Some(target) = target {
         if !matched {
             let known: Vec<&str> = manifest.targets.iter().map(|t| t.target.as_str()).collect();
-            bail!("the pack has no target {target:?} (it has: {})", known.join(", "));
+            bail!(
+                "the pack has no target {target:?} (it has: {})",
+                known.join(", ")
+            );
         }
     }
-    let paths: Vec<String> = manifest.run.pythonpath.iter().map(|p| root.join(p).display().to_string()).collect();
+    let paths: Vec<String> = manifest
+        .run
+        .pythonpath
+        .iter()
+        .map(|p| root.join(p).display().to_string())
+        .collect();
     let request = serde_json::json!({ "paths": paths, "modules": modules });
     let output = Command::new(python)
         .args(["-I", "-S", "-c", IMPORT_ALL])
@@ -81,12 +91,21 @@ pub fn verify(root: &Path, python: &Path, target: Option<&str>) -> Result<Verifi
         .output()
         .with_context(|| format!("starting {}", python.display()))?;
     if !output.status.success() {
-        bail!("{} failed while importing: {}", python.display(), String::from_utf8_lossy(&output.stderr).trim());
+        bail!(
+            "{} failed while importing: {}",
+            python.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
     let last = stdout.lines().last().unwrap_or_default();
-    let results: Vec<(String, Option<String>)> = serde_json::from_str(last).with_context(|| format!("unexpected output from the import check: {stdout}"))?;
-    let mut verification = Verification { imported: Vec::new(), failed: Vec::new(), skipped };
+    let results: Vec<(String, Option<String>)> = serde_json::from_str(last)
+        .with_context(|| format!("unexpected output from the import check: {stdout}"))?;
+    let mut verification = Verification {
+        imported: Vec::new(),
+        failed: Vec::new(),
+        skipped,
+    };
     for (module, error) in results {
         match error {
             None => verification.imported.push(module),

@@ -1,3 +1,3 @@
 pub mod analyze;
-pub mod run;
 pub mod pack;
+pub mod run;

@@ -38,7 +38,11 @@ pub fn pack(args: PackArgs) -> i32 {
     };
     let options = PackOptions {
         level: args.level,
-        threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1)),
+        threads: args.threads.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get() as u32)
+                .unwrap_or(1)
+        }),
         output: args.output.clone(),
         output_dir: PathBuf::from("."),
     };
@@ -132,7 +136,10 @@ pub fn unpack(args: UnpackArgs) -> i32 {
             0
         }
         Err(UnpackError::Refused { entry, rule }) => {
-            eprintln!("error: {}: refused entry {entry:?}: {rule}; nothing was extracted", args.archive.display());
+            eprintln!(
+                "error: {}: refused entry {entry:?}: {rule}; nothing was extracted",
+                args.archive.display()
+            );
             EXIT_REFUSED
         }
         Err(error) => {
@@ -159,8 +166,17 @@ pub fn verify(args: VerifyArgs) -> i32 {
             for (module, error) in &result.failed {
                 println!("FAILED   {module}: {error}");
             }
-            println!("{} modules imported, {} failed, {} skipped", result.imported.len(), result.failed.len(), result.skipped.len());
-            if result.ok() { 0 } else { EXIT_VERIFY_FAILED }
+            println!(
+                "{} modules imported, {} failed, {} skipped",
+                result.imported.len(),
+                result.failed.len(),
+                result.skipped.len()
+            );
+            if result.ok() {
+                0
+            } else {
+                EXIT_VERIFY_FAILED
+            }
         }
         Err(error) => {
             eprintln!("error: {error:#}");

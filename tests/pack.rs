@@ -1,0 +1,595 @@
+//! `lfm pack` / `unpack` / `verify` against a real venv, and the unpacker against hostile
+//! archives built here.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::{lfm, real_venv};
+
+const JOB: &str = r#"
+def uses_numpy(n):
+    import numpy as np
+    return float(np.arange(n).sum())
+
+
+def uses_yaml(text):
+    import yaml
+    return yaml.safe_load(text)
+
+
+def uses_requests():
+    import requests
+    return requests.__name__
+"#;
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    venv: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Option<Fixture> {
+        let venv = real_venv()?;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("job.py"), JOB).unwrap();
+        Some(Fixture { dir, venv })
+    }
+
+    fn job(&self, function: &str) -> String {
+        format!("{}:{function}", self.dir.path().join("job.py").display())
+    }
+
+    fn pack(&self, inputs: &[&str], extra: &[&str], name: &str) -> PathBuf {
+        let output = self.dir.path().join(name);
+        let mut args = vec![
+            "pack",
+            "--quiet",
+            "--env",
+            self.venv.to_str().unwrap(),
+            "-o",
+            output.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(inputs);
+        let result = lfm(&args);
+        assert!(
+            result.status.success(),
+            "lfm {args:?}: {}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        output
+    }
+
+    fn unpack(&self, pack: &Path) -> PathBuf {
+        let cache = self.dir.path().join("cache");
+        let result = lfm(&[
+            "unpack",
+            "--cache",
+            cache.to_str().unwrap(),
+            pack.to_str().unwrap(),
+        ]);
+        assert!(
+            result.status.success(),
+            "{}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        PathBuf::from(String::from_utf8(result.stdout).unwrap().trim())
+    }
+}
+
+fn manifest(root: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(root.join("lfm-manifest.json")).unwrap()).unwrap()
+}
+
+fn dist_names(manifest: &serde_json::Value) -> Vec<String> {
+    manifest["distributions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap().to_lowercase())
+        .collect()
+}
+
+fn site(root: &Path) -> PathBuf {
+    root.join("env/lib/python3.11/site-packages")
+}
+
+#[test]
+fn a_function_pack_holds_its_closure_and_nothing_else() {
+    let Some(fixture) = Fixture::new() else {
+        return;
+    };
+    let numpy_pack = fixture.pack(&[&fixture.job("uses_numpy")], &[], "numpy.tar.zst");
+    let root = fixture.unpack(&numpy_pack);
+    assert_eq!(dist_names(&manifest(&root)), ["numpy"]);
+    assert!(site(&root).join("numpy/__init__.py").exists());
+    assert!(!site(&root).join("yaml").exists());
+    assert!(!site(&root).join("requests").exists());
+
+    let yaml_pack = fixture.pack(&[&fixture.job("uses_yaml")], &[], "yaml.tar.zst");
+    let root = fixture.unpack(&yaml_pack);
+    assert_eq!(dist_names(&manifest(&root)), ["pyyaml"]);
+    assert!(site(&root).join("yaml/__init__.py").exists());
+    assert!(!site(&root).join("numpy").exists());
+
+    // requests brings its Requires-Dist closure.
+    let requests_pack = fixture.pack(&[&fixture.job("uses_requests")], &[], "requests.tar.zst");
+    let names = dist_names(&manifest(&fixture.unpack(&requests_pack)));
+    assert_eq!(
+        names,
+        [
+            "certifi",
+            "charset-normalizer",
+            "idna",
+            "requests",
+            "urllib3"
+        ]
+    );
+    // No bytecode is shipped.
+    assert!(walk(&root)
+        .iter()
+        .all(|p| !p.contains("__pycache__") && !p.ends_with(".pyc")));
+}
+
+#[test]
+fn packs_are_deterministic_whatever_the_thread_count() {
+    let Some(fixture) = Fixture::new() else {
+        return;
+    };
+    let job = fixture.job("uses_requests");
+    let first = std::fs::read(fixture.pack(&[&job], &["--threads", "1"], "a.tar.zst")).unwrap();
+    let second = std::fs::read(fixture.pack(&[&job], &["--threads", "1"], "b.tar.zst")).unwrap();
+    let threaded = std::fs::read(fixture.pack(&[&job], &["--threads", "2"], "c.tar.zst")).unwrap();
+    assert!(first == second, "two packs of the same inputs differ");
+    assert!(first == threaded, "1 and 2 threads give different packs");
+    // Without -o, the name is the content hash.
+    let output = Command::new(env!("CARGO_BIN_EXE_lfm"))
+        .args([
+            "pack",
+            "--quiet",
+            "--env",
+            fixture.venv.to_str().unwrap(),
+            &job,
+        ])
+        .current_dir(fixture.dir.path())
+        .output()
+        .unwrap();
+    let named = String::from_utf8(output.stdout)
+        .unwrap()
+        .trim()
+        .trim_start_matches("./")
+        .to_string();
+    assert!(
+        named.starts_with("lfm-") && named.ends_with(".tar.zst"),
+        "{named}"
+    );
+    assert_eq!(
+        std::fs::read(fixture.dir.path().join(&named)).unwrap(),
+        first
+    );
+}
+
+#[test]
+fn verify_passes_and_names_what_is_missing() {
+    let Some(fixture) = Fixture::new() else {
+        return;
+    };
+    let pack = fixture.pack(&[&fixture.job("uses_yaml")], &[], "yaml.tar.zst");
+    let cache = fixture.dir.path().join("cache");
+    let ok = lfm(&[
+        "verify",
+        "--cache",
+        cache.to_str().unwrap(),
+        pack.to_str().unwrap(),
+    ]);
+    assert!(
+        ok.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&ok.stdout),
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("1 modules imported, 0 failed"));
+
+    // A spec whose distributions were edited out: the pack lacks yaml, and verify says so.
+    let spec_output = lfm(&[
+        "analyze",
+        "--no-cache",
+        "--format",
+        "json",
+        "--env",
+        fixture.venv.to_str().unwrap(),
+        &fixture.job("uses_yaml"),
+    ]);
+    let mut spec: serde_json::Value = serde_json::from_slice(&spec_output.stdout).unwrap();
+    spec["targets"][0]["distributions"] = serde_json::json!([]);
+    let spec_path = fixture.dir.path().join("broken-spec.json");
+    std::fs::write(&spec_path, spec.to_string()).unwrap();
+    let broken = fixture.pack(&[spec_path.to_str().unwrap()], &[], "broken.tar.zst");
+    let failed = lfm(&[
+        "verify",
+        "--cache",
+        cache.to_str().unwrap(),
+        broken.to_str().unwrap(),
+    ]);
+    assert_eq!(failed.status.code(), Some(6));
+    let stdout = String::from_utf8_lossy(&failed.stdout);
+    assert!(
+        stdout.contains("FAILED   yaml: ModuleNotFoundError: No module named 'yaml'"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_function_runs_from_the_unpacked_pack_alone() {
+    let Some(fixture) = Fixture::new() else {
+        return;
+    };
+    let pack = fixture.pack(&[&fixture.job("uses_numpy")], &[], "numpy.tar.zst");
+    let root = fixture.unpack(&pack);
+    // -S: no site-packages of the machine's python; only the pack and the stdlib.
+    let output = Command::new(root.join("run"))
+        .args([
+            "python3",
+            "-S",
+            "-c",
+            "import job, numpy; print(job.uses_numpy(4), numpy.__file__)",
+        ])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.starts_with("6.0 "), "{stdout}");
+    assert!(
+        stdout.contains(root.to_str().unwrap()),
+        "numpy did not come from the pack: {stdout}"
+    );
+}
+
+#[test]
+fn eight_concurrent_unpacks_make_one_extraction() {
+    let Some(fixture) = Fixture::new() else {
+        return;
+    };
+    let pack = fixture.pack(&[&fixture.job("uses_numpy")], &[], "numpy.tar.zst");
+    let cache = fixture.dir.path().join("shared-cache");
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_lfm"))
+                .args([
+                    "unpack",
+                    "--cache",
+                    cache.to_str().unwrap(),
+                    pack.to_str().unwrap(),
+                ])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let roots: Vec<String> = children
+        .into_iter()
+        .map(|child| {
+            let output = child.wait_with_output().unwrap();
+            assert!(output.status.success());
+            String::from_utf8(output.stdout).unwrap().trim().to_string()
+        })
+        .collect();
+    assert!(roots.iter().all(|r| r == &roots[0]), "{roots:?}");
+    let log = std::fs::read_to_string(cache.join("lfm-unpack.log")).unwrap();
+    assert_eq!(log.lines().count(), 1, "extractions: {log}");
+    let leftovers: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
+        .collect();
+    assert!(leftovers.is_empty());
+}
+
+#[test]
+fn conda_prefix_packages_are_packed_from_conda_meta() {
+    // A prefix in conda's layout: conda-meta/<name>-<version>-<build>.json lists each package's
+    // files (here a pure-Python package with no dist-info, as some conda packages are).
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("condaenv");
+    let status = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&prefix)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let site = prefix.join("lib/python3.11/site-packages");
+    std::fs::create_dir_all(site.join("condapkg")).unwrap();
+    std::fs::write(site.join("condapkg/__init__.py"), "VALUE = 42\n").unwrap();
+    std::fs::create_dir_all(prefix.join("conda-meta")).unwrap();
+    let meta = serde_json::json!({
+        "name": "condapkg", "version": "1.2.3", "build": "py_0", "build_number": 0,
+        "channel": "https://conda.anaconda.org/conda-forge/noarch", "subdir": "noarch",
+        "depends": ["python >=3.8"],
+        "files": ["lib/python3.11/site-packages/condapkg/__init__.py"],
+        "paths_data": {"paths": [{"_path": "lib/python3.11/site-packages/condapkg/__init__.py", "path_type": "hardlink", "size_in_bytes": 11}], "paths_version": 1},
+        "link": {"source": "/opt/conda/pkgs/condapkg-1.2.3-py_0", "type": 1}
+    });
+    std::fs::write(
+        prefix.join("conda-meta/condapkg-1.2.3-py_0.json"),
+        meta.to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("job.py"),
+        "def f():\n    import condapkg\n    return condapkg.VALUE\n",
+    )
+    .unwrap();
+    let job = format!("{}:f", dir.path().join("job.py").display());
+    let spec = lfm(&[
+        "analyze",
+        "--no-cache",
+        "--format",
+        "json",
+        "--env",
+        prefix.to_str().unwrap(),
+        &job,
+    ]);
+    let spec: serde_json::Value = serde_json::from_slice(&spec.stdout).unwrap();
+    let dist = &spec["targets"][0]["distributions"][0];
+    assert_eq!(dist["name"], "condapkg");
+    assert_eq!(dist["version"], "1.2.3");
+    assert_eq!(dist["conda_name"], "condapkg");
+    let conda_format = lfm(&[
+        "analyze",
+        "--no-cache",
+        "--format",
+        "conda",
+        "--env",
+        prefix.to_str().unwrap(),
+        &job,
+    ]);
+    assert!(String::from_utf8_lossy(&conda_format.stdout).contains("  - condapkg=1.2.3\n"));
+
+    let out = dir.path().join("conda.tar.zst");
+    let packed = lfm(&[
+        "pack",
+        "--quiet",
+        "--env",
+        prefix.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        &job,
+    ]);
+    assert!(
+        packed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&packed.stderr)
+    );
+    let cache = dir.path().join("cache");
+    let root = PathBuf::from(
+        String::from_utf8(
+            lfm(&[
+                "unpack",
+                "--cache",
+                cache.to_str().unwrap(),
+                out.to_str().unwrap(),
+            ])
+            .stdout,
+        )
+        .unwrap()
+        .trim(),
+    );
+    assert!(root
+        .join("env/lib/python3.11/site-packages/condapkg/__init__.py")
+        .exists());
+    let verified = lfm(&[
+        "verify",
+        "--cache",
+        cache.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        verified.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verified.stdout)
+    );
+}
+
+/// Hostile archives, each refused with nothing written outside the cache and no root left.
+#[test]
+fn hostile_archives_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let cases: Vec<(&str, Vec<Raw>, &str)> = vec![
+        (
+            "traversal",
+            vec![Raw::file("../outside/evil", b"x")],
+            "'..'",
+        ),
+        (
+            "absolute",
+            vec![Raw::file(&format!("{}/abs", outside.display()), b"x")],
+            "absolute path",
+        ),
+        (
+            "symlink-escape",
+            vec![Raw::symlink("link", "../../outside")],
+            "leaves the root",
+        ),
+        (
+            "symlink-absolute",
+            vec![Raw::symlink("link", "/etc")],
+            "absolute path",
+        ),
+        (
+            "write-through-symlink",
+            vec![Raw::symlink("d", "."), Raw::file("d/x", b"x")],
+            "not a directory",
+        ),
+        (
+            "hardlink-escape",
+            vec![Raw::hardlink("h", "../../etc/passwd")],
+            "leaves the root",
+        ),
+        (
+            "hardlink-unknown",
+            vec![Raw::hardlink("h", "never-extracted")],
+            "not a file extracted earlier",
+        ),
+        (
+            "device",
+            vec![Raw::special("dev", tar::EntryType::Char)],
+            "not allowed",
+        ),
+        (
+            "fifo",
+            vec![Raw::special("fifo", tar::EntryType::Fifo)],
+            "not allowed",
+        ),
+        (
+            "duplicate",
+            vec![Raw::file("a", b"1"), Raw::file("a", b"2")],
+            "duplicate path",
+        ),
+        (
+            "bomb",
+            vec![Raw::file("big", &vec![0u8; 2 << 20])],
+            "tar bomb",
+        ),
+    ];
+    for (name, entries, rule) in cases {
+        let archive = dir.path().join(format!("{name}.tar"));
+        write_raw_tar(&archive, &entries);
+        let cache = dir.path().join(format!("cache-{name}"));
+        let output = lfm(&[
+            "unpack",
+            "--max-bytes",
+            "1M",
+            "--cache",
+            cache.to_str().unwrap(),
+            archive.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(5), "{name}: {stderr}");
+        assert!(
+            stderr.contains("refused entry") && stderr.contains(rule),
+            "{name}: {stderr}"
+        );
+        let outside_files = std::fs::read_dir(&outside).unwrap().count();
+        assert_eq!(outside_files, 0, "{name}: something was written outside");
+        let roots: Vec<_> = std::fs::read_dir(&cache)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .collect();
+        assert!(
+            roots.is_empty(),
+            "{name}: a tree was left in the cache: {:?}",
+            roots.iter().map(|e| e.path()).collect::<Vec<_>>()
+        );
+    }
+    // A tar.gz from another tool (conda-pack, TaskVine) unpacks too.
+    let plain = dir.path().join("ok.tar.gz");
+    let status = Command::new("tar")
+        .args(["-czf"])
+        .arg(&plain)
+        .arg("-C")
+        .arg(dir.path())
+        .arg("outside")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = lfm(&[
+        "unpack",
+        "--cache",
+        dir.path().join("cache-ok").to_str().unwrap(),
+        plain.to_str().unwrap(),
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+struct Raw {
+    path: String,
+    kind: tar::EntryType,
+    link: Option<String>,
+    data: Vec<u8>,
+}
+
+impl Raw {
+    fn file(path: &str, data: &[u8]) -> Raw {
+        Raw {
+            path: path.into(),
+            kind: tar::EntryType::Regular,
+            link: None,
+            data: data.to_vec(),
+        }
+    }
+    fn symlink(path: &str, target: &str) -> Raw {
+        Raw {
+            path: path.into(),
+            kind: tar::EntryType::Symlink,
+            link: Some(target.into()),
+            data: Vec::new(),
+        }
+    }
+    fn hardlink(path: &str, target: &str) -> Raw {
+        Raw {
+            path: path.into(),
+            kind: tar::EntryType::Link,
+            link: Some(target.into()),
+            data: Vec::new(),
+        }
+    }
+    fn special(path: &str, kind: tar::EntryType) -> Raw {
+        Raw {
+            path: path.into(),
+            kind,
+            link: None,
+            data: Vec::new(),
+        }
+    }
+}
+
+/// Names are written into the header bytes directly: the tar crate's builder refuses `..` and
+/// absolute paths, which is exactly what these archives need.
+fn write_raw_tar(path: &Path, entries: &[Raw]) {
+    let mut builder = tar::Builder::new(std::fs::File::create(path).unwrap());
+    for entry in entries {
+        let mut header = tar::Header::new_old();
+        {
+            let old = header.as_old_mut();
+            old.name[..entry.path.len()].copy_from_slice(entry.path.as_bytes());
+            if let Some(link) = &entry.link {
+                old.linkname[..link.len()].copy_from_slice(link.as_bytes());
+            }
+        }
+        header.set_entry_type(entry.kind);
+        header.set_size(entry.data.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        builder.append(&header, entry.data.as_slice()).unwrap();
+    }
+    builder.finish().unwrap();
+}
+
+fn walk(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(path.clone());
+            }
+            out.push(path.display().to_string());
+        }
+    }
+    out
+}
