@@ -144,30 +144,41 @@ fn packs_are_deterministic_whatever_the_thread_count() {
     let threaded = std::fs::read(fixture.pack(&[&job], &["--threads", "2"], "c.tar.zst")).unwrap();
     assert!(first == second, "two packs of the same inputs differ");
     assert!(first == threaded, "1 and 2 threads give different packs");
-    // Without -o, the name is the content hash.
-    let output = Command::new(env!("CARGO_BIN_EXE_lfm"))
-        .args([
-            "pack",
-            "--quiet",
-            "--env",
-            fixture.venv.to_str().unwrap(),
-            &job,
-        ])
-        .current_dir(fixture.dir.path())
-        .output()
-        .unwrap();
-    let named = String::from_utf8(output.stdout)
-        .unwrap()
-        .trim()
-        .trim_start_matches("./")
-        .to_string();
+    // Without -o, the pack is named by its content hash (made from the same working directory,
+    // since the Spec records paths relative to it).
+    let in_dir = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_lfm"))
+            .args(args)
+            .current_dir(fixture.dir.path())
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        String::from_utf8(output.stdout)
+            .unwrap()
+            .trim()
+            .trim_start_matches("./")
+            .to_string()
+    };
+    let venv = fixture.venv.to_str().unwrap();
+    let named = in_dir(&["pack", "--quiet", "--env", venv, &job]);
+    let explicit = in_dir(&[
+        "pack",
+        "--quiet",
+        "--env",
+        venv,
+        "-o",
+        "explicit.tar.zst",
+        &job,
+    ]);
+    let named_bytes = std::fs::read(fixture.dir.path().join(&named)).unwrap();
     assert!(
         named.starts_with("lfm-") && named.ends_with(".tar.zst"),
         "{named}"
     );
+    assert!(named_bytes == std::fs::read(fixture.dir.path().join(explicit)).unwrap());
     assert_eq!(
-        std::fs::read(fixture.dir.path().join(&named)).unwrap(),
-        first
+        named,
+        format!("lfm-{}.tar.zst", blake3_prefix(&named_bytes))
     );
 }
 
@@ -577,6 +588,27 @@ fn write_raw_tar(path: &Path, entries: &[Raw]) {
         builder.append(&header, entry.data.as_slice()).unwrap();
     }
     builder.finish().unwrap();
+}
+
+/// First 16 hex digits of the pack's blake3: lfm unpack names its cache root by the same hash.
+fn blake3_prefix(bytes: &[u8]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("a.tar.zst");
+    std::fs::write(&archive, bytes).unwrap();
+    let cache = dir.path().join("cache");
+    let root = lfm(&[
+        "unpack",
+        "--cache",
+        cache.to_str().unwrap(),
+        archive.to_str().unwrap(),
+    ]);
+    let root = String::from_utf8(root.stdout).unwrap();
+    Path::new(root.trim())
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()[..16]
+        .to_string()
 }
 
 fn walk(root: &Path) -> Vec<String> {
