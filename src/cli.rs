@@ -86,6 +86,10 @@ pub struct UnpackArgs {
     /// Refuse archives that expand past this many bytes.
     #[arg(long, value_name = "SIZE", default_value = "64G")]
     pub max_bytes: String,
+    /// Byte-compile the pack once on extraction (unchecked-hash .pyc, PEP 552) with this
+    /// interpreter: packs carry no .pyc, and without this each import compiles in memory.
+    #[arg(long, value_name = "PYTHON", num_args = 0..=1, default_missing_value = "python3")]
+    pub compile: Option<PathBuf>,
 }
 
 #[derive(Args)]

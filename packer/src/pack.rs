@@ -193,9 +193,10 @@ pub fn pack(
             Source::Symlink(_) => 0,
         };
     }
-    let example_module = targets
+    let example_modules: Vec<String> = targets
         .first()
-        .map(|t: &PackTarget| t.target.split(':').next().unwrap_or("").to_string());
+        .map(|t: &PackTarget| t.modules.clone())
+        .unwrap_or_default();
     let manifest = Manifest {
         format: MANIFEST_FORMAT.into(),
         spec_hash,
@@ -211,12 +212,13 @@ pub fn pack(
         run: RunInfo {
             script: "run".into(),
             pythonpath,
-            example: match example_module {
-                Some(module) if !module.is_empty() => format!("./run python3 -c 'import {module}'"),
-                _ => "./run python3 script.py".into(),
+            example: if example_modules.is_empty() {
+                "./run python3 script.py".into()
+            } else {
+                format!("./run python3 -c 'import {}'", example_modules.join(", "))
             },
         },
-        pyc: "no .pyc or __pycache__ is packed: timestamps are normalised, so shipped timestamp pycs would be stale; `lfm unpack --compile` compiles once into the cache (unchecked-hash pycs)".into(),
+        pyc: "no .pyc or __pycache__ is packed (timestamps are normalised, so shipped timestamp pycs would be stale); `lfm unpack --compile` compiles once into the cache as unchecked-hash pycs".into(),
     };
 
     let (path, compressed_bytes, hash) = write_archive(&manifest, &entries, options)?;

@@ -114,6 +114,7 @@ fn unpack_options(cache: Option<PathBuf>) -> UnpackOptions {
 
 pub fn unpack(args: UnpackArgs) -> i32 {
     let mut options = unpack_options(args.cache);
+    options.compile_with = args.compile;
     match parse_size("--max-bytes", &args.max_bytes) {
         Ok(bytes) => options.max_bytes = bytes,
         Err(error) => {
