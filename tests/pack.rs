@@ -264,6 +264,61 @@ fn a_function_runs_from_the_unpacked_pack_alone() {
 }
 
 #[test]
+fn a_self_contained_pack_runs_without_any_python_on_path() {
+    let Some(fixture) = Fixture::new() else {
+        return;
+    };
+    let pack = fixture.pack(
+        &[&fixture.job("uses_numpy")],
+        &["--self-contained"],
+        "self-contained.tar.zst",
+    );
+    let root = fixture.unpack(&pack);
+    assert_eq!(
+        manifest(&root)["run"]["interpreter"],
+        "python/bin/python3.11"
+    );
+    let output = Command::new(root.join("run"))
+        .args([
+            "python3",
+            "-c",
+            "import job, sys; print(job.uses_numpy(4), sys.executable)",
+        ])
+        .env_clear()
+        .env("PATH", "/nonexistent")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.starts_with("6.0 "), "{stdout}");
+    assert!(
+        stdout
+            .trim_end()
+            .ends_with(&format!("{}/python/bin/python3", root.display())),
+        "not the pack's interpreter: {stdout}"
+    );
+    let cache = fixture.dir.path().join("cache");
+    let verified = lfm(&[
+        "verify",
+        "--python",
+        "/nonexistent/python3",
+        "--cache",
+        cache.to_str().unwrap(),
+        pack.to_str().unwrap(),
+    ]);
+    assert!(
+        verified.status.success(),
+        "verify must use the pack's own interpreter: {}",
+        String::from_utf8_lossy(&verified.stderr)
+    );
+}
+
+#[test]
 fn eight_concurrent_unpacks_make_one_extraction() {
     let Some(fixture) = Fixture::new() else {
         return;

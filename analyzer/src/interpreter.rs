@@ -32,6 +32,9 @@ print(json.dumps({
     "builtin_module_names": sorted(sys.builtin_module_names),
     "extension_suffixes": importlib.machinery.EXTENSION_SUFFIXES,
     "soabi": sysconfig.get_config_var("SOABI") or "",
+    "base_executable": os.path.realpath(getattr(sys, "_base_executable", sys.executable)),
+    "shared_library": os.path.join(sysconfig.get_config_var("LIBDIR") or "", sysconfig.get_config_var("INSTSONAME") or "")
+        if sysconfig.get_config_var("Py_ENABLE_SHARED") else "",
     "platform_tag": sysconfig.get_platform(),
     "markers": {
         "implementation_name": sys.implementation.name,
@@ -62,6 +65,12 @@ pub struct Interpreter {
     pub builtin_module_names: HashSet<String>,
     pub extension_suffixes: Vec<String>,
     pub soabi: String,
+    /// The real interpreter binary (for a venv, the base installation's).
+    #[serde(default)]
+    pub base_executable: PathBuf,
+    /// libpython, when the interpreter links it dynamically.
+    #[serde(default)]
+    pub shared_library: String,
     pub platform_tag: String,
     pub markers: Markers,
 }

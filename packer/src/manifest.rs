@@ -57,6 +57,9 @@ pub struct Totals {
 pub struct RunInfo {
     /// Script at the pack root that puts the pack on the path and runs its arguments.
     pub script: String,
+    /// Self-contained packs: the pack's own interpreter, relative to the root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interpreter: Option<String>,
     /// Directories (relative to the pack root) that go on PYTHONPATH, in order.
     pub pythonpath: Vec<String>,
     pub example: String,

@@ -29,6 +29,8 @@ pub struct PackOptions {
     /// Where to write; `None`: `lfm-<hash>.tar.zst` in `output_dir`.
     pub output: Option<PathBuf>,
     pub output_dir: PathBuf,
+    /// Add the interpreter, libpython and the stdlib, so the pack runs without any Python.
+    pub self_contained: bool,
 }
 
 /// What goes in: a Spec (the closure of some targets) or the whole environment.
@@ -169,6 +171,11 @@ pub fn pack(
         );
     }
 
+    let interpreter_entry = if options.self_contained {
+        Some(add_interpreter(interpreter, &mut entries, &mut warnings)?)
+    } else {
+        None
+    };
     let pythonpath: Vec<String> = std::iter::once("app".to_string())
         .chain(site_dirs.iter().filter_map(|dir| {
             dir.strip_prefix(&prefix)
@@ -179,7 +186,9 @@ pub fn pack(
     entries.insert(
         "run".into(),
         Entry {
-            source: Source::Bytes(run_script(&pythonpath).into_bytes()),
+            source: Source::Bytes(
+                run_script(&pythonpath, interpreter_entry.is_some()).into_bytes(),
+            ),
             executable: true,
         },
     );
@@ -211,6 +220,7 @@ pub fn pack(
         totals,
         run: RunInfo {
             script: "run".into(),
+            interpreter: interpreter_entry,
             pythonpath,
             example: if example_modules.is_empty() {
                 "./run python3 script.py".into()
@@ -314,20 +324,127 @@ fn relocatable_script(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-fn run_script(pythonpath: &[String]) -> String {
+fn run_script(pythonpath: &[String], self_contained: bool) -> String {
     let joined: Vec<String> = pythonpath.iter().map(|p| format!("$here/{p}")).collect();
+    // Only shell builtins before the exec: a self-contained pack must run with an empty PATH.
+    let (path, extra) = if self_contained {
+        (
+            "$here/python/bin:$here/env/bin:$PATH",
+            "LD_LIBRARY_PATH=\"$here/python/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"\nexport LD_LIBRARY_PATH\n",
+        )
+    } else {
+        ("$here/env/bin:$PATH", "")
+    };
     format!(
         "#!/bin/sh\n\
          # Run a command with this pack on the Python path, from wherever it was unpacked:\n\
          #   ./run python3 -c 'import mymodule'      (no command: python3)\n\
-         here=$(CDPATH= cd -- \"$(dirname -- \"$0\")\" && pwd)\n\
+         case \"$0\" in */*) dir=${{0%/*}} ;; *) dir=. ;; esac\n\
+         here=$(cd -- \"$dir\" && pwd)\n\
          PYTHONPATH=\"{}${{PYTHONPATH:+:$PYTHONPATH}}\"\n\
-         PATH=\"$here/env/bin:$PATH\"\n\
+         PATH=\"{path}\"\n\
          export PYTHONPATH PATH\n\
+         {extra}\
          [ $# -eq 0 ] && set -- python3\n\
          exec \"$@\"\n",
         joined.join(":")
     )
+}
+
+/// Directories of the stdlib never needed to run code: tests, GUIs, installers, 2to3.
+const STDLIB_SKIPPED: &[&str] = &[
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "site-packages",
+    "__pycache__",
+    "config-3",
+];
+
+/// The interpreter binary (as python/bin/python3), libpython when shared, and the stdlib.
+fn add_interpreter(
+    interpreter: &Interpreter,
+    entries: &mut BTreeMap<String, Entry>,
+    warnings: &mut Vec<String>,
+) -> Result<String> {
+    let binary = &interpreter.base_executable;
+    if !binary.is_file() {
+        bail!(
+            "the interpreter binary {} was not found; cannot make a self-contained pack",
+            binary.display()
+        );
+    }
+    let version = interpreter.major_minor().to_string();
+    entries.insert(
+        format!("python/bin/python{version}"),
+        Entry {
+            source: Source::File(binary.clone()),
+            executable: true,
+        },
+    );
+    entries.insert(
+        "python/bin/python3".into(),
+        Entry {
+            source: Source::Symlink(PathBuf::from(format!("python{version}"))),
+            executable: true,
+        },
+    );
+    if !interpreter.shared_library.is_empty() {
+        let library = PathBuf::from(&interpreter.shared_library);
+        let name = library
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match library.canonicalize() {
+            Ok(real) => {
+                entries.insert(
+                    format!("python/lib/{name}"),
+                    Entry {
+                        source: Source::File(real),
+                        executable: false,
+                    },
+                );
+            }
+            Err(error) => warnings.push(format!(
+                "libpython {} not found ({error}); the pack needs it on the worker",
+                library.display()
+            )),
+        }
+    }
+    let Some(stdlib) = interpreter.stdlib_dirs.first() else {
+        bail!("the interpreter reported no stdlib directory")
+    };
+    let walker = walkdir::WalkDir::new(stdlib)
+        .follow_links(false)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|entry| {
+            let name = entry.file_name().to_string_lossy();
+            entry.depth() == 0
+                || !(entry.file_type().is_dir()
+                    && STDLIB_SKIPPED.iter().any(|skip| name.starts_with(skip)))
+        });
+    for entry in walker.flatten() {
+        if entry.file_type().is_dir() || is_bytecode(entry.path()) {
+            continue;
+        }
+        let relative = entry.path().strip_prefix(stdlib).unwrap_or(entry.path());
+        let archive_path = format!("python/lib/python{version}/{}", relative.display());
+        let source = if entry.file_type().is_symlink() {
+            Source::Symlink(fs::read_link(entry.path())?)
+        } else {
+            Source::File(entry.path().to_path_buf())
+        };
+        let executable = entry
+            .metadata()
+            .map(|m| m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false);
+        entries.insert(archive_path, Entry { source, executable });
+    }
+    Ok(format!("python/bin/python{version}"))
 }
 
 /// Hashes what passes through, so the pack is named by its content without a second read.

@@ -84,10 +84,18 @@ pub fn verify(root: &Path, python: &Path, target: Option<&str>) -> Result<Verifi
         .map(|p| root.join(p).display().to_string())
         .collect();
     let request = serde_json::json!({ "paths": paths, "modules": modules });
+    // A self-contained pack is verified with its own interpreter, the one it will run with.
+    let own = manifest
+        .run
+        .interpreter
+        .as_ref()
+        .map(|relative| root.join(relative));
+    let python = own.as_deref().unwrap_or(python);
     let output = Command::new(python)
         .args(["-I", "-S", "-c", IMPORT_ALL])
         .arg(request.to_string())
         .current_dir(root)
+        .env("LD_LIBRARY_PATH", root.join("python/lib"))
         .output()
         .with_context(|| format!("starting {}", python.display()))?;
     if !output.status.success() {

@@ -17,10 +17,6 @@ pub const EXIT_REFUSED: i32 = 5;
 pub const EXIT_VERIFY_FAILED: i32 = 6;
 
 pub fn pack(args: PackArgs) -> i32 {
-    if args.self_contained {
-        eprintln!("error: --self-contained is not implemented yet; pack without it and run with a compatible python3");
-        return EXIT_USAGE;
-    }
     let interpreter = match Interpreter::for_prefix(&args.env) {
         Ok(interpreter) => interpreter,
         Err(error) => {
@@ -45,6 +41,7 @@ pub fn pack(args: PackArgs) -> i32 {
         }),
         output: args.output.clone(),
         output_dir: PathBuf::from("."),
+        self_contained: args.self_contained,
     };
     let selection = match &spec {
         Some(spec) => Selection::Spec(spec),
