@@ -31,6 +31,8 @@ pub struct PackOptions {
     pub output_dir: PathBuf,
     /// Add the interpreter, libpython and the stdlib, so the pack runs without any Python.
     pub self_contained: bool,
+    /// Called after each entry with (files done, files total, bytes done, bytes total).
+    pub progress: Option<Box<dyn Fn(u64, u64, u64, u64)>>,
 }
 
 /// What goes in: a Spec (the closure of some targets) or the whole environment.
@@ -231,7 +233,8 @@ pub fn pack(
         pyc: "no .pyc or __pycache__ is packed (timestamps are normalised, so shipped timestamp pycs would be stale); `lfm unpack --compile` compiles once into the cache as unchecked-hash pycs".into(),
     };
 
-    let (path, compressed_bytes, hash) = write_archive(&manifest, &entries, options)?;
+    let (path, compressed_bytes, hash) =
+        write_archive(&manifest, &entries, options, &manifest.totals)?;
     Ok(Packed {
         path,
         manifest,
@@ -471,6 +474,7 @@ fn write_archive(
     manifest: &Manifest,
     entries: &BTreeMap<String, Entry>,
     options: &PackOptions,
+    totals: &Totals,
 ) -> Result<(PathBuf, u64, String)> {
     let dir = match &options.output {
         Some(path) => path
@@ -498,13 +502,18 @@ fn write_archive(
 
     let manifest_bytes = serde_json::to_vec_pretty(manifest)?;
     append_bytes(&mut builder, MANIFEST_NAME, &manifest_bytes, false)?;
+    let (mut files_done, mut bytes_done) = (0u64, 0u64);
     for (path, entry) in entries {
         match &entry.source {
-            Source::Bytes(bytes) => append_bytes(&mut builder, path, bytes, entry.executable)?,
+            Source::Bytes(bytes) => {
+                append_bytes(&mut builder, path, bytes, entry.executable)?;
+                bytes_done += bytes.len() as u64;
+            }
             Source::File(source) => {
                 let file = fs::File::open(source)
                     .with_context(|| format!("reading {}", source.display()))?;
                 let size = file.metadata()?.len();
+                bytes_done += size;
                 let mut header = header(tar::EntryType::Regular, size, entry.executable);
                 builder
                     .append_data(&mut header, path, file)
@@ -514,6 +523,10 @@ fn write_archive(
                 let mut header = header(tar::EntryType::Symlink, 0, false);
                 builder.append_link(&mut header, path, target)?;
             }
+        }
+        files_done += 1;
+        if let Some(progress) = &options.progress {
+            progress(files_done, totals.files, bytes_done, totals.bytes);
         }
     }
     let encoder = builder.into_inner()?;

@@ -42,6 +42,7 @@ pub fn pack(args: PackArgs) -> i32 {
         output: args.output.clone(),
         output_dir: PathBuf::from("."),
         self_contained: args.self_contained,
+        progress: progress_bar(args.quiet),
     };
     let selection = match &spec {
         Some(spec) => Selection::Spec(spec),
@@ -71,6 +72,30 @@ pub fn pack(args: PackArgs) -> i32 {
             EXIT_FAILED
         }
     }
+}
+
+/// Files and bytes on a terminal; nothing when piped or quiet.
+fn progress_bar(quiet: bool) -> Option<Box<dyn Fn(u64, u64, u64, u64)>> {
+    use std::io::IsTerminal;
+    if quiet || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} packing [{bar:30}] {bytes}/{total_bytes} {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    Some(Box::new(move |files, total_files, bytes, total_bytes| {
+        bar.set_length(total_bytes);
+        bar.set_position(bytes);
+        bar.set_message(format!("{files}/{total_files} files"));
+        if files == total_files {
+            bar.finish_and_clear();
+        }
+    }))
 }
 
 /// A Spec file, or targets analysed against the same environment.
