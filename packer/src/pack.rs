@@ -21,6 +21,9 @@ use crate::manifest::{
 /// tools treat a zero mtime as "unset".)
 const FIXED_MTIME: u64 = 1;
 
+/// Called after each entry with (files done, files total, bytes done, bytes total).
+pub type Progress = Box<dyn Fn(u64, u64, u64, u64)>;
+
 pub struct PackOptions {
     /// zstd level (1-22).
     pub level: i32,
@@ -31,8 +34,7 @@ pub struct PackOptions {
     pub output_dir: PathBuf,
     /// Add the interpreter, libpython and the stdlib, so the pack runs without any Python.
     pub self_contained: bool,
-    /// Called after each entry with (files done, files total, bytes done, bytes total).
-    pub progress: Option<Box<dyn Fn(u64, u64, u64, u64)>>,
+    pub progress: Option<Progress>,
 }
 
 /// What goes in: a Spec (the closure of some targets) or the whole environment.

@@ -75,7 +75,7 @@ pub fn pack(args: PackArgs) -> i32 {
 }
 
 /// Files and bytes on a terminal; nothing when piped or quiet.
-fn progress_bar(quiet: bool) -> Option<Box<dyn Fn(u64, u64, u64, u64)>> {
+fn progress_bar(quiet: bool) -> Option<lfm_packer::pack::Progress> {
     use std::io::IsTerminal;
     if quiet || !std::io::stderr().is_terminal() {
         return None;
