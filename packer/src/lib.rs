@@ -7,6 +7,7 @@
 
 pub mod manifest;
 pub mod pack;
+pub mod stdlib;
 pub mod unpack;
 pub mod verify;
 

@@ -77,6 +77,16 @@ pub fn pack(
     let index = DistIndex::build(&site_dirs, Some(&prefix));
     let mut warnings: Vec<String> = index.problems.clone();
 
+    let stdlib_seeds: BTreeSet<String> = match &selection {
+        Selection::Spec(spec) => spec
+            .targets
+            .iter()
+            .flat_map(|t| t.modules.iter())
+            .filter(|m| m.kind == ModuleKind::Stdlib)
+            .map(|m| m.name.clone())
+            .collect(),
+        Selection::All => BTreeSet::new(),
+    };
     let (dist_ids, spec_hash, targets, local_sources) = match selection {
         Selection::All => (
             (0..index.dists.len() as u32).collect::<Vec<_>>(),
@@ -176,7 +186,12 @@ pub fn pack(
     }
 
     let interpreter_entry = if options.self_contained {
-        Some(add_interpreter(interpreter, &mut entries, &mut warnings)?)
+        Some(add_interpreter(
+            interpreter,
+            &stdlib_seeds,
+            &mut entries,
+            &mut warnings,
+        )?)
     } else {
         None
     };
@@ -356,22 +371,10 @@ fn run_script(pythonpath: &[String], self_contained: bool) -> String {
     )
 }
 
-/// Directories of the stdlib never needed to run code: tests, GUIs, installers, 2to3.
-const STDLIB_SKIPPED: &[&str] = &[
-    "test",
-    "idlelib",
-    "tkinter",
-    "turtledemo",
-    "ensurepip",
-    "lib2to3",
-    "site-packages",
-    "__pycache__",
-    "config-3",
-];
-
 /// The interpreter binary (as python/bin/python3), libpython when shared, and the stdlib.
 fn add_interpreter(
     interpreter: &Interpreter,
+    stdlib_seeds: &BTreeSet<String>,
     entries: &mut BTreeMap<String, Entry>,
     warnings: &mut Vec<String>,
 ) -> Result<String> {
@@ -422,32 +425,31 @@ fn add_interpreter(
     let Some(stdlib) = interpreter.stdlib_dirs.first() else {
         bail!("the interpreter reported no stdlib directory")
     };
-    let walker = walkdir::WalkDir::new(stdlib)
-        .follow_links(false)
-        .sort_by_file_name()
-        .into_iter()
-        .filter_entry(|entry| {
-            let name = entry.file_name().to_string_lossy();
-            entry.depth() == 0
-                || !(entry.file_type().is_dir()
-                    && STDLIB_SKIPPED.iter().any(|skip| name.starts_with(skip)))
-        });
-    for entry in walker.flatten() {
-        if entry.file_type().is_dir() || is_bytecode(entry.path()) {
-            continue;
-        }
-        let relative = entry.path().strip_prefix(stdlib).unwrap_or(entry.path());
+    // The stdlib the packed code and the interpreter's start-up import, followed through the
+    // stdlib's own imports.
+    let sources: Vec<PathBuf> = entries
+        .values()
+        .filter_map(|entry| match &entry.source {
+            Source::File(path) if path.extension().is_some_and(|e| e == "py") => Some(path.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut seeds = crate::stdlib::stdlib_imports_of(&sources, interpreter);
+    seeds.extend(stdlib_seeds.iter().cloned());
+    let selection = crate::stdlib::select(interpreter, seeds)?;
+    for relative in &selection.files {
+        let source = stdlib.join(relative);
         let archive_path = format!("python/lib/python{version}/{}", relative.display());
-        let source = if entry.file_type().is_symlink() {
-            Source::Symlink(fs::read_link(entry.path())?)
-        } else {
-            Source::File(entry.path().to_path_buf())
-        };
-        let executable = entry
-            .metadata()
+        let executable = fs::metadata(&source)
             .map(|m| m.permissions().mode() & 0o111 != 0)
             .unwrap_or(false);
-        entries.insert(archive_path, Entry { source, executable });
+        entries.insert(
+            archive_path,
+            Entry {
+                source: Source::File(source),
+                executable,
+            },
+        );
     }
     Ok(format!("python/bin/python{version}"))
 }

@@ -1,0 +1,176 @@
+//! The part of the stdlib a self-contained pack needs.
+//!
+//! Seeds: what the interpreter imports while starting (asked once from the interpreter itself),
+//! the stdlib modules of the Spec's closures, and every stdlib import found in the packed
+//! distributions' and local modules' source. From the seeds the stdlib's own imports are followed
+//! through its source files, so `json` brings `json.decoder`, `re`, `_json` and so on. Nothing is
+//! imported to find out, apart from the interpreter's own start-up.
+
+use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use lfm_analyzer::extract::summarize;
+use lfm_analyzer::interpreter::Interpreter;
+use lfm_analyzer::source::decode;
+use rayon::prelude::*;
+
+/// Packages included whole: their modules are imported by computed names (codec lookup).
+const WHOLE_PACKAGES: &[&str] = &["encodings"];
+
+/// Files of the stdlib directory (relative paths) and lib-dynload extensions needed.
+pub struct StdlibSelection {
+    pub files: BTreeSet<PathBuf>,
+    pub modules: usize,
+}
+
+/// Module names the interpreter has loaded once it has started (with `site`, without user code).
+fn startup_modules(interpreter: &Interpreter) -> Result<Vec<String>> {
+    let output = Command::new(&interpreter.base_executable)
+        .args([
+            "-I",
+            "-c",
+            "import sys, json; print(json.dumps(sorted(sys.modules)))",
+        ])
+        .output()
+        .with_context(|| format!("starting {}", interpreter.base_executable.display()))?;
+    if !output.status.success() {
+        bail!(
+            "{} could not list its start-up modules",
+            interpreter.base_executable.display()
+        );
+    }
+    Ok(serde_json::from_slice(&output.stdout)?)
+}
+
+/// Stdlib module names imported (at any depth, in any context) by the given source files.
+pub fn stdlib_imports_of(files: &[PathBuf], interpreter: &Interpreter) -> BTreeSet<String> {
+    let stdlib = &interpreter.stdlib_module_names;
+    files
+        .par_iter()
+        .map(|file| {
+            let Ok(bytes) = std::fs::read(file) else {
+                return Vec::new();
+            };
+            let summary = summarize(&decode(&bytes).text);
+            summary
+                .imports
+                .iter()
+                .filter(|edge| edge.level == 0 && !edge.context.type_checking)
+                .filter(|edge| stdlib.contains(edge.module.split('.').next().unwrap_or("")))
+                .flat_map(|edge| {
+                    let mut names = vec![edge.module.clone()];
+                    if let Some(member) = edge.member.as_deref().filter(|m| *m != "*") {
+                        names.push(format!("{}.{member}", edge.module));
+                    }
+                    names
+                })
+                .collect()
+        })
+        .flatten()
+        .collect()
+}
+
+pub fn select(interpreter: &Interpreter, seeds: BTreeSet<String>) -> Result<StdlibSelection> {
+    let Some(stdlib) = interpreter.stdlib_dirs.first() else {
+        bail!("the interpreter reported no stdlib directory")
+    };
+    let dynload = interpreter
+        .stdlib_dirs
+        .iter()
+        .map(|d| d.join("lib-dynload"))
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| stdlib.join("lib-dynload"));
+    let mut queue: VecDeque<String> = startup_modules(interpreter)?
+        .into_iter()
+        .chain(seeds)
+        .collect();
+    queue.extend(WHOLE_PACKAGES.iter().map(|p| p.to_string()));
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut files: BTreeSet<PathBuf> = BTreeSet::new();
+    let extension_files: Vec<String> = std::fs::read_dir(&dynload)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    while let Some(name) = queue.pop_front() {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let top = name.split('.').next().unwrap_or("");
+        if !interpreter.stdlib_module_names.contains(top)
+            || interpreter.builtin_module_names.contains(&name)
+        {
+            continue;
+        }
+        // Parent packages run first.
+        if let Some((parent, _)) = name.rsplit_once('.') {
+            queue.push_back(parent.to_string());
+        }
+        let relative: PathBuf = name.split('.').collect();
+        let mut found: Vec<PathBuf> = Vec::new();
+        let package_dir = stdlib.join(&relative);
+        if package_dir.join("__init__.py").is_file() {
+            found.push(package_dir.join("__init__.py"));
+            if WHOLE_PACKAGES.contains(&name.as_str()) {
+                found.extend(
+                    walkdir::WalkDir::new(&package_dir)
+                        .into_iter()
+                        .flatten()
+                        .filter(|e| e.path().extension().is_some_and(|x| x == "py"))
+                        .map(|e| e.into_path()),
+                );
+            }
+        } else if stdlib.join(&relative).with_extension("py").is_file() {
+            found.push(stdlib.join(&relative).with_extension("py"));
+        } else if !name.contains('.') {
+            let prefix = format!("{name}.");
+            for extension in extension_files.iter().filter(|f| f.starts_with(&prefix)) {
+                files.insert(Path::new("lib-dynload").join(extension));
+            }
+        }
+        for file in found {
+            let Ok(bytes) = std::fs::read(&file) else {
+                continue;
+            };
+            let summary = summarize(&decode(&bytes).text);
+            let package: Vec<&str> = {
+                let mut parts: Vec<&str> = name.split('.').collect();
+                if file.file_name().is_some_and(|f| f != "__init__.py") {
+                    parts.pop();
+                }
+                parts
+            };
+            for edge in summary.imports.iter().filter(|e| !e.context.type_checking) {
+                let base = if edge.level == 0 {
+                    edge.module.clone()
+                } else {
+                    let keep = package.len().saturating_sub(edge.level as usize - 1);
+                    let mut parts: Vec<&str> = package[..keep].to_vec();
+                    if !edge.module.is_empty() {
+                        parts.push(&edge.module);
+                    }
+                    parts.join(".")
+                };
+                if base.is_empty() {
+                    continue;
+                }
+                if let Some(member) = edge.member.as_deref().filter(|m| *m != "*") {
+                    queue.push_back(format!("{base}.{member}"));
+                }
+                queue.push_back(base);
+            }
+            if let Ok(relative) = file.strip_prefix(stdlib) {
+                files.insert(relative.to_path_buf());
+            }
+        }
+    }
+    Ok(StdlibSelection {
+        modules: seen.len(),
+        files,
+    })
+}
