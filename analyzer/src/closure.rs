@@ -182,10 +182,10 @@ enum Work<'p> {
     },
 }
 
-struct Reached {
+struct Reached<'p> {
     kind: ModuleKind,
-    file: Option<String>,
-    path: Option<std::path::PathBuf>,
+    file: Option<&'p str>,
+    owner: Option<&'p Owner>,
     required: bool,
     contexts: BTreeSet<&'static str>,
     reason: Reason,
@@ -196,7 +196,7 @@ struct Walk<'p> {
     queue: VecDeque<Work<'p>>,
     seen: HashSet<(u8, u32, u32, bool)>,
     seen_names: HashSet<(u32, &'p str, bool)>,
-    reached: BTreeMap<&'p str, Reached>,
+    reached: BTreeMap<&'p str, Reached<'p>>,
     missing: BTreeMap<&'p str, MissingModule>,
     local_modules: BTreeSet<u32>,
 }
@@ -439,7 +439,7 @@ impl<'p> Walk<'p> {
             chain: chain.to_vec(),
         };
         for target in targets {
-            let (name, kind, path): (&'p str, _, _) = match target {
+            let (name, kind, file, owner): (&'p str, _, Option<&'p str>, Option<&'p Owner>) = match target {
                 EdgeTarget::Local(id) => {
                     let local = &project.modules[*id as usize];
                     self.local_modules.insert(*id);
@@ -449,10 +449,12 @@ impl<'p> Walk<'p> {
                         chain,
                         optional,
                     });
-                    (&local.name, ModuleKind::Local, Some(&local.path))
+                    (&local.name, ModuleKind::Local, Some(local.display.as_str()), None)
                 }
-                EdgeTarget::Stdlib(name) => (name, ModuleKind::Stdlib, None),
-                EdgeTarget::ThirdParty { name, path } => (name, ModuleKind::ThirdParty, Some(path)),
+                EdgeTarget::Stdlib(name) => (name, ModuleKind::Stdlib, None, None),
+                EdgeTarget::ThirdParty { name, display, owner, .. } => {
+                    (name, ModuleKind::ThirdParty, Some(display.as_str()), Some(owner))
+                }
                 EdgeTarget::Missing(name) => {
                     let entry = self.missing.entry(name).or_insert_with(|| MissingModule {
                         name: name.clone(),
@@ -465,8 +467,8 @@ impl<'p> Walk<'p> {
             };
             let entry = self.reached.entry(name).or_insert_with(|| Reached {
                 kind,
-                file: path.map(|p| project.display_path(p)),
-                path: path.cloned(),
+                file,
+                owner,
                 required: false,
                 contexts: BTreeSet::new(),
                 reason: reason(),
@@ -484,11 +486,9 @@ impl<'p> Walk<'p> {
         let mut modules = Vec::new();
         for (name, reached) in self.reached {
             let mut distribution = None;
-            if reached.kind == ModuleKind::ThirdParty {
-                let path = reached.path.clone().unwrap_or_default();
-                let top = name.split('.').next().unwrap_or_default();
-                match project.dists.owner_of(&path, top) {
-                    Owner::One(id) => {
+            if let Some(owner) = reached.owner {
+                match owner {
+                    &Owner::One(id) => {
                         let entry = direct.entry(id).or_insert((false, Vec::new()));
                         entry.0 |= reached.required;
                         entry.1.push(name.to_string());
@@ -513,7 +513,7 @@ impl<'p> Walk<'p> {
                         line: reached.reason.line,
                         message: format!(
                             "module {name} ({}) is not listed by any installed distribution",
-                            project.display_path(&path)
+                            reached.file.unwrap_or_default()
                         ),
                     }),
                 }
@@ -521,7 +521,7 @@ impl<'p> Walk<'p> {
             modules.push(ModuleNeed {
                 name: name.to_string(),
                 kind: reached.kind,
-                file: reached.file,
+                file: reached.file.map(str::to_string),
                 distribution,
                 optional: !reached.required,
                 contexts: reached.contexts.into_iter().map(String::from).collect(),

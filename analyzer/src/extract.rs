@@ -4,7 +4,9 @@
 //! so it is what the per-file cache stores and what the parallel phase produces. Resolution of
 //! import names and closure computation happen later, on summaries only.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashSet as HashSet;
 
 use ruff_python_ast::visitor::source_order::{self, SourceOrderVisitor};
 use ruff_python_ast::{self as ast, Expr, Stmt};
@@ -190,10 +192,10 @@ impl<'a> Extractor<'a> {
             type_checking_depth: 0,
             header_targets: Vec::new(),
             capture: None,
-            typing_aliases: ["typing", "typing_extensions"].map(String::from).into(),
-            type_checking_aliases: ["TYPE_CHECKING".to_string()].into(),
-            importlib_aliases: ["importlib".to_string()].into(),
-            import_module_aliases: HashSet::new(),
+            typing_aliases: ["typing", "typing_extensions"].map(String::from).into_iter().collect(),
+            type_checking_aliases: ["TYPE_CHECKING".to_string()].into_iter().collect(),
+            importlib_aliases: ["importlib".to_string()].into_iter().collect(),
+            import_module_aliases: HashSet::default(),
         };
         extractor.new_scope(ScopeKind::Module, String::new(), 0);
         extractor
@@ -220,10 +222,10 @@ impl<'a> Extractor<'a> {
             imports: Vec::new(),
         });
         self.builds.push(ScopeBuild {
-            loads: HashSet::new(),
-            binds: HashSet::new(),
-            globals: HashSet::new(),
-            header_loads: HashSet::new(),
+            loads: HashSet::default(),
+            binds: HashSet::default(),
+            globals: HashSet::default(),
+            header_loads: HashSet::default(),
         });
         id
     }
@@ -248,16 +250,15 @@ impl<'a> Extractor<'a> {
     }
 
     fn record_load(&mut self, name: &str) {
-        self.builds[self.current as usize]
-            .loads
-            .insert(name.to_string());
+        // Names repeat far more often than they are new: look up before allocating.
+        insert_new(&mut self.builds[self.current as usize].loads, name);
         for &target in &self.header_targets {
-            self.builds[target as usize]
-                .header_loads
-                .insert(name.to_string());
+            insert_new(&mut self.builds[target as usize].header_loads, name);
         }
         if let Some(capture) = &mut self.capture {
-            capture.reads.insert(name.to_string());
+            if !capture.reads.contains(name) {
+                capture.reads.insert(name.to_string());
+            }
         }
     }
 
@@ -745,6 +746,12 @@ impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
             }
             _ => source_order::walk_expr(self, expr),
         }
+    }
+}
+
+fn insert_new(set: &mut HashSet<String>, name: &str) {
+    if !set.contains(name) {
+        set.insert(name.to_string());
     }
 }
 

@@ -148,14 +148,25 @@ impl Analysis {
     pub fn for_each_chunk<E>(
         &self,
         chunk: usize,
-        mut sink: impl FnMut(Vec<spec::TargetSpec>) -> Result<(), E>,
+        sink: impl FnMut(Vec<spec::TargetSpec>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.map_chunks(chunk, |spec| spec, sink)
+    }
+
+    /// Like [`Analysis::for_each_chunk`], with `map` applied to each target on the worker
+    /// threads too (rendering a target is as parallel as computing it).
+    pub fn map_chunks<T: Send, E>(
+        &self,
+        chunk: usize,
+        map: impl Fn(spec::TargetSpec) -> T + Sync,
+        mut sink: impl FnMut(Vec<T>) -> Result<(), E>,
     ) -> Result<(), E> {
         for jobs in self.jobs.chunks(chunk.max(1)) {
-            let specs: Vec<_> = jobs
+            let mapped: Vec<T> = jobs
                 .par_iter()
-                .map(|&(id, scope)| closure::target_closure(&self.project, id, scope))
+                .map(|&(id, scope)| map(closure::target_closure(&self.project, id, scope)))
                 .collect();
-            sink(specs)?;
+            sink(mapped)?;
         }
         Ok(())
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::cache::SummaryCache;
-use crate::dists::DistIndex;
+use crate::dists::{DistIndex, Owner};
 use crate::extract::{summarize, ImportEdge, ModuleSummary};
 use crate::interpreter::Interpreter;
 use crate::resolve::{module_name_for, Location, Resolver, RootKind};
@@ -35,7 +35,9 @@ pub struct LoadedModule {
 pub enum EdgeTarget {
     Local(u32),
     Stdlib(String),
-    ThirdParty { name: String, path: PathBuf },
+    /// Resolved to a file of a site directory (or a distribution-owned file under a local root);
+    /// its owner is looked up once here rather than for every closure that reaches it.
+    ThirdParty { name: String, path: PathBuf, display: String, owner: Owner },
     Missing(String),
 }
 
@@ -248,6 +250,16 @@ impl Project {
         }
     }
 
+    fn third_party(&self, name: &str, path: PathBuf) -> EdgeTarget {
+        let top = name.split('.').next().unwrap_or_default();
+        EdgeTarget::ThirdParty {
+            name: name.to_string(),
+            display: self.display_path(&path),
+            owner: self.dists.owner_of(&path, top),
+            path,
+        }
+    }
+
     fn push_location(
         &mut self,
         name: &str,
@@ -265,10 +277,7 @@ impl Project {
             } => {
                 let owned = self.dists.owns(&path);
                 if root_kind == RootKind::Site || owned {
-                    targets.push(EdgeTarget::ThirdParty {
-                        name: name.to_string(),
-                        path,
-                    });
+                    targets.push(self.third_party(name, path));
                     return;
                 }
                 // Importing a.b.c runs a/__init__.py and a/b/__init__.py first.
@@ -281,10 +290,7 @@ impl Project {
                     return; // a local namespace package has no code of its own
                 }
                 if !is_python_source(&path) {
-                    targets.push(EdgeTarget::ThirdParty {
-                        name: name.to_string(),
-                        path,
-                    });
+                    targets.push(self.third_party(name, path));
                     return;
                 }
                 let name = module_name_for(&root, &path)

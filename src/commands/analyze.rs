@@ -50,13 +50,17 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     let mut totals = Totals::default();
     let written = match args.format {
         Format::Json => write_json(&analysis, &mut out, pretty, &mut totals),
-        Format::Table => analysis.for_each_chunk(CHUNK, |targets| {
-            for target in &targets {
-                totals.count(target);
-                out.write_all(table_entry(target, args.quiet).as_bytes())?;
-            }
-            Ok(())
-        }),
+        Format::Table => analysis.map_chunks(
+            CHUNK,
+            |target| (Totals::of(&target), table_entry(&target, args.quiet)),
+            |rendered| {
+                for (counts, text) in rendered {
+                    totals.add(counts);
+                    out.write_all(text.as_bytes())?;
+                }
+                Ok(())
+            },
+        ),
         Format::Requirements | Format::Conda | Format::Poncho => {
             let mut union: BTreeMap<String, DistributionNeed> = BTreeMap::new();
             let collected = analysis.for_each_chunk(CHUNK, |targets| {
@@ -119,9 +123,17 @@ struct Totals {
 }
 
 impl Totals {
+    fn of(target: &TargetSpec) -> Totals {
+        Totals { warnings: target.warnings.len(), missing_required: target.has_missing_required() }
+    }
+
+    fn add(&mut self, other: Totals) {
+        self.warnings += other.warnings;
+        self.missing_required |= other.missing_required;
+    }
+
     fn count(&mut self, target: &TargetSpec) {
-        self.warnings += target.warnings.len();
-        self.missing_required |= target.has_missing_required();
+        self.add(Totals::of(target));
     }
 }
 
@@ -148,14 +160,18 @@ fn write_json(
     value(out, pretty, &analysis.python())?;
     write!(out, ",\"targets\":[")?;
     let mut first = true;
-    analysis.for_each_chunk(CHUNK, |targets| {
-        for target in &targets {
-            totals.count(target);
+    let render = |target: TargetSpec| {
+        let bytes = if pretty { serde_json::to_vec_pretty(&target) } else { serde_json::to_vec(&target) };
+        (Totals::of(&target), bytes.unwrap_or_default())
+    };
+    analysis.map_chunks(CHUNK, render, |rendered| {
+        for (counts, bytes) in rendered {
+            totals.add(counts);
             if !first {
                 out.write_all(b",")?;
             }
             first = false;
-            value(out, pretty, target)?;
+            out.write_all(&bytes)?;
         }
         Ok::<(), std::io::Error>(())
     })?;
