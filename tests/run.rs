@@ -519,26 +519,32 @@ fn rlimit_backend_works_for_an_unprivileged_user() {
     let workload_copy = dir.path().join("workload");
     std::fs::copy(env!("CARGO_BIN_EXE_lfm"), &lfm_copy).unwrap();
     std::fs::copy(&workload, &workload_copy).unwrap();
-    let report = dir.path().join("report.json");
-    let output = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&lfm_copy)
-        .args(["run", "--quiet", "--memory", "100M", "--report"])
-        .arg(&report)
-        .arg("--")
-        .arg(&workload_copy)
-        .args(["touch", "300", "2000"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(
-        output.status.code(),
-        Some(125),
-        "stderr: {}",
-        String::from_utf8_lossy(&output.stderr)
+    // As nobody (uid 65534), with lfm and the workloads copied where nobody can run them.
+    let as_nobody = |limits: &[&str], command: &[&str]| -> serde_json::Value {
+        let report = dir.path().join("report.json");
+        let output = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&lfm_copy)
+            .args(["run", "--quiet", "--report"])
+            .arg(&report)
+            .args(limits)
+            .arg("--")
+            .args(command)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(125),
+            "stderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap()
+    };
+    let value = as_nobody(
+        &["--memory", "100M"],
+        &[workload_copy.to_str().unwrap(), "touch", "300", "2000"],
     );
-    let value: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     // auto must fall back: nobody cannot write any cgroup here.
     assert_eq!(value["backend"], "rlimit");
     assert_eq!(
@@ -551,33 +557,10 @@ fn rlimit_backend_works_for_an_unprivileged_user() {
         .path()
         .join(format!("nobody-bomb-{}", std::process::id()));
     std::fs::copy(&workload, &bomb).unwrap();
-    let output = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&lfm_copy)
-        .args([
-            "run",
-            "--quiet",
-            "--processes",
-            "40",
-            "--wall",
-            "20s",
-            "--report",
-        ])
-        .arg(&report)
-        .arg("--")
-        .arg(&bomb)
-        .arg("forkbomb")
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(
-        output.status.code(),
-        Some(125),
-        "stderr: {}",
-        String::from_utf8_lossy(&output.stderr)
+    let value = as_nobody(
+        &["--processes", "40", "--wall", "20s"],
+        &[bomb.to_str().unwrap(), "forkbomb"],
     );
-    let value: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(
         value["limits_exceeded"]["max_concurrent_processes"].as_f64(),
         Some(40.0),

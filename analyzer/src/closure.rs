@@ -439,32 +439,46 @@ impl<'p> Walk<'p> {
             chain: chain.to_vec(),
         };
         for target in targets {
-            let (name, kind, file, owner): (&'p str, _, Option<&'p str>, Option<&'p Owner>) = match target {
-                EdgeTarget::Local(id) => {
-                    let local = &project.modules[*id as usize];
-                    self.local_modules.insert(*id);
-                    let chain = chain.then(&local.name);
-                    self.queue.push_back(Work::Module {
-                        module: *id,
-                        chain,
-                        optional,
-                    });
-                    (&local.name, ModuleKind::Local, Some(local.display.as_str()), None)
-                }
-                EdgeTarget::Stdlib(name) => (name, ModuleKind::Stdlib, None, None),
-                EdgeTarget::ThirdParty { name, display, owner, .. } => {
-                    (name, ModuleKind::ThirdParty, Some(display.as_str()), Some(owner))
-                }
-                EdgeTarget::Missing(name) => {
-                    let entry = self.missing.entry(name).or_insert_with(|| MissingModule {
-                        name: name.clone(),
-                        optional,
-                        reason: reason(),
-                    });
-                    entry.optional &= optional;
-                    continue;
-                }
-            };
+            let (name, kind, file, owner): (&'p str, _, Option<&'p str>, Option<&'p Owner>) =
+                match target {
+                    EdgeTarget::Local(id) => {
+                        let local = &project.modules[*id as usize];
+                        self.local_modules.insert(*id);
+                        let chain = chain.then(&local.name);
+                        self.queue.push_back(Work::Module {
+                            module: *id,
+                            chain,
+                            optional,
+                        });
+                        (
+                            &local.name,
+                            ModuleKind::Local,
+                            Some(local.display.as_str()),
+                            None,
+                        )
+                    }
+                    EdgeTarget::Stdlib(name) => (name, ModuleKind::Stdlib, None, None),
+                    EdgeTarget::ThirdParty {
+                        name,
+                        display,
+                        owner,
+                        ..
+                    } => (
+                        name,
+                        ModuleKind::ThirdParty,
+                        Some(display.as_str()),
+                        Some(owner),
+                    ),
+                    EdgeTarget::Missing(name) => {
+                        let entry = self.missing.entry(name).or_insert_with(|| MissingModule {
+                            name: name.clone(),
+                            optional,
+                            reason: reason(),
+                        });
+                        entry.optional &= optional;
+                        continue;
+                    }
+                };
             let entry = self.reached.entry(name).or_insert_with(|| Reached {
                 kind,
                 file,

@@ -192,7 +192,10 @@ impl<'a> Extractor<'a> {
             type_checking_depth: 0,
             header_targets: Vec::new(),
             capture: None,
-            typing_aliases: ["typing", "typing_extensions"].map(String::from).into_iter().collect(),
+            typing_aliases: ["typing", "typing_extensions"]
+                .map(String::from)
+                .into_iter()
+                .collect(),
             type_checking_aliases: ["TYPE_CHECKING".to_string()].into_iter().collect(),
             importlib_aliases: ["importlib".to_string()].into_iter().collect(),
             import_module_aliases: HashSet::default(),

@@ -37,7 +37,12 @@ pub enum EdgeTarget {
     Stdlib(String),
     /// Resolved to a file of a site directory (or a distribution-owned file under a local root);
     /// its owner is looked up once here rather than for every closure that reaches it.
-    ThirdParty { name: String, path: PathBuf, display: String, owner: Owner },
+    ThirdParty {
+        name: String,
+        path: PathBuf,
+        display: String,
+        owner: Owner,
+    },
     Missing(String),
 }
 

@@ -124,7 +124,10 @@ struct Totals {
 
 impl Totals {
     fn of(target: &TargetSpec) -> Totals {
-        Totals { warnings: target.warnings.len(), missing_required: target.has_missing_required() }
+        Totals {
+            warnings: target.warnings.len(),
+            missing_required: target.has_missing_required(),
+        }
     }
 
     fn add(&mut self, other: Totals) {
@@ -161,7 +164,11 @@ fn write_json(
     write!(out, ",\"targets\":[")?;
     let mut first = true;
     let render = |target: TargetSpec| {
-        let bytes = if pretty { serde_json::to_vec_pretty(&target) } else { serde_json::to_vec(&target) };
+        let bytes = if pretty {
+            serde_json::to_vec_pretty(&target)
+        } else {
+            serde_json::to_vec(&target)
+        };
         (Totals::of(&target), bytes.unwrap_or_default())
     };
     analysis.map_chunks(CHUNK, render, |rendered| {

@@ -242,18 +242,8 @@ impl Backend for Cgroup1 {
         self.join.clear();
         let mut errors = Vec::new();
         for (_, dir) in &self.dirs {
-            // rmdir fails while the kernel still lists exiting tasks; retry briefly.
-            let mut result = fs::remove_dir(dir);
-            for _ in 0..100 {
-                if result.is_ok() || !dir.exists() {
-                    result = Ok(());
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(5));
-                result = fs::remove_dir(dir);
-            }
-            if let Err(error) = result {
-                errors.push(format!("{}: {error}", dir.display()));
+            if let Err(error) = files::remove_cgroup_dir(dir) {
+                errors.push(format!("{error:#}"));
             }
         }
         self.removed = true;

@@ -9,7 +9,7 @@ use std::fs::{self, File, OpenOptions};
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use super::files::{self, read_keyed, read_u64, write};
 use super::{Backend, BackendKind, Enforced, Reading};
@@ -201,20 +201,9 @@ impl Backend for Cgroup2 {
             return Ok(());
         }
         self.join = None;
-        let mut result = fs::remove_dir(&self.dir);
-        for _ in 0..100 {
-            if result.is_ok() || !self.dir.exists() {
-                self.removed = true;
-                return Ok(());
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-            result = fs::remove_dir(&self.dir);
-        }
-        bail!(
-            "could not remove {}: {}",
-            self.dir.display(),
-            result.err().map(|e| e.to_string()).unwrap_or_default()
-        )
+        files::remove_cgroup_dir(&self.dir)?;
+        self.removed = true;
+        Ok(())
     }
 
     fn notes(&self) -> Vec<String> {

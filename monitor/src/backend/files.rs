@@ -82,14 +82,21 @@ pub fn clean_stale_runs(parent: &Path, kill: impl Fn(&Path)) {
         }
         let path = entry.path();
         kill(&path);
-        // The killed tasks take a moment to leave the cgroup.
-        for _ in 0..200 {
-            if fs::remove_dir(&path).is_ok() || !path.exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        let _ = remove_cgroup_dir(&path);
     }
+}
+
+/// rmdir a cgroup, retrying for up to a second: killed tasks take a moment to leave it.
+pub fn remove_cgroup_dir(dir: &Path) -> Result<()> {
+    let mut result = fs::remove_dir(dir);
+    for _ in 0..200 {
+        if result.is_ok() || !dir.exists() {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        result = fs::remove_dir(dir);
+    }
+    result.with_context(|| format!("could not remove {}", dir.display()))
 }
 
 /// A name unique to this process and run.
