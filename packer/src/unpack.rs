@@ -172,8 +172,14 @@ pub fn extract(archive: &Path, dest: &Path, options: &UnpackOptions) -> Result<(
     let mut regular_files: HashSet<PathBuf> = HashSet::new();
     let mut total_bytes: u64 = 0;
     let mut count: u64 = 0;
-    for entry in tar.entries().context("reading the archive")? {
-        let mut entry = entry.context("reading an archive entry")?;
+    let unreadable = || {
+        format!(
+            "{}: not a readable tar, tar.gz or tar.zst archive",
+            archive.display()
+        )
+    };
+    for entry in tar.entries().with_context(unreadable)? {
+        let mut entry = entry.with_context(unreadable)?;
         let raw = entry
             .path()
             .context("an entry name is not a valid path")?
