@@ -27,8 +27,10 @@ pub enum Command {
     #[command(after_help = PACK_EXAMPLES)]
     Pack(PackArgs),
     /// Unpack a pack (or any tar.zst / tar.gz) once into the cache and print its root.
+    #[command(after_help = PACK_EXAMPLES)]
     Unpack(UnpackArgs),
     /// Prove a pack holds what its closure needs: import every module in isolation.
+    #[command(after_help = PACK_EXAMPLES)]
     Verify(VerifyArgs),
 }
 
@@ -40,7 +42,15 @@ Examples:
   lfm unpack train.tar.zst                                       prints the unpacked root
   ROOT/run python3 -c 'import workflow; workflow.train(\"data.txt\")'
 
-Without -o the pack is named by its content hash: lfm-<hash>.tar.zst in the current directory.";
+Without -o the pack is named by its content hash: lfm-<hash>.tar.zst in the current directory.
+
+Exit codes (pack, unpack, verify):
+  0  done
+  1  lfm failed (environment not found, I/O error, a spec distribution not installed)
+  2  bad command line
+  3  an analysis target was not found
+  5  unpack refused the archive (the message names the entry and the rule)
+  6  verify: some module failed to import from the pack";
 
 #[derive(Args)]
 pub struct PackArgs {
