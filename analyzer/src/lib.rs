@@ -60,13 +60,17 @@ pub enum Environment {
     Prefix(PathBuf),
 }
 
-#[derive(Debug, Clone)]
+/// Called from the worker threads with (files parsed so far, files known so far).
+pub type ParseProgress = std::sync::Arc<dyn Fn(usize, usize) + Send + Sync>;
+
+#[derive(Clone)]
 pub struct Options {
     pub environment: Environment,
     /// Extra source roots (`--root`), searched after the targets' own directories.
     pub roots: Vec<PathBuf>,
     /// Where the per-file summary cache lives; `None` disables it.
     pub cache_dir: Option<PathBuf>,
+    pub progress: Option<ParseProgress>,
 }
 
 impl Default for Options {
@@ -75,6 +79,7 @@ impl Default for Options {
             environment: Environment::Python(PathBuf::from("python3")),
             roots: Vec::new(),
             cache_dir: SummaryCache::default_dir(),
+            progress: None,
         }
     }
 }
@@ -202,6 +207,7 @@ pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, Analyz
     }
     let cache = options.cache_dir.as_deref().map(SummaryCache::open);
     let mut project = Project::new(interpreter, &roots, cache);
+    project.progress = options.progress.clone();
 
     // (module, scope) pairs to compute; the closures themselves run in parallel below.
     let mut jobs: Vec<(u32, Option<u32>)> = Vec::new();

@@ -55,6 +55,9 @@ pub struct Project {
     by_path: HashMap<PathBuf, u32>,
     cache: Option<SummaryCache>,
     cwd: PathBuf,
+    /// Files parsed so far, for progress reports.
+    parsed: usize,
+    pub progress: Option<crate::ParseProgress>,
 }
 
 /// A local file to load, with the dotted name it is imported by.
@@ -98,6 +101,8 @@ impl Project {
             by_path: HashMap::new(),
             cache,
             cwd: std::env::current_dir().unwrap_or_default(),
+            parsed: 0,
+            progress: None,
         }
     }
 
@@ -150,10 +155,23 @@ impl Project {
                 .iter()
                 .map(|&id| self.modules[id as usize].path.as_path())
                 .collect();
+            let done = std::sync::atomic::AtomicUsize::new(self.parsed);
+            let known = self.modules.len();
+            let progress = self.progress.as_ref();
             let summaries: Vec<(Arc<ModuleSummary>, Option<String>)> = paths
                 .par_iter()
-                .map(|path| read_and_summarize(path, cache))
+                .map(|path| {
+                    let result = read_and_summarize(path, cache);
+                    if let Some(progress) = progress {
+                        progress(
+                            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
+                            known,
+                        );
+                    }
+                    result
+                })
                 .collect();
+            self.parsed += wave.len();
             for (&id, (summary, read_problem)) in wave.iter().zip(summaries) {
                 if let Some(message) = read_problem {
                     let file = self.display_path(&self.modules[id as usize].path);

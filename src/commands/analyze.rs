@@ -32,7 +32,20 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     } else if let Some(dir) = args.cache_dir {
         options.cache_dir = Some(dir);
     }
-    let analysis = match prepare(&args.targets, &options) {
+    let bar = progress_bar();
+    if let Some(bar) = &bar {
+        let bar = bar.clone();
+        options.progress = Some(std::sync::Arc::new(move |done, known| {
+            bar.set_length(known as u64);
+            bar.set_position(done as u64);
+        }));
+    }
+    let analysis = prepare(&args.targets, &options);
+    if let Some(bar) = &bar {
+        bar.set_message("targets");
+        bar.set_position(0);
+    }
+    let analysis = match analysis {
         Ok(analysis) => analysis,
         Err(AnalyzeError::TargetNotFound { target, reason }) => {
             eprintln!("error: target not found: {target}\n  {reason}");
@@ -49,11 +62,12 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     let mut out = BufWriter::new(stdout.lock());
     let mut totals = Totals::default();
     let written = match args.format {
-        Format::Json => write_json(&analysis, &mut out, pretty, &mut totals),
+        Format::Json => write_json(&analysis, &mut out, pretty, &mut totals, &bar),
         Format::Table => analysis.map_chunks(
             CHUNK,
             |target| (Totals::of(&target), table_entry(&target, args.quiet)),
             |rendered| {
+                advance(&bar, rendered.len(), analysis.len());
                 for (counts, text) in rendered {
                     totals.add(counts);
                     out.write_all(text.as_bytes())?;
@@ -64,6 +78,7 @@ pub fn run(args: AnalyzeArgs) -> i32 {
         Format::Requirements | Format::Conda | Format::Poncho => {
             let mut union: BTreeMap<String, DistributionNeed> = BTreeMap::new();
             let collected = analysis.for_each_chunk(CHUNK, |targets| {
+                advance(&bar, targets.len(), analysis.len());
                 for target in targets {
                     totals.count(&target);
                     for dist in target.distributions {
@@ -116,6 +131,33 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     0
 }
 
+/// Files parsed, then targets analysed, on stderr when it is a terminal and the output goes
+/// elsewhere (when both are the terminal, the output itself shows progress).
+fn progress_bar() -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() || std::io::stdout().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} analysing [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_message("files");
+    Some(bar)
+}
+
+fn advance(bar: &Option<indicatif::ProgressBar>, done: usize, total: usize) {
+    if let Some(bar) = bar {
+        bar.set_length(total as u64);
+        bar.inc(done as u64);
+        if bar.position() >= total as u64 {
+            bar.finish_and_clear();
+        }
+    }
+}
+
 #[derive(Default)]
 struct Totals {
     warnings: usize,
@@ -146,6 +188,7 @@ fn write_json(
     out: &mut impl Write,
     pretty: bool,
     totals: &mut Totals,
+    bar: &Option<indicatif::ProgressBar>,
 ) -> std::io::Result<()> {
     fn value(
         out: &mut impl Write,
@@ -172,6 +215,7 @@ fn write_json(
         (Totals::of(&target), bytes.unwrap_or_default())
     };
     analysis.map_chunks(CHUNK, render, |rendered| {
+        advance(bar, rendered.len(), analysis.len());
         for (counts, bytes) in rendered {
             totals.add(counts);
             if !first {
