@@ -353,6 +353,18 @@ fn bad_input_is_refused_before_anything_runs() {
             String::from_utf8_lossy(&output.stderr)
         );
     }
+    let unwritable = lfm(&[
+        "run",
+        "--report",
+        "/nonexistent-dir/r.json",
+        "--",
+        "sh",
+        "-c",
+        touch.as_str(),
+    ]);
+    assert_eq!(unwritable.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unwritable.stderr)
+        .contains("cannot write the report to /nonexistent-dir/r.json"));
     assert!(!touched.exists(), "a command ran despite bad input");
     let missing = lfm(&["run", "--", "no-such-command-xyz"]);
     assert_eq!(missing.status.code(), Some(127));

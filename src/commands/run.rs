@@ -23,6 +23,20 @@ pub fn run(args: RunArgs) -> i32 {
             return EXIT_USAGE;
         }
     };
+    // The report must be writable before anything runs: it is the one thing a caller reads.
+    if let Some(path) = args.report.as_ref().filter(|p| p.as_os_str() != "-") {
+        if let Err(error) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            eprintln!(
+                "error: cannot write the report to {}: {error}",
+                path.display()
+            );
+            return EXIT_USAGE;
+        }
+    }
     let options = RunOptions {
         command: args.command.clone(),
         limits,
