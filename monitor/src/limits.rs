@@ -38,6 +38,16 @@ pub enum LimitError {
     NotPositive { flag: &'static str, value: String },
 }
 
+/// `1.5GiB` -> (1.5, "GiB"): a leading decimal number and what follows it.
+fn number_and_unit(text: &str) -> Option<(f64, &str)> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    Some((number.parse().ok()?, unit.trim()))
+}
+
 /// `2G`, `512M`, `1.5GiB`, `100k`, `1048576` (bytes). K/M/G/T are powers of 1024, as for
 /// memory everywhere in HPC schedulers.
 pub fn parse_size(flag: &'static str, text: &str) -> Result<u64, LimitError> {
@@ -45,12 +55,7 @@ pub fn parse_size(flag: &'static str, text: &str) -> Result<u64, LimitError> {
         flag,
         value: text.to_string(),
     };
-    let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(split);
-    let number: f64 = number.parse().map_err(|_| bad())?;
+    let (number, unit) = number_and_unit(text).ok_or_else(bad)?;
     let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
@@ -75,12 +80,7 @@ pub fn parse_duration(flag: &'static str, text: &str) -> Result<f64, LimitError>
         flag,
         value: text.to_string(),
     };
-    let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(split);
-    let number: f64 = number.parse().map_err(|_| bad())?;
+    let (number, unit) = number_and_unit(text).ok_or_else(bad)?;
     let seconds = match unit.trim() {
         "" | "s" => number,
         "ms" => number / 1000.0,
