@@ -63,13 +63,7 @@ fn report_examples_match_real_output() {
         ];
         args.extend_from_slice(extra);
         args.extend(["--", workload, "touch", "300", "2000"]);
-        // From "/": a fresh temporary working directory (a CI clone) would add the disk fields.
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_lfm"))
-            .args(&args)
-            .current_dir("/")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
+        let output = common::lfm_in("/", &args);
         serde_json::from_slice(&output.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stderr)))
     };

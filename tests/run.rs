@@ -11,7 +11,11 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{lfm, workload};
+use common::{lfm_in, workload};
+
+fn lfm(args: &[&str]) -> std::process::Output {
+    lfm_in("/", args)
+}
 
 const MIB: f64 = 1_048_576.0;
 
@@ -305,6 +309,7 @@ fn sigterm_to_lfm_still_yields_a_report() {
     for backend in backends() {
         let report = tempfile::NamedTempFile::new().unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_lfm"))
+            .current_dir("/")
             .args([
                 "run",
                 "--quiet",
@@ -423,8 +428,23 @@ fn resource_monitor_summary_and_series() {
     assert_eq!(value["memory"][1], "MB");
     assert_eq!(value["wall_time"][1], "s");
     assert_eq!(value["cores"][1], "cores");
+    // The series of a run that lasts: a sample every 10 ms for its first second.
+    let output = lfm(&[
+        "run",
+        "--quiet",
+        "--series",
+        series.to_str().unwrap(),
+        "--",
+        workload.to_str().unwrap(),
+        "touch",
+        "50",
+        "300",
+    ]);
+    assert!(output.status.success());
     let lines = std::fs::read_to_string(&series).unwrap();
-    assert!(lines.lines().count() >= 2, "series: {lines}");
+    assert!(lines.lines().count() >= 10, "series: {lines}");
+    let last: serde_json::Value = serde_json::from_str(lines.lines().last().unwrap()).unwrap();
+    assert!(last["memory_bytes"].as_u64().unwrap() > 50 << 20, "{last}");
     for line in lines.lines() {
         let sample: serde_json::Value = serde_json::from_str(line).unwrap();
         assert!(sample["memory_bytes"].is_u64() && sample["t"].is_f64());
@@ -469,6 +489,7 @@ fn a_killed_lfm_leaves_nothing_once_the_next_run_starts() {
             .arg("doublefork")
             .arg(&pidfile)
             .stdin(Stdio::null())
+            .current_dir("/")
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);

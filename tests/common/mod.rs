@@ -5,10 +5,16 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 pub fn lfm(args: &[&str]) -> Output {
+    lfm_in(env!("CARGO_MANIFEST_DIR"), args)
+}
+
+/// Run lfm from `dir`. Monitor tests run from "/": a checkout in a fresh temporary directory
+/// (as CI makes) would otherwise be measured as the run's disk sandbox.
+pub fn lfm_in(dir: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lfm"))
         .args(args)
         .stdin(std::process::Stdio::null())
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(dir)
         .output()
         .expect("run lfm")
 }
