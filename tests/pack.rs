@@ -467,6 +467,40 @@ fn conda_prefix_packages_are_packed_from_conda_meta() {
     );
 }
 
+#[test]
+fn cache_max_evicts_the_least_recently_used_pack() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let mut roots = Vec::new();
+    for name in ["first", "second"] {
+        let archive = dir.path().join(format!("{name}.tar"));
+        write_raw_tar(
+            &archive,
+            &[Raw::file(&format!("{name}.txt"), &[b'x'; 4096])],
+        );
+        let output = lfm(&[
+            "unpack",
+            "--cache",
+            cache.to_str().unwrap(),
+            "--cache-max",
+            "6k",
+            archive.to_str().unwrap(),
+        ]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        roots.push(PathBuf::from(
+            String::from_utf8(output.stdout).unwrap().trim(),
+        ));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Two 4 KiB packs do not fit in 6 KiB: the first (least recently used) goes, the new one stays.
+    assert!(!roots[0].exists(), "the older pack was not evicted");
+    assert!(roots[1].join("second.txt").exists());
+}
+
 /// Hostile archives, each refused with nothing written outside the cache and no root left.
 #[test]
 fn hostile_archives_are_refused() {
