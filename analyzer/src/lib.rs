@@ -25,7 +25,10 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
+use std::collections::HashMap;
+
 use crate::cache::SummaryCache;
+use crate::dists::DistIndex;
 use crate::extract::ScopeKind;
 use crate::interpreter::Interpreter;
 use crate::project::{PendingModule, Project};
@@ -179,10 +182,30 @@ impl Analysis {
 
 /// Locate the targets, parse every file they reach and resolve every import.
 pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, AnalyzeError> {
-    let interpreter = match &options.environment {
-        Environment::Python(python) => Interpreter::query(python)?,
-        Environment::Prefix(prefix) => Interpreter::for_prefix(prefix)?,
-    };
+    let cache = options.cache_dir.as_deref().map(SummaryCache::open);
+    // Asking the interpreter and indexing its distributions take as long as parsing a few
+    // hundred files, and summaries do not depend on them: do both at once.
+    let (environment, preparsed) = std::thread::scope(|scope| {
+        let environment = scope.spawn(|| -> anyhow::Result<(Interpreter, DistIndex)> {
+            let interpreter = match &options.environment {
+                Environment::Python(python) => Interpreter::query(python)?,
+                Environment::Prefix(prefix) => Interpreter::for_prefix(prefix)?,
+            };
+            let dists = DistIndex::build(&interpreter.site_dirs(), Some(&interpreter.prefix));
+            Ok((interpreter, dists))
+        });
+        let files: Vec<PathBuf> = targets.iter().flat_map(|target| files_of(target)).collect();
+        let preparsed: HashMap<PathBuf, project::Summarized> = files
+            .into_par_iter()
+            .map(|path| {
+                let summarized = project::read_and_summarize(&path, cache.as_ref());
+                (path, summarized)
+            })
+            .collect();
+        (environment.join(), preparsed)
+    });
+    let (interpreter, dists) = environment
+        .map_err(|_| anyhow::anyhow!("asking the interpreter failed unexpectedly"))??;
     let extra_roots: Vec<PathBuf> = options
         .roots
         .iter()
@@ -205,8 +228,8 @@ pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, Analyz
             roots.push(root.clone());
         }
     }
-    let cache = options.cache_dir.as_deref().map(SummaryCache::open);
-    let mut project = Project::new(interpreter, &roots, cache);
+    let mut project = Project::new(interpreter, dists, &roots, cache);
+    project.set_preparsed(preparsed);
     project.progress = options.progress.clone();
 
     // (module, scope) pairs to compute; the closures themselves run in parallel below.
@@ -359,6 +382,31 @@ fn locate(
         ));
     }
     Err(not_found(text, "no such file or directory"))
+}
+
+/// The files a file or directory target names (dotted module targets need the interpreter
+/// to be found and are parsed later).
+fn files_of(text: &str) -> Vec<PathBuf> {
+    let (location, _) = split_target(text);
+    let path = Path::new(location);
+    let Ok(canonical) = path.canonicalize() else {
+        return Vec::new();
+    };
+    if canonical.is_file() {
+        return vec![canonical];
+    }
+    if canonical.is_dir() {
+        let root = if canonical.join("__init__.py").exists() {
+            package_root(&canonical.join("__init__.py"))
+        } else {
+            canonical.clone()
+        };
+        return python_files(&canonical, &root)
+            .into_iter()
+            .map(|m| m.path)
+            .collect();
+    }
+    Vec::new()
 }
 
 fn not_found(target: &str, reason: &str) -> AnalyzeError {

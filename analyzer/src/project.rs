@@ -57,6 +57,8 @@ pub struct Project {
     cwd: PathBuf,
     /// Files parsed so far, for progress reports.
     parsed: usize,
+    /// Summaries made before the project existed (while the interpreter was being asked).
+    preparsed: HashMap<PathBuf, Summarized>,
     pub progress: Option<crate::ParseProgress>,
 }
 
@@ -71,11 +73,11 @@ pub struct PendingModule {
 impl Project {
     pub fn new(
         interpreter: Interpreter,
+        dists: DistIndex,
         local_roots: &[PathBuf],
         cache: Option<SummaryCache>,
     ) -> Project {
         let site_dirs = interpreter.site_dirs();
-        let dists = DistIndex::build(&site_dirs, Some(&interpreter.prefix));
         let resolver = Resolver::new(
             local_roots,
             &site_dirs,
@@ -102,6 +104,7 @@ impl Project {
             cache,
             cwd: std::env::current_dir().unwrap_or_default(),
             parsed: 0,
+            preparsed: HashMap::new(),
             progress: None,
         }
     }
@@ -155,13 +158,16 @@ impl Project {
                 .iter()
                 .map(|&id| self.modules[id as usize].path.as_path())
                 .collect();
+            let early: Vec<Option<Summarized>> =
+                paths.iter().map(|p| self.preparsed.remove(*p)).collect();
             let done = std::sync::atomic::AtomicUsize::new(self.parsed);
             let known = self.modules.len();
             let progress = self.progress.as_ref();
-            let summaries: Vec<(Arc<ModuleSummary>, Option<String>)> = paths
+            let summaries: Vec<Summarized> = paths
                 .par_iter()
-                .map(|path| {
-                    let result = read_and_summarize(path, cache);
+                .zip(early)
+                .map(|(path, early)| {
+                    let result = early.unwrap_or_else(|| read_and_summarize(path, cache));
                     if let Some(progress) = progress {
                         progress(
                             done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
@@ -338,10 +344,17 @@ fn is_python_source(path: &Path) -> bool {
         .is_some_and(|e| e == "py" || e == "pyi" || e == "pyw")
 }
 
-fn read_and_summarize(
-    path: &Path,
-    cache: Option<&SummaryCache>,
-) -> (Arc<ModuleSummary>, Option<String>) {
+/// A file's summary, and the problem met reading it (if any).
+pub type Summarized = (Arc<ModuleSummary>, Option<String>);
+
+impl Project {
+    /// Summaries parsed ahead of `load`, keyed by the same (canonical) paths.
+    pub fn set_preparsed(&mut self, preparsed: HashMap<PathBuf, Summarized>) {
+        self.preparsed = preparsed;
+    }
+}
+
+pub fn read_and_summarize(path: &Path, cache: Option<&SummaryCache>) -> Summarized {
     let bytes = match std::fs::metadata(path) {
         Ok(meta) if meta.len() > MAX_SOURCE_BYTES => {
             return (
