@@ -438,7 +438,7 @@ impl<'p> Walk<'p> {
             line: edge.line,
             chain: chain.to_vec(),
         };
-        for target in targets {
+        for target in targets.iter() {
             let (name, kind, file, owner): (&'p str, _, Option<&'p str>, Option<&'p Owner>) =
                 match target {
                     EdgeTarget::Local(id) => {

@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 
+use rustc_hash::FxHashMap;
+
 use pep508_rs::{ExtraName, MarkerEnvironment, MarkerEnvironmentBuilder, Requirement};
 use serde::{Deserialize, Serialize};
 
@@ -39,8 +41,8 @@ pub struct Distribution {
 #[derive(Default)]
 pub struct DistIndex {
     pub dists: Vec<Distribution>,
-    by_file: HashMap<PathBuf, Vec<u32>>,
-    by_dir: HashMap<PathBuf, BTreeSet<u32>>,
+    by_file: FxHashMap<PathBuf, Vec<u32>>,
+    by_dir: FxHashMap<PathBuf, BTreeSet<u32>>,
     by_top_level: HashMap<String, BTreeSet<u32>>,
     by_name: HashMap<String, u32>,
     pub problems: Vec<String>,

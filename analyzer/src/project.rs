@@ -27,8 +27,9 @@ pub struct LoadedModule {
     pub display: String,
     pub is_package: bool,
     pub summary: Arc<ModuleSummary>,
-    /// For each import edge of the summary, what it resolves to.
-    pub targets: Vec<Vec<EdgeTarget>>,
+    /// For each import edge of the summary, what it resolves to (shared between edges that
+    /// name the same module).
+    pub targets: Vec<Arc<Vec<EdgeTarget>>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -59,6 +60,8 @@ pub struct Project {
     parsed: usize,
     /// Summaries made before the project existed (while the interpreter was being asked).
     preparsed: HashMap<PathBuf, Summarized>,
+    /// Absolute imports already resolved: (module, member) -> targets.
+    resolved_edges: HashMap<(String, Option<String>), Arc<Vec<EdgeTarget>>>,
     pub progress: Option<crate::ParseProgress>,
 }
 
@@ -105,6 +108,7 @@ impl Project {
             cwd: std::env::current_dir().unwrap_or_default(),
             parsed: 0,
             preparsed: HashMap::new(),
+            resolved_edges: HashMap::new(),
             progress: None,
         }
     }
@@ -214,6 +218,25 @@ impl Project {
     }
 
     fn resolve_edge(
+        &mut self,
+        id: usize,
+        edge: &ImportEdge,
+        next: &mut Vec<u32>,
+    ) -> Arc<Vec<EdgeTarget>> {
+        if edge.level > 0 {
+            return Arc::new(self.resolve_edge_uncached(id, edge, next));
+        }
+        // An absolute import resolves the same way from every module: resolve it once.
+        let key = (edge.module.clone(), edge.member.clone());
+        if let Some(found) = self.resolved_edges.get(&key) {
+            return found.clone();
+        }
+        let targets = Arc::new(self.resolve_edge_uncached(id, edge, next));
+        self.resolved_edges.insert(key, targets.clone());
+        targets
+    }
+
+    fn resolve_edge_uncached(
         &mut self,
         id: usize,
         edge: &ImportEdge,
