@@ -182,6 +182,15 @@ impl Analysis {
 
 /// Locate the targets, parse every file they reach and resolve every import.
 pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, AnalyzeError> {
+    let extra_roots: Vec<PathBuf> = options
+        .roots
+        .iter()
+        .map(|r| r.canonicalize().unwrap_or_else(|_| r.clone()))
+        .collect();
+    let mut located = Vec::new();
+    for target in targets {
+        located.push(locate(target, &extra_roots)?);
+    }
     let cache = options.cache_dir.as_deref().map(SummaryCache::open);
     // Asking the interpreter and indexing its distributions take as long as parsing a few
     // hundred files, and summaries do not depend on them: do both at once.
@@ -194,8 +203,10 @@ pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, Analyz
             let dists = DistIndex::build(&interpreter.site_dirs(), Some(&interpreter.prefix));
             Ok((interpreter, dists))
         });
-        let files: Vec<PathBuf> = targets.iter().flat_map(|target| files_of(target)).collect();
-        let preparsed: HashMap<PathBuf, project::Summarized> = files
+        let preparsed: HashMap<PathBuf, project::Summarized> = located
+            .iter()
+            .flat_map(|target| target.files.iter().map(|file| file.path.clone()))
+            .collect::<Vec<_>>()
             .into_par_iter()
             .map(|path| {
                 let summarized = project::read_and_summarize(&path, cache.as_ref());
@@ -206,15 +217,6 @@ pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, Analyz
     });
     let (interpreter, dists) = environment
         .map_err(|_| anyhow::anyhow!("asking the interpreter failed unexpectedly"))??;
-    let extra_roots: Vec<PathBuf> = options
-        .roots
-        .iter()
-        .map(|r| r.canonicalize().unwrap_or_else(|_| r.clone()))
-        .collect();
-    let mut located = Vec::new();
-    for target in targets {
-        located.push(locate(target, &extra_roots, &interpreter)?);
-    }
     let mut roots: Vec<PathBuf> = Vec::new();
     for target in &located {
         for root in &target.roots {
@@ -286,11 +288,9 @@ pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, Analyz
     Ok(Analysis { project, jobs })
 }
 
-fn locate(
-    text: &str,
-    extra_roots: &[PathBuf],
-    interpreter: &Interpreter,
-) -> Result<Located, AnalyzeError> {
+/// Find a target's files. Needs no interpreter: a dotted target must name a source file, so
+/// extension suffixes never matter here.
+fn locate(text: &str, extra_roots: &[PathBuf]) -> Result<Located, AnalyzeError> {
     let (location, qualname) = split_target(text);
     let path = Path::new(location);
     if path.is_file() {
@@ -354,7 +354,7 @@ fn locate(
             &[],
             Default::default(),
             Default::default(),
-            interpreter.extension_suffixes.clone(),
+            Vec::new(),
         );
         if let Some(Location::File {
             path,
@@ -382,31 +382,6 @@ fn locate(
         ));
     }
     Err(not_found(text, "no such file or directory"))
-}
-
-/// The files a file or directory target names (dotted module targets need the interpreter
-/// to be found and are parsed later).
-fn files_of(text: &str) -> Vec<PathBuf> {
-    let (location, _) = split_target(text);
-    let path = Path::new(location);
-    let Ok(canonical) = path.canonicalize() else {
-        return Vec::new();
-    };
-    if canonical.is_file() {
-        return vec![canonical];
-    }
-    if canonical.is_dir() {
-        let root = if canonical.join("__init__.py").exists() {
-            package_root(&canonical.join("__init__.py"))
-        } else {
-            canonical.clone()
-        };
-        return python_files(&canonical, &root)
-            .into_iter()
-            .map(|m| m.path)
-            .collect();
-    }
-    Vec::new()
 }
 
 fn not_found(target: &str, reason: &str) -> AnalyzeError {
