@@ -63,6 +63,20 @@ def psutil_poll(command, interval=0.1):
 
 
 MIB = 1024 * 1024
+
+
+def compare_memory(title, command):
+    """Peak memory of `command` by each lfm backend, /usr/bin/time -v and a psutil poller."""
+    print(f"\naccuracy: {title}")
+    for backend in backends:
+        memory = lfm_report(backend, command)["memory"]
+        print(f"  lfm {backend:8}: peak {memory['peak_bytes'] / MIB:7.1f} MiB ({memory['peak_source']}), "
+              f"rss {memory['peak_rss_bytes'] / MIB:7.1f} MiB")
+    rss, _ = time_v(command)
+    print(f"  /usr/bin/time -v : max RSS {rss / MIB:7.1f} MiB (largest single process only)")
+    peak, _ = psutil_poll(command)
+    print(f"  psutil poll 0.1s : peak tree RSS {peak / MIB:7.1f} MiB")
+
 print(f"start overhead, median of {RUNS} runs")
 bare = median_ms(["/bin/true"])
 backends = ["rlimit", "cgroup1", "cgroup2"]
@@ -74,15 +88,7 @@ vm = ["stress-ng", "--vm", "1", "--vm-bytes", "300M", "--vm-keep", "--vm-populat
 cpu = ["stress-ng", "--cpu", "2", "-t", "3s", "--quiet"]
 # tests/workloads/workload.c: touch 300 MiB for 50 ms, free, idle 300 ms.
 spike = ["target/test-workloads/workload", "spike", "300", "50", "300"]
-print("\naccuracy: stress-ng --vm 1 --vm-bytes 300M (true footprint 300 MiB + stress-ng's own)")
-for backend in backends:
-    report = lfm_report(backend, vm)
-    print(f"  lfm {backend:8}: peak {report['memory']['peak_bytes'] / MIB:7.1f} MiB ({report['memory']['peak_source']}), "
-          f"rss {report['memory']['peak_rss_bytes'] / MIB:7.1f} MiB")
-rss, _ = time_v(vm)
-print(f"  /usr/bin/time -v : max RSS {rss / MIB:7.1f} MiB (largest single process only)")
-peak, _ = psutil_poll(vm)
-print(f"  psutil poll 0.1s : peak tree RSS {peak / MIB:7.1f} MiB")
+compare_memory("stress-ng --vm 1 --vm-bytes 300M (true footprint 300 MiB + stress-ng's own)", vm)
 print("\naccuracy: stress-ng --cpu 2 for 3 s (true use ~2 cores)")
 for backend in backends:
     report = lfm_report(backend, cpu)
@@ -92,11 +98,4 @@ print(f"  /usr/bin/time -v : avg cores {cores:.2f}")
 _, cores = psutil_poll(cpu)
 print(f"  psutil poll      : avg cores {cores:.2f}")
 
-print("\naccuracy: a 50 ms spike to 300 MiB (tests/workloads/workload.c spike 300 50 300)")
-for backend in backends:
-    report = lfm_report(backend, spike)
-    print(f"  lfm {backend:8}: peak {report['memory']['peak_bytes'] / MIB:7.1f} MiB ({report['memory']['peak_source']})")
-rss, _ = time_v(spike)
-print(f"  /usr/bin/time -v : max RSS {rss / MIB:7.1f} MiB")
-peak, _ = psutil_poll(spike)
-print(f"  psutil poll 0.1s : peak tree RSS {peak / MIB:7.1f} MiB")
+compare_memory("a 50 ms spike to 300 MiB (tests/workloads/workload.c spike 300 50 300)", spike)
