@@ -124,6 +124,12 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     if args.format != Format::Table && warning_count > 0 {
         eprintln!("lfm: {warning_count} warnings (see the table format or the `warnings` fields of --format json)");
     }
+    if totals.missing_required && !args.strict {
+        eprintln!(
+            "hint: MISSING modules are imported but not installed for the interpreter analysed; \
+             pass the environment the code runs in with --python PY or --env PREFIX"
+        );
+    }
     if args.strict && totals.missing_required {
         eprintln!("error: required modules or distributions are not installed (see `missing`)");
         return EXIT_MISSING_REQUIRED;
