@@ -14,10 +14,15 @@ use serde::{Deserialize, Serialize};
 const QUERY: &str = r#"
 import sys, os, json, platform, sysconfig, importlib.machinery
 paths = sysconfig.get_paths()
+# In a venv, sysconfig's platstdlib is the venv's own lib/pythonX.Y (site-packages lives there);
+# the real stdlib and lib-dynload belong to the base install. os.py marks the stdlib itself.
+stdlib_dirs = [os.path.dirname(os.__file__),
+               sysconfig.get_paths(vars={"platbase": sys.base_exec_prefix,
+                                         "base": sys.base_prefix})["platstdlib"]]
 names = getattr(sys, "stdlib_module_names", None)
 if names is None:
     names = set(sys.builtin_module_names)
-    for entry in os.listdir(paths["stdlib"]):
+    for entry in os.listdir(stdlib_dirs[0]):
         base = entry.split(".")[0]
         if base.isidentifier() and base != "site-packages":
             names.add(base)
@@ -27,7 +32,7 @@ print(json.dumps({
     "base_prefix": sys.base_prefix,
     "version": platform.python_version(),
     "path": [p for p in sys.path if p],
-    "stdlib_dirs": sorted({paths["stdlib"], paths["platstdlib"]}),
+    "stdlib_dirs": [d for d in dict.fromkeys(stdlib_dirs) if os.path.isdir(d)],
     "stdlib_module_names": sorted(names),
     "builtin_module_names": sorted(sys.builtin_module_names),
     "extension_suffixes": importlib.machinery.EXTENSION_SUFFIXES,
