@@ -65,6 +65,8 @@ pub struct Interpreter {
     pub base_prefix: PathBuf,
     pub version: String,
     pub path: Vec<PathBuf>,
+    /// The stdlib directory (where os.py is) first, then lib-dynload's parent when it differs;
+    /// always the base install's, also for a venv.
     pub stdlib_dirs: Vec<PathBuf>,
     pub stdlib_module_names: HashSet<String>,
     pub builtin_module_names: HashSet<String>,
