@@ -10,7 +10,7 @@ use std::rc::Rc;
 use rustc_hash::FxHashSet as HashSet;
 
 use crate::dists::Owner;
-use crate::extract::{Binding, ImportEdge, ModuleSummary, ScopeKind};
+use crate::extract::{Binding, ImportEdge, ModuleSummary, NameId, ScopeKind};
 use crate::project::{EdgeTarget, Project};
 use crate::spec::{
     DistributionNeed, MissingDistribution, MissingModule, ModuleKind, ModuleNeed, Reason,
@@ -170,7 +170,7 @@ enum Work<'p> {
     /// A module-level name, followed to its bindings.
     Name {
         module: u32,
-        name: &'p str,
+        name: NameId,
         chain: Chain<'p>,
         optional: bool,
     },
@@ -195,7 +195,7 @@ struct Walk<'p> {
     project: &'p Project,
     queue: VecDeque<Work<'p>>,
     seen: HashSet<(u8, u32, u32, bool)>,
-    seen_names: HashSet<(u32, &'p str, bool)>,
+    seen_names: HashSet<(u32, NameId, bool)>,
     reached: BTreeMap<&'p str, Reached<'p>>,
     missing: BTreeMap<&'p str, MissingModule>,
     local_modules: BTreeSet<u32>,
@@ -306,7 +306,7 @@ impl<'p> Walk<'p> {
                         }
                         stack.extend(inner.children.iter().copied());
                     }
-                    for name in &summary.scopes[scope as usize].free_names {
+                    for &name in &summary.scopes[scope as usize].free_names {
                         self.queue.push_back(Work::Name {
                             module,
                             name,
@@ -333,7 +333,7 @@ impl<'p> Walk<'p> {
                             self.add_edge(module, index as usize, edge, &chain, optional);
                         }
                     }
-                    for name in &definition.definition_reads {
+                    for &name in &definition.definition_reads {
                         self.queue.push_back(Work::Name {
                             module,
                             name,
@@ -352,15 +352,17 @@ impl<'p> Walk<'p> {
         }
     }
 
-    fn follow_name(&mut self, module: u32, name: &'p str, chain: Chain<'p>, optional: bool) {
-        if !self.seen_names.insert((module, name, optional)) {
+    fn follow_name(&mut self, module: u32, name_id: NameId, chain: Chain<'p>, optional: bool) {
+        if !self.seen_names.insert((module, name_id, optional)) {
             return;
         }
         let summary = self.summary(module);
-        let Some(bindings) = summary.bindings.get(name) else {
+        let name = summary.name(name_id);
+        let Some(bindings) = summary.bindings_of(name_id) else {
             if !BUILTINS.contains(&name) {
                 // Possibly provided by `from x import *`.
-                for binding in summary.bindings.get("*").into_iter().flatten() {
+                let star = summary.name_id("*").and_then(|id| summary.bindings_of(id));
+                for binding in star.into_iter().flatten() {
                     if let Binding::Import { edge } = binding {
                         let edge_ref = &summary.imports[*edge as usize];
                         self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
@@ -401,8 +403,8 @@ impl<'p> Walk<'p> {
                         let edge_ref = &summary.imports[edge as usize];
                         self.add_edge(module, edge as usize, edge_ref, &chain, optional);
                     }
-                    for read in reads {
-                        if read != name {
+                    for &read in reads {
+                        if read != name_id {
                             self.queue.push_back(Work::Name {
                                 module,
                                 name: read,

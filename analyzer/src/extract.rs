@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rustc_hash::FxHashSet as HashSet;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use ruff_python_ast::visitor::source_order::{self, SourceOrderVisitor};
 use ruff_python_ast::{self as ast, Expr, Stmt};
@@ -15,14 +15,21 @@ use ruff_source_file::LineIndex;
 use ruff_text_size::{Ranged, TextSize};
 use serde::{Deserialize, Serialize};
 
+/// A name of one module, as an index into its [`ModuleSummary::names`]. Names are compared and
+/// followed millions of times per tree; an index is what makes that cheap in time and memory.
+pub type NameId = u32;
+
 /// Everything the closure computation needs to know about one module.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct ModuleSummary {
     pub imports: Vec<ImportEdge>,
     /// Scope 0 is the module; the others are defs, classes, lambdas and comprehensions.
     pub scopes: Vec<Scope>,
-    /// Names bound at module level, each with every statement that binds it.
-    pub bindings: BTreeMap<String, Vec<Binding>>,
+    /// Every name the module reads or binds at any level, sorted and unique, so that id order
+    /// is name order.
+    pub names: Vec<String>,
+    /// Names bound at module level, each with every statement that binds it; sorted by name.
+    pub bindings: Vec<(NameId, Vec<Binding>)>,
     /// Problems found while reading this file: syntax errors, non-constant dynamic imports.
     pub problems: Vec<Problem>,
 }
@@ -73,10 +80,10 @@ pub struct Scope {
     pub children: Vec<u32>,
     /// Names this scope (with everything nested in it, and its decorators, defaults, bases and
     /// annotations) reads but does not bind itself: they resolve to the module's globals.
-    pub free_names: Vec<String>,
+    pub free_names: Vec<NameId>,
     /// Names read when the `def`/`class` statement itself runs: decorators, defaults,
     /// annotations, bases, and for a class its body's own statements (not its methods' bodies).
-    pub definition_reads: Vec<String>,
+    pub definition_reads: Vec<NameId>,
     /// Import edges whose innermost scope is this one.
     pub imports: Vec<u32>,
 }
@@ -91,9 +98,30 @@ pub enum Binding {
     /// Any other statement bound it: what its value reads, and dynamic imports inside it.
     Value {
         line: u32,
-        reads: Vec<String>,
+        reads: Vec<NameId>,
         edges: Vec<u32>,
     },
+}
+
+impl ModuleSummary {
+    pub fn name(&self, id: NameId) -> &str {
+        &self.names[id as usize]
+    }
+
+    pub fn name_id(&self, name: &str) -> Option<NameId> {
+        self.names
+            .binary_search_by(|probe| probe.as_str().cmp(name))
+            .ok()
+            .map(|index| index as NameId)
+    }
+
+    /// The module-level statements that bind `name`.
+    pub fn bindings_of(&self, name: NameId) -> Option<&[Binding]> {
+        self.bindings
+            .binary_search_by_key(&name, |(id, _)| *id)
+            .ok()
+            .map(|index| self.bindings[index].1.as_slice())
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -140,17 +168,19 @@ const IMPORT_GUARDS: &[&str] = &[
     "BaseException",
 ];
 
+/// Name sets use ids in first-seen order while the module is visited; `finish` renumbers them
+/// in name order.
 struct ScopeBuild {
-    loads: HashSet<String>,
-    binds: HashSet<String>,
-    globals: HashSet<String>,
-    header_loads: HashSet<String>,
+    loads: HashSet<NameId>,
+    binds: HashSet<NameId>,
+    globals: HashSet<NameId>,
+    header_loads: HashSet<NameId>,
 }
 
 /// Collects what one module-level statement reads and imports, to attach to the names it binds.
 #[derive(Default)]
 struct StatementCapture {
-    reads: BTreeSet<String>,
+    reads: BTreeSet<NameId>,
     edges: Vec<u32>,
 }
 
@@ -159,7 +189,9 @@ struct Extractor<'a> {
     imports: Vec<ImportEdge>,
     scopes: Vec<Scope>,
     builds: Vec<ScopeBuild>,
-    bindings: BTreeMap<String, Vec<Binding>>,
+    names: Vec<String>,
+    name_ids: HashMap<String, NameId>,
+    bindings: BTreeMap<NameId, Vec<Binding>>,
     problems: Vec<Problem>,
     current: u32,
     function_depth: u32,
@@ -183,6 +215,8 @@ impl<'a> Extractor<'a> {
             imports: Vec::new(),
             scopes: Vec::new(),
             builds: Vec::new(),
+            names: Vec::new(),
+            name_ids: HashMap::default(),
             bindings: BTreeMap::new(),
             problems: Vec::new(),
             current: 0,
@@ -252,28 +286,38 @@ impl<'a> Extractor<'a> {
         }
     }
 
-    fn record_load(&mut self, name: &str) {
+    fn intern(&mut self, name: &str) -> NameId {
         // Names repeat far more often than they are new: look up before allocating.
-        insert_new(&mut self.builds[self.current as usize].loads, name);
+        if let Some(&id) = self.name_ids.get(name) {
+            return id;
+        }
+        let id = self.names.len() as NameId;
+        self.names.push(name.to_string());
+        self.name_ids.insert(name.to_string(), id);
+        id
+    }
+
+    fn record_load(&mut self, name: &str) {
+        let id = self.intern(name);
+        self.builds[self.current as usize].loads.insert(id);
         for &target in &self.header_targets {
-            insert_new(&mut self.builds[target as usize].header_loads, name);
+            self.builds[target as usize].header_loads.insert(id);
         }
         if let Some(capture) = &mut self.capture {
-            if !capture.reads.contains(name) {
-                capture.reads.insert(name.to_string());
-            }
+            capture.reads.insert(id);
         }
     }
 
+    fn record_bind(&mut self, name: &str) -> NameId {
+        let id = self.intern(name);
+        self.builds[self.current as usize].binds.insert(id);
+        id
+    }
+
     fn bind(&mut self, name: &str, binding: impl FnOnce() -> Binding) {
-        self.builds[self.current as usize]
-            .binds
-            .insert(name.to_string());
+        let id = self.record_bind(name);
         if self.current == 0 {
-            self.bindings
-                .entry(name.to_string())
-                .or_default()
-                .push(binding());
+            self.bindings.entry(id).or_default().push(binding());
         }
     }
 
@@ -489,8 +533,7 @@ impl<'a> Extractor<'a> {
 
     fn bind_parameters(&mut self, parameters: &ast::Parameters) {
         for parameter in parameters.iter() {
-            let name = parameter.name().id.to_string();
-            self.builds[self.current as usize].binds.insert(name);
+            self.record_bind(parameter.name().id.as_str());
         }
     }
 
@@ -597,31 +640,65 @@ impl<'a> Extractor<'a> {
         for (index, edge) in self.imports.iter().enumerate() {
             self.scopes[edge.scope as usize].imports.push(index as u32);
         }
+        // Renumber names in name order: sorted id lists are then sorted name lists, and the
+        // closure walk visits names in the same order whatever order the source used them in.
+        let mut order: Vec<NameId> = (0..self.names.len() as NameId).collect();
+        order.sort_unstable_by(|&a, &b| self.names[a as usize].cmp(&self.names[b as usize]));
+        let mut renumbered = vec![0 as NameId; order.len()];
+        for (new, &old) in order.iter().enumerate() {
+            renumbered[old as usize] = new as NameId;
+        }
+        let sorted_ids = |set: &HashSet<NameId>| -> BTreeSet<NameId> {
+            set.iter().map(|&old| renumbered[old as usize]).collect()
+        };
         // Children were created after their parents, so a reverse sweep sees every child first.
         for id in (0..self.scopes.len()).rev() {
             let build = &self.builds[id];
-            let mut free: BTreeSet<String> = build.loads.iter().cloned().collect();
+            let mut free = sorted_ids(&build.loads);
             for &child in &self.scopes[id].children {
-                free.extend(self.scopes[child as usize].free_names.iter().cloned());
+                free.extend(self.scopes[child as usize].free_names.iter().copied());
             }
-            let binds: HashSet<&String> = build
-                .binds
-                .iter()
-                .filter(|n| !build.globals.contains(*n))
+            let globals = sorted_ids(&build.globals);
+            let binds: BTreeSet<NameId> = sorted_ids(&build.binds)
+                .into_iter()
+                .filter(|n| !globals.contains(n))
                 .collect();
             free.retain(|name| !binds.contains(name));
-            free.extend(build.header_loads.iter().cloned());
+            let header_loads = sorted_ids(&build.header_loads);
+            free.extend(header_loads.iter().copied());
             self.scopes[id].free_names = free.into_iter().collect();
-            let mut definition: BTreeSet<String> = build.header_loads.iter().cloned().collect();
+            let mut definition = header_loads;
             if self.scopes[id].kind == ScopeKind::Class {
-                definition.extend(build.loads.iter().filter(|n| !binds.contains(n)).cloned());
+                definition.extend(sorted_ids(&build.loads).difference(&binds).copied());
             }
             self.scopes[id].definition_reads = definition.into_iter().collect();
+        }
+        let mut bindings: Vec<(NameId, Vec<Binding>)> = self
+            .bindings
+            .into_iter()
+            .map(|(old, mut list)| {
+                for binding in &mut list {
+                    if let Binding::Value { reads, .. } = binding {
+                        for read in reads.iter_mut() {
+                            *read = renumbered[*read as usize];
+                        }
+                        reads.sort_unstable();
+                    }
+                }
+                (renumbered[old as usize], list)
+            })
+            .collect();
+        bindings.sort_unstable_by_key(|(id, _)| *id);
+        let mut names = self.names;
+        let mut sorted_names = Vec::with_capacity(names.len());
+        for &old in &order {
+            sorted_names.push(std::mem::take(&mut names[old as usize]));
         }
         ModuleSummary {
             imports: self.imports,
             scopes: self.scopes,
-            bindings: self.bindings,
+            names: sorted_names,
+            bindings,
             problems: self.problems,
         }
     }
@@ -649,7 +726,7 @@ impl<'a> Extractor<'a> {
         }
         // Walrus targets anywhere in the statement bind module globals too.
         targets.extend(capture_named_targets(stmt));
-        let reads: Vec<String> = capture.reads.into_iter().collect();
+        let reads: Vec<NameId> = capture.reads.into_iter().collect();
         for target in targets {
             let reads = reads.clone();
             let edges = capture.edges.clone();
@@ -669,9 +746,8 @@ impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
             Stmt::Try(try_stmt) => self.visit_try(try_stmt),
             Stmt::Global(global) => {
                 for name in &global.names {
-                    self.builds[self.current as usize]
-                        .globals
-                        .insert(name.id.to_string());
+                    let id = self.intern(name.id.as_str());
+                    self.builds[self.current as usize].globals.insert(id);
                 }
             }
             Stmt::While(while_stmt) => {
@@ -733,9 +809,7 @@ impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
             Expr::Name(name) => match name.ctx {
                 ast::ExprContext::Load => self.record_load(name.id.as_str()),
                 ast::ExprContext::Store => {
-                    self.builds[self.current as usize]
-                        .binds
-                        .insert(name.id.to_string());
+                    self.record_bind(name.id.as_str());
                 }
                 _ => {}
             },
@@ -749,12 +823,6 @@ impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
             }
             _ => source_order::walk_expr(self, expr),
         }
-    }
-}
-
-fn insert_new(set: &mut HashSet<String>, name: &str) {
-    if !set.contains(name) {
-        set.insert(name.to_string());
     }
 }
 

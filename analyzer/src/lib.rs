@@ -119,6 +119,8 @@ pub fn analyze(targets: &[String], options: &Options) -> Result<Spec, AnalyzeErr
 /// Every file parsed and every import resolved; closures are computed on demand.
 pub struct Analysis {
     project: Project,
+    /// Wall time of each preparation phase, for `LFM_TIMINGS=1`.
+    pub timings: Vec<(&'static str, std::time::Duration)>,
     /// (module, scope) pairs in output order; `None` is the module itself.
     jobs: Vec<(u32, Option<u32>)>,
 }
@@ -182,6 +184,8 @@ impl Analysis {
 
 /// Locate the targets, parse every file they reach and resolve every import.
 pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, AnalyzeError> {
+    let started = std::time::Instant::now();
+    let mut timings = Vec::new();
     let extra_roots: Vec<PathBuf> = options
         .roots
         .iter()
@@ -191,7 +195,9 @@ pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, Analyz
     for target in targets {
         located.push(locate(target, &extra_roots)?);
     }
+    timings.push(("locate targets", started.elapsed()));
     let cache = options.cache_dir.as_deref().map(SummaryCache::open);
+    timings.push(("open cache", started.elapsed()));
     // Asking the interpreter and indexing its distributions take as long as parsing a few
     // hundred files, and summaries do not depend on them: do both at once.
     let (environment, preparsed) = std::thread::scope(|scope| {
@@ -215,6 +221,7 @@ pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, Analyz
             .collect();
         (environment.join(), preparsed)
     });
+    timings.push(("parse (and ask the interpreter)", started.elapsed()));
     let (interpreter, dists) = environment
         .map_err(|_| anyhow::anyhow!("asking the interpreter failed unexpectedly"))??;
     let mut roots: Vec<PathBuf> = Vec::new();
@@ -285,7 +292,12 @@ pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, Analyz
             }
         }
     }
-    Ok(Analysis { project, jobs })
+    timings.push(("resolve imports", started.elapsed()));
+    Ok(Analysis {
+        project,
+        jobs,
+        timings,
+    })
 }
 
 /// Find a target's files. Needs no interpreter: a dotted target must name a source file, so

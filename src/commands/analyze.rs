@@ -57,6 +57,14 @@ pub fn run(args: AnalyzeArgs) -> i32 {
             return EXIT_FAILED;
         }
     };
+    let started = std::time::Instant::now();
+    if std::env::var_os("LFM_TIMINGS").is_some() {
+        if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
+            for line in status.lines().filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS")) {
+                eprintln!("memory after prepare: {line}");
+            }
+        }
+    }
     let stdout = std::io::stdout();
     let pretty = stdout.is_terminal();
     let mut out = BufWriter::new(stdout.lock());
@@ -101,6 +109,18 @@ pub fn run(args: AnalyzeArgs) -> i32 {
             collected.and_then(|_| out.write_all(text.as_bytes()))
         }
     };
+    if std::env::var_os("LFM_TIMINGS").is_some() {
+        // Cumulative wall times since prepare() started, then the closures and rendering.
+        for (phase, at) in &analysis.timings {
+            eprintln!("timing: {:>8.3} s  {phase}", at.as_secs_f64());
+        }
+        eprintln!("timing: {:>8.3} s  closures and output", started.elapsed().as_secs_f64());
+        if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
+            for line in status.lines().filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS")) {
+                eprintln!("memory: {line}");
+            }
+        }
+    }
     let global_warnings = analysis.warnings();
     let finished = written
         .and_then(|_| {
@@ -130,6 +150,8 @@ pub fn run(args: AnalyzeArgs) -> i32 {
              pass the environment the code runs in with --python PY or --env PREFIX"
         );
     }
+    // Freeing every summary one by one takes longer than the exit that follows frees them all.
+    std::mem::forget(analysis);
     if args.strict && totals.missing_required {
         eprintln!("error: required modules or distributions are not installed (see `missing`)");
         return EXIT_MISSING_REQUIRED;
