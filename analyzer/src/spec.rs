@@ -134,3 +134,304 @@ impl Spec {
         all.into_values().collect()
     }
 }
+
+/// Compact JSON of one target, byte for byte what `serde_json::to_vec` gives (a test holds the
+/// two together), written without serde: a whole site-packages is ~500 MB of it, and
+/// serde's generic string escaping was the largest single cost of printing it.
+pub fn write_target_json(target: &TargetSpec, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"{\"target\":");
+    json_str(out, &target.target);
+    out.extend_from_slice(b",\"kind\":");
+    json_str(
+        out,
+        match target.kind {
+            TargetKind::Module => "module",
+            TargetKind::Function => "function",
+            TargetKind::Class => "class",
+        },
+    );
+    out.extend_from_slice(b",\"module\":");
+    json_str(out, &target.module);
+    out.extend_from_slice(b",\"file\":");
+    json_str(out, &target.file);
+    out.extend_from_slice(b",\"line\":");
+    json_u32(out, target.line);
+    out.extend_from_slice(b",\"modules\":[");
+    for (index, module) in target.modules.iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"name\":");
+        json_str(out, &module.name);
+        out.extend_from_slice(b",\"kind\":");
+        json_str(
+            out,
+            match module.kind {
+                ModuleKind::Local => "local",
+                ModuleKind::Stdlib => "stdlib",
+                ModuleKind::ThirdParty => "third-party",
+            },
+        );
+        if let Some(file) = &module.file {
+            out.extend_from_slice(b",\"file\":");
+            json_str(out, file);
+        }
+        if let Some(distribution) = &module.distribution {
+            out.extend_from_slice(b",\"distribution\":");
+            json_str(out, distribution);
+        }
+        out.extend_from_slice(b",\"optional\":");
+        json_bool(out, module.optional);
+        out.extend_from_slice(b",\"contexts\":");
+        json_str_list(out, &module.contexts);
+        out.extend_from_slice(b",\"reason\":");
+        json_reason(out, &module.reason);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"],\"distributions\":[");
+    for (index, dist) in target.distributions.iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"name\":");
+        json_str(out, &dist.name);
+        out.extend_from_slice(b",\"version\":");
+        json_str(out, &dist.version);
+        out.extend_from_slice(b",\"direct\":");
+        json_bool(out, dist.direct);
+        out.extend_from_slice(b",\"optional\":");
+        json_bool(out, dist.optional);
+        if let Some(conda_name) = &dist.conda_name {
+            out.extend_from_slice(b",\"conda_name\":");
+            json_str(out, conda_name);
+        }
+        out.extend_from_slice(b",\"reason\":");
+        json_str_list(out, &dist.reason);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"],\"missing\":[");
+    for (index, missing) in target.missing.iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"name\":");
+        json_str(out, &missing.name);
+        out.extend_from_slice(b",\"optional\":");
+        json_bool(out, missing.optional);
+        out.extend_from_slice(b",\"reason\":");
+        json_reason(out, &missing.reason);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"],\"missing_distributions\":[");
+    for (index, missing) in target.missing_distributions.iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"name\":");
+        json_str(out, &missing.name);
+        out.extend_from_slice(b",\"required_by\":");
+        json_str_list(out, &missing.required_by);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"],\"warnings\":[");
+    for (index, warning) in target.warnings.iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"file\":");
+        json_str(out, &warning.file);
+        out.extend_from_slice(b",\"line\":");
+        json_u32(out, warning.line);
+        out.extend_from_slice(b",\"message\":");
+        json_str(out, &warning.message);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
+}
+
+fn json_reason(out: &mut Vec<u8>, reason: &Reason) {
+    out.extend_from_slice(b"{\"file\":");
+    json_str(out, &reason.file);
+    out.extend_from_slice(b",\"line\":");
+    json_u32(out, reason.line);
+    out.extend_from_slice(b",\"chain\":");
+    json_str_list(out, &reason.chain);
+    out.push(b'}');
+}
+
+fn json_str_list(out: &mut Vec<u8>, items: &[String]) {
+    out.push(b'[');
+    for (index, item) in items.iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        json_str(out, item);
+    }
+    out.push(b']');
+}
+
+fn json_bool(out: &mut Vec<u8>, value: bool) {
+    out.extend_from_slice(if value { b"true" } else { b"false" });
+}
+
+fn json_u32(out: &mut Vec<u8>, value: u32) {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut rest = value;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// A JSON string with serde_json's escapes: `\"`, `\\`, the short forms of \b \t \n \f \r, and
+/// `\u00XX` for other control characters; everything else (UTF-8 included) as is.
+fn json_str(out: &mut Vec<u8>, text: &str) {
+    let bytes = text.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    // Nearly every string is clean; a scan without early exit compiles to SIMD compares.
+    let needs_escape = bytes
+        .iter()
+        .fold(false, |any, &b| any | (b < 0x20) | (b == b'"') | (b == b'\\'));
+    if !needs_escape {
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
+    }
+    let mut clean_from = 0;
+    for (index, &byte) in bytes.iter().enumerate() {
+        let escape: &[u8] = match byte {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            0x09 => b"\\t",
+            0x0a => b"\\n",
+            0x0c => b"\\f",
+            0x0d => b"\\r",
+            0x00..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[clean_from..index]);
+        clean_from = index + 1;
+        if escape.is_empty() {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[(byte >> 4) as usize]);
+            out.push(HEX[(byte & 0xf) as usize]);
+        } else {
+            out.extend_from_slice(escape);
+        }
+    }
+    out.extend_from_slice(&bytes[clean_from..]);
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> TargetSpec {
+        let awkward = "q\"b\\s/\u{1}\u{8}\t\n\u{c}\r\u{1f}\u{7f} é 漢 🐍".to_string();
+        TargetSpec {
+            target: format!("m:{awkward}"),
+            kind: TargetKind::Class,
+            module: "m".into(),
+            file: awkward.clone(),
+            line: 4_294_967_295,
+            modules: vec![
+                ModuleNeed {
+                    name: "a.b".into(),
+                    kind: ModuleKind::ThirdParty,
+                    file: Some(awkward.clone()),
+                    distribution: Some("PyYAML".into()),
+                    optional: true,
+                    contexts: vec!["top-level".into(), "optional".into()],
+                    reason: Reason {
+                        file: "x.py".into(),
+                        line: 0,
+                        chain: vec![awkward.clone(), String::new()],
+                    },
+                },
+                ModuleNeed {
+                    name: "os".into(),
+                    kind: ModuleKind::Stdlib,
+                    file: None,
+                    distribution: None,
+                    optional: false,
+                    contexts: vec![],
+                    reason: Reason {
+                        file: String::new(),
+                        line: 10,
+                        chain: vec![],
+                    },
+                },
+            ],
+            distributions: vec![DistributionNeed {
+                name: "PyYAML".into(),
+                version: "6.0.1".into(),
+                direct: false,
+                optional: true,
+                conda_name: Some("pyyaml".into()),
+                reason: vec!["a".into(), awkward.clone()],
+            }],
+            missing: vec![MissingModule {
+                name: "gone".into(),
+                optional: false,
+                reason: Reason {
+                    file: "y.py".into(),
+                    line: 7,
+                    chain: vec!["f".into()],
+                },
+            }],
+            missing_distributions: vec![MissingDistribution {
+                name: "absent".into(),
+                required_by: vec!["requests".into()],
+            }],
+            warnings: vec![Warning {
+                file: "z.py".into(),
+                line: 1,
+                message: awkward,
+            }],
+        }
+    }
+
+    #[test]
+    fn hand_written_json_is_what_serde_writes() {
+        let mut target = sample();
+        let mut ours = Vec::new();
+        write_target_json(&target, &mut ours);
+        assert_eq!(
+            String::from_utf8(ours).unwrap(),
+            serde_json::to_string(&target).unwrap()
+        );
+        // And with every optional part absent or empty.
+        target.kind = TargetKind::Function;
+        target.modules.clear();
+        target.distributions[0].conda_name = None;
+        target.missing.clear();
+        target.missing_distributions.clear();
+        target.warnings.clear();
+        let mut ours = Vec::new();
+        write_target_json(&target, &mut ours);
+        assert_eq!(
+            String::from_utf8(ours).unwrap(),
+            serde_json::to_string(&target).unwrap()
+        );
+    }
+
+    #[test]
+    fn every_control_character_is_escaped_as_serde_does() {
+        for byte in 0u8..=0x7f {
+            let text = format!("a{}b", byte as char);
+            let mut ours = Vec::new();
+            json_str(&mut ours, &text);
+            assert_eq!(ours, serde_json::to_vec(&text).unwrap(), "byte {byte:#x}");
+        }
+    }
+}

@@ -67,7 +67,7 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     }
     let stdout = std::io::stdout();
     let pretty = stdout.is_terminal();
-    let mut out = BufWriter::new(stdout.lock());
+    let mut out = BufWriter::with_capacity(1 << 20, output_handle(&stdout));
     let mut totals = Totals::default();
     let written = match args.format {
         Format::Json => write_json(&analysis, &mut out, pretty, &mut totals, &bar),
@@ -159,6 +159,16 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     0
 }
 
+/// Where the output goes. Std's stdout is line buffered and searches every write for its last
+/// newline; a whole tree's Spec is hundreds of MB, so write to the same fd through a File.
+fn output_handle(stdout: &std::io::Stdout) -> Box<dyn Write> {
+    use std::os::fd::AsFd;
+    match stdout.as_fd().try_clone_to_owned() {
+        Ok(fd) => Box::new(std::fs::File::from(fd)),
+        Err(_) => Box::new(std::io::stdout()),
+    }
+}
+
 /// Files parsed, then targets analysed, on stderr when it is a terminal and the output goes
 /// elsewhere (when both are the terminal, the output itself shows progress).
 fn progress_bar() -> Option<indicatif::ProgressBar> {
@@ -236,11 +246,13 @@ fn write_json(
     let mut first = true;
     let render = |target: TargetSpec| {
         let bytes = if pretty {
-            serde_json::to_vec_pretty(&target)
+            serde_json::to_vec_pretty(&target).unwrap_or_default()
         } else {
-            serde_json::to_vec(&target)
+            let mut bytes = Vec::with_capacity(4096);
+            lfm_analyzer::spec::write_target_json(&target, &mut bytes);
+            bytes
         };
-        (Totals::of(&target), bytes.unwrap_or_default())
+        (Totals::of(&target), bytes)
     };
     analysis.map_chunks(CHUNK, render, |rendered| {
         advance(bar, rendered.len(), analysis.len());
