@@ -28,8 +28,9 @@ pub struct ModuleSummary {
     /// Every name the module reads or binds at any level, sorted and unique, so that id order
     /// is name order.
     pub names: Vec<String>,
-    /// Names bound at module level, each with every statement that binds it; sorted by name.
-    pub bindings: Vec<(NameId, Vec<Binding>)>,
+    /// Names bound at module level, one entry per binding statement, sorted by name (a name
+    /// bound by several statements has consecutive entries, in source order).
+    pub bindings: Vec<(NameId, Binding)>,
     /// Problems found while reading this file: syntax errors, non-constant dynamic imports.
     pub problems: Vec<Problem>,
 }
@@ -115,12 +116,39 @@ impl ModuleSummary {
             .map(|index| index as NameId)
     }
 
+    /// Roughly the heap bytes this summary holds (capacities, not allocator overhead), for
+    /// `LFM_TIMINGS=1` memory accounting.
+    pub fn approximate_heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let ids = |list: &Vec<u32>| 4 * list.capacity();
+        let mut total = self.imports.capacity() * size_of::<ImportEdge>()
+            + self.scopes.capacity() * size_of::<Scope>()
+            + self.names.capacity() * size_of::<String>()
+            + self.bindings.capacity() * size_of::<(NameId, Binding)>();
+        for edge in &self.imports {
+            total += edge.module.capacity() + edge.member.as_ref().map_or(0, String::capacity);
+        }
+        for scope in &self.scopes {
+            total += scope.name.capacity()
+                + ids(&scope.children)
+                + ids(&scope.free_names)
+                + ids(&scope.definition_reads)
+                + ids(&scope.imports);
+        }
+        total += self.names.iter().map(String::capacity).sum::<usize>();
+        for (_, binding) in &self.bindings {
+            if let Binding::Value { reads, edges, .. } = binding {
+                total += ids(reads) + ids(edges);
+            }
+        }
+        total
+    }
+
     /// The module-level statements that bind `name`.
-    pub fn bindings_of(&self, name: NameId) -> Option<&[Binding]> {
-        self.bindings
-            .binary_search_by_key(&name, |(id, _)| *id)
-            .ok()
-            .map(|index| self.bindings[index].1.as_slice())
+    pub fn bindings_of(&self, name: NameId) -> Option<impl Iterator<Item = &Binding>> {
+        let start = self.bindings.partition_point(|(id, _)| *id < name);
+        let end = start + self.bindings[start..].partition_point(|(id, _)| *id == name);
+        (start < end).then(|| self.bindings[start..end].iter().map(|(_, binding)| binding))
     }
 }
 
@@ -673,22 +701,35 @@ impl<'a> Extractor<'a> {
             }
             self.scopes[id].definition_reads = definition.into_iter().collect();
         }
-        let mut bindings: Vec<(NameId, Vec<Binding>)> = self
+        // Flat and exactly sized: summaries of a whole site-packages stay in memory at once, and
+        // a Vec per name (or per scope list) would hold room for four entries where one is used.
+        let renumbered = &renumbered;
+        let mut bindings: Vec<(NameId, Binding)> = self
             .bindings
             .into_iter()
-            .map(|(old, mut list)| {
-                for binding in &mut list {
-                    if let Binding::Value { reads, .. } = binding {
+            .flat_map(|(old, list)| {
+                let name = renumbered[old as usize];
+                list.into_iter().map(move |mut binding| {
+                    if let Binding::Value { reads, edges, .. } = &mut binding {
                         for read in reads.iter_mut() {
                             *read = renumbered[*read as usize];
                         }
                         reads.sort_unstable();
+                        reads.shrink_to_fit();
+                        edges.shrink_to_fit();
                     }
-                }
-                (renumbered[old as usize], list)
+                    (name, binding)
+                })
             })
             .collect();
-        bindings.sort_unstable_by_key(|(id, _)| *id);
+        // Stable: a name's bindings keep their source order.
+        bindings.sort_by_key(|(id, _)| *id);
+        for scope in &mut self.scopes {
+            scope.children.shrink_to_fit();
+            scope.imports.shrink_to_fit();
+        }
+        self.imports.shrink_to_fit();
+        self.scopes.shrink_to_fit();
         let mut names = self.names;
         let mut sorted_names = Vec::with_capacity(names.len());
         for &old in &order {

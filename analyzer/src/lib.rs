@@ -134,6 +134,15 @@ impl Analysis {
         self.jobs.is_empty()
     }
 
+    /// Roughly the heap bytes held by the summaries of every loaded module.
+    pub fn summary_heap_bytes(&self) -> usize {
+        self.project
+            .modules
+            .iter()
+            .map(|m| m.summary.approximate_heap_bytes())
+            .sum()
+    }
+
     pub fn python(&self) -> PythonInfo {
         let interpreter = &self.project.interpreter;
         PythonInfo {

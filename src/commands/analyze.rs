@@ -63,6 +63,11 @@ pub fn run(args: AnalyzeArgs) -> i32 {
             for line in status.lines().filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS")) {
                 eprintln!("memory after prepare: {line}");
             }
+            eprintln!("memory: summaries hold ~{} MiB", analysis.summary_heap_bytes() >> 20);
+        }
+        if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
+            let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+            eprintln!("cpu after prepare: utime {} stime {} (ticks)", fields.get(11).unwrap_or(&""), fields.get(12).unwrap_or(&""));
         }
     }
     let stdout = std::io::stdout();
@@ -115,6 +120,10 @@ pub fn run(args: AnalyzeArgs) -> i32 {
             eprintln!("timing: {:>8.3} s  {phase}", at.as_secs_f64());
         }
         eprintln!("timing: {:>8.3} s  closures and output", started.elapsed().as_secs_f64());
+        if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
+            let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+            eprintln!("cpu: utime {} stime {} (ticks)", fields.get(11).unwrap_or(&""), fields.get(12).unwrap_or(&""));
+        }
         if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
             for line in status.lines().filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS")) {
                 eprintln!("memory: {line}");
