@@ -223,56 +223,60 @@ impl Project {
         edge: &ImportEdge,
         next: &mut Vec<u32>,
     ) -> Arc<Vec<EdgeTarget>> {
-        if edge.level > 0 {
-            return Arc::new(self.resolve_edge_uncached(id, edge, next));
-        }
-        // An absolute import resolves the same way from every module: resolve it once.
-        let key = (edge.module.clone(), edge.member.clone());
+        let Some(full) = self.absolute_name(id, edge) else {
+            return Arc::new(vec![EdgeTarget::Missing(format!(
+                "{}{}",
+                ".".repeat(edge.level as usize),
+                edge.module
+            ))]);
+        };
+        // Once absolute, an import resolves the same way from every module: resolve it once
+        // (relative imports inside one package name the same few modules over and over).
+        let key = (full, edge.member.clone());
         if let Some(found) = self.resolved_edges.get(&key) {
             return found.clone();
         }
-        let targets = Arc::new(self.resolve_edge_uncached(id, edge, next));
+        let targets = Arc::new(self.resolve_absolute(&key.0, key.1.as_deref(), next));
         self.resolved_edges.insert(key, targets.clone());
         targets
     }
 
-    fn resolve_edge_uncached(
+    /// The dotted module an edge names, relative imports made absolute; `None` (and a warning)
+    /// when a relative import climbs above the top-level package.
+    fn absolute_name(&mut self, id: usize, edge: &ImportEdge) -> Option<String> {
+        if edge.level == 0 {
+            return Some(edge.module.clone());
+        }
+        let module = &self.modules[id];
+        match relative_base(&module.name, module.is_package, edge.level) {
+            Some(base) => Some(join_dotted(&base, &edge.module)),
+            None => {
+                let warning = Warning {
+                    file: self.display_path(&module.path),
+                    line: edge.line,
+                    message: format!(
+                        "relative import (level {}) reaches beyond the top-level package of {}",
+                        edge.level, module.name
+                    ),
+                };
+                self.warnings.push(warning);
+                None
+            }
+        }
+    }
+
+    fn resolve_absolute(
         &mut self,
-        id: usize,
-        edge: &ImportEdge,
+        full: &str,
+        member: Option<&str>,
         next: &mut Vec<u32>,
     ) -> Vec<EdgeTarget> {
-        let module = &self.modules[id];
-        let base = if edge.level > 0 {
-            match relative_base(&module.name, module.is_package, edge.level) {
-                Some(base) => base,
-                None => {
-                    let warning = Warning {
-                        file: self.display_path(&module.path),
-                        line: edge.line,
-                        message: format!(
-                            "relative import (level {}) reaches beyond the top-level package of {}",
-                            edge.level, module.name
-                        ),
-                    };
-                    self.warnings.push(warning);
-                    return vec![EdgeTarget::Missing(format!(
-                        "{}{}",
-                        ".".repeat(edge.level as usize),
-                        edge.module
-                    ))];
-                }
-            }
-        } else {
-            String::new()
-        };
-        let full = join_dotted(&base, &edge.module);
         let mut targets = Vec::new();
-        if let Some(member) = edge.member.as_deref().filter(|m| *m != "*") {
-            let submodule = join_dotted(&full, member);
+        if let Some(member) = member.filter(|m| *m != "*") {
+            let submodule = join_dotted(full, member);
             if let Some(location) = self.resolver.resolve(&submodule) {
                 if !full.is_empty() {
-                    self.push_located(&full, &mut targets, next);
+                    self.push_located(full, &mut targets, next);
                 }
                 self.push_location(&submodule, location, &mut targets, next);
                 return targets;
@@ -281,7 +285,7 @@ impl Project {
         if full.is_empty() {
             return targets;
         }
-        self.push_located(&full, &mut targets, next);
+        self.push_located(full, &mut targets, next);
         targets
     }
 
