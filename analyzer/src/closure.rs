@@ -216,7 +216,7 @@ pub fn target_closure(project: &Project, module: u32, scope: Option<u32>) -> Tar
     let (target, kind, line) = match scope {
         None => {
             let chain = Chain::of(&loaded.name);
-            walk.queue.push_back(Work::Module {
+            walk.enqueue(Work::Module {
                 module,
                 chain,
                 optional: false,
@@ -226,13 +226,13 @@ pub fn target_closure(project: &Project, module: u32, scope: Option<u32>) -> Tar
         Some(scope_id) => {
             let scope = &loaded.summary.scopes[scope_id as usize];
             let chain = Chain::of(&scope.name);
-            walk.queue.push_back(Work::Scope {
+            walk.enqueue(Work::Scope {
                 module,
                 scope: scope_id,
                 chain: chain.clone(),
                 optional: false,
             });
-            walk.queue.push_back(Work::Definition {
+            walk.enqueue(Work::Definition {
                 module,
                 scope: scope_id,
                 chain: chain.clone(),
@@ -244,7 +244,7 @@ pub fn target_closure(project: &Project, module: u32, scope: Option<u32>) -> Tar
                 let enclosing = &loaded.summary.scopes[parent as usize];
                 if enclosing.kind == ScopeKind::Class {
                     let chain = chain.then(&enclosing.name);
-                    walk.queue.push_back(Work::Definition {
+                    walk.enqueue(Work::Definition {
                         module,
                         scope: parent,
                         chain,
@@ -271,6 +271,37 @@ impl<'p> Walk<'p> {
         &project.modules[module as usize].summary
     }
 
+    /// Queue work not queued before. Marking at enqueue rather than at dequeue gives the same
+    /// first-found reasons (the queue is FIFO) without queueing duplicates.
+    fn enqueue(&mut self, work: Work<'p>) {
+        let new = match &work {
+            Work::Module {
+                module, optional, ..
+            } => self.seen.insert((0, *module, 0, *optional)),
+            Work::Scope {
+                module,
+                scope,
+                optional,
+                ..
+            } => self.seen.insert((1, *module, *scope, *optional)),
+            Work::Definition {
+                module,
+                scope,
+                optional,
+                ..
+            } => self.seen.insert((2, *module, *scope, *optional)),
+            Work::Name {
+                module,
+                name,
+                optional,
+                ..
+            } => self.seen_names.insert((*module, *name, *optional)),
+        };
+        if new {
+            self.queue.push_back(work);
+        }
+    }
+
     fn run(&mut self) {
         while let Some(work) = self.queue.pop_front() {
             match work {
@@ -279,9 +310,6 @@ impl<'p> Walk<'p> {
                     chain,
                     optional,
                 } => {
-                    if !self.seen.insert((0, module, 0, optional)) {
-                        continue;
-                    }
                     let summary = self.summary(module);
                     for (index, edge) in summary.imports.iter().enumerate() {
                         self.add_edge(module, index, edge, &chain, optional);
@@ -293,9 +321,6 @@ impl<'p> Walk<'p> {
                     chain,
                     optional,
                 } => {
-                    if !self.seen.insert((1, module, scope, optional)) {
-                        continue;
-                    }
                     let summary = self.summary(module);
                     let mut stack = vec![scope];
                     while let Some(inner) = stack.pop() {
@@ -307,7 +332,7 @@ impl<'p> Walk<'p> {
                         stack.extend(inner.children.iter().copied());
                     }
                     for &name in &summary.scopes[scope as usize].free_names {
-                        self.queue.push_back(Work::Name {
+                        self.enqueue(Work::Name {
                             module,
                             name,
                             chain: chain.clone(),
@@ -321,9 +346,6 @@ impl<'p> Walk<'p> {
                     chain,
                     optional,
                 } => {
-                    if !self.seen.insert((2, module, scope, optional)) {
-                        continue;
-                    }
                     let summary = self.summary(module);
                     // A class body runs its own imports when the class statement runs.
                     let definition = &summary.scopes[scope as usize];
@@ -334,7 +356,7 @@ impl<'p> Walk<'p> {
                         }
                     }
                     for &name in &definition.definition_reads {
-                        self.queue.push_back(Work::Name {
+                        self.enqueue(Work::Name {
                             module,
                             name,
                             chain: chain.clone(),
@@ -353,15 +375,12 @@ impl<'p> Walk<'p> {
     }
 
     fn follow_name(&mut self, module: u32, name_id: NameId, chain: Chain<'p>, optional: bool) {
-        if !self.seen_names.insert((module, name_id, optional)) {
-            return;
-        }
         let summary = self.summary(module);
         let name = summary.name(name_id);
         let Some(bindings) = summary.bindings_of(name_id) else {
-            if !BUILTINS.contains(&name) {
-                // Possibly provided by `from x import *`.
-                let star = summary.name_id("*").and_then(|id| summary.bindings_of(id));
+            // An unbound global may come from `from x import *`, unless it is a builtin.
+            let star = summary.name_id("*").and_then(|id| summary.bindings_of(id));
+            if star.is_some() && !BUILTINS.contains(&name) {
                 for binding in star.into_iter().flatten() {
                     if let Binding::Import { edge } = binding {
                         let edge_ref = &summary.imports[*edge as usize];
@@ -384,13 +403,13 @@ impl<'p> Walk<'p> {
                 }
                 Binding::Definition { scope } => {
                     let chain = chain.then_new(&summary.scopes[*scope as usize].name);
-                    self.queue.push_back(Work::Scope {
+                    self.enqueue(Work::Scope {
                         module,
                         scope: *scope,
                         chain: chain.clone(),
                         optional,
                     });
-                    self.queue.push_back(Work::Definition {
+                    self.enqueue(Work::Definition {
                         module,
                         scope: *scope,
                         chain,
@@ -405,7 +424,7 @@ impl<'p> Walk<'p> {
                     }
                     for &read in reads {
                         if read != name_id {
-                            self.queue.push_back(Work::Name {
+                            self.enqueue(Work::Name {
                                 module,
                                 name: read,
                                 chain: chain.clone(),
@@ -447,7 +466,7 @@ impl<'p> Walk<'p> {
                         let local = &project.modules[*id as usize];
                         self.local_modules.insert(*id);
                         let chain = chain.then(&local.name);
-                        self.queue.push_back(Work::Module {
+                        self.enqueue(Work::Module {
                             module: *id,
                             chain,
                             optional,

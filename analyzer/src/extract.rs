@@ -28,9 +28,11 @@ pub struct ModuleSummary {
     /// Every name the module reads or binds at any level, sorted and unique, so that id order
     /// is name order.
     pub names: Vec<String>,
-    /// Names bound at module level, one entry per binding statement, sorted by name (a name
-    /// bound by several statements has consecutive entries, in source order).
-    pub bindings: Vec<(NameId, Binding)>,
+    /// Module-level binding statements grouped by the name they bind (in name order; a name's
+    /// statements in source order): those of name `i` are
+    /// `bindings[binding_offsets[i]..binding_offsets[i + 1]]`, found without a search.
+    pub bindings: Vec<Binding>,
+    pub binding_offsets: Vec<u32>,
     /// Problems found while reading this file: syntax errors, non-constant dynamic imports.
     pub problems: Vec<Problem>,
 }
@@ -124,7 +126,8 @@ impl ModuleSummary {
         let mut total = self.imports.capacity() * size_of::<ImportEdge>()
             + self.scopes.capacity() * size_of::<Scope>()
             + self.names.capacity() * size_of::<String>()
-            + self.bindings.capacity() * size_of::<(NameId, Binding)>();
+            + self.bindings.capacity() * size_of::<Binding>()
+            + self.binding_offsets.capacity() * 4;
         for edge in &self.imports {
             total += edge.module.capacity() + edge.member.as_ref().map_or(0, String::capacity);
         }
@@ -136,7 +139,7 @@ impl ModuleSummary {
                 + ids(&scope.imports);
         }
         total += self.names.iter().map(String::capacity).sum::<usize>();
-        for (_, binding) in &self.bindings {
+        for binding in &self.bindings {
             if let Binding::Value { reads, edges, .. } = binding {
                 total += ids(reads) + ids(edges);
             }
@@ -145,10 +148,10 @@ impl ModuleSummary {
     }
 
     /// The module-level statements that bind `name`.
-    pub fn bindings_of(&self, name: NameId) -> Option<impl Iterator<Item = &Binding>> {
-        let start = self.bindings.partition_point(|(id, _)| *id < name);
-        let end = start + self.bindings[start..].partition_point(|(id, _)| *id == name);
-        (start < end).then(|| self.bindings[start..end].iter().map(|(_, binding)| binding))
+    pub fn bindings_of(&self, name: NameId) -> Option<&[Binding]> {
+        let start = *self.binding_offsets.get(name as usize)? as usize;
+        let end = *self.binding_offsets.get(name as usize + 1)? as usize;
+        (start < end).then(|| &self.bindings[start..end])
     }
 }
 
@@ -724,6 +727,15 @@ impl<'a> Extractor<'a> {
             .collect();
         // Stable: a name's bindings keep their source order.
         bindings.sort_by_key(|(id, _)| *id);
+        let mut binding_offsets = Vec::with_capacity(order.len() + 1);
+        let mut next = 0;
+        for name in 0..=order.len() as NameId {
+            while next < bindings.len() && bindings[next].0 < name {
+                next += 1;
+            }
+            binding_offsets.push(next as u32);
+        }
+        let bindings: Vec<Binding> = bindings.into_iter().map(|(_, binding)| binding).collect();
         for scope in &mut self.scopes {
             scope.children.shrink_to_fit();
             scope.imports.shrink_to_fit();
@@ -740,6 +752,7 @@ impl<'a> Extractor<'a> {
             scopes: self.scopes,
             names: sorted_names,
             bindings,
+            binding_offsets,
             problems: self.problems,
         }
     }
