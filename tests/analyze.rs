@@ -280,6 +280,53 @@ fn cache_gives_the_same_answer_and_sees_changes() {
     assert_eq!(names(target(&run(), "job:f")), ["json"]);
 }
 
+#[test]
+fn stored_results_are_replayed_only_while_nothing_they_depend_on_changed() {
+    let cache = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let file = project.path().join("job.py");
+    std::fs::write(&file, "import csv\n\ndef f():\n    return helper.x\n\nimport helper\n").unwrap();
+    std::fs::write(project.path().join("helper.py"), "import json\nx = 1\n").unwrap();
+    let tree = project.path().to_str().unwrap().to_string();
+    // Returns (the Spec, whether the stored result was reused).
+    let run = || {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_lfm"))
+            .args(["analyze", "--format", "json", "--cache-dir"])
+            .arg(cache.path())
+            .arg(&tree)
+            .env("LFM_TIMINGS", "1")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let spec: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        (spec, stderr.contains("stored result of this request was reused"))
+    };
+    let (fresh, reused) = run();
+    assert!(!reused);
+    assert_eq!(names(target(&fresh, "job:f")), ["helper", "json"]);
+    let (again, reused) = run();
+    assert!(reused, "an unchanged request is replayed");
+    assert_eq!(again, fresh);
+
+    // A file the closure reached changes.
+    std::fs::write(project.path().join("helper.py"), "import pathlib\nx = 1\n").unwrap();
+    let (edited, reused) = run();
+    assert!(!reused);
+    assert_eq!(names(target(&edited, "job:f")), ["helper", "pathlib"]);
+    assert!(run().1);
+
+    // A new file where imports were looked for: a local module now shadows the stdlib `csv`.
+    std::fs::write(project.path().join("csv.py"), "import zipfile\n").unwrap();
+    let (shadowed, reused) = run();
+    assert!(!reused);
+    assert_eq!(module(target(&shadowed, "job"), "csv")["kind"], "local");
+
+    // --no-cache neither reads nor needs it.
+    let plain = analyze_json(&[&tree]);
+    assert_eq!(plain, shadowed);
+}
+
 fn module<'a>(target: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     target["modules"]
         .as_array()

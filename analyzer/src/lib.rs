@@ -18,6 +18,7 @@ pub mod interpreter;
 pub mod project;
 pub mod render;
 pub mod resolve;
+pub mod results;
 pub mod source;
 pub mod spec;
 
@@ -121,6 +122,8 @@ pub struct Analysis {
     project: Project,
     /// Wall time of each preparation phase, for `LFM_TIMINGS=1`.
     pub timings: Vec<(&'static str, std::time::Duration)>,
+    env_key: [u8; 32],
+    located: Vec<PathBuf>,
     /// (module, scope) pairs in output order; `None` is the module itself.
     jobs: Vec<(u32, Option<u32>)>,
 }
@@ -132,6 +135,21 @@ impl Analysis {
 
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
+    }
+
+    /// What this analysis was computed from, for storing its result ([`results`]).
+    pub fn inputs(&self) -> results::Inputs {
+        results::Inputs {
+            env_key: self.env_key,
+            located: self.located.clone(),
+            files: self
+                .project
+                .modules
+                .iter()
+                .map(|m| (m.path.clone(), m.stamp))
+                .collect(),
+            dirs: self.project.listed_dirs().to_vec(),
+        }
     }
 
     /// Roughly the heap bytes held by the summaries of every loaded module.
@@ -193,6 +211,27 @@ impl Analysis {
 
 /// Locate the targets, parse every file they reach and resolve every import.
 pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, AnalyzeError> {
+    match prepare_or_reuse(targets, options, None)? {
+        Prepared::Fresh(analysis) => Ok(analysis),
+        Prepared::Reused(_) => unreachable!("no results cache was given"),
+    }
+}
+
+/// What [`prepare_or_reuse`] found.
+pub enum Prepared {
+    /// Nothing reusable: the analysis, ready to compute closures.
+    Fresh(Analysis),
+    /// The stored result of this same request, every input of which is unchanged.
+    Reused(results::Hit),
+}
+
+/// Like [`prepare`], but first look for a stored result of `reuse`'s request whose inputs
+/// (environment, files, directories listed) are all unchanged; see [`results`].
+pub fn prepare_or_reuse(
+    targets: &[String],
+    options: &Options,
+    reuse: Option<(&results::ResultsCache, &results::RequestKey)>,
+) -> Result<Prepared, AnalyzeError> {
     let started = std::time::Instant::now();
     let mut timings = Vec::new();
     let extra_roots: Vec<PathBuf> = options
@@ -205,34 +244,58 @@ pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, Analyz
         located.push(locate(target, &extra_roots)?);
     }
     timings.push(("locate targets", started.elapsed()));
-    let cache = options.cache_dir.as_deref().map(SummaryCache::open);
-    timings.push(("open cache", started.elapsed()));
-    // Asking the interpreter and indexing its distributions take as long as parsing a few
-    // hundred files, and summaries do not depend on them: do both at once.
-    let (environment, preparsed) = std::thread::scope(|scope| {
-        let environment = scope.spawn(|| -> anyhow::Result<(Interpreter, DistIndex)> {
-            let interpreter = match &options.environment {
-                Environment::Python(python) => Interpreter::query(python)?,
-                Environment::Prefix(prefix) => Interpreter::for_prefix(prefix)?,
-            };
-            let dists = DistIndex::build(&interpreter.site_dirs(), Some(&interpreter.prefix));
-            Ok((interpreter, dists))
-        });
-        let preparsed: HashMap<PathBuf, project::Summarized> = located
-            .iter()
-            .flat_map(|target| target.files.iter().map(|file| file.path.clone()))
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .map(|path| {
-                let summarized = project::read_and_summarize(&path, cache.as_ref());
-                (path, summarized)
-            })
-            .collect();
-        (environment.join(), preparsed)
-    });
+    let located_description = describe_located(&located);
+    let ask_environment = || -> anyhow::Result<(Interpreter, DistIndex)> {
+        let interpreter = match &options.environment {
+            Environment::Python(python) => Interpreter::query(python)?,
+            Environment::Prefix(prefix) => Interpreter::for_prefix(prefix)?,
+        };
+        let dists = DistIndex::build(&interpreter.site_dirs(), Some(&interpreter.prefix));
+        Ok((interpreter, dists))
+    };
+    let located_paths: Vec<PathBuf> = located
+        .iter()
+        .flat_map(|target| target.files.iter().map(|file| file.path.clone()))
+        .collect();
+    let parse = |cache: Option<&SummaryCache>| -> HashMap<PathBuf, project::Summarized> {
+        located_paths
+            .par_iter()
+            .map(|path| (path.clone(), project::read_and_summarize(path, cache)))
+            .collect()
+    };
+    let (environment, cache, preparsed) = match reuse {
+        // A stored result needs only the environment to be checked, so ask it first; the
+        // summary cache is opened only when the result cannot be reused.
+        Some((results, request)) => {
+            let (interpreter, dists) = ask_environment()?;
+            let env_key = environment_key(&interpreter, &dists);
+            if let Some(hit) = results.lookup(request, &env_key, &located_description) {
+                return Ok(Prepared::Reused(hit));
+            }
+            timings.push(("look for a stored result", started.elapsed()));
+            let cache = options.cache_dir.as_deref().map(SummaryCache::open);
+            timings.push(("open cache", started.elapsed()));
+            let preparsed = parse(cache.as_ref());
+            (Ok((interpreter, dists)), cache, preparsed)
+        }
+        // Asking the interpreter and indexing its distributions take as long as parsing a few
+        // hundred files, and summaries do not depend on them: do both at once.
+        None => {
+            let cache = options.cache_dir.as_deref().map(SummaryCache::open);
+            timings.push(("open cache", started.elapsed()));
+            let (environment, preparsed) = std::thread::scope(|scope| {
+                let environment = scope.spawn(ask_environment);
+                let preparsed = parse(cache.as_ref());
+                (environment.join(), preparsed)
+            });
+            let environment = environment
+                .map_err(|_| anyhow::anyhow!("asking the interpreter failed unexpectedly"))?;
+            (environment, cache, preparsed)
+        }
+    };
     timings.push(("parse (and ask the interpreter)", started.elapsed()));
-    let (interpreter, dists) = environment
-        .map_err(|_| anyhow::anyhow!("asking the interpreter failed unexpectedly"))??;
+    let (interpreter, dists) = environment?;
+    let env_key = environment_key(&interpreter, &dists);
     let mut roots: Vec<PathBuf> = Vec::new();
     for target in &located {
         for root in &target.roots {
@@ -302,11 +365,13 @@ pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, Analyz
         }
     }
     timings.push(("resolve imports", started.elapsed()));
-    Ok(Analysis {
+    Ok(Prepared::Fresh(Analysis {
         project,
         jobs,
         timings,
-    })
+        env_key,
+        located: located_description,
+    }))
 }
 
 /// Find a target's files. Needs no interpreter: a dotted target must name a source file, so
@@ -403,6 +468,65 @@ fn locate(text: &str, extra_roots: &[PathBuf]) -> Result<Located, AnalyzeError> 
         ));
     }
     Err(not_found(text, "no such file or directory"))
+}
+
+/// The located targets as compared by the results cache: files, the names they are imported
+/// by (an `__init__.py` added above a file renames it) and the source roots.
+fn describe_located(located: &[Located]) -> Vec<PathBuf> {
+    let mut description = Vec::new();
+    for target in located {
+        for file in &target.files {
+            description.push(file.path.clone());
+            description.push(PathBuf::from(format!("{}:{}", file.name, file.is_package)));
+        }
+        description.extend(target.roots.iter().cloned());
+    }
+    description
+}
+
+/// A hash of everything the environment contributes: the interpreter's answer and every
+/// installed distribution's metadata and files. Independent of hash-set and directory order.
+fn environment_key(interpreter: &Interpreter, dists: &DistIndex) -> [u8; 32] {
+    fn field(hasher: &mut blake3::Hasher, bytes: &[u8]) {
+        hasher.update(&(bytes.len() as u64).to_le_bytes());
+        hasher.update(bytes);
+    }
+    let mut hasher = blake3::Hasher::new();
+    let mut answer = serde_json::to_value(interpreter).unwrap_or_default();
+    for set in ["stdlib_module_names", "builtin_module_names"] {
+        if let Some(serde_json::Value::Array(names)) = answer.get_mut(set) {
+            names.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
+        }
+    }
+    field(&mut hasher, answer.to_string().as_bytes());
+    let mut per_dist: Vec<[u8; 32]> = dists
+        .dists
+        .iter()
+        .map(|dist| {
+            let mut hasher = blake3::Hasher::new();
+            field(&mut hasher, dist.name.as_bytes());
+            field(&mut hasher, dist.version.as_bytes());
+            field(&mut hasher, dist.metadata_path.as_os_str().as_encoded_bytes());
+            field(&mut hasher, dist.conda_name.as_deref().unwrap_or("").as_bytes());
+            for requirement in &dist.requires {
+                field(&mut hasher, requirement.as_bytes());
+            }
+            for file in &dist.files {
+                field(&mut hasher, file.as_os_str().as_encoded_bytes());
+            }
+            *hasher.finalize().as_bytes()
+        })
+        .collect();
+    per_dist.sort_unstable();
+    for dist in &per_dist {
+        hasher.update(dist);
+    }
+    let mut problems: Vec<&String> = dists.problems.iter().collect();
+    problems.sort();
+    for problem in problems {
+        field(&mut hasher, problem.as_bytes());
+    }
+    *hasher.finalize().as_bytes()
 }
 
 fn not_found(target: &str, reason: &str) -> AnalyzeError {

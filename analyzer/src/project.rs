@@ -14,6 +14,7 @@ use crate::dists::{DistIndex, Owner};
 use crate::extract::{summarize, ImportEdge, ModuleSummary};
 use crate::interpreter::Interpreter;
 use crate::resolve::{module_name_for, Location, Resolver, RootKind};
+use crate::results::Stamp;
 use crate::source::decode;
 use crate::spec::Warning;
 
@@ -27,6 +28,8 @@ pub struct LoadedModule {
     pub display: String,
     pub is_package: bool,
     pub summary: Arc<ModuleSummary>,
+    /// The file's stamp before it was read, for the results cache.
+    pub stamp: Option<Stamp>,
     /// For each import edge of the summary, what it resolves to (shared between edges that
     /// name the same module).
     pub targets: Vec<Arc<Vec<EdgeTarget>>>,
@@ -113,6 +116,11 @@ impl Project {
         }
     }
 
+    /// Directories listed while resolving imports, each with its stamp before listing.
+    pub fn listed_dirs(&self) -> &[(PathBuf, Option<Stamp>)] {
+        self.resolver.listed_dirs()
+    }
+
     pub fn module_id(&self, path: &Path) -> Option<u32> {
         self.by_path.get(path).copied()
     }
@@ -143,6 +151,7 @@ impl Project {
             path: module.path,
             is_package: module.is_package,
             summary: Arc::default(),
+            stamp: None,
             targets: Vec::new(),
         });
         wave.push(id);
@@ -182,7 +191,7 @@ impl Project {
                 })
                 .collect();
             self.parsed += wave.len();
-            for (&id, (summary, read_problem)) in wave.iter().zip(summaries) {
+            for (&id, (summary, read_problem, stamp)) in wave.iter().zip(summaries) {
                 if let Some(message) = read_problem {
                     let file = self.display_path(&self.modules[id as usize].path);
                     self.warnings.push(Warning {
@@ -192,6 +201,7 @@ impl Project {
                     });
                 }
                 self.modules[id as usize].summary = summary;
+                self.modules[id as usize].stamp = stamp;
             }
             let mut next = Vec::new();
             for &id in &wave {
@@ -372,7 +382,8 @@ fn is_python_source(path: &Path) -> bool {
 }
 
 /// A file's summary, and the problem met reading it (if any).
-pub type Summarized = (Arc<ModuleSummary>, Option<String>);
+/// A file's summary, the problem reading it (if any), and its stamp taken before reading.
+pub type Summarized = (Arc<ModuleSummary>, Option<String>, Option<Stamp>);
 
 impl Project {
     /// Summaries parsed ahead of `load`, keyed by the same (canonical) paths.
@@ -382,26 +393,28 @@ impl Project {
 }
 
 pub fn read_and_summarize(path: &Path, cache: Option<&SummaryCache>) -> Summarized {
-    let bytes = match std::fs::metadata(path) {
+    let metadata = std::fs::metadata(path);
+    let stamp = metadata.as_ref().ok().map(Stamp::from_metadata);
+    let bytes = match metadata {
         Ok(meta) if meta.len() > MAX_SOURCE_BYTES => {
-            return (
-                Arc::default(),
-                Some(format!(
-                    "skipped: {} bytes is over the {} MiB limit for source files",
-                    meta.len(),
-                    MAX_SOURCE_BYTES >> 20
-                )),
+            let problem = format!(
+                "skipped: {} bytes is over the {} MiB limit for source files",
+                meta.len(),
+                MAX_SOURCE_BYTES >> 20
             );
+            return (Arc::default(), Some(problem), stamp);
         }
         _ => match std::fs::read(path) {
             Ok(bytes) => bytes,
-            Err(error) => return (Arc::default(), Some(format!("could not read: {error}"))),
+            Err(error) => {
+                return (Arc::default(), Some(format!("could not read: {error}")), stamp)
+            }
         },
     };
     let key = cache.map(|_| SummaryCache::key(&bytes));
     if let (Some(cache), Some(key)) = (cache, key.as_ref()) {
         if let Some(summary) = cache.get(key) {
-            return (summary, None);
+            return (summary, None, stamp);
         }
     }
     let decoded = decode(&bytes);
@@ -409,7 +422,7 @@ pub fn read_and_summarize(path: &Path, cache: Option<&SummaryCache>) -> Summariz
     if let (Some(cache), Some(key)) = (cache, key) {
         cache.insert(key, summary.clone());
     }
-    (summary, decoded.lossy)
+    (summary, decoded.lossy, stamp)
 }
 
 /// The package a relative import of `level` dots is taken from.

@@ -38,6 +38,8 @@ pub struct Resolver {
     builtins: std::collections::HashSet<String>,
     extension_suffixes: Vec<String>,
     listings: HashMap<PathBuf, Listing>,
+    /// Every directory listed, in order, with its stamp taken before listing it.
+    listed: Vec<(PathBuf, Option<crate::results::Stamp>)>,
     resolved: HashMap<String, Option<Location>>,
 }
 
@@ -73,8 +75,13 @@ impl Resolver {
             builtins,
             extension_suffixes,
             listings: HashMap::new(),
+            listed: Vec::new(),
             resolved: HashMap::new(),
         }
+    }
+
+    pub fn listed_dirs(&self) -> &[(PathBuf, Option<crate::results::Stamp>)] {
+        &self.listed
     }
 
     pub fn is_stdlib_name(&self, top_level: &str) -> bool {
@@ -249,6 +256,8 @@ impl Resolver {
             return listing.clone();
         }
         let mut entries = HashMap::new();
+        self.listed
+            .push((dir.to_path_buf(), crate::results::Stamp::of(dir)));
         if let Ok(read) = std::fs::read_dir(dir) {
             for entry in read.flatten() {
                 let Ok(name) = entry.file_name().into_string() else {

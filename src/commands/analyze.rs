@@ -7,7 +7,8 @@ use std::io::{BufWriter, IsTerminal, Write};
 use lfm_analyzer::dists::normalize_name;
 use lfm_analyzer::render;
 use lfm_analyzer::spec::{DistributionNeed, ModuleKind, TargetSpec, SPEC_FORMAT};
-use lfm_analyzer::{prepare, Analysis, AnalyzeError, Environment, Options};
+use lfm_analyzer::results::{Outcome, RequestKey, ResultWriter, ResultsCache};
+use lfm_analyzer::{prepare_or_reuse, Analysis, AnalyzeError, Environment, Options, Prepared};
 
 use crate::cli::{AnalyzeArgs, Format};
 
@@ -40,13 +41,48 @@ pub fn run(args: AnalyzeArgs) -> i32 {
             bar.set_position(done as u64);
         }));
     }
-    let analysis = prepare(&args.targets, &options);
+    let stdout = std::io::stdout();
+    let pretty = stdout.is_terminal();
+    // Compact JSON (what programs read) of an unchanged request is stored and replayed.
+    let results = match (&options.cache_dir, args.format) {
+        (Some(dir), Format::Json) if !pretty => {
+            let request = request_key(&args.targets, &options);
+            Some((ResultsCache::new(dir), request))
+        }
+        _ => None,
+    };
+    let prepared = prepare_or_reuse(
+        &args.targets,
+        &options,
+        results.as_ref().map(|(cache, request)| (cache, request)),
+    );
     if let Some(bar) = &bar {
         bar.set_message("targets");
         bar.set_position(0);
     }
-    let analysis = match analysis {
-        Ok(analysis) => analysis,
+    let mut out = Output {
+        out: BufWriter::with_capacity(1 << 20, output_handle(&stdout)),
+        record: None,
+    };
+    let analysis = match prepared {
+        Ok(Prepared::Fresh(analysis)) => analysis,
+        Ok(Prepared::Reused(hit)) => {
+            if let Some(bar) = &bar {
+                bar.finish_and_clear();
+            }
+            if std::env::var_os("LFM_TIMINGS").is_some() {
+                eprintln!("timing: the stored result of this request was reused");
+            }
+            let written = hit.write_to(&mut out.out).and_then(|_| out.flush());
+            if written.is_err() {
+                return EXIT_FAILED;
+            }
+            let totals = Totals {
+                warnings: hit.outcome.warnings as usize,
+                missing_required: hit.outcome.missing_required,
+            };
+            return report_totals(args.format, args.strict, &totals);
+        }
         Err(AnalyzeError::TargetNotFound { target, reason }) => {
             eprintln!("error: target not found: {target}\n  {reason}");
             eprintln!("hint: targets are DIR, FILE.py, FILE.py:FUNC, FILE.py:Class.method or pkg.mod:FUNC");
@@ -59,20 +95,15 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     };
     let started = std::time::Instant::now();
     if std::env::var_os("LFM_TIMINGS").is_some() {
-        if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
-            for line in status.lines().filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS")) {
-                eprintln!("memory after prepare: {line}");
-            }
-            eprintln!("memory: summaries hold ~{} MiB", analysis.summary_heap_bytes() >> 20);
-        }
-        if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
-            let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-            eprintln!("cpu after prepare: utime {} stime {} (ticks)", fields.get(11).unwrap_or(&""), fields.get(12).unwrap_or(&""));
+        print_memory("after prepare");
+        eprintln!("memory: summaries hold ~{} MiB", analysis.summary_heap_bytes() >> 20);
+    }
+    if let Some((cache, request)) = &results {
+        match cache.writer(request) {
+            Ok(writer) => out.record = Some(writer),
+            Err(error) => eprintln!("warning: the result will not be stored: {error:#}"),
         }
     }
-    let stdout = std::io::stdout();
-    let pretty = stdout.is_terminal();
-    let mut out = BufWriter::with_capacity(1 << 20, output_handle(&stdout));
     let mut totals = Totals::default();
     let written = match args.format {
         Format::Json => write_json(&analysis, &mut out, pretty, &mut totals, &bar),
@@ -120,15 +151,7 @@ pub fn run(args: AnalyzeArgs) -> i32 {
             eprintln!("timing: {:>8.3} s  {phase}", at.as_secs_f64());
         }
         eprintln!("timing: {:>8.3} s  closures and output", started.elapsed().as_secs_f64());
-        if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
-            let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-            eprintln!("cpu: utime {} stime {} (ticks)", fields.get(11).unwrap_or(&""), fields.get(12).unwrap_or(&""));
-        }
-        if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
-            for line in status.lines().filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS")) {
-                eprintln!("memory: {line}");
-            }
-        }
+        print_memory("at the end");
     }
     let global_warnings = analysis.warnings();
     let finished = written
@@ -149,23 +172,96 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     if finished.is_err() {
         return EXIT_FAILED; // a closed pipe (`| head`) is not worth a panic
     }
-    let warning_count = totals.warnings + global_warnings.len();
-    if args.format != Format::Table && warning_count > 0 {
+    totals.warnings += global_warnings.len();
+    if let Some(record) = out.record.take() {
+        let outcome = Outcome {
+            warnings: totals.warnings as u64,
+            missing_required: totals.missing_required,
+        };
+        if let Err(error) = record.finish(analysis.inputs(), outcome) {
+            eprintln!("warning: the result was not stored: {error:#}");
+        }
+    }
+    // Freeing every summary one by one takes longer than the exit that follows frees them all.
+    std::mem::forget(analysis);
+    report_totals(args.format, args.strict, &totals)
+}
+
+/// The closing lines on stderr, and the exit code.
+fn report_totals(format: Format, strict: bool, totals: &Totals) -> i32 {
+    let warning_count = totals.warnings;
+    if format != Format::Table && warning_count > 0 {
         eprintln!("lfm: {warning_count} warnings (see the table format or the `warnings` fields of --format json)");
     }
-    if totals.missing_required && !args.strict {
+    if totals.missing_required && !strict {
         eprintln!(
             "hint: MISSING modules are imported but not installed for the interpreter analysed; \
              pass the environment the code runs in with --python PY or --env PREFIX"
         );
     }
-    // Freeing every summary one by one takes longer than the exit that follows frees them all.
-    std::mem::forget(analysis);
-    if args.strict && totals.missing_required {
+    if strict && totals.missing_required {
         eprintln!("error: required modules or distributions are not installed (see `missing`)");
         return EXIT_MISSING_REQUIRED;
     }
     0
+}
+
+/// What a stored result is keyed by: everything on the command line that shapes the output.
+fn request_key(targets: &[String], options: &Options) -> RequestKey {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let environment = match &options.environment {
+        Environment::Python(python) => format!("python={}", python.display()),
+        Environment::Prefix(prefix) => format!("env={}", prefix.display()),
+    };
+    let mut parts: Vec<Vec<u8>> = vec![
+        b"json".to_vec(),
+        cwd.as_os_str().as_encoded_bytes().to_vec(),
+        environment.into_bytes(),
+    ];
+    parts.extend(targets.iter().map(|t| format!("target={t}").into_bytes()));
+    parts.extend(
+        options
+            .roots
+            .iter()
+            .map(|r| format!("root={}", r.display()).into_bytes()),
+    );
+    let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+    RequestKey::new(&parts)
+}
+
+/// The output, and when the result is to be stored, a compressed copy of it.
+struct Output {
+    out: BufWriter<Box<dyn Write>>,
+    record: Option<ResultWriter>,
+}
+
+impl Write for Output {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.write_all(bytes)?;
+        Ok(bytes.len())
+    }
+
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.out.write_all(bytes)?;
+        if let Some(record) = &mut self.record {
+            record.write_all(bytes)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+fn print_memory(when: &str) {
+    if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
+        for line in status.lines() {
+            if line.starts_with("VmHWM") || line.starts_with("VmRSS") {
+                eprintln!("memory {when}: {line}");
+            }
+        }
+    }
 }
 
 /// Where the output goes. Std's stdout is line buffered and searches every write for its last

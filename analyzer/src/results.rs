@@ -1,0 +1,337 @@
+//! Persistent cache of whole analysis results, for re-running an unchanged request.
+//!
+//! The summary cache ([`crate::cache`]) saves parsing; what remains of a warm run over a large
+//! tree is computing and printing every closure again. When nothing the result depends on has
+//! changed, the printed result itself can be reused. A result depends on:
+//! - the request: targets, extra roots, working directory, environment argument, output format
+//!   (the entry's file name is a hash of these);
+//! - the environment: the interpreter's answer and the installed distributions (`env_key`);
+//! - the files read: every source file loaded, by stat stamp (size, mtime, ctime, inode), taken
+//!   before the file was read;
+//! - the directories listed while resolving imports, by stamp: a module created or deleted
+//!   anywhere the resolver looked changes its directory's mtime;
+//! - for directory targets, the list of files found.
+//!
+//! Any difference and the entry is not used (the caller recomputes, with the summary cache).
+//! Entries are zstd-compressed output; the least recently used beyond [`KEPT_RESULTS`] are deleted.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// Names the layout of an entry; entries of another layout are ignored.
+const LAYOUT: &str = "lfm-results/1";
+
+/// How many results (one per distinct request) the cache keeps.
+pub const KEPT_RESULTS: usize = 16;
+
+/// What identifies a file's content without reading it. `ctime` changes with every write and
+/// every `touch`, so an equal stamp means the same bytes short of deliberate forgery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stamp {
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    inode: u64,
+}
+
+impl Stamp {
+    pub fn of(path: &Path) -> Option<Stamp> {
+        std::fs::metadata(path).ok().map(|meta| Stamp::from_metadata(&meta))
+    }
+
+    pub fn from_metadata(meta: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+            inode: meta.ino(),
+        }
+    }
+}
+
+/// Everything a result was computed from, as recorded when it was computed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Inputs {
+    pub env_key: [u8; 32],
+    /// The files the targets named or their directories held, in order.
+    pub located: Vec<PathBuf>,
+    /// Every source file read, with its stamp before reading (`None`: it could not be read).
+    pub files: Vec<(PathBuf, Option<Stamp>)>,
+    /// Every directory listed while resolving imports, with its stamp before listing.
+    pub dirs: Vec<(PathBuf, Option<Stamp>)>,
+}
+
+/// What the command reports besides the output itself.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub warnings: u64,
+    pub missing_required: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    layout: String,
+    inputs: Inputs,
+    outcome: Outcome,
+}
+
+/// A reusable result: its outcome and its zstd-compressed output.
+pub struct Hit {
+    pub outcome: Outcome,
+    compressed: Vec<u8>,
+}
+
+impl Hit {
+    /// Write the stored output to `out`.
+    pub fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
+        zstd::stream::copy_decode(self.compressed.as_slice(), out)
+    }
+}
+
+pub struct ResultsCache {
+    dir: PathBuf,
+}
+
+impl ResultsCache {
+    pub fn new(cache_dir: &Path) -> ResultsCache {
+        ResultsCache {
+            dir: cache_dir.join("analyze-results"),
+        }
+    }
+
+    fn entry_path(&self, request: &RequestKey) -> PathBuf {
+        self.dir.join(format!("{}.bin", request.0))
+    }
+
+    /// The stored result for `request`, if every input it was computed from is unchanged.
+    /// `env_key` and `located` are the current ones; files and directories are stat'ed here.
+    pub fn lookup(&self, request: &RequestKey, env_key: &[u8; 32], located: &[PathBuf]) -> Option<Hit> {
+        let path = self.entry_path(request);
+        let mut file = std::fs::File::open(&path).ok()?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).ok()?;
+        let header_len = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?) as usize;
+        let header: Header = bincode::deserialize(bytes.get(8..8usize.checked_add(header_len)?)?).ok()?;
+        let inputs = &header.inputs;
+        let unchanged = header.layout == LAYOUT
+            && &inputs.env_key == env_key
+            && inputs.located == located
+            && inputs
+                .files
+                .iter()
+                .chain(&inputs.dirs)
+                .all(|(path, stamp)| Stamp::of(path) == *stamp);
+        if !unchanged {
+            if std::env::var_os("LFM_TIMINGS").is_some() {
+                eprintln!("results cache: {} changed", changed_input(&header, env_key, located));
+            }
+            return None;
+        }
+        // Recently used entries are the ones eviction keeps.
+        let _ = file.set_modified(std::time::SystemTime::now());
+        bytes.drain(..8 + header_len);
+        Some(Hit {
+            outcome: header.outcome,
+            compressed: bytes,
+        })
+    }
+
+    /// A writer for the output of `request`; [`ResultWriter::finish`] stores it.
+    pub fn writer(&self, request: &RequestKey) -> Result<ResultWriter> {
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("creating {}", self.dir.display()))?;
+        let mut encoder = zstd::stream::Encoder::new(Vec::new(), 1).context("starting zstd")?;
+        // Compression runs on zstd's own thread, beside the closures being computed.
+        let _ = encoder.multithread(1);
+        Ok(ResultWriter {
+            path: self.entry_path(request),
+            dir: self.dir.clone(),
+            encoder,
+        })
+    }
+}
+
+/// Collects one result's output as it is printed.
+pub struct ResultWriter {
+    path: PathBuf,
+    dir: PathBuf,
+    encoder: zstd::stream::Encoder<'static, Vec<u8>>,
+}
+
+impl ResultWriter {
+    pub fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.encoder.write_all(bytes)
+    }
+
+    /// Store the output with what it was computed from (temp file + rename), then delete the
+    /// least recently used entries beyond [`KEPT_RESULTS`].
+    pub fn finish(self, inputs: Inputs, outcome: Outcome) -> Result<()> {
+        let compressed = self.encoder.finish().context("finishing zstd")?;
+        let header = bincode::serialize(&Header {
+            layout: LAYOUT.to_string(),
+            inputs,
+            outcome,
+        })
+        .context("serialising the result header")?;
+        let tmp = self
+            .dir
+            .join(format!(".{}.tmp", std::process::id()));
+        let mut file = std::fs::File::create(&tmp)
+            .with_context(|| format!("creating {}", tmp.display()))?;
+        file.write_all(&(header.len() as u64).to_le_bytes())
+            .and_then(|_| file.write_all(&header))
+            .and_then(|_| file.write_all(&compressed))
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &self.path)
+            .with_context(|| format!("renaming to {}", self.path.display()))?;
+        evict(&self.dir, KEPT_RESULTS);
+        Ok(())
+    }
+}
+
+/// The first input that differs, for `LFM_TIMINGS=1` diagnostics.
+fn changed_input(header: &Header, env_key: &[u8; 32], located: &[PathBuf]) -> String {
+    let inputs = &header.inputs;
+    if header.layout != LAYOUT {
+        return "the entry layout".into();
+    }
+    if &inputs.env_key != env_key {
+        return "the environment".into();
+    }
+    if inputs.located != located {
+        return "the located files".into();
+    }
+    for (path, stamp) in inputs.files.iter().chain(&inputs.dirs) {
+        if Stamp::of(path) != *stamp {
+            return format!("{}", path.display());
+        }
+    }
+    "nothing".into()
+}
+
+/// Delete all but the `keep` most recently used entries.
+fn evict(dir: &Path, keep: usize) {
+    let Ok(read) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<(std::time::SystemTime, PathBuf)> = read
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".bin"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    entries.sort_by(|a, b| b.0.cmp(&a.0));
+    for (_, path) in entries.into_iter().skip(keep) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Identifies a request: the hash of everything the user asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestKey(String);
+
+impl RequestKey {
+    pub fn new(parts: &[&[u8]]) -> RequestKey {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(LAYOUT.as_bytes());
+        hasher.update(env!("CARGO_PKG_VERSION").as_bytes());
+        for part in parts {
+            hasher.update(&(part.len() as u64).to_le_bytes());
+            hasher.update(part);
+        }
+        RequestKey(hasher.finalize().to_hex()[..32].to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs(dir: &Path, file: &Path) -> Inputs {
+        Inputs {
+            env_key: [7; 32],
+            located: vec![file.to_path_buf()],
+            files: vec![(file.to_path_buf(), Stamp::of(file))],
+            dirs: vec![(dir.to_path_buf(), Stamp::of(dir))],
+        }
+    }
+
+    fn store(cache: &ResultsCache, request: &RequestKey, inputs: Inputs, text: &str) {
+        let mut writer = cache.writer(request).unwrap();
+        writer.write_all(text.as_bytes()).unwrap();
+        let outcome = Outcome {
+            warnings: 2,
+            missing_required: true,
+        };
+        writer.finish(inputs, outcome).unwrap();
+    }
+
+    fn replay(hit: Hit) -> String {
+        let mut out = Vec::new();
+        hit.write_to(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_result_is_reused_only_while_its_inputs_are_unchanged() {
+        let cache_dir = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let file = project.path().join("job.py");
+        std::fs::write(&file, "import os\n").unwrap();
+        let cache = ResultsCache::new(cache_dir.path());
+        let request = RequestKey::new(&[b"job.py", b"json"]);
+        store(&cache, &request, inputs(project.path(), &file), "{\"out\":1}\n");
+
+        let hit = cache.lookup(&request, &[7; 32], &[file.clone()]).expect("unchanged");
+        assert_eq!(hit.outcome.warnings, 2);
+        assert_eq!(replay(hit), "{\"out\":1}\n");
+
+        let other_request = RequestKey::new(&[b"job.py", b"table"]);
+        assert!(cache.lookup(&other_request, &[7; 32], &[file.clone()]).is_none());
+        assert!(cache.lookup(&request, &[8; 32], &[file.clone()]).is_none(), "environment changed");
+        assert!(cache.lookup(&request, &[7; 32], &[]).is_none(), "other files located");
+
+        // A new module where the resolver looked changes the directory's stamp.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::fs::write(project.path().join("json.py"), "").unwrap();
+        assert!(cache.lookup(&request, &[7; 32], &[file.clone()]).is_none());
+        store(&cache, &request, inputs(project.path(), &file), "{\"out\":2}\n");
+        assert_eq!(replay(cache.lookup(&request, &[7; 32], &[file.clone()]).unwrap()), "{\"out\":2}\n");
+
+        // Same length, new content: the stamp (mtime, ctime) still differs.
+        std::fs::write(&file, "import re\n").unwrap();
+        assert!(cache.lookup(&request, &[7; 32], &[file.clone()]).is_none());
+    }
+
+    #[test]
+    fn only_the_most_recently_used_results_are_kept() {
+        let cache_dir = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let file = project.path().join("job.py");
+        std::fs::write(&file, "").unwrap();
+        let cache = ResultsCache::new(cache_dir.path());
+        for n in 0..KEPT_RESULTS + 3 {
+            let request = RequestKey::new(&[n.to_string().as_bytes()]);
+            store(&cache, &request, inputs(project.path(), &file), "x");
+        }
+        let count = std::fs::read_dir(cache_dir.path().join("analyze-results"))
+            .unwrap()
+            .count();
+        assert_eq!(count, KEPT_RESULTS);
+    }
+
+    #[test]
+    fn a_damaged_entry_is_a_miss_not_an_error() {
+        let cache_dir = tempfile::tempdir().unwrap();
+        let cache = ResultsCache::new(cache_dir.path());
+        let request = RequestKey::new(&[b"x"]);
+        std::fs::create_dir_all(cache_dir.path().join("analyze-results")).unwrap();
+        for bytes in [&b""[..], b"\xff\xff\xff\xff\xff\xff\xff\xff", b"\x04\0\0\0\0\0\0\0abcd"] {
+            std::fs::write(cache.entry_path(&request), bytes).unwrap();
+            assert!(cache.lookup(&request, &[0; 32], &[]).is_none());
+        }
+    }
+}
