@@ -4,16 +4,19 @@
 //! encoding; a UTF-8 BOM overrides everything. We follow the same rules so latin-1 or koi8-r
 //! files from old projects keep their imports instead of being dropped.
 
+use std::borrow::Cow;
+
 use encoding_rs::Encoding;
 
-/// Decoded source text and what had to be done to get it.
-pub struct Decoded {
-    pub text: String,
+/// Decoded source text (borrowed from the bytes when they already are UTF-8) and what had to
+/// be done to get it.
+pub struct Decoded<'a> {
+    pub text: Cow<'a, str>,
     /// Set when the bytes were not valid in the declared encoding and some were replaced.
     pub lossy: Option<String>,
 }
 
-pub fn decode(bytes: &[u8]) -> Decoded {
+pub fn decode(bytes: &[u8]) -> Decoded<'_> {
     if let Some(rest) = bytes.strip_prefix(b"\xEF\xBB\xBF") {
         return decode_with(rest, encoding_rs::UTF_8, "utf-8 (BOM)");
     }
@@ -30,18 +33,18 @@ pub fn decode(bytes: &[u8]) -> Decoded {
     }
 }
 
-fn decode_with(bytes: &[u8], encoding: &'static Encoding, label: &str) -> Decoded {
+fn decode_with<'a>(bytes: &'a [u8], encoding: &'static Encoding, label: &str) -> Decoded<'a> {
     if encoding == encoding_rs::UTF_8 {
         if let Ok(text) = std::str::from_utf8(bytes) {
             return Decoded {
-                text: text.to_owned(),
+                text: Cow::Borrowed(text),
                 lossy: None,
             };
         }
     }
     let (text, had_errors) = encoding.decode_without_bom_handling(bytes);
     Decoded {
-        text: text.into_owned(),
+        text,
         lossy: had_errors.then(|| format!("bytes invalid in {label} were replaced")),
     }
 }
