@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::cache::SummaryCache;
 use crate::dists::DistIndex;

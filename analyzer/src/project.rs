@@ -3,7 +3,7 @@
 //! A wave reads, hashes and summarises files on all cores (or takes the summary from the cache),
 //! then resolves their imports; local modules found that way form the next wave.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -106,12 +106,12 @@ impl Project {
             modules: Vec::new(),
             warnings,
             resolver,
-            by_path: HashMap::new(),
+            by_path: HashMap::default(),
             cache,
             cwd: std::env::current_dir().unwrap_or_default(),
             parsed: 0,
-            preparsed: HashMap::new(),
-            resolved_edges: HashMap::new(),
+            preparsed: HashMap::default(),
+            resolved_edges: HashMap::default(),
             progress: None,
         }
     }

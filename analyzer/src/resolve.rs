@@ -5,7 +5,7 @@
 //! namespace portions, and namespace packages are searched per submodule across all portions,
 //! so `google.protobuf` and `google.api_core` land in different distributions.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -74,9 +74,9 @@ impl Resolver {
             stdlib_dirs: stdlib_dirs.to_vec(),
             builtins,
             extension_suffixes,
-            listings: HashMap::new(),
+            listings: HashMap::default(),
             listed: Vec::new(),
-            resolved: HashMap::new(),
+            resolved: HashMap::default(),
         }
     }
 
@@ -255,7 +255,7 @@ impl Resolver {
         if let Some(listing) = self.listings.get(dir) {
             return listing.clone();
         }
-        let mut entries = HashMap::new();
+        let mut entries = HashMap::default();
         self.listed
             .push((dir.to_path_buf(), crate::results::Stamp::of(dir)));
         if let Ok(read) = std::fs::read_dir(dir) {
