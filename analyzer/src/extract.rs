@@ -735,7 +735,30 @@ impl<'a> Extractor<'a> {
             }
             binding_offsets.push(next as u32);
         }
-        let bindings: Vec<Binding> = bindings.into_iter().map(|(_, binding)| binding).collect();
+        let mut bindings: Vec<Binding> =
+            bindings.into_iter().map(|(_, binding)| binding).collect();
+        // A read of a name no module-level statement binds (a builtin, a typo) leads nowhere,
+        // unless a star import may provide it: drop those reads now rather than follow them
+        // in every closure that passes here.
+        let star = order.binary_search_by(|&old| self.names[old as usize].as_str().cmp("*"));
+        let star_bound = star.is_ok_and(|new| binding_offsets[new] < binding_offsets[new + 1]);
+        if !star_bound {
+            let bound = |name: &NameId| {
+                binding_offsets[*name as usize] < binding_offsets[*name as usize + 1]
+            };
+            for scope in &mut self.scopes {
+                scope.free_names.retain(bound);
+                scope.free_names.shrink_to_fit();
+                scope.definition_reads.retain(bound);
+                scope.definition_reads.shrink_to_fit();
+            }
+            for binding in &mut bindings {
+                if let Binding::Value { reads, .. } = binding {
+                    reads.retain(bound);
+                    reads.shrink_to_fit();
+                }
+            }
+        }
         for scope in &mut self.scopes {
             scope.children.shrink_to_fit();
             scope.imports.shrink_to_fit();
