@@ -249,11 +249,14 @@ pub struct AnalyzeArgs {
     #[arg(long)]
     pub strict: bool,
 
-    /// Parse every file again instead of using the per-file summary cache.
+    /// Use no cache: parse every file and compute every closure again.
+    ///
+    /// By default, per-file parse results are cached by content hash, and compact JSON output
+    /// is stored per request and replayed while nothing it depends on has changed.
     #[arg(long)]
     pub no_cache: bool,
 
-    /// Where the summary cache lives (default: $LFM_CACHE_DIR, $XDG_CACHE_HOME/lfm or ~/.cache/lfm).
+    /// Where the caches live (default: $LFM_CACHE_DIR, $XDG_CACHE_HOME/lfm or ~/.cache/lfm).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
 
