@@ -156,11 +156,8 @@ pub fn write_target_json(target: &TargetSpec, out: &mut Vec<u8>) {
     json_str(out, &target.file);
     out.extend_from_slice(b",\"line\":");
     json_u32(out, target.line);
-    out.extend_from_slice(b",\"modules\":[");
-    for (index, module) in target.modules.iter().enumerate() {
-        if index > 0 {
-            out.push(b',');
-        }
+    out.extend_from_slice(b",\"modules\":");
+    json_array(out, &target.modules, |out, module| {
         out.extend_from_slice(b"{\"name\":");
         json_str(out, &module.name);
         out.extend_from_slice(b",\"kind\":");
@@ -183,16 +180,13 @@ pub fn write_target_json(target: &TargetSpec, out: &mut Vec<u8>) {
         out.extend_from_slice(b",\"optional\":");
         json_bool(out, module.optional);
         out.extend_from_slice(b",\"contexts\":");
-        json_str_list(out, &module.contexts);
+        json_array(out, &module.contexts, |out, context| json_str(out, context));
         out.extend_from_slice(b",\"reason\":");
         json_reason(out, &module.reason);
         out.push(b'}');
-    }
-    out.extend_from_slice(b"],\"distributions\":[");
-    for (index, dist) in target.distributions.iter().enumerate() {
-        if index > 0 {
-            out.push(b',');
-        }
+    });
+    out.extend_from_slice(b",\"distributions\":");
+    json_array(out, &target.distributions, |out, dist| {
         out.extend_from_slice(b"{\"name\":");
         json_str(out, &dist.name);
         out.extend_from_slice(b",\"version\":");
@@ -206,14 +200,11 @@ pub fn write_target_json(target: &TargetSpec, out: &mut Vec<u8>) {
             json_str(out, conda_name);
         }
         out.extend_from_slice(b",\"reason\":");
-        json_str_list(out, &dist.reason);
+        json_array(out, &dist.reason, |out, step| json_str(out, step));
         out.push(b'}');
-    }
-    out.extend_from_slice(b"],\"missing\":[");
-    for (index, missing) in target.missing.iter().enumerate() {
-        if index > 0 {
-            out.push(b',');
-        }
+    });
+    out.extend_from_slice(b",\"missing\":");
+    json_array(out, &target.missing, |out, missing| {
         out.extend_from_slice(b"{\"name\":");
         json_str(out, &missing.name);
         out.extend_from_slice(b",\"optional\":");
@@ -221,23 +212,17 @@ pub fn write_target_json(target: &TargetSpec, out: &mut Vec<u8>) {
         out.extend_from_slice(b",\"reason\":");
         json_reason(out, &missing.reason);
         out.push(b'}');
-    }
-    out.extend_from_slice(b"],\"missing_distributions\":[");
-    for (index, missing) in target.missing_distributions.iter().enumerate() {
-        if index > 0 {
-            out.push(b',');
-        }
+    });
+    out.extend_from_slice(b",\"missing_distributions\":");
+    json_array(out, &target.missing_distributions, |out, missing| {
         out.extend_from_slice(b"{\"name\":");
         json_str(out, &missing.name);
         out.extend_from_slice(b",\"required_by\":");
-        json_str_list(out, &missing.required_by);
+        json_array(out, &missing.required_by, |out, step| json_str(out, step));
         out.push(b'}');
-    }
-    out.extend_from_slice(b"],\"warnings\":[");
-    for (index, warning) in target.warnings.iter().enumerate() {
-        if index > 0 {
-            out.push(b',');
-        }
+    });
+    out.extend_from_slice(b",\"warnings\":");
+    json_array(out, &target.warnings, |out, warning| {
         out.extend_from_slice(b"{\"file\":");
         json_str(out, &warning.file);
         out.extend_from_slice(b",\"line\":");
@@ -245,8 +230,8 @@ pub fn write_target_json(target: &TargetSpec, out: &mut Vec<u8>) {
         out.extend_from_slice(b",\"message\":");
         json_str(out, &warning.message);
         out.push(b'}');
-    }
-    out.extend_from_slice(b"]}");
+    });
+    out.push(b'}');
 }
 
 fn json_reason(out: &mut Vec<u8>, reason: &Reason) {
@@ -255,17 +240,17 @@ fn json_reason(out: &mut Vec<u8>, reason: &Reason) {
     out.extend_from_slice(b",\"line\":");
     json_u32(out, reason.line);
     out.extend_from_slice(b",\"chain\":");
-    json_str_list(out, &reason.chain);
+    json_array(out, &reason.chain, |out, step| json_str(out, step));
     out.push(b'}');
 }
 
-fn json_str_list(out: &mut Vec<u8>, items: &[String]) {
+fn json_array<T>(out: &mut Vec<u8>, items: &[T], mut write: impl FnMut(&mut Vec<u8>, &T)) {
     out.push(b'[');
     for (index, item) in items.iter().enumerate() {
         if index > 0 {
             out.push(b',');
         }
-        json_str(out, item);
+        write(out, item);
     }
     out.push(b']');
 }
