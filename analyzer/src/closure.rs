@@ -140,11 +140,21 @@ impl<'p> Chain<'p> {
         }
     }
 
-    fn to_vec(&self) -> Vec<String> {
+    fn len(&self) -> usize {
+        let mut length = 0;
+        let mut cursor = &self.0;
+        while let Some(link) = cursor {
+            length += 1;
+            cursor = &link.parent.0;
+        }
+        length
+    }
+
+    fn to_steps(&self) -> Vec<&'p str> {
         let mut out = Vec::new();
         let mut cursor = &self.0;
         while let Some(link) = cursor {
-            out.push(link.name.to_string());
+            out.push(link.name);
             cursor = &link.parent.0;
         }
         out.reverse();
@@ -182,37 +192,111 @@ enum Work<'p> {
     },
 }
 
+/// A reason while walking: borrowed from the summaries, turned into a [`Reason`] only for
+/// the output (most walks reach the same modules many times over).
+#[derive(Clone)]
+struct Why<'p> {
+    file: &'p str,
+    line: u32,
+    chain: Vec<&'p str>,
+}
+
+impl Why<'_> {
+    fn to_reason(&self) -> Reason {
+        Reason {
+            file: self.file.to_string(),
+            line: self.line,
+            chain: self.chain.iter().map(|step| step.to_string()).collect(),
+        }
+    }
+}
+
+struct Missed<'p> {
+    optional: bool,
+    reason: Why<'p>,
+}
+
+/// Edge contexts as bits (bit i is entry i, see `edge_contexts`), in the order the Spec lists
+/// them (alphabetical).
+const CONTEXTS: [&str; 5] = ["conditional", "dynamic", "in-function", "optional", "top-level"];
+
 struct Reached<'p> {
     kind: ModuleKind,
     file: Option<&'p str>,
     owner: Option<&'p Owner>,
     required: bool,
-    contexts: BTreeSet<&'static str>,
-    reason: Reason,
+    /// Union of the contexts of the edges that reached it ([`CONTEXTS`] bits).
+    contexts: u8,
+    reason: Why<'p>,
+    /// The reason came from a merged module closure: a shorter chain found later replaces it
+    /// (a walk finds shortest chains first; a merge takes a whole module's closure at once).
+    merged: bool,
 }
 
-struct Walk<'p> {
+/// The whole-module closure of one local module (what importing it brings in), computed once
+/// per run and merged into every closure that imports the module, instead of walking its
+/// imports again for each of them. Chains are relative to the module.
+struct ModuleMemo<'p> {
+    reached: BTreeMap<&'p str, Reached<'p>>,
+    missing: BTreeMap<&'p str, Missed<'p>>,
+    local_modules: BTreeSet<u32>,
+}
+
+/// Whole-module closures, filled on first use by whichever thread needs one first.
+pub struct ModuleMemos<'p> {
     project: &'p Project,
+    memos: Vec<std::sync::OnceLock<ModuleMemo<'p>>>,
+}
+
+impl<'p> ModuleMemos<'p> {
+    pub fn new(project: &'p Project) -> ModuleMemos<'p> {
+        ModuleMemos {
+            project,
+            memos: (0..project.modules.len())
+                .map(|_| std::sync::OnceLock::new())
+                .collect(),
+        }
+    }
+
+    fn get(&self, module: u32) -> &ModuleMemo<'p> {
+        self.memos[module as usize].get_or_init(|| {
+            // A plain walk (no memos inside: import cycles would make them wait on themselves).
+            let mut walk = Walk::new(self.project, None);
+            walk.enqueue(Work::Module {
+                module,
+                chain: Chain::default(),
+                optional: false,
+            });
+            walk.run();
+            ModuleMemo {
+                reached: walk.reached,
+                missing: walk.missing,
+                local_modules: walk.local_modules,
+            }
+        })
+    }
+}
+
+struct Walk<'p, 'm> {
+    project: &'p Project,
+    memos: Option<&'m ModuleMemos<'p>>,
     queue: VecDeque<Work<'p>>,
     seen: HashSet<(u8, u32, u32, bool)>,
     seen_names: HashSet<(u32, NameId, bool)>,
     reached: BTreeMap<&'p str, Reached<'p>>,
-    missing: BTreeMap<&'p str, MissingModule>,
+    missing: BTreeMap<&'p str, Missed<'p>>,
     local_modules: BTreeSet<u32>,
 }
 
 /// The closure of module `module`, or of the def/class `scope` inside it.
-pub fn target_closure(project: &Project, module: u32, scope: Option<u32>) -> TargetSpec {
+pub fn target_closure<'p>(
+    project: &'p Project,
+    memos: &ModuleMemos<'p>,
+    module: u32,
+    scope: Option<u32>,
+) -> TargetSpec {
     let loaded = &project.modules[module as usize];
-    let mut walk = Walk {
-        project,
-        queue: VecDeque::new(),
-        seen: HashSet::default(),
-        seen_names: HashSet::default(),
-        reached: BTreeMap::new(),
-        missing: BTreeMap::new(),
-        local_modules: BTreeSet::new(),
-    };
+    let mut walk = Walk::new(project, Some(memos));
     let (target, kind, line) = match scope {
         None => {
             let chain = Chain::of(&loaded.name);
@@ -265,7 +349,60 @@ pub fn target_closure(project: &Project, module: u32, scope: Option<u32>) -> Tar
     walk.into_spec(target, kind, module, line)
 }
 
-impl<'p> Walk<'p> {
+impl<'p, 'm> Walk<'p, 'm> {
+    fn new(project: &'p Project, memos: Option<&'m ModuleMemos<'p>>) -> Walk<'p, 'm> {
+        Walk {
+            project,
+            memos,
+            queue: VecDeque::new(),
+            seen: HashSet::default(),
+            seen_names: HashSet::default(),
+            reached: BTreeMap::new(),
+            missing: BTreeMap::new(),
+            local_modules: BTreeSet::new(),
+        }
+    }
+
+    /// Take in a local module's whole-module closure, reached through `chain`: what was not
+    /// reached yet keeps the module's reasons, prefixed by the chain.
+    fn merge_module(&mut self, memo: &ModuleMemo<'p>, chain: &Chain<'p>, optional: bool) {
+        let prefix = chain.to_steps();
+        let prefixed = |reason: &Why<'p>| Why {
+            file: reason.file,
+            line: reason.line,
+            chain: prefix.iter().chain(&reason.chain).copied().collect(),
+        };
+        for (&name, theirs) in &memo.reached {
+            let ours = self.reached.entry(name).or_insert_with(|| Reached {
+                kind: theirs.kind,
+                file: theirs.file,
+                owner: theirs.owner,
+                required: false,
+                contexts: 0,
+                reason: prefixed(&theirs.reason),
+                merged: true,
+            });
+            if prefix.len() + theirs.reason.chain.len() < ours.reason.chain.len() {
+                ours.reason = prefixed(&theirs.reason);
+                ours.merged = true;
+            }
+            ours.required |= theirs.required && !optional;
+            ours.contexts |= theirs.contexts;
+        }
+        for (&name, theirs) in &memo.missing {
+            let ours = self.missing.entry(name).or_insert_with(|| Missed {
+                optional: true,
+                reason: prefixed(&theirs.reason),
+            });
+            ours.optional &= theirs.optional || optional;
+        }
+        for &local in &memo.local_modules {
+            self.local_modules.insert(local);
+            // Covered now: a later import of it through this walk adds nothing.
+            self.seen.insert((0, local, 0, optional));
+        }
+    }
+
     fn summary(&self, module: u32) -> &'p ModuleSummary {
         let project: &'p Project = self.project;
         &project.modules[module as usize].summary
@@ -310,6 +447,10 @@ impl<'p> Walk<'p> {
                     chain,
                     optional,
                 } => {
+                    if let Some(memos) = self.memos {
+                        self.merge_module(memos.get(module), &chain, optional);
+                        continue;
+                    }
                     let summary = self.summary(module);
                     for (index, edge) in summary.imports.iter().enumerate() {
                         self.add_edge(module, index, edge, &chain, optional);
@@ -454,10 +595,10 @@ impl<'p> Walk<'p> {
         let Some(targets) = loaded.targets.get(index) else {
             return;
         };
-        let reason = || Reason {
-            file: loaded.display.clone(),
+        let reason = || Why {
+            file: loaded.display.as_str(),
             line: edge.line,
-            chain: chain.to_vec(),
+            chain: chain.to_steps(),
         };
         for target in targets.iter() {
             let (name, kind, file, owner): (&'p str, _, Option<&'p str>, Option<&'p Owner>) =
@@ -491,8 +632,7 @@ impl<'p> Walk<'p> {
                         Some(owner),
                     ),
                     EdgeTarget::Missing(name) => {
-                        let entry = self.missing.entry(name).or_insert_with(|| MissingModule {
-                            name: name.clone(),
+                        let entry = self.missing.entry(name).or_insert_with(|| Missed {
                             optional,
                             reason: reason(),
                         });
@@ -505,11 +645,16 @@ impl<'p> Walk<'p> {
                 file,
                 owner,
                 required: false,
-                contexts: BTreeSet::new(),
+                contexts: 0,
                 reason: reason(),
+                merged: false,
             });
+            if entry.merged && chain.len() < entry.reason.chain.len() {
+                entry.reason = reason();
+                entry.merged = false;
+            }
             entry.required |= !optional;
-            entry.contexts.extend(edge_contexts(edge));
+            entry.contexts |= edge_contexts(edge);
         }
     }
 
@@ -535,7 +680,7 @@ impl<'p> Walk<'p> {
                             .map(|&i| project.dists.dists[i as usize].name.as_str())
                             .collect();
                         warnings.push(Warning {
-                            file: reached.reason.file.clone(),
+                            file: reached.reason.file.to_string(),
                             line: reached.reason.line,
                             message: format!(
                                 "module {name} is provided by several distributions ({}); none was chosen",
@@ -544,7 +689,7 @@ impl<'p> Walk<'p> {
                         });
                     }
                     Owner::Unknown => warnings.push(Warning {
-                        file: reached.reason.file.clone(),
+                        file: reached.reason.file.to_string(),
                         line: reached.reason.line,
                         message: format!(
                             "module {name} ({}) is not listed by any installed distribution",
@@ -559,8 +704,13 @@ impl<'p> Walk<'p> {
                 file: reached.file.map(str::to_string),
                 distribution,
                 optional: !reached.required,
-                contexts: reached.contexts.into_iter().map(String::from).collect(),
-                reason: reached.reason,
+                contexts: CONTEXTS
+                    .iter()
+                    .enumerate()
+                    .filter(|(bit, _)| reached.contexts & (1 << bit) != 0)
+                    .map(|(_, context)| context.to_string())
+                    .collect(),
+                reason: reached.reason.to_reason(),
             });
         }
         modules.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
@@ -648,28 +798,37 @@ impl<'p> Walk<'p> {
             line,
             modules,
             distributions,
-            missing: self.missing.into_values().collect(),
+            missing: self
+                .missing
+                .into_iter()
+                .map(|(name, missed)| MissingModule {
+                    name: name.to_string(),
+                    optional: missed.optional,
+                    reason: missed.reason.to_reason(),
+                })
+                .collect(),
             missing_distributions,
             warnings,
         }
     }
 }
 
-fn edge_contexts(edge: &ImportEdge) -> Vec<&'static str> {
+fn edge_contexts(edge: &ImportEdge) -> u8 {
+    const CONDITIONAL: u8 = 1 << 0;
+    const DYNAMIC: u8 = 1 << 1;
+    const IN_FUNCTION: u8 = 1 << 2;
+    const OPTIONAL: u8 = 1 << 3;
+    const TOP_LEVEL: u8 = 1 << 4;
     let c = edge.context;
-    let mut out = vec![if c.in_function {
-        "in-function"
-    } else {
-        "top-level"
-    }];
+    let mut bits = if c.in_function { IN_FUNCTION } else { TOP_LEVEL };
     if c.conditional {
-        out.push("conditional");
+        bits |= CONDITIONAL;
     }
     if c.optional {
-        out.push("optional");
+        bits |= OPTIONAL;
     }
     if c.dynamic {
-        out.push("dynamic");
+        bits |= DYNAMIC;
     }
-    out
+    bits
 }

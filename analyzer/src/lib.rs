@@ -198,10 +198,11 @@ impl Analysis {
         map: impl Fn(spec::TargetSpec) -> T + Sync,
         mut sink: impl FnMut(Vec<T>) -> Result<(), E>,
     ) -> Result<(), E> {
+        let memos = closure::ModuleMemos::new(&self.project);
         for jobs in self.jobs.chunks(chunk.max(1)) {
             let mapped: Vec<T> = jobs
                 .par_iter()
-                .map(|&(id, scope)| map(closure::target_closure(&self.project, id, scope)))
+                .map(|&(id, scope)| map(closure::target_closure(&self.project, &memos, id, scope)))
                 .collect();
             sink(mapped)?;
         }
