@@ -246,19 +246,36 @@ struct ModuleMemo<'p> {
 pub struct ModuleMemos<'p> {
     project: &'p Project,
     memos: Vec<std::sync::OnceLock<ModuleMemo<'p>>>,
+    /// Modules some local module imports: only their closures can be used more than once
+    /// (others are only their own module target), so only theirs are kept.
+    imported: Vec<bool>,
 }
 
 impl<'p> ModuleMemos<'p> {
     pub fn new(project: &'p Project) -> ModuleMemos<'p> {
+        let mut imported = vec![false; project.modules.len()];
+        for loaded in &project.modules {
+            for target in loaded.targets.iter().flat_map(|targets| targets.iter()) {
+                if let EdgeTarget::Local(id) = target {
+                    imported[*id as usize] = true;
+                }
+            }
+        }
         ModuleMemos {
             project,
             memos: (0..project.modules.len())
                 .map(|_| std::sync::OnceLock::new())
                 .collect(),
+            imported,
         }
     }
 
-    fn get(&self, module: u32) -> &ModuleMemo<'p> {
+    /// The whole-module closure of `module`, when it is worth keeping.
+    fn get(&self, module: u32) -> Option<&ModuleMemo<'p>> {
+        self.imported[module as usize].then(|| self.computed(module))
+    }
+
+    fn computed(&self, module: u32) -> &ModuleMemo<'p> {
         self.memos[module as usize].get_or_init(|| {
             // A plain walk (no memos inside: import cycles would make them wait on themselves).
             let mut walk = Walk::new(self.project, None);
@@ -447,8 +464,8 @@ impl<'p, 'm> Walk<'p, 'm> {
                     chain,
                     optional,
                 } => {
-                    if let Some(memos) = self.memos {
-                        self.merge_module(memos.get(module), &chain, optional);
+                    if let Some(memo) = self.memos.and_then(|memos| memos.get(module)) {
+                        self.merge_module(memo, &chain, optional);
                         continue;
                     }
                     let summary = self.summary(module);
