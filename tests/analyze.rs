@@ -285,7 +285,11 @@ fn stored_results_are_replayed_only_while_nothing_they_depend_on_changed() {
     let cache = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
     let file = project.path().join("job.py");
-    std::fs::write(&file, "import csv\n\ndef f():\n    return helper.x\n\nimport helper\n").unwrap();
+    std::fs::write(
+        &file,
+        "import csv\n\ndef f():\n    return helper.x\n\nimport helper\n",
+    )
+    .unwrap();
     std::fs::write(project.path().join("helper.py"), "import json\nx = 1\n").unwrap();
     let tree = project.path().to_str().unwrap().to_string();
     // Returns (the Spec, whether the stored result was reused).
@@ -297,10 +301,17 @@ fn stored_results_are_replayed_only_while_nothing_they_depend_on_changed() {
             .env("LFM_TIMINGS", "1")
             .output()
             .unwrap();
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         let stderr = String::from_utf8_lossy(&output.stderr);
         let spec: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-        (spec, stderr.contains("stored result of this request was reused"))
+        (
+            spec,
+            stderr.contains("stored result of this request was reused"),
+        )
     };
     let (fresh, reused) = run();
     assert!(!reused);

@@ -189,18 +189,27 @@ mod tests {
         assert!(holds(&SummaryCache::open(dir.path()), &stale));
         run_using(dir.path(), &used, KEPT_GENERATIONS);
         let cache = SummaryCache::open(dir.path());
-        assert!(!holds(&cache, &stale), "unused for more than the kept generations");
+        assert!(
+            !holds(&cache, &stale),
+            "unused for more than the kept generations"
+        );
         assert!(holds(&cache, &used));
     }
 
     #[test]
     fn a_cache_file_of_another_layout_is_ignored() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("analyze-summaries.bin"), b"not a cache at all").unwrap();
+        std::fs::write(
+            dir.path().join("analyze-summaries.bin"),
+            b"not a cache at all",
+        )
+        .unwrap();
         let cache = SummaryCache::open(dir.path());
         assert!(cache.get(&SummaryCache::key(b"x")).is_none());
         cache.insert(SummaryCache::key(b"x"), summary_named("x"));
         cache.save().unwrap();
-        assert!(SummaryCache::open(dir.path()).get(&SummaryCache::key(b"x")).is_some());
+        assert!(SummaryCache::open(dir.path())
+            .get(&SummaryCache::key(b"x"))
+            .is_some());
     }
 }

@@ -218,7 +218,13 @@ struct Missed<'p> {
 
 /// Edge contexts as bits (bit i is entry i, see `edge_contexts`), in the order the Spec lists
 /// them (alphabetical).
-const CONTEXTS: [&str; 5] = ["conditional", "dynamic", "in-function", "optional", "top-level"];
+const CONTEXTS: [&str; 5] = [
+    "conditional",
+    "dynamic",
+    "in-function",
+    "optional",
+    "top-level",
+];
 
 struct Reached<'p> {
     kind: ModuleKind,
@@ -837,7 +843,11 @@ fn edge_contexts(edge: &ImportEdge) -> u8 {
     const OPTIONAL: u8 = 1 << 3;
     const TOP_LEVEL: u8 = 1 << 4;
     let c = edge.context;
-    let mut bits = if c.in_function { IN_FUNCTION } else { TOP_LEVEL };
+    let mut bits = if c.in_function {
+        IN_FUNCTION
+    } else {
+        TOP_LEVEL
+    };
     if c.conditional {
         bits |= CONDITIONAL;
     }

@@ -735,8 +735,7 @@ impl<'a> Extractor<'a> {
             }
             binding_offsets.push(next as u32);
         }
-        let mut bindings: Vec<Binding> =
-            bindings.into_iter().map(|(_, binding)| binding).collect();
+        let mut bindings: Vec<Binding> = bindings.into_iter().map(|(_, binding)| binding).collect();
         // A read of a name no module-level statement binds (a builtin, a typo) leads nowhere,
         // unless a star import may provide it: drop those reads now rather than follow them
         // in every closure that passes here.

@@ -124,6 +124,8 @@ pub struct Analysis {
     pub timings: Vec<(&'static str, std::time::Duration)>,
     env_key: [u8; 32],
     located: Vec<PathBuf>,
+    /// Why a stored result was not reused, when one was looked for.
+    pub results_miss: Option<String>,
     /// (module, scope) pairs in output order; `None` is the module itself.
     jobs: Vec<(u32, Option<u32>)>,
 }
@@ -213,7 +215,7 @@ impl Analysis {
 /// Locate the targets, parse every file they reach and resolve every import.
 pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, AnalyzeError> {
     match prepare_or_reuse(targets, options, None)? {
-        Prepared::Fresh(analysis) => Ok(analysis),
+        Prepared::Fresh(analysis) => Ok(*analysis),
         Prepared::Reused(_) => unreachable!("no results cache was given"),
     }
 }
@@ -221,7 +223,7 @@ pub fn prepare(targets: &[String], options: &Options) -> Result<Analysis, Analyz
 /// What [`prepare_or_reuse`] found.
 pub enum Prepared {
     /// Nothing reusable: the analysis, ready to compute closures.
-    Fresh(Analysis),
+    Fresh(Box<Analysis>),
     /// The stored result of this same request, every input of which is unchanged.
     Reused(results::Hit),
 }
@@ -264,14 +266,16 @@ pub fn prepare_or_reuse(
             .map(|path| (path.clone(), project::read_and_summarize(path, cache)))
             .collect()
     };
+    let mut results_miss = None;
     let (environment, cache, preparsed) = match reuse {
         // A stored result needs only the environment to be checked, so ask it first; the
         // summary cache is opened only when the result cannot be reused.
         Some((results, request)) => {
             let (interpreter, dists) = ask_environment()?;
             let env_key = environment_key(&interpreter, &dists);
-            if let Some(hit) = results.lookup(request, &env_key, &located_description) {
-                return Ok(Prepared::Reused(hit));
+            match results.lookup(request, &env_key, &located_description) {
+                Ok(hit) => return Ok(Prepared::Reused(hit)),
+                Err(why) => results_miss = Some(why),
             }
             timings.push(("look for a stored result", started.elapsed()));
             let cache = options.cache_dir.as_deref().map(SummaryCache::open);
@@ -366,13 +370,14 @@ pub fn prepare_or_reuse(
         }
     }
     timings.push(("resolve imports", started.elapsed()));
-    Ok(Prepared::Fresh(Analysis {
+    Ok(Prepared::Fresh(Box::new(Analysis {
         project,
         jobs,
         timings,
         env_key,
         located: located_description,
-    }))
+        results_miss,
+    })))
 }
 
 /// Find a target's files. Needs no interpreter: a dotted target must name a source file, so
@@ -507,8 +512,14 @@ fn environment_key(interpreter: &Interpreter, dists: &DistIndex) -> [u8; 32] {
             let mut hasher = blake3::Hasher::new();
             field(&mut hasher, dist.name.as_bytes());
             field(&mut hasher, dist.version.as_bytes());
-            field(&mut hasher, dist.metadata_path.as_os_str().as_encoded_bytes());
-            field(&mut hasher, dist.conda_name.as_deref().unwrap_or("").as_bytes());
+            field(
+                &mut hasher,
+                dist.metadata_path.as_os_str().as_encoded_bytes(),
+            );
+            field(
+                &mut hasher,
+                dist.conda_name.as_deref().unwrap_or("").as_bytes(),
+            );
             for requirement in &dist.requires {
                 field(&mut hasher, requirement.as_bytes());
             }

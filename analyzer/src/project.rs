@@ -407,7 +407,11 @@ pub fn read_and_summarize(path: &Path, cache: Option<&SummaryCache>) -> Summariz
         _ => match std::fs::read(path) {
             Ok(bytes) => bytes,
             Err(error) => {
-                return (Arc::default(), Some(format!("could not read: {error}")), stamp)
+                return (
+                    Arc::default(),
+                    Some(format!("could not read: {error}")),
+                    stamp,
+                )
             }
         },
     };

@@ -40,7 +40,9 @@ pub struct Stamp {
 
 impl Stamp {
     pub fn of(path: &Path) -> Option<Stamp> {
-        std::fs::metadata(path).ok().map(|meta| Stamp::from_metadata(&meta))
+        std::fs::metadata(path)
+            .ok()
+            .map(|meta| Stamp::from_metadata(&meta))
     }
 
     pub fn from_metadata(meta: &std::fs::Metadata) -> Stamp {
@@ -107,34 +109,35 @@ impl ResultsCache {
         self.dir.join(format!("{}.bin", request.0))
     }
 
-    /// The stored result for `request`, if every input it was computed from is unchanged.
-    /// `env_key` and `located` are the current ones; files and directories are stat'ed here.
-    pub fn lookup(&self, request: &RequestKey, env_key: &[u8; 32], located: &[PathBuf]) -> Option<Hit> {
+    /// The stored result for `request`, if every input it was computed from is unchanged;
+    /// otherwise why not. `env_key` and `located` are the current ones; files and directories
+    /// are stat'ed here.
+    pub fn lookup(
+        &self,
+        request: &RequestKey,
+        env_key: &[u8; 32],
+        located: &[PathBuf],
+    ) -> Result<Hit, String> {
         let path = self.entry_path(request);
-        let mut file = std::fs::File::open(&path).ok()?;
+        let mut file = std::fs::File::open(&path).map_err(|_| "nothing stored".to_string())?;
         let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).ok()?;
-        let header_len = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?) as usize;
-        let header: Header = bincode::deserialize(bytes.get(8..8usize.checked_add(header_len)?)?).ok()?;
-        let inputs = &header.inputs;
-        let unchanged = header.layout == LAYOUT
-            && &inputs.env_key == env_key
-            && inputs.located == located
-            && inputs
-                .files
-                .iter()
-                .chain(&inputs.dirs)
-                .all(|(path, stamp)| Stamp::of(path) == *stamp);
-        if !unchanged {
-            if std::env::var_os("LFM_TIMINGS").is_some() {
-                eprintln!("results cache: {} changed", changed_input(&header, env_key, located));
-            }
-            return None;
+        file.read_to_end(&mut bytes)
+            .map_err(|error| format!("unreadable: {error}"))?;
+        let header = bytes
+            .get(..8)
+            .and_then(|len| Some(u64::from_le_bytes(len.try_into().ok()?) as usize))
+            .and_then(|len| Some((len, bytes.get(8..8usize.checked_add(len)?)?)))
+            .and_then(|(len, header)| Some((len, bincode::deserialize::<Header>(header).ok()?)));
+        let Some((header_len, header)) = header else {
+            return Err("damaged entry".to_string());
+        };
+        if let Some(changed) = changed_input(&header, env_key, located) {
+            return Err(format!("{changed} changed"));
         }
         // Recently used entries are the ones eviction keeps.
         let _ = file.set_modified(std::time::SystemTime::now());
         bytes.drain(..8 + header_len);
-        Some(Hit {
+        Ok(Hit {
             outcome: header.outcome,
             compressed: bytes,
         })
@@ -177,11 +180,9 @@ impl ResultWriter {
             outcome,
         })
         .context("serialising the result header")?;
-        let tmp = self
-            .dir
-            .join(format!(".{}.tmp", std::process::id()));
-        let mut file = std::fs::File::create(&tmp)
-            .with_context(|| format!("creating {}", tmp.display()))?;
+        let tmp = self.dir.join(format!(".{}.tmp", std::process::id()));
+        let mut file =
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         file.write_all(&(header.len() as u64).to_le_bytes())
             .and_then(|_| file.write_all(&header))
             .and_then(|_| file.write_all(&compressed))
@@ -193,24 +194,24 @@ impl ResultWriter {
     }
 }
 
-/// The first input that differs, for `LFM_TIMINGS=1` diagnostics.
-fn changed_input(header: &Header, env_key: &[u8; 32], located: &[PathBuf]) -> String {
+/// The first input that differs from when the result was stored, if any.
+fn changed_input(header: &Header, env_key: &[u8; 32], located: &[PathBuf]) -> Option<String> {
     let inputs = &header.inputs;
     if header.layout != LAYOUT {
-        return "the entry layout".into();
+        return Some("the entry layout".into());
     }
     if &inputs.env_key != env_key {
-        return "the environment".into();
+        return Some("the environment".into());
     }
     if inputs.located != located {
-        return "the located files".into();
+        return Some("the located files".into());
     }
-    for (path, stamp) in inputs.files.iter().chain(&inputs.dirs) {
-        if Stamp::of(path) != *stamp {
-            return format!("{}", path.display());
-        }
-    }
-    "nothing".into()
+    inputs
+        .files
+        .iter()
+        .chain(&inputs.dirs)
+        .find(|(path, stamp)| Stamp::of(path) != *stamp)
+        .map(|(path, _)| path.display().to_string())
 }
 
 /// Delete all but the `keep` most recently used entries.
@@ -223,7 +224,7 @@ fn evict(dir: &Path, keep: usize) {
         .filter(|e| e.file_name().to_string_lossy().ends_with(".bin"))
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
         .collect();
-    entries.sort_by(|a, b| b.0.cmp(&a.0));
+    entries.sort_by_key(|entry| std::cmp::Reverse(entry.0));
     for (_, path) in entries.into_iter().skip(keep) {
         let _ = std::fs::remove_file(path);
     }
@@ -283,27 +284,54 @@ mod tests {
         std::fs::write(&file, "import os\n").unwrap();
         let cache = ResultsCache::new(cache_dir.path());
         let request = RequestKey::new(&[b"job.py", b"json"]);
-        store(&cache, &request, inputs(project.path(), &file), "{\"out\":1}\n");
+        store(
+            &cache,
+            &request,
+            inputs(project.path(), &file),
+            "{\"out\":1}\n",
+        );
 
-        let hit = cache.lookup(&request, &[7; 32], &[file.clone()]).expect("unchanged");
+        let hit = cache
+            .lookup(&request, &[7; 32], &[file.clone()])
+            .ok()
+            .expect("unchanged");
         assert_eq!(hit.outcome.warnings, 2);
         assert_eq!(replay(hit), "{\"out\":1}\n");
 
         let other_request = RequestKey::new(&[b"job.py", b"table"]);
-        assert!(cache.lookup(&other_request, &[7; 32], &[file.clone()]).is_none());
-        assert!(cache.lookup(&request, &[8; 32], &[file.clone()]).is_none(), "environment changed");
-        assert!(cache.lookup(&request, &[7; 32], &[]).is_none(), "other files located");
+        assert!(cache
+            .lookup(&other_request, &[7; 32], &[file.clone()])
+            .is_err());
+        let miss = |env: [u8; 32], located: &[PathBuf]| cache.lookup(&request, &env, located).err();
+        assert_eq!(
+            miss([8; 32], &[file.clone()]).unwrap(),
+            "the environment changed"
+        );
+        assert_eq!(miss([7; 32], &[]).unwrap(), "the located files changed");
 
         // A new module where the resolver looked changes the directory's stamp.
         std::thread::sleep(std::time::Duration::from_millis(10));
         std::fs::write(project.path().join("json.py"), "").unwrap();
-        assert!(cache.lookup(&request, &[7; 32], &[file.clone()]).is_none());
-        store(&cache, &request, inputs(project.path(), &file), "{\"out\":2}\n");
-        assert_eq!(replay(cache.lookup(&request, &[7; 32], &[file.clone()]).unwrap()), "{\"out\":2}\n");
+        let why = cache
+            .lookup(&request, &[7; 32], &[file.clone()])
+            .err()
+            .unwrap();
+        assert_eq!(why, format!("{} changed", project.path().display()));
+        store(
+            &cache,
+            &request,
+            inputs(project.path(), &file),
+            "{\"out\":2}\n",
+        );
+        let hit = cache
+            .lookup(&request, &[7; 32], &[file.clone()])
+            .ok()
+            .unwrap();
+        assert_eq!(replay(hit), "{\"out\":2}\n");
 
         // Same length, new content: the stamp (mtime, ctime) still differs.
         std::fs::write(&file, "import re\n").unwrap();
-        assert!(cache.lookup(&request, &[7; 32], &[file.clone()]).is_none());
+        assert!(cache.lookup(&request, &[7; 32], &[file.clone()]).is_err());
     }
 
     #[test]
@@ -329,9 +357,13 @@ mod tests {
         let cache = ResultsCache::new(cache_dir.path());
         let request = RequestKey::new(&[b"x"]);
         std::fs::create_dir_all(cache_dir.path().join("analyze-results")).unwrap();
-        for bytes in [&b""[..], b"\xff\xff\xff\xff\xff\xff\xff\xff", b"\x04\0\0\0\0\0\0\0abcd"] {
+        for bytes in [
+            &b""[..],
+            b"\xff\xff\xff\xff\xff\xff\xff\xff",
+            b"\x04\0\0\0\0\0\0\0abcd",
+        ] {
             std::fs::write(cache.entry_path(&request), bytes).unwrap();
-            assert!(cache.lookup(&request, &[0; 32], &[]).is_none());
+            assert!(cache.lookup(&request, &[0; 32], &[]).is_err());
         }
     }
 }

@@ -281,9 +281,9 @@ fn json_str(out: &mut Vec<u8>, text: &str) {
     out.reserve(bytes.len() + 2);
     out.push(b'"');
     // Nearly every string is clean; a scan without early exit compiles to SIMD compares.
-    let needs_escape = bytes
-        .iter()
-        .fold(false, |any, &b| any | (b < 0x20) | (b == b'"') | (b == b'\\'));
+    let needs_escape = bytes.iter().fold(false, |any, &b| {
+        any | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
     if !needs_escape {
         out.extend_from_slice(bytes);
         out.push(b'"');

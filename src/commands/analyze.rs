@@ -6,8 +6,8 @@ use std::io::{BufWriter, IsTerminal, Write};
 
 use lfm_analyzer::dists::normalize_name;
 use lfm_analyzer::render;
-use lfm_analyzer::spec::{DistributionNeed, ModuleKind, TargetSpec, SPEC_FORMAT};
 use lfm_analyzer::results::{Outcome, RequestKey, ResultWriter, ResultsCache};
+use lfm_analyzer::spec::{DistributionNeed, ModuleKind, TargetSpec, SPEC_FORMAT};
 use lfm_analyzer::{prepare_or_reuse, Analysis, AnalyzeError, Environment, Options, Prepared};
 
 use crate::cli::{AnalyzeArgs, Format};
@@ -41,6 +41,8 @@ pub fn run(args: AnalyzeArgs) -> i32 {
             bar.set_position(done as u64);
         }));
     }
+    // LFM_TIMINGS=1: phase times, memory and cache decisions on stderr (for bench/ work).
+    let show_timings = std::env::var_os("LFM_TIMINGS").is_some();
     let stdout = std::io::stdout();
     let pretty = stdout.is_terminal();
     // Compact JSON (what programs read) of an unchanged request is stored and replayed.
@@ -70,7 +72,7 @@ pub fn run(args: AnalyzeArgs) -> i32 {
             if let Some(bar) = &bar {
                 bar.finish_and_clear();
             }
-            if std::env::var_os("LFM_TIMINGS").is_some() {
+            if show_timings {
                 eprintln!("timing: the stored result of this request was reused");
             }
             let written = hit.write_to(&mut out.out).and_then(|_| out.flush());
@@ -94,9 +96,15 @@ pub fn run(args: AnalyzeArgs) -> i32 {
         }
     };
     let started = std::time::Instant::now();
-    if std::env::var_os("LFM_TIMINGS").is_some() {
+    if show_timings {
+        if let Some(why) = &analysis.results_miss {
+            eprintln!("timing: no stored result reused: {why}");
+        }
         print_memory("after prepare");
-        eprintln!("memory: summaries hold ~{} MiB", analysis.summary_heap_bytes() >> 20);
+        eprintln!(
+            "memory: summaries hold ~{} MiB",
+            analysis.summary_heap_bytes() >> 20
+        );
     }
     if let Some((cache, request)) = &results {
         match cache.writer(request) {
@@ -145,12 +153,15 @@ pub fn run(args: AnalyzeArgs) -> i32 {
             collected.and_then(|_| out.write_all(text.as_bytes()))
         }
     };
-    if std::env::var_os("LFM_TIMINGS").is_some() {
+    if show_timings {
         // Cumulative wall times since prepare() started, then the closures and rendering.
         for (phase, at) in &analysis.timings {
             eprintln!("timing: {:>8.3} s  {phase}", at.as_secs_f64());
         }
-        eprintln!("timing: {:>8.3} s  closures and output", started.elapsed().as_secs_f64());
+        eprintln!(
+            "timing: {:>8.3} s  closures and output",
+            started.elapsed().as_secs_f64()
+        );
         print_memory("at the end");
     }
     let global_warnings = analysis.warnings();
