@@ -23,19 +23,20 @@ FILES=$(find "$SITE" -name '*.py' | wc -l)
 BYTES=$(find "$SITE" -name '*.py' -print0 | du -cb --files0-from=- | tail -1 | cut -f1)
 echo "tree: $SITE ($FILES .py files, $((BYTES / 1048576)) MiB)"
 
-# time_cmd NAME CMD... -> prints "NAME wall_s max_rss_kib", median wall of 3 runs.
-# $BEFORE, when set, is evaluated before each run (untimed).
+# time_cmd NAME CMD... -> prints "NAME wall_s max_rss_kib", the median wall of $RUNS runs
+# (default 5; the VM's timings vary by +-20% from run to run). $BEFORE, when set, is evaluated
+# before each run (untimed).
 time_cmd() {
   local name=$1; shift
-  local walls=() rss=0
-  for _ in 1 2 3; do
+  local walls=() rss=0 runs=${RUNS:-5}
+  for _ in $(seq "$runs"); do
     if [ -n "${BEFORE:-}" ]; then eval "$BEFORE"; fi
     /usr/bin/time -f "%e %M" -o target/bench-time.txt "$@" >/dev/null 2>target/bench-stderr.txt || true
     read -r wall mem < target/bench-time.txt
     walls+=("$wall"); [ "$mem" -gt "$rss" ] && rss=$mem
   done
   local median
-  median=$(printf '%s\n' "${walls[@]}" | sort -n | sed -n 2p)
+  median=$(printf '%s\n' "${walls[@]}" | sort -n | sed -n "$(( (runs + 1) / 2 ))p")
   echo "$name $median $rss"
 }
 CACHE=$(mktemp -d)
@@ -53,8 +54,8 @@ results+=("$(time_cmd lfm-warm "$LFM" analyze --cache-dir "$CACHE" --python "$VE
 # cache, and every closure is computed again.
 results+=("$(BEFORE='echo "import os  # $RANDOM$RANDOM" > "$EDITED"' time_cmd lfm-warm-1-edited "$LFM" analyze --cache-dir "$CACHE" --python "$VENV/bin/python" --format json "$SITE")")
 results+=("$(time_cmd lfm-pandas "$LFM" analyze --no-cache --python "$VENV/bin/python" --format json "$SITE/pandas")")
-results+=("$(time_cmd findimports-pandas "$TOOLS/bin/findimports" "$SITE/pandas")")
-results+=("$(time_cmd pipreqs-pandas "$TOOLS/bin/pipreqs" --use-local --print "$SITE/pandas")")
+results+=("$(RUNS=3 time_cmd findimports-pandas "$TOOLS/bin/findimports" "$SITE/pandas")")
+results+=("$(RUNS=3 time_cmd pipreqs-pandas "$TOOLS/bin/pipreqs" --use-local --print "$SITE/pandas")")
 # A large codebase of the user's own: pandas' sources copied out of the venv, so that every
 # module is local and each function's closure takes in the whole-module closures of the
 # local modules it imports (~30k targets, ~4.9 GB of JSON). No peer computes this.
@@ -62,7 +63,7 @@ LOCAL=target/bench-local-pandas
 if [ ! -d "$LOCAL/pandas" ]; then
   mkdir -p "$LOCAL" && cp -r "$SITE/pandas" "$LOCAL/"
 fi
-results+=("$(time_cmd lfm-local-pandas "$LFM" analyze --no-cache --python "$VENV/bin/python" --format json "$LOCAL")")
+results+=("$(RUNS=3 time_cmd lfm-local-pandas "$LFM" analyze --no-cache --python "$VENV/bin/python" --format json "$LOCAL")")
 rm -rf "$CACHE"
 printf '%s\n' "${results[@]}" | awk '
   { wall[$1]=$2; rss[$1]=$3; printf "%-20s %8.2f s  %8d MiB\n", $1, $2, $3/1024 }
