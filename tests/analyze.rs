@@ -19,6 +19,50 @@ fn imports_inside_a_function_at_any_depth() {
 }
 
 #[test]
+fn a_local_module_closure_shared_between_functions_keeps_the_shortest_reasons() {
+    // a -> b -> c -> json. f imports a and c: json's reason is c's import, reached directly,
+    // not the longer way through a and b; g, through a only, takes the long way.
+    let spec = analyze_json(&["tests/fixtures/shared_module_closures/main.py"]);
+    let reason = |target_name: &str, module_name: &str| {
+        let module = target(&spec, target_name)["modules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == module_name)
+            .unwrap_or_else(|| panic!("{target_name} does not need {module_name}"))
+            .clone();
+        let chain: Vec<String> = module["reason"]["chain"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|step| step.as_str().unwrap().to_string())
+            .collect();
+        (
+            module["reason"]["file"].as_str().unwrap().to_string(),
+            chain,
+        )
+    };
+    let fixture = "tests/fixtures/shared_module_closures";
+    assert_eq!(names(target(&spec, "main:f")), ["a", "b", "c", "json"]);
+    assert_eq!(
+        reason("main:f", "json"),
+        (format!("{fixture}/c.py"), vec!["f".into(), "c".into()])
+    );
+    assert_eq!(
+        reason("main:f", "c"),
+        (format!("{fixture}/main.py"), vec!["f".into()])
+    );
+    assert_eq!(names(target(&spec, "main:g")), ["a", "b", "c", "json"]);
+    assert_eq!(
+        reason("main:g", "json"),
+        (
+            format!("{fixture}/c.py"),
+            vec!["g".into(), "a".into(), "b".into(), "c".into()]
+        )
+    );
+}
+
+#[test]
 fn module_globals_are_followed_to_their_bindings() {
     let spec = analyze_json(&["tests/fixtures/globals/mod.py"]);
     // DERIVED -> SCALE -> decimal; helper() -> json; Model -> Base -> string, Model.fit -> bisect;
