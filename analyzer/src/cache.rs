@@ -20,7 +20,7 @@ use anyhow::{Context, Result};
 use crate::extract::ModuleSummary;
 
 /// Bump when extraction rules change: old entries then simply stop matching.
-const EXTRACTOR_VERSION: &[u8] = b"lfm-extract-6";
+const EXTRACTOR_VERSION: &[u8] = b"lfm-extract-7";
 
 pub type CacheKey = [u8; 32];
 
@@ -156,7 +156,7 @@ mod tests {
 
     fn summary_named(name: &str) -> Arc<ModuleSummary> {
         Arc::new(ModuleSummary {
-            names: vec![name.to_string()],
+            names: crate::extract::NameTable::from_sorted([name]),
             ..ModuleSummary::default()
         })
     }
@@ -169,7 +169,7 @@ mod tests {
     /// One run that uses `used` and writes a generation (it adds something new).
     fn run_using(dir: &Path, used: &CacheKey, run: u32) {
         let cache = SummaryCache::open(dir);
-        assert_eq!(cache.get(used).unwrap().names, ["used"]);
+        assert_eq!(cache.get(used).unwrap().name(0), "used");
         let fresh = SummaryCache::key(format!("fresh {run}").as_bytes());
         cache.insert(fresh, summary_named("fresh"));
         cache.save().unwrap();

@@ -27,7 +27,7 @@ pub struct ModuleSummary {
     pub scopes: Vec<Scope>,
     /// Every name the module reads or binds at any level, sorted and unique, so that id order
     /// is name order.
-    pub names: Vec<String>,
+    pub names: NameTable,
     /// Module-level binding statements grouped by the name they bind (in name order; a name's
     /// statements in source order): those of name `i` are
     /// `bindings[binding_offsets[i]..binding_offsets[i + 1]]`, found without a search.
@@ -106,16 +106,71 @@ pub enum Binding {
     },
 }
 
+/// Sorted, unique names stored end to end in one string: a whole site-packages has ~670k of
+/// them, and a `String` each cost three times their text.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct NameTable {
+    text: String,
+    /// Where each name ends in `text`.
+    ends: Vec<u32>,
+}
+
+impl NameTable {
+    /// `names` must be sorted and unique.
+    pub fn from_sorted<'a>(names: impl IntoIterator<Item = &'a str>) -> NameTable {
+        let mut table = NameTable::default();
+        for name in names {
+            table.text.push_str(name);
+            table.ends.push(table.text.len() as u32);
+        }
+        table.text.shrink_to_fit();
+        table.ends.shrink_to_fit();
+        table
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    pub fn get(&self, id: NameId) -> &str {
+        let end = self.ends[id as usize] as usize;
+        let start = match id {
+            0 => 0,
+            _ => self.ends[id as usize - 1] as usize,
+        };
+        &self.text[start..end]
+    }
+
+    /// The id of `name`, by binary search (the names are sorted).
+    pub fn find(&self, name: &str) -> Option<NameId> {
+        let (mut low, mut high) = (0, self.len());
+        while low < high {
+            let middle = (low + high) / 2;
+            match self.get(middle as NameId).cmp(name) {
+                std::cmp::Ordering::Less => low = middle + 1,
+                std::cmp::Ordering::Greater => high = middle,
+                std::cmp::Ordering::Equal => return Some(middle as NameId),
+            }
+        }
+        None
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.text.capacity() + 4 * self.ends.capacity()
+    }
+}
+
 impl ModuleSummary {
     pub fn name(&self, id: NameId) -> &str {
-        &self.names[id as usize]
+        self.names.get(id)
     }
 
     pub fn name_id(&self, name: &str) -> Option<NameId> {
-        self.names
-            .binary_search_by(|probe| probe.as_str().cmp(name))
-            .ok()
-            .map(|index| index as NameId)
+        self.names.find(name)
     }
 
     /// Roughly the heap bytes this summary holds (capacities, not allocator overhead), for
@@ -125,7 +180,7 @@ impl ModuleSummary {
         let ids = |list: &Vec<u32>| 4 * list.capacity();
         let mut total = self.imports.capacity() * size_of::<ImportEdge>()
             + self.scopes.capacity() * size_of::<Scope>()
-            + self.names.capacity() * size_of::<String>()
+            + self.names.heap_bytes()
             + self.bindings.capacity() * size_of::<Binding>()
             + self.binding_offsets.capacity() * 4;
         for edge in &self.imports {
@@ -138,7 +193,6 @@ impl ModuleSummary {
                 + ids(&scope.definition_reads)
                 + ids(&scope.imports);
         }
-        total += self.names.iter().map(String::capacity).sum::<usize>();
         for binding in &self.bindings {
             if let Binding::Value { reads, edges, .. } = binding {
                 total += ids(reads) + ids(edges);
@@ -764,11 +818,9 @@ impl<'a> Extractor<'a> {
         }
         self.imports.shrink_to_fit();
         self.scopes.shrink_to_fit();
-        let mut names = self.names;
-        let mut sorted_names = Vec::with_capacity(names.len());
-        for &old in &order {
-            sorted_names.push(std::mem::take(&mut names[old as usize]));
-        }
+        let names = &self.names;
+        let sorted_names =
+            NameTable::from_sorted(order.iter().map(|&old| names[old as usize].as_str()));
         ModuleSummary {
             imports: self.imports,
             scopes: self.scopes,
@@ -946,4 +998,24 @@ fn join_relative(package: &str, level: u32, module: &str) -> String {
         parts.push(module);
     }
     parts.join(".")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_table_finds_every_name_and_nothing_else() {
+        let names = ["*", "Model", "_x", "a", "ab", "b", "ébé"];
+        let table = NameTable::from_sorted(names);
+        assert_eq!(table.len(), names.len());
+        for (id, name) in names.iter().enumerate() {
+            assert_eq!(table.get(id as NameId), *name);
+            assert_eq!(table.find(name), Some(id as NameId));
+        }
+        for absent in ["", "A", "aa", "c", "é"] {
+            assert_eq!(table.find(absent), None, "{absent:?}");
+        }
+        assert_eq!(NameTable::default().find("a"), None);
+    }
 }
