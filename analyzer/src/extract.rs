@@ -80,15 +80,16 @@ pub struct Scope {
     pub name: String,
     pub line: u32,
     pub parent: u32,
-    pub children: Vec<u32>,
+    // Boxed slices, not Vecs: a whole tree's scopes stay in memory, and these never grow.
+    pub children: Box<[u32]>,
     /// Names this scope (with everything nested in it, and its decorators, defaults, bases and
     /// annotations) reads but does not bind itself: they resolve to the module's globals.
-    pub free_names: Vec<NameId>,
+    pub free_names: Box<[NameId]>,
     /// Names read when the `def`/`class` statement itself runs: decorators, defaults,
     /// annotations, bases, and for a class its body's own statements (not its methods' bodies).
-    pub definition_reads: Vec<NameId>,
+    pub definition_reads: Box<[NameId]>,
     /// Import edges whose innermost scope is this one.
-    pub imports: Vec<u32>,
+    pub imports: Box<[u32]>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -177,7 +178,7 @@ impl ModuleSummary {
     /// `LFM_TIMINGS=1` memory accounting.
     pub fn approximate_heap_bytes(&self) -> usize {
         use std::mem::size_of;
-        let ids = |list: &Vec<u32>| 4 * list.capacity();
+        let ids = |list: &[u32]| 4 * list.len();
         let mut total = self.imports.capacity() * size_of::<ImportEdge>()
             + self.scopes.capacity() * size_of::<Scope>()
             + self.names.heap_bytes()
@@ -256,6 +257,7 @@ const IMPORT_GUARDS: &[&str] = &[
 /// Name sets use ids in first-seen order while the module is visited; `finish` renumbers them
 /// in name order.
 struct ScopeBuild {
+    children: Vec<u32>,
     loads: HashSet<NameId>,
     binds: HashSet<NameId>,
     globals: HashSet<NameId>,
@@ -331,19 +333,20 @@ impl<'a> Extractor<'a> {
         let id = self.scopes.len() as u32;
         let parent = self.current;
         if id != 0 {
-            self.scopes[parent as usize].children.push(id);
+            self.builds[parent as usize].children.push(id);
         }
         self.scopes.push(Scope {
             kind,
             name,
             line,
             parent,
-            children: Vec::new(),
-            free_names: Vec::new(),
-            definition_reads: Vec::new(),
-            imports: Vec::new(),
+            children: Box::default(),
+            free_names: Box::default(),
+            definition_reads: Box::default(),
+            imports: Box::default(),
         });
         self.builds.push(ScopeBuild {
+            children: Vec::new(),
             loads: HashSet::default(),
             binds: HashSet::default(),
             globals: HashSet::default(),
@@ -722,8 +725,18 @@ impl<'a> Extractor<'a> {
     }
 
     fn finish(mut self) -> ModuleSummary {
+        let mut scope_imports: Vec<Vec<u32>> = vec![Vec::new(); self.scopes.len()];
         for (index, edge) in self.imports.iter().enumerate() {
-            self.scopes[edge.scope as usize].imports.push(index as u32);
+            scope_imports[edge.scope as usize].push(index as u32);
+        }
+        for ((scope, imports), build) in self
+            .scopes
+            .iter_mut()
+            .zip(scope_imports)
+            .zip(&mut self.builds)
+        {
+            scope.imports = imports.into_boxed_slice();
+            scope.children = std::mem::take(&mut build.children).into_boxed_slice();
         }
         // Renumber names in name order: sorted id lists are then sorted name lists, and the
         // closure walk visits names in the same order whatever order the source used them in.
@@ -740,7 +753,7 @@ impl<'a> Extractor<'a> {
         for id in (0..self.scopes.len()).rev() {
             let build = &self.builds[id];
             let mut free = sorted_ids(&build.loads);
-            for &child in &self.scopes[id].children {
+            for &child in self.scopes[id].children.iter() {
                 free.extend(self.scopes[child as usize].free_names.iter().copied());
             }
             let globals = sorted_ids(&build.globals);
@@ -800,10 +813,13 @@ impl<'a> Extractor<'a> {
                 binding_offsets[*name as usize] < binding_offsets[*name as usize + 1]
             };
             for scope in &mut self.scopes {
-                scope.free_names.retain(bound);
-                scope.free_names.shrink_to_fit();
-                scope.definition_reads.retain(bound);
-                scope.definition_reads.shrink_to_fit();
+                scope.free_names = scope.free_names.iter().copied().filter(bound).collect();
+                scope.definition_reads = scope
+                    .definition_reads
+                    .iter()
+                    .copied()
+                    .filter(bound)
+                    .collect();
             }
             for binding in &mut bindings {
                 if let Binding::Value { reads, .. } = binding {
@@ -811,10 +827,6 @@ impl<'a> Extractor<'a> {
                     reads.shrink_to_fit();
                 }
             }
-        }
-        for scope in &mut self.scopes {
-            scope.children.shrink_to_fit();
-            scope.imports.shrink_to_fit();
         }
         self.imports.shrink_to_fit();
         self.scopes.shrink_to_fit();
