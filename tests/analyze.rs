@@ -247,19 +247,7 @@ fn hostile_trees_never_panic() {
         ),
     )
     .unwrap();
-    let output = lfm(&[
-        "analyze",
-        "--no-cache",
-        "--format",
-        "json",
-        root.to_str().unwrap(),
-    ]);
-    assert!(
-        output.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let spec: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let spec = analyze_json(&[root.to_str().unwrap()]);
     assert_eq!(names(target(&spec, "huge")), ["json"]);
 }
 

@@ -194,7 +194,6 @@ enum Work<'p> {
 
 /// A reason while walking: borrowed from the summaries, turned into a [`Reason`] only for
 /// the output (most walks reach the same modules many times over).
-#[derive(Clone)]
 struct Why<'p> {
     file: &'p str,
     line: u32,
@@ -278,11 +277,10 @@ impl<'p> ModuleMemos<'p> {
 
     /// The whole-module closure of `module`, when it is worth keeping.
     fn get(&self, module: u32) -> Option<&ModuleMemo<'p>> {
-        self.imported[module as usize].then(|| self.computed(module))
-    }
-
-    fn computed(&self, module: u32) -> &ModuleMemo<'p> {
-        self.memos[module as usize].get_or_init(|| {
+        if !self.imported[module as usize] {
+            return None;
+        }
+        Some(self.memos[module as usize].get_or_init(|| {
             // A plain walk (no memos inside: import cycles would make them wait on themselves).
             let mut walk = Walk::new(self.project, None);
             walk.enqueue(Work::Module {
@@ -296,7 +294,7 @@ impl<'p> ModuleMemos<'p> {
                 missing: walk.missing,
                 local_modules: walk.local_modules,
             }
-        })
+        }))
     }
 }
 
@@ -462,6 +460,18 @@ impl<'p, 'm> Walk<'p, 'm> {
         }
     }
 
+    fn enqueue_names(&mut self, module: u32, names: &[NameId], chain: &Chain<'p>, optional: bool) {
+        for &name in names {
+            let chain = chain.clone();
+            self.enqueue(Work::Name {
+                module,
+                name,
+                chain,
+                optional,
+            });
+        }
+    }
+
     fn run(&mut self) {
         while let Some(work) = self.queue.pop_front() {
             match work {
@@ -495,14 +505,12 @@ impl<'p, 'm> Walk<'p, 'm> {
                         }
                         stack.extend(inner.children.iter().copied());
                     }
-                    for &name in &summary.scopes[scope as usize].free_names {
-                        self.enqueue(Work::Name {
-                            module,
-                            name,
-                            chain: chain.clone(),
-                            optional,
-                        });
-                    }
+                    self.enqueue_names(
+                        module,
+                        &summary.scopes[scope as usize].free_names,
+                        &chain,
+                        optional,
+                    );
                 }
                 Work::Definition {
                     module,
@@ -519,14 +527,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                             self.add_edge(module, index as usize, edge, &chain, optional);
                         }
                     }
-                    for &name in &definition.definition_reads {
-                        self.enqueue(Work::Name {
-                            module,
-                            name,
-                            chain: chain.clone(),
-                            optional,
-                        });
-                    }
+                    self.enqueue_names(module, &definition.definition_reads, &chain, optional);
                 }
                 Work::Name {
                     module,

@@ -122,7 +122,8 @@ pub struct Analysis {
     project: Project,
     /// Wall time of each preparation phase, for `LFM_TIMINGS=1`.
     pub timings: Vec<(&'static str, std::time::Duration)>,
-    env_key: [u8; 32],
+    /// Set when a results cache was given ([`prepare_or_reuse`]): the result may be stored.
+    env_key: Option<[u8; 32]>,
     located: Vec<PathBuf>,
     /// Why a stored result was not reused, when one was looked for.
     pub results_miss: Option<String>,
@@ -139,10 +140,11 @@ impl Analysis {
         self.jobs.is_empty()
     }
 
-    /// What this analysis was computed from, for storing its result ([`results`]).
-    pub fn inputs(&self) -> results::Inputs {
-        results::Inputs {
-            env_key: self.env_key,
+    /// What this analysis was computed from, for storing its result ([`results`]); `None`
+    /// when it was prepared without a results cache.
+    pub fn inputs(&self) -> Option<results::Inputs> {
+        Some(results::Inputs {
+            env_key: self.env_key?,
             located: self.located.clone(),
             files: self
                 .project
@@ -151,7 +153,7 @@ impl Analysis {
                 .map(|m| (m.path.clone(), m.stamp))
                 .collect(),
             dirs: self.project.listed_dirs().to_vec(),
-        }
+        })
     }
 
     /// Roughly the heap bytes held by the summaries of every loaded module.
@@ -267,7 +269,7 @@ pub fn prepare_or_reuse(
             .collect()
     };
     let mut results_miss = None;
-    let (environment, cache, preparsed) = match reuse {
+    let (environment, env_key, cache, preparsed) = match reuse {
         // A stored result needs only the environment to be checked, so ask it first; the
         // summary cache is opened only when the result cannot be reused.
         Some((results, request)) => {
@@ -281,7 +283,7 @@ pub fn prepare_or_reuse(
             let cache = options.cache_dir.as_deref().map(SummaryCache::open);
             timings.push(("open cache", started.elapsed()));
             let preparsed = parse(cache.as_ref());
-            (Ok((interpreter, dists)), cache, preparsed)
+            (Ok((interpreter, dists)), Some(env_key), cache, preparsed)
         }
         // Asking the interpreter and indexing its distributions take as long as parsing a few
         // hundred files, and summaries do not depend on them: do both at once.
@@ -295,12 +297,12 @@ pub fn prepare_or_reuse(
             });
             let environment = environment
                 .map_err(|_| anyhow::anyhow!("asking the interpreter failed unexpectedly"))?;
-            (environment, cache, preparsed)
+            // Nothing will be stored: the environment needs no key.
+            (environment, None, cache, preparsed)
         }
     };
     timings.push(("parse (and ask the interpreter)", started.elapsed()));
     let (interpreter, dists) = environment?;
-    let env_key = environment_key(&interpreter, &dists);
     let mut roots: Vec<PathBuf> = Vec::new();
     for target in &located {
         for root in &target.roots {

@@ -284,6 +284,11 @@ mod tests {
         std::fs::write(&file, "import os\n").unwrap();
         let cache = ResultsCache::new(cache_dir.path());
         let request = RequestKey::new(&[b"job.py", b"json"]);
+        let located = [file.clone()];
+        let hit = |request: &RequestKey| match cache.lookup(request, &[7; 32], &located) {
+            Ok(hit) => hit,
+            Err(why) => panic!("not reused: {why}"),
+        };
         store(
             &cache,
             &request,
@@ -291,31 +296,20 @@ mod tests {
             "{\"out\":1}\n",
         );
 
-        let hit = cache
-            .lookup(&request, &[7; 32], &[file.clone()])
-            .ok()
-            .expect("unchanged");
-        assert_eq!(hit.outcome.warnings, 2);
-        assert_eq!(replay(hit), "{\"out\":1}\n");
+        let first = hit(&request);
+        assert_eq!(first.outcome.warnings, 2);
+        assert_eq!(replay(first), "{\"out\":1}\n");
 
         let other_request = RequestKey::new(&[b"job.py", b"table"]);
-        assert!(cache
-            .lookup(&other_request, &[7; 32], &[file.clone()])
-            .is_err());
+        assert!(cache.lookup(&other_request, &[7; 32], &located).is_err());
         let miss = |env: [u8; 32], located: &[PathBuf]| cache.lookup(&request, &env, located).err();
-        assert_eq!(
-            miss([8; 32], &[file.clone()]).unwrap(),
-            "the environment changed"
-        );
+        assert_eq!(miss([8; 32], &located).unwrap(), "the environment changed");
         assert_eq!(miss([7; 32], &[]).unwrap(), "the located files changed");
 
         // A new module where the resolver looked changes the directory's stamp.
         std::thread::sleep(std::time::Duration::from_millis(10));
         std::fs::write(project.path().join("json.py"), "").unwrap();
-        let why = cache
-            .lookup(&request, &[7; 32], &[file.clone()])
-            .err()
-            .unwrap();
+        let why = cache.lookup(&request, &[7; 32], &located).err().unwrap();
         assert_eq!(why, format!("{} changed", project.path().display()));
         store(
             &cache,
@@ -323,15 +317,12 @@ mod tests {
             inputs(project.path(), &file),
             "{\"out\":2}\n",
         );
-        let hit = cache
-            .lookup(&request, &[7; 32], &[file.clone()])
-            .ok()
-            .unwrap();
+        let hit = hit(&request);
         assert_eq!(replay(hit), "{\"out\":2}\n");
 
         // Same length, new content: the stamp (mtime, ctime) still differs.
         std::fs::write(&file, "import re\n").unwrap();
-        assert!(cache.lookup(&request, &[7; 32], &[file.clone()]).is_err());
+        assert!(cache.lookup(&request, &[7; 32], &located).is_err());
     }
 
     #[test]

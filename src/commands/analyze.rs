@@ -184,12 +184,12 @@ pub fn run(args: AnalyzeArgs) -> i32 {
         return EXIT_FAILED; // a closed pipe (`| head`) is not worth a panic
     }
     totals.warnings += global_warnings.len();
-    if let Some(record) = out.record.take() {
+    if let (Some(record), Some(inputs)) = (out.record.take(), analysis.inputs()) {
         let outcome = Outcome {
             warnings: totals.warnings as u64,
             missing_required: totals.missing_required,
         };
-        if let Err(error) = record.finish(analysis.inputs(), outcome) {
+        if let Err(error) = record.finish(inputs, outcome) {
             eprintln!("warning: the result was not stored: {error:#}");
         }
     }
