@@ -4,8 +4,6 @@
 //! so it is what the per-file cache stores and what the parallel phase produces. Resolution of
 //! import names and closure computation happen later, on summaries only.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use ruff_python_ast::visitor::source_order::{self, SourceOrderVisitor};
@@ -254,20 +252,22 @@ const IMPORT_GUARDS: &[&str] = &[
     "BaseException",
 ];
 
-/// Name sets use ids in first-seen order while the module is visited; `finish` renumbers them
-/// in name order.
+/// Name lists use ids in first-seen order while the module is visited and may repeat (a push
+/// is cheaper than a set insert, and most reads repeat); `finish` renumbers them in name order
+/// and makes them unique.
+#[derive(Default)]
 struct ScopeBuild {
     children: Vec<u32>,
-    loads: HashSet<NameId>,
-    binds: HashSet<NameId>,
-    globals: HashSet<NameId>,
-    header_loads: HashSet<NameId>,
+    loads: Vec<NameId>,
+    binds: Vec<NameId>,
+    globals: Vec<NameId>,
+    header_loads: Vec<NameId>,
 }
 
 /// Collects what one module-level statement reads and imports, to attach to the names it binds.
 #[derive(Default)]
 struct StatementCapture {
-    reads: BTreeSet<NameId>,
+    reads: Vec<NameId>,
     edges: Vec<u32>,
 }
 
@@ -276,9 +276,11 @@ struct Extractor<'a> {
     imports: Vec<ImportEdge>,
     scopes: Vec<Scope>,
     builds: Vec<ScopeBuild>,
-    names: Vec<String>,
-    name_ids: HashMap<String, NameId>,
-    bindings: BTreeMap<NameId, Vec<Binding>>,
+    /// Names borrowed from the AST, which outlives the extractor.
+    names: Vec<&'a str>,
+    name_ids: HashMap<&'a str, NameId>,
+    /// Module-level bindings in source order, by first-seen name id.
+    bindings: Vec<(NameId, Binding)>,
     problems: Vec<Problem>,
     current: u32,
     function_depth: u32,
@@ -289,10 +291,10 @@ struct Extractor<'a> {
     header_targets: Vec<u32>,
     capture: Option<StatementCapture>,
     /// Local names bound to `typing`/`typing_extensions`, and to `TYPE_CHECKING` itself.
-    typing_aliases: HashSet<String>,
-    type_checking_aliases: HashSet<String>,
-    importlib_aliases: HashSet<String>,
-    import_module_aliases: HashSet<String>,
+    typing_aliases: HashSet<&'a str>,
+    type_checking_aliases: HashSet<&'a str>,
+    importlib_aliases: HashSet<&'a str>,
+    import_module_aliases: HashSet<&'a str>,
 }
 
 impl<'a> Extractor<'a> {
@@ -304,7 +306,7 @@ impl<'a> Extractor<'a> {
             builds: Vec::new(),
             names: Vec::new(),
             name_ids: HashMap::default(),
-            bindings: BTreeMap::new(),
+            bindings: Vec::new(),
             problems: Vec::new(),
             current: 0,
             function_depth: 0,
@@ -313,12 +315,9 @@ impl<'a> Extractor<'a> {
             type_checking_depth: 0,
             header_targets: Vec::new(),
             capture: None,
-            typing_aliases: ["typing", "typing_extensions"]
-                .map(String::from)
-                .into_iter()
-                .collect(),
-            type_checking_aliases: ["TYPE_CHECKING".to_string()].into_iter().collect(),
-            importlib_aliases: ["importlib".to_string()].into_iter().collect(),
+            typing_aliases: ["typing", "typing_extensions"].into_iter().collect(),
+            type_checking_aliases: ["TYPE_CHECKING"].into_iter().collect(),
+            importlib_aliases: ["importlib"].into_iter().collect(),
             import_module_aliases: HashSet::default(),
         };
         extractor.new_scope(ScopeKind::Module, String::new(), 0);
@@ -345,13 +344,7 @@ impl<'a> Extractor<'a> {
             definition_reads: Box::default(),
             imports: Box::default(),
         });
-        self.builds.push(ScopeBuild {
-            children: Vec::new(),
-            loads: HashSet::default(),
-            binds: HashSet::default(),
-            globals: HashSet::default(),
-            header_loads: HashSet::default(),
-        });
+        self.builds.push(ScopeBuild::default());
         id
     }
 
@@ -374,38 +367,36 @@ impl<'a> Extractor<'a> {
         }
     }
 
-    fn intern(&mut self, name: &str) -> NameId {
-        // Names repeat far more often than they are new: look up before allocating.
-        if let Some(&id) = self.name_ids.get(name) {
-            return id;
+    fn intern(&mut self, name: &'a str) -> NameId {
+        let next = self.names.len() as NameId;
+        let id = *self.name_ids.entry(name).or_insert(next);
+        if id == next {
+            self.names.push(name);
         }
-        let id = self.names.len() as NameId;
-        self.names.push(name.to_string());
-        self.name_ids.insert(name.to_string(), id);
         id
     }
 
-    fn record_load(&mut self, name: &str) {
+    fn record_load(&mut self, name: &'a str) {
         let id = self.intern(name);
-        self.builds[self.current as usize].loads.insert(id);
+        self.builds[self.current as usize].loads.push(id);
         for &target in &self.header_targets {
-            self.builds[target as usize].header_loads.insert(id);
+            self.builds[target as usize].header_loads.push(id);
         }
         if let Some(capture) = &mut self.capture {
-            capture.reads.insert(id);
+            capture.reads.push(id);
         }
     }
 
-    fn record_bind(&mut self, name: &str) -> NameId {
+    fn record_bind(&mut self, name: &'a str) -> NameId {
         let id = self.intern(name);
-        self.builds[self.current as usize].binds.insert(id);
+        self.builds[self.current as usize].binds.push(id);
         id
     }
 
-    fn bind(&mut self, name: &str, binding: impl FnOnce() -> Binding) {
+    fn bind(&mut self, name: &'a str, binding: impl FnOnce() -> Binding) {
         let id = self.record_bind(name);
         if self.current == 0 {
-            self.bindings.entry(id).or_default().push(binding());
+            self.bindings.push((id, binding()));
         }
     }
 
@@ -418,12 +409,12 @@ impl<'a> Extractor<'a> {
         id
     }
 
-    fn visit_import(&mut self, import: &ast::StmtImport) {
+    fn visit_import(&mut self, import: &'a ast::StmtImport) {
         let line = self.line(import.start());
         for alias in &import.names {
-            let module = alias.name.id.to_string();
+            let module = alias.name.id.as_str();
             let edge = self.add_edge(ImportEdge {
-                module: module.clone(),
+                module: module.to_string(),
                 level: 0,
                 member: None,
                 line,
@@ -432,32 +423,28 @@ impl<'a> Extractor<'a> {
             });
             // `import a.b` binds `a`; `import a.b as c` binds `c`.
             let bound = match &alias.asname {
-                Some(asname) => asname.id.to_string(),
-                None => module.split('.').next().unwrap_or_default().to_string(),
+                Some(asname) => asname.id.as_str(),
+                None => module.split('.').next().unwrap_or_default(),
             };
             if module == "typing" || module == "typing_extensions" {
-                self.typing_aliases.insert(bound.clone());
+                self.typing_aliases.insert(bound);
             }
             if module == "importlib" {
-                self.importlib_aliases.insert(bound.clone());
+                self.importlib_aliases.insert(bound);
             }
-            self.bind(&bound, || Binding::Import { edge });
+            self.bind(bound, || Binding::Import { edge });
         }
     }
 
-    fn visit_import_from(&mut self, import: &ast::StmtImportFrom) {
+    fn visit_import_from(&mut self, import: &'a ast::StmtImportFrom) {
         let line = self.line(import.start());
-        let module = import
-            .module
-            .as_ref()
-            .map(|m| m.id.to_string())
-            .unwrap_or_default();
+        let module = import.module.as_ref().map_or("", |m| m.id.as_str());
         for alias in &import.names {
-            let member = alias.name.id.to_string();
+            let member = alias.name.id.as_str();
             let edge = self.add_edge(ImportEdge {
-                module: module.clone(),
+                module: module.to_string(),
                 level: import.level,
-                member: Some(member.clone()),
+                member: Some(member.to_string()),
                 line,
                 scope: self.current,
                 context: self.context(),
@@ -466,21 +453,18 @@ impl<'a> Extractor<'a> {
                 self.bind("*", || Binding::Import { edge });
                 continue;
             }
-            let bound = alias
-                .asname
-                .as_ref()
-                .map_or(member.clone(), |a| a.id.to_string());
+            let bound = alias.asname.as_ref().map_or(member, |a| a.id.as_str());
             if import.level == 0 {
                 if (module == "typing" || module == "typing_extensions")
                     && member == "TYPE_CHECKING"
                 {
-                    self.type_checking_aliases.insert(bound.clone());
+                    self.type_checking_aliases.insert(bound);
                 }
                 if module == "importlib" && member == "import_module" {
-                    self.import_module_aliases.insert(bound.clone());
+                    self.import_module_aliases.insert(bound);
                 }
             }
-            self.bind(&bound, || Binding::Import { edge });
+            self.bind(bound, || Binding::Import { edge });
         }
     }
 
@@ -619,7 +603,7 @@ impl<'a> Extractor<'a> {
         }
     }
 
-    fn bind_parameters(&mut self, parameters: &ast::Parameters) {
+    fn bind_parameters(&mut self, parameters: &'a ast::Parameters) {
         for parameter in parameters.iter() {
             self.record_bind(parameter.name().id.as_str());
         }
@@ -741,57 +725,60 @@ impl<'a> Extractor<'a> {
         // Renumber names in name order: sorted id lists are then sorted name lists, and the
         // closure walk visits names in the same order whatever order the source used them in.
         let mut order: Vec<NameId> = (0..self.names.len() as NameId).collect();
-        order.sort_unstable_by(|&a, &b| self.names[a as usize].cmp(&self.names[b as usize]));
+        let names = &self.names;
+        order.sort_unstable_by(|&a, &b| names[a as usize].cmp(names[b as usize]));
         let mut renumbered = vec![0 as NameId; order.len()];
         for (new, &old) in order.iter().enumerate() {
             renumbered[old as usize] = new as NameId;
         }
-        let sorted_ids = |set: &HashSet<NameId>| -> BTreeSet<NameId> {
-            set.iter().map(|&old| renumbered[old as usize]).collect()
+        let renumbered = &renumbered;
+        let sorted_ids = |ids: &[NameId]| -> Vec<NameId> {
+            let mut sorted: Vec<NameId> = ids.iter().map(|&old| renumbered[old as usize]).collect();
+            sort_unique(&mut sorted);
+            sorted
         };
         // Children were created after their parents, so a reverse sweep sees every child first.
         for id in (0..self.scopes.len()).rev() {
             let build = &self.builds[id];
-            let mut free = sorted_ids(&build.loads);
-            for &child in self.scopes[id].children.iter() {
-                free.extend(self.scopes[child as usize].free_names.iter().copied());
-            }
             let globals = sorted_ids(&build.globals);
-            let binds: BTreeSet<NameId> = sorted_ids(&build.binds)
-                .into_iter()
-                .filter(|n| !globals.contains(n))
-                .collect();
-            free.retain(|name| !binds.contains(name));
+            let mut binds = sorted_ids(&build.binds);
+            binds.retain(|name| globals.binary_search(name).is_err());
+            let loads = sorted_ids(&build.loads);
             let header_loads = sorted_ids(&build.header_loads);
-            free.extend(header_loads.iter().copied());
-            self.scopes[id].free_names = free.into_iter().collect();
+            let mut free = loads.clone();
+            for &child in self.scopes[id].children.iter() {
+                free.extend_from_slice(&self.scopes[child as usize].free_names);
+            }
+            sort_unique(&mut free);
+            free.retain(|name| binds.binary_search(name).is_err());
+            free.extend_from_slice(&header_loads);
+            sort_unique(&mut free);
+            self.scopes[id].free_names = free.into_boxed_slice();
             let mut definition = header_loads;
             if self.scopes[id].kind == ScopeKind::Class {
-                definition.extend(sorted_ids(&build.loads).difference(&binds).copied());
+                definition.extend(
+                    loads
+                        .iter()
+                        .filter(|name| binds.binary_search(name).is_err()),
+                );
+                sort_unique(&mut definition);
             }
-            self.scopes[id].definition_reads = definition.into_iter().collect();
+            self.scopes[id].definition_reads = definition.into_boxed_slice();
         }
         // Flat and exactly sized: summaries of a whole site-packages stay in memory at once, and
         // a Vec per name (or per scope list) would hold room for four entries where one is used.
-        let renumbered = &renumbered;
-        let mut bindings: Vec<(NameId, Binding)> = self
-            .bindings
-            .into_iter()
-            .flat_map(|(old, list)| {
-                let name = renumbered[old as usize];
-                list.into_iter().map(move |mut binding| {
-                    if let Binding::Value { reads, edges, .. } = &mut binding {
-                        for read in reads.iter_mut() {
-                            *read = renumbered[*read as usize];
-                        }
-                        reads.sort_unstable();
-                        reads.shrink_to_fit();
-                        edges.shrink_to_fit();
-                    }
-                    (name, binding)
-                })
-            })
-            .collect();
+        let mut bindings: Vec<(NameId, Binding)> = self.bindings;
+        for (name, binding) in &mut bindings {
+            *name = renumbered[*name as usize];
+            if let Binding::Value { reads, edges, .. } = binding {
+                for read in reads.iter_mut() {
+                    *read = renumbered[*read as usize];
+                }
+                sort_unique(reads);
+                reads.shrink_to_fit();
+                edges.shrink_to_fit();
+            }
+        }
         // Stable: a name's bindings keep their source order.
         bindings.sort_by_key(|(id, _)| *id);
         let mut binding_offsets = Vec::with_capacity(order.len() + 1);
@@ -806,7 +793,7 @@ impl<'a> Extractor<'a> {
         // A read of a name no module-level statement binds (a builtin, a typo) leads nowhere,
         // unless a star import may provide it: drop those reads now rather than follow them
         // in every closure that passes here.
-        let star = order.binary_search_by(|&old| self.names[old as usize].as_str().cmp("*"));
+        let star = order.binary_search_by(|&old| names[old as usize].cmp("*"));
         let star_bound = star.is_ok_and(|new| binding_offsets[new] < binding_offsets[new + 1]);
         if !star_bound {
             let bound = |name: &NameId| {
@@ -830,9 +817,7 @@ impl<'a> Extractor<'a> {
         }
         self.imports.shrink_to_fit();
         self.scopes.shrink_to_fit();
-        let names = &self.names;
-        let sorted_names =
-            NameTable::from_sorted(order.iter().map(|&old| names[old as usize].as_str()));
+        let sorted_names = NameTable::from_sorted(order.iter().map(|&old| names[old as usize]));
         ModuleSummary {
             imports: self.imports,
             scopes: self.scopes,
@@ -844,7 +829,7 @@ impl<'a> Extractor<'a> {
     }
 
     /// Names a module-level simple statement binds, so its reads can be attached to them.
-    fn bind_statement_targets(&mut self, stmt: &Stmt, line: u32, capture: StatementCapture) {
+    fn bind_statement_targets(&mut self, stmt: &'a Stmt, line: u32, capture: StatementCapture) {
         let mut targets = Vec::new();
         match stmt {
             Stmt::Assign(assign) => assign
@@ -866,11 +851,11 @@ impl<'a> Extractor<'a> {
         }
         // Walrus targets anywhere in the statement bind module globals too.
         targets.extend(capture_named_targets(stmt));
-        let reads: Vec<NameId> = capture.reads.into_iter().collect();
+        let reads = capture.reads;
         for target in targets {
             let reads = reads.clone();
             let edges = capture.edges.clone();
-            self.bind(&target, || Binding::Value { line, reads, edges });
+            self.bind(target, || Binding::Value { line, reads, edges });
         }
     }
 }
@@ -887,7 +872,7 @@ impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
             Stmt::Global(global) => {
                 for name in &global.names {
                     let id = self.intern(name.id.as_str());
-                    self.builds[self.current as usize].globals.insert(id);
+                    self.builds[self.current as usize].globals.push(id);
                 }
             }
             Stmt::While(while_stmt) => {
@@ -966,6 +951,11 @@ impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
     }
 }
 
+fn sort_unique(ids: &mut Vec<NameId>) {
+    ids.sort_unstable();
+    ids.dedup();
+}
+
 fn catches_import_error(expr: &Expr) -> bool {
     match expr {
         Expr::Name(name) => IMPORT_GUARDS.contains(&name.id.as_str()),
@@ -975,9 +965,9 @@ fn catches_import_error(expr: &Expr) -> bool {
     }
 }
 
-fn collect_target_names(target: &Expr, out: &mut Vec<String>) {
+fn collect_target_names<'a>(target: &'a Expr, out: &mut Vec<&'a str>) {
     match target {
-        Expr::Name(name) => out.push(name.id.to_string()),
+        Expr::Name(name) => out.push(name.id.as_str()),
         Expr::Tuple(tuple) => tuple.elts.iter().for_each(|e| collect_target_names(e, out)),
         Expr::List(list) => list.elts.iter().for_each(|e| collect_target_names(e, out)),
         Expr::Starred(starred) => collect_target_names(&starred.value, out),
@@ -985,9 +975,9 @@ fn collect_target_names(target: &Expr, out: &mut Vec<String>) {
     }
 }
 
-fn capture_named_targets(stmt: &Stmt) -> Vec<String> {
-    struct Walrus(Vec<String>);
-    impl<'b> SourceOrderVisitor<'b> for Walrus {
+fn capture_named_targets(stmt: &Stmt) -> Vec<&str> {
+    struct Walrus<'b>(Vec<&'b str>);
+    impl<'b> SourceOrderVisitor<'b> for Walrus<'b> {
         fn visit_expr(&mut self, expr: &'b Expr) {
             if let Expr::Named(named) = expr {
                 collect_target_names(&named.target, &mut self.0);

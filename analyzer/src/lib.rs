@@ -120,8 +120,8 @@ pub fn analyze(targets: &[String], options: &Options) -> Result<Spec, AnalyzeErr
 /// Every file parsed and every import resolved; closures are computed on demand.
 pub struct Analysis {
     project: Project,
-    /// Wall time of each preparation phase, for `LFM_TIMINGS=1`.
-    pub timings: Vec<(&'static str, std::time::Duration)>,
+    /// When each preparation phase ended, for `LFM_TIMINGS=1`.
+    pub timings: Vec<(&'static str, Checkpoint)>,
     /// Set when a results cache was given ([`prepare_or_reuse`]): the result may be stored.
     env_key: Option<[u8; 32]>,
     located: Vec<PathBuf>,
@@ -232,6 +232,32 @@ pub enum Prepared {
 
 /// Like [`prepare`], but first look for a stored result of `reuse`'s request whose inputs
 /// (environment, files, directories listed) are all unchanged; see [`results`].
+/// Wall time since a start and the process's CPU time so far (user + system, all threads):
+/// their ratio over a phase says how well it used the cores.
+#[derive(Debug, Clone, Copy)]
+pub struct Checkpoint {
+    pub wall: std::time::Duration,
+    pub cpu: Option<std::time::Duration>,
+}
+
+impl Checkpoint {
+    pub fn since(started: std::time::Instant) -> Checkpoint {
+        Checkpoint {
+            wall: started.elapsed(),
+            cpu: process_cpu_time(),
+        }
+    }
+}
+
+/// utime + stime of /proc/self/stat (clock ticks, 100 per second on Linux); None elsewhere.
+fn process_cpu_time() -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name, which may itself hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(std::time::Duration::from_millis(ticks * 10))
+}
+
 pub fn prepare_or_reuse(
     targets: &[String],
     options: &Options,
@@ -248,7 +274,7 @@ pub fn prepare_or_reuse(
     for target in targets {
         located.push(locate(target, &extra_roots)?);
     }
-    timings.push(("locate targets", started.elapsed()));
+    timings.push(("locate targets", Checkpoint::since(started)));
     let located_description = describe_located(&located);
     let ask_environment = || -> anyhow::Result<(Interpreter, DistIndex)> {
         let interpreter = match &options.environment {
@@ -279,9 +305,9 @@ pub fn prepare_or_reuse(
                 Ok(hit) => return Ok(Prepared::Reused(hit)),
                 Err(why) => results_miss = Some(why),
             }
-            timings.push(("look for a stored result", started.elapsed()));
+            timings.push(("look for a stored result", Checkpoint::since(started)));
             let cache = options.cache_dir.as_deref().map(SummaryCache::open);
-            timings.push(("open cache", started.elapsed()));
+            timings.push(("open cache", Checkpoint::since(started)));
             let preparsed = parse(cache.as_ref());
             (Ok((interpreter, dists)), Some(env_key), cache, preparsed)
         }
@@ -289,7 +315,7 @@ pub fn prepare_or_reuse(
         // hundred files, and summaries do not depend on them: do both at once.
         None => {
             let cache = options.cache_dir.as_deref().map(SummaryCache::open);
-            timings.push(("open cache", started.elapsed()));
+            timings.push(("open cache", Checkpoint::since(started)));
             let (environment, preparsed) = std::thread::scope(|scope| {
                 let environment = scope.spawn(ask_environment);
                 let preparsed = parse(cache.as_ref());
@@ -301,7 +327,7 @@ pub fn prepare_or_reuse(
             (environment, None, cache, preparsed)
         }
     };
-    timings.push(("parse (and ask the interpreter)", started.elapsed()));
+    timings.push(("parse (and ask the interpreter)", Checkpoint::since(started)));
     let (interpreter, dists) = environment?;
     let mut roots: Vec<PathBuf> = Vec::new();
     for target in &located {
@@ -371,7 +397,7 @@ pub fn prepare_or_reuse(
             }
         }
     }
-    timings.push(("resolve imports", started.elapsed()));
+    timings.push(("resolve imports", Checkpoint::since(started)));
     Ok(Prepared::Fresh(Box::new(Analysis {
         project,
         jobs,

@@ -155,13 +155,17 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     };
     if show_timings {
         // Cumulative wall times since prepare() started, then the closures and rendering.
-        for (phase, at) in &analysis.timings {
-            eprintln!("timing: {:>8.3} s  {phase}", at.as_secs_f64());
+        let mut checkpoints = analysis.timings.clone();
+        checkpoints.push((
+            "closures and output",
+            lfm_analyzer::Checkpoint::since(started),
+        ));
+        for (phase, at) in &checkpoints {
+            let cpu = at.cpu.map_or(String::new(), |cpu| {
+                format!("  (cpu {:.2} s)", cpu.as_secs_f64())
+            });
+            eprintln!("timing: {:>8.3} s  {phase}{cpu}", at.wall.as_secs_f64());
         }
-        eprintln!(
-            "timing: {:>8.3} s  closures and output",
-            started.elapsed().as_secs_f64()
-        );
         print_memory("at the end");
     }
     let global_warnings = analysis.warnings();
