@@ -393,27 +393,9 @@ impl Project {
 }
 
 pub fn read_and_summarize(path: &Path, cache: Option<&SummaryCache>) -> Summarized {
-    let metadata = std::fs::metadata(path);
-    let stamp = metadata.as_ref().ok().map(Stamp::from_metadata);
-    let bytes = match metadata {
-        Ok(meta) if meta.len() > MAX_SOURCE_BYTES => {
-            let problem = format!(
-                "skipped: {} bytes is over the {} MiB limit for source files",
-                meta.len(),
-                MAX_SOURCE_BYTES >> 20
-            );
-            return (Arc::default(), Some(problem), stamp);
-        }
-        _ => match std::fs::read(path) {
-            Ok(bytes) => bytes,
-            Err(error) => {
-                return (
-                    Arc::default(),
-                    Some(format!("could not read: {error}")),
-                    stamp,
-                )
-            }
-        },
+    let (bytes, stamp) = match read_source(path) {
+        Ok(read) => read,
+        Err((problem, stamp)) => return (Arc::default(), Some(problem), stamp),
     };
     let key = cache.map(|_| SummaryCache::key(&bytes));
     if let (Some(cache), Some(key)) = (cache, key.as_ref()) {
@@ -427,6 +409,35 @@ pub fn read_and_summarize(path: &Path, cache: Option<&SummaryCache>) -> Summariz
         cache.insert(key, summary.clone());
     }
     (summary, decoded.lossy, stamp)
+}
+
+/// The file's bytes and its stamp, taken from the open file before reading it (one path lookup,
+/// and a change after the stamp shows up on the next run rather than going unnoticed).
+fn read_source(path: &Path) -> Result<(Vec<u8>, Option<Stamp>), (String, Option<Stamp>)> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).map_err(|error| {
+        // An unreadable file still has a stamp: a chmod that makes it readable changes it.
+        let stamp = std::fs::metadata(path).ok().map(|meta| Stamp::from_metadata(&meta));
+        (format!("could not read: {error}"), stamp)
+    })?;
+    let metadata = file
+        .metadata()
+        .map_err(|error| (format!("could not read: {error}"), None))?;
+    let stamp = Some(Stamp::from_metadata(&metadata));
+    if metadata.len() > MAX_SOURCE_BYTES {
+        let problem = format!(
+            "skipped: {} bytes is over the {} MiB limit for source files",
+            metadata.len(),
+            MAX_SOURCE_BYTES >> 20
+        );
+        return Err((problem, stamp));
+    }
+    // One more byte than the size, so that reading to the end needs no second allocation.
+    let mut bytes = Vec::with_capacity(metadata.len() as usize + 1);
+    match file.read_to_end(&mut bytes) {
+        Ok(_) => Ok((bytes, stamp)),
+        Err(error) => Err((format!("could not read: {error}"), stamp)),
+    }
 }
 
 /// The package a relative import of `level` dots is taken from.
