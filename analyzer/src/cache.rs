@@ -20,7 +20,7 @@ use anyhow::{Context, Result};
 use crate::extract::ModuleSummary;
 
 /// Bump when extraction rules change: old entries then simply stop matching.
-const EXTRACTOR_VERSION: &[u8] = b"lfm-extract-8";
+const EXTRACTOR_VERSION: &[u8] = b"lfm-extract-9";
 
 pub type CacheKey = [u8; 32];
 
@@ -155,10 +155,8 @@ mod tests {
     use super::*;
 
     fn summary_named(name: &str) -> Arc<ModuleSummary> {
-        Arc::new(ModuleSummary {
-            names: crate::extract::NameTable::from_sorted([name]),
-            ..ModuleSummary::default()
-        })
+        // A module that reads `name` and binds it: one name in the summary's table.
+        Arc::new(crate::extract::summarize(&format!("{name} = {name}\n")))
     }
 
     /// Whether the cache holds `key`, without marking it used.

@@ -329,8 +329,9 @@ pub fn target_closure<'p>(
             (loaded.name.clone(), TargetKind::Module, 1)
         }
         Some(scope_id) => {
-            let scope = &loaded.summary.scopes[scope_id as usize];
-            let chain = Chain::of(&scope.name);
+            let summary = &loaded.summary;
+            let scope = &summary.scopes[scope_id as usize];
+            let chain = Chain::of(summary.scope_name(scope_id));
             walk.enqueue(Work::Scope {
                 module,
                 scope: scope_id,
@@ -346,9 +347,9 @@ pub fn target_closure<'p>(
             // A method needs what its class statements need to run (bases, decorators, class body).
             let mut parent = scope.parent;
             while parent != 0 {
-                let enclosing = &loaded.summary.scopes[parent as usize];
+                let enclosing = &summary.scopes[parent as usize];
                 if enclosing.kind == ScopeKind::Class {
-                    let chain = chain.then(&enclosing.name);
+                    let chain = chain.then(summary.scope_name(parent));
                     walk.enqueue(Work::Definition {
                         module,
                         scope: parent,
@@ -363,7 +364,8 @@ pub fn target_closure<'p>(
             } else {
                 TargetKind::Function
             };
-            (format!("{}:{}", loaded.name, scope.name), kind, scope.line)
+            let target = format!("{}:{}", loaded.name, summary.scope_name(scope_id));
+            (target, kind, scope.line)
         }
     };
     walk.run();
@@ -498,19 +500,13 @@ impl<'p, 'm> Walk<'p, 'm> {
                     let summary = self.summary(module);
                     let mut stack = vec![scope];
                     while let Some(inner) = stack.pop() {
-                        let inner = &summary.scopes[inner as usize];
-                        for &index in &inner.imports {
+                        for &index in summary.scope_imports(inner) {
                             let edge = &summary.imports[index as usize];
                             self.add_edge(module, index as usize, edge, &chain, optional);
                         }
-                        stack.extend(inner.children.iter().copied());
+                        stack.extend_from_slice(summary.children(inner));
                     }
-                    self.enqueue_names(
-                        module,
-                        &summary.scopes[scope as usize].free_names,
-                        &chain,
-                        optional,
-                    );
+                    self.enqueue_names(module, summary.free_names(scope), &chain, optional);
                 }
                 Work::Definition {
                     module,
@@ -520,14 +516,13 @@ impl<'p, 'm> Walk<'p, 'm> {
                 } => {
                     let summary = self.summary(module);
                     // A class body runs its own imports when the class statement runs.
-                    let definition = &summary.scopes[scope as usize];
-                    if definition.kind == ScopeKind::Class {
-                        for &index in &definition.imports {
+                    if summary.scopes[scope as usize].kind == ScopeKind::Class {
+                        for &index in summary.scope_imports(scope) {
                             let edge = &summary.imports[index as usize];
                             self.add_edge(module, index as usize, edge, &chain, optional);
                         }
                     }
-                    self.enqueue_names(module, &definition.definition_reads, &chain, optional);
+                    self.enqueue_names(module, summary.definition_reads(scope), &chain, optional);
                 }
                 Work::Name {
                     module,
@@ -567,7 +562,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                     self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
                 }
                 Binding::Definition { scope } => {
-                    let chain = chain.then_new(&summary.scopes[*scope as usize].name);
+                    let chain = chain.then_new(summary.scope_name(*scope));
                     self.enqueue(Work::Scope {
                         module,
                         scope: *scope,
@@ -581,13 +576,13 @@ impl<'p, 'm> Walk<'p, 'm> {
                         optional,
                     });
                 }
-                Binding::Value { reads, edges, .. } => {
+                Binding::Value { .. } => {
                     let chain = chain.then(name);
-                    for &edge in edges {
+                    for &edge in summary.value_edges(binding) {
                         let edge_ref = &summary.imports[edge as usize];
                         self.add_edge(module, edge as usize, edge_ref, &chain, optional);
                     }
-                    for &read in reads {
+                    for &read in summary.value_reads(binding) {
                         if read != name_id {
                             self.enqueue(Work::Name {
                                 module,

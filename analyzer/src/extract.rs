@@ -23,6 +23,11 @@ pub struct ModuleSummary {
     pub imports: Vec<ImportEdge>,
     /// Scope 0 is the module; the others are defs, classes, lambdas and comprehensions.
     pub scopes: Vec<Scope>,
+    /// The scopes' qualified names, end to end (see [`ModuleSummary::scope_name`]).
+    scope_names: String,
+    /// The scopes' id lists, end to end (see [`Scope`]'s accessors on the summary): a whole
+    /// tree has ~240k scopes, and four boxed slices each cost more than their contents.
+    scope_lists: Vec<u32>,
     /// Every name the module reads or binds at any level, sorted and unique, so that id order
     /// is name order.
     pub names: NameTable,
@@ -31,6 +36,8 @@ pub struct ModuleSummary {
     /// `bindings[binding_offsets[i]..binding_offsets[i + 1]]`, found without a search.
     pub bindings: Vec<Binding>,
     pub binding_offsets: Vec<u32>,
+    /// What each [`Binding::Value`] reads and imports, end to end.
+    value_lists: Vec<u32>,
     /// Problems found while reading this file: syntax errors, non-constant dynamic imports.
     pub problems: Vec<Problem>,
 }
@@ -70,25 +77,32 @@ pub enum ScopeKind {
     Comprehension,
 }
 
+/// One scope. Its name and lists live in the summary, end to end: see
+/// [`ModuleSummary::scope_name`], [`ModuleSummary::children`], [`ModuleSummary::free_names`],
+/// [`ModuleSummary::definition_reads`] and [`ModuleSummary::scope_imports`].
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Scope {
     pub kind: ScopeKind,
-    /// Qualified name inside the module (`Model.fit`, `outer.<locals>.inner` is kept as
-    /// `outer.inner`); empty for the module scope.
-    pub name: String,
     pub line: u32,
     pub parent: u32,
-    // Boxed slices, not Vecs: a whole tree's scopes stay in memory, and these never grow.
-    pub children: Box<[u32]>,
-    /// Names this scope (with everything nested in it, and its decorators, defaults, bases and
-    /// annotations) reads but does not bind itself: they resolve to the module's globals.
-    pub free_names: Box<[NameId]>,
-    /// Names read when the `def`/`class` statement itself runs: decorators, defaults,
-    /// annotations, bases, and for a class its body's own statements (not its methods' bodies).
-    pub definition_reads: Box<[NameId]>,
-    /// Import edges whose innermost scope is this one.
-    pub imports: Box<[u32]>,
+    /// Start and end of the qualified name (`Model.fit`; `outer.<locals>.inner` is kept as
+    /// `outer.inner`; empty for the module scope) in the summary's scope names.
+    name: [u32; 2],
+    /// Where the lists start in the summary's scope lists, and the length of each: children,
+    /// free names, definition reads, imports.
+    lists: u32,
+    lengths: [u32; 4],
 }
+
+const CHILDREN: usize = 0;
+/// Names this scope (with everything nested in it, and its decorators, defaults, bases and
+/// annotations) reads but does not bind itself: they resolve to the module's globals.
+const FREE_NAMES: usize = 1;
+/// Names read when the `def`/`class` statement itself runs: decorators, defaults, annotations,
+/// bases, and for a class its body's own statements (not its methods' bodies).
+const DEFINITION_READS: usize = 2;
+/// Import edges whose innermost scope is this one.
+const IMPORTS: usize = 3;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case")]
@@ -97,11 +111,13 @@ pub enum Binding {
     Import { edge: u32 },
     /// A `def` or `class` statement bound the name.
     Definition { scope: u32 },
-    /// Any other statement bound it: what its value reads, and dynamic imports inside it.
+    /// Any other statement bound it: what its value reads, and dynamic imports inside it
+    /// ([`ModuleSummary::value_reads`], [`ModuleSummary::value_edges`]).
     Value {
         line: u32,
-        reads: Vec<NameId>,
-        edges: Vec<u32>,
+        start: u32,
+        reads: u32,
+        edges: u32,
     },
 }
 
@@ -172,30 +188,75 @@ impl ModuleSummary {
         self.names.find(name)
     }
 
+    pub fn scope_name(&self, scope: u32) -> &str {
+        let [start, end] = self.scopes[scope as usize].name;
+        &self.scope_names[start as usize..end as usize]
+    }
+
+    fn scope_list(&self, scope: u32, which: usize) -> &[u32] {
+        let scope = &self.scopes[scope as usize];
+        let start = scope.lists as usize + scope.lengths[..which].iter().sum::<u32>() as usize;
+        &self.scope_lists[start..start + scope.lengths[which] as usize]
+    }
+
+    pub fn children(&self, scope: u32) -> &[u32] {
+        self.scope_list(scope, CHILDREN)
+    }
+
+    /// Names the scope (with everything nested in it, and its decorators, defaults, bases and
+    /// annotations) reads but does not bind itself: they resolve to the module's globals.
+    pub fn free_names(&self, scope: u32) -> &[NameId] {
+        self.scope_list(scope, FREE_NAMES)
+    }
+
+    /// Names read when the `def`/`class` statement runs: decorators, defaults, annotations,
+    /// bases, and for a class its body's own statements (not its methods' bodies).
+    pub fn definition_reads(&self, scope: u32) -> &[NameId] {
+        self.scope_list(scope, DEFINITION_READS)
+    }
+
+    /// Import edges whose innermost scope is this one.
+    pub fn scope_imports(&self, scope: u32) -> &[u32] {
+        self.scope_list(scope, IMPORTS)
+    }
+
+    /// What a [`Binding::Value`] reads (empty for other bindings).
+    pub fn value_reads(&self, binding: &Binding) -> &[NameId] {
+        match *binding {
+            Binding::Value { start, reads, .. } => {
+                &self.value_lists[start as usize..(start + reads) as usize]
+            }
+            _ => &[],
+        }
+    }
+
+    /// The dynamic imports inside a [`Binding::Value`]'s statement (empty for other bindings).
+    pub fn value_edges(&self, binding: &Binding) -> &[u32] {
+        match *binding {
+            Binding::Value {
+                start,
+                reads,
+                edges,
+                ..
+            } => &self.value_lists[(start + reads) as usize..(start + reads + edges) as usize],
+            _ => &[],
+        }
+    }
+
     /// Roughly the heap bytes this summary holds (capacities, not allocator overhead), for
     /// `LFM_TIMINGS=1` memory accounting.
     pub fn approximate_heap_bytes(&self) -> usize {
         use std::mem::size_of;
-        let ids = |list: &[u32]| 4 * list.len();
         let mut total = self.imports.capacity() * size_of::<ImportEdge>()
             + self.scopes.capacity() * size_of::<Scope>()
+            + self.scope_names.capacity()
+            + 4 * self.scope_lists.capacity()
             + self.names.heap_bytes()
             + self.bindings.capacity() * size_of::<Binding>()
-            + self.binding_offsets.capacity() * 4;
+            + 4 * self.binding_offsets.capacity()
+            + 4 * self.value_lists.capacity();
         for edge in &self.imports {
             total += edge.module.capacity() + edge.member.as_ref().map_or(0, String::capacity);
-        }
-        for scope in &self.scopes {
-            total += scope.name.capacity()
-                + ids(&scope.children)
-                + ids(&scope.free_names)
-                + ids(&scope.definition_reads)
-                + ids(&scope.imports);
-        }
-        for binding in &self.bindings {
-            if let Binding::Value { reads, edges, .. } = binding {
-                total += ids(reads) + ids(edges);
-            }
         }
         total
     }
@@ -264,6 +325,21 @@ struct ScopeBuild {
     header_loads: Vec<NameId>,
 }
 
+/// A module-level binding while the module is visited; `finish` flattens value lists.
+enum BindingBuild {
+    Import {
+        edge: u32,
+    },
+    Definition {
+        scope: u32,
+    },
+    Value {
+        line: u32,
+        reads: Vec<NameId>,
+        edges: Vec<u32>,
+    },
+}
+
 /// Collects what one module-level statement reads and imports, to attach to the names it binds.
 #[derive(Default)]
 struct StatementCapture {
@@ -274,13 +350,15 @@ struct StatementCapture {
 struct Extractor<'a> {
     line_index: &'a LineIndex,
     imports: Vec<ImportEdge>,
+    /// Final but for the lists, which `finish` fills in.
     scopes: Vec<Scope>,
+    scope_names: String,
     builds: Vec<ScopeBuild>,
     /// Names borrowed from the AST, which outlives the extractor.
     names: Vec<&'a str>,
     name_ids: HashMap<&'a str, NameId>,
     /// Module-level bindings in source order, by first-seen name id.
-    bindings: Vec<(NameId, Binding)>,
+    bindings: Vec<(NameId, BindingBuild)>,
     problems: Vec<Problem>,
     current: u32,
     function_depth: u32,
@@ -303,6 +381,7 @@ impl<'a> Extractor<'a> {
             line_index,
             imports: Vec::new(),
             scopes: Vec::new(),
+            scope_names: String::new(),
             builds: Vec::new(),
             names: Vec::new(),
             name_ids: HashMap::default(),
@@ -320,7 +399,7 @@ impl<'a> Extractor<'a> {
             importlib_aliases: ["importlib"].into_iter().collect(),
             import_module_aliases: HashSet::default(),
         };
-        extractor.new_scope(ScopeKind::Module, String::new(), 0);
+        extractor.new_scope(ScopeKind::Module, "", 0);
         extractor
     }
 
@@ -328,33 +407,32 @@ impl<'a> Extractor<'a> {
         self.line_index.line_index(offset).get() as u32
     }
 
-    fn new_scope(&mut self, kind: ScopeKind, name: String, line: u32) -> u32 {
+    /// A new scope named `name` inside the current one; its qualified name is the parent's
+    /// (unless that is the module) and `name`, joined by a dot.
+    fn new_scope(&mut self, kind: ScopeKind, name: &str, line: u32) -> u32 {
         let id = self.scopes.len() as u32;
         let parent = self.current;
+        let start = self.scope_names.len() as u32;
         if id != 0 {
             self.builds[parent as usize].children.push(id);
+            let [parent_start, parent_end] = self.scopes[parent as usize].name;
+            if parent_start < parent_end {
+                self.scope_names
+                    .extend_from_within(parent_start as usize..parent_end as usize);
+                self.scope_names.push('.');
+            }
         }
+        self.scope_names.push_str(name);
         self.scopes.push(Scope {
             kind,
-            name,
             line,
             parent,
-            children: Box::default(),
-            free_names: Box::default(),
-            definition_reads: Box::default(),
-            imports: Box::default(),
+            name: [start, self.scope_names.len() as u32],
+            lists: 0,
+            lengths: [0; 4],
         });
         self.builds.push(ScopeBuild::default());
         id
-    }
-
-    fn qualified_child_name(&self, name: &str) -> String {
-        let parent = &self.scopes[self.current as usize];
-        match parent.kind {
-            ScopeKind::Module => name.to_string(),
-            _ if parent.name.is_empty() => name.to_string(),
-            _ => format!("{}.{}", parent.name, name),
-        }
     }
 
     fn context(&self) -> EdgeContext {
@@ -393,7 +471,7 @@ impl<'a> Extractor<'a> {
         id
     }
 
-    fn bind(&mut self, name: &'a str, binding: impl FnOnce() -> Binding) {
+    fn bind(&mut self, name: &'a str, binding: impl FnOnce() -> BindingBuild) {
         let id = self.record_bind(name);
         if self.current == 0 {
             self.bindings.push((id, binding()));
@@ -432,7 +510,7 @@ impl<'a> Extractor<'a> {
             if module == "importlib" {
                 self.importlib_aliases.insert(bound);
             }
-            self.bind(bound, || Binding::Import { edge });
+            self.bind(bound, || BindingBuild::Import { edge });
         }
     }
 
@@ -450,7 +528,7 @@ impl<'a> Extractor<'a> {
                 context: self.context(),
             });
             if member == "*" {
-                self.bind("*", || Binding::Import { edge });
+                self.bind("*", || BindingBuild::Import { edge });
                 continue;
             }
             let bound = alias.asname.as_ref().map_or(member, |a| a.id.as_str());
@@ -464,7 +542,7 @@ impl<'a> Extractor<'a> {
                     self.import_module_aliases.insert(bound);
                 }
             }
-            self.bind(bound, || Binding::Import { edge });
+            self.bind(bound, || BindingBuild::Import { edge });
         }
     }
 
@@ -534,7 +612,7 @@ impl<'a> Extractor<'a> {
                 self.visit_expr(type_);
             }
             if let Some(name) = &handler.name {
-                self.bind(name.id.as_str(), || Binding::Value {
+                self.bind(name.id.as_str(), || BindingBuild::Value {
                     line: 0,
                     reads: vec![],
                     edges: vec![],
@@ -549,8 +627,7 @@ impl<'a> Extractor<'a> {
 
     fn visit_function_def(&mut self, def: &'a ast::StmtFunctionDef) {
         let line = self.line(def.name.start());
-        let name = self.qualified_child_name(def.name.id.as_str());
-        let scope = self.new_scope(ScopeKind::Function, name, line);
+        let scope = self.new_scope(ScopeKind::Function, def.name.id.as_str(), line);
         self.header_targets.push(scope);
         for decorator in &def.decorator_list {
             self.visit_expr(&decorator.expression);
@@ -560,7 +637,7 @@ impl<'a> Extractor<'a> {
             self.visit_expr(returns);
         }
         self.header_targets.pop();
-        self.bind(def.name.id.as_str(), || Binding::Definition { scope });
+        self.bind(def.name.id.as_str(), || BindingBuild::Definition { scope });
         self.enter_scope(scope, true, |this| {
             this.bind_parameters(&def.parameters);
             this.visit_body(&def.body);
@@ -569,8 +646,7 @@ impl<'a> Extractor<'a> {
 
     fn visit_class_def(&mut self, class: &'a ast::StmtClassDef) {
         let line = self.line(class.name.start());
-        let name = self.qualified_child_name(class.name.id.as_str());
-        let scope = self.new_scope(ScopeKind::Class, name, line);
+        let scope = self.new_scope(ScopeKind::Class, class.name.id.as_str(), line);
         self.header_targets.push(scope);
         for decorator in &class.decorator_list {
             self.visit_expr(&decorator.expression);
@@ -579,7 +655,9 @@ impl<'a> Extractor<'a> {
             self.visit_arguments(arguments);
         }
         self.header_targets.pop();
-        self.bind(class.name.id.as_str(), || Binding::Definition { scope });
+        self.bind(class.name.id.as_str(), || BindingBuild::Definition {
+            scope,
+        });
         self.enter_scope(scope, false, |this| this.visit_body(&class.body));
     }
 
@@ -685,10 +763,10 @@ impl<'a> Extractor<'a> {
 
     fn visit_scoped_expr(&mut self, kind: ScopeKind, expr: &'a Expr) {
         let line = self.line(expr.start());
-        let name = self.qualified_child_name(match kind {
+        let name = match kind {
             ScopeKind::Lambda => "<lambda>",
             _ => "<comprehension>",
-        });
+        };
         let scope = self.new_scope(kind, name, line);
         match expr {
             Expr::Lambda(lambda) => {
@@ -709,18 +787,10 @@ impl<'a> Extractor<'a> {
     }
 
     fn finish(mut self) -> ModuleSummary {
-        let mut scope_imports: Vec<Vec<u32>> = vec![Vec::new(); self.scopes.len()];
+        let scope_count = self.scopes.len();
+        let mut scope_imports: Vec<Vec<u32>> = vec![Vec::new(); scope_count];
         for (index, edge) in self.imports.iter().enumerate() {
             scope_imports[edge.scope as usize].push(index as u32);
-        }
-        for ((scope, imports), build) in self
-            .scopes
-            .iter_mut()
-            .zip(scope_imports)
-            .zip(&mut self.builds)
-        {
-            scope.imports = imports.into_boxed_slice();
-            scope.children = std::mem::take(&mut build.children).into_boxed_slice();
         }
         // Renumber names in name order: sorted id lists are then sorted name lists, and the
         // closure walk visits names in the same order whatever order the source used them in.
@@ -738,7 +808,9 @@ impl<'a> Extractor<'a> {
             sorted
         };
         // Children were created after their parents, so a reverse sweep sees every child first.
-        for id in (0..self.scopes.len()).rev() {
+        let mut free_names: Vec<Vec<NameId>> = vec![Vec::new(); scope_count];
+        let mut definition_reads: Vec<Vec<NameId>> = vec![Vec::new(); scope_count];
+        for id in (0..scope_count).rev() {
             let build = &self.builds[id];
             let globals = sorted_ids(&build.globals);
             let mut binds = sorted_ids(&build.binds);
@@ -746,14 +818,14 @@ impl<'a> Extractor<'a> {
             let loads = sorted_ids(&build.loads);
             let header_loads = sorted_ids(&build.header_loads);
             let mut free = loads.clone();
-            for &child in self.scopes[id].children.iter() {
-                free.extend_from_slice(&self.scopes[child as usize].free_names);
+            for &child in &build.children {
+                free.extend_from_slice(&free_names[child as usize]);
             }
             sort_unique(&mut free);
             free.retain(|name| binds.binary_search(name).is_err());
             free.extend_from_slice(&header_loads);
             sort_unique(&mut free);
-            self.scopes[id].free_names = free.into_boxed_slice();
+            free_names[id] = free;
             let mut definition = header_loads;
             if self.scopes[id].kind == ScopeKind::Class {
                 definition.extend(
@@ -763,20 +835,16 @@ impl<'a> Extractor<'a> {
                 );
                 sort_unique(&mut definition);
             }
-            self.scopes[id].definition_reads = definition.into_boxed_slice();
+            definition_reads[id] = definition;
         }
-        // Flat and exactly sized: summaries of a whole site-packages stay in memory at once, and
-        // a Vec per name (or per scope list) would hold room for four entries where one is used.
-        let mut bindings: Vec<(NameId, Binding)> = self.bindings;
+        let mut bindings: Vec<(NameId, BindingBuild)> = self.bindings;
         for (name, binding) in &mut bindings {
             *name = renumbered[*name as usize];
-            if let Binding::Value { reads, edges, .. } = binding {
+            if let BindingBuild::Value { reads, .. } = binding {
                 for read in reads.iter_mut() {
                     *read = renumbered[*read as usize];
                 }
                 sort_unique(reads);
-                reads.shrink_to_fit();
-                edges.shrink_to_fit();
             }
         }
         // Stable: a name's bindings keep their source order.
@@ -789,41 +857,70 @@ impl<'a> Extractor<'a> {
             }
             binding_offsets.push(next as u32);
         }
-        let mut bindings: Vec<Binding> = bindings.into_iter().map(|(_, binding)| binding).collect();
         // A read of a name no module-level statement binds (a builtin, a typo) leads nowhere,
         // unless a star import may provide it: drop those reads now rather than follow them
         // in every closure that passes here.
         let star = order.binary_search_by(|&old| names[old as usize].cmp("*"));
         let star_bound = star.is_ok_and(|new| binding_offsets[new] < binding_offsets[new + 1]);
-        if !star_bound {
-            let bound = |name: &NameId| {
-                binding_offsets[*name as usize] < binding_offsets[*name as usize + 1]
-            };
-            for scope in &mut self.scopes {
-                scope.free_names = scope.free_names.iter().copied().filter(bound).collect();
-                scope.definition_reads = scope
-                    .definition_reads
-                    .iter()
-                    .copied()
-                    .filter(bound)
-                    .collect();
-            }
-            for binding in &mut bindings {
-                if let Binding::Value { reads, .. } = binding {
-                    reads.retain(bound);
-                    reads.shrink_to_fit();
+        let bound = |name: &NameId| {
+            star_bound || binding_offsets[*name as usize] < binding_offsets[*name as usize + 1]
+        };
+        // Flat and exactly sized: summaries of a whole site-packages stay in memory at once,
+        // and a Vec per scope list or binding would cost more than its contents.
+        let mut value_lists = Vec::new();
+        let bindings: Vec<Binding> = bindings
+            .into_iter()
+            .map(|(_, binding)| match binding {
+                BindingBuild::Import { edge } => Binding::Import { edge },
+                BindingBuild::Definition { scope } => Binding::Definition { scope },
+                BindingBuild::Value { line, reads, edges } => {
+                    let start = value_lists.len() as u32;
+                    value_lists.extend(reads.iter().copied().filter(bound));
+                    let reads = value_lists.len() as u32 - start;
+                    value_lists.extend_from_slice(&edges);
+                    Binding::Value {
+                        line,
+                        start,
+                        reads,
+                        edges: edges.len() as u32,
+                    }
                 }
-            }
+            })
+            .collect();
+        let mut scope_lists = Vec::new();
+        for (id, scope) in self.scopes.iter_mut().enumerate() {
+            scope.lists = scope_lists.len() as u32;
+            let children = &self.builds[id].children;
+            scope_lists.extend_from_slice(children);
+            let before = scope_lists.len();
+            scope_lists.extend(free_names[id].iter().copied().filter(bound));
+            let free = scope_lists.len() - before;
+            let before = scope_lists.len();
+            scope_lists.extend(definition_reads[id].iter().copied().filter(bound));
+            let definition = scope_lists.len() - before;
+            scope_lists.extend_from_slice(&scope_imports[id]);
+            scope.lengths = [
+                children.len() as u32,
+                free as u32,
+                definition as u32,
+                scope_imports[id].len() as u32,
+            ];
         }
+        value_lists.shrink_to_fit();
+        scope_lists.shrink_to_fit();
+        self.scope_names.shrink_to_fit();
         self.imports.shrink_to_fit();
         self.scopes.shrink_to_fit();
         let sorted_names = NameTable::from_sorted(order.iter().map(|&old| names[old as usize]));
         ModuleSummary {
             imports: self.imports,
             scopes: self.scopes,
+            scope_names: self.scope_names,
+            scope_lists,
             names: sorted_names,
             bindings,
             binding_offsets,
+            value_lists,
             problems: self.problems,
         }
     }
@@ -855,7 +952,7 @@ impl<'a> Extractor<'a> {
         for target in targets {
             let reads = reads.clone();
             let edges = capture.edges.clone();
-            self.bind(target, || Binding::Value { line, reads, edges });
+            self.bind(target, || BindingBuild::Value { line, reads, edges });
         }
     }
 }
@@ -1019,5 +1116,38 @@ mod tests {
             assert_eq!(table.find(absent), None, "{absent:?}");
         }
         assert_eq!(NameTable::default().find("a"), None);
+    }
+
+    #[test]
+    fn scope_names_and_lists_are_read_back_per_scope() {
+        let summary = summarize(
+            "import os\nSEP = os.sep\nclass Model(Base):\n    def fit(self):\n        import numpy\n        return [SEP for _ in range(3)]\n",
+        );
+        let names: Vec<&str> = (0..summary.scopes.len() as u32)
+            .map(|id| summary.scope_name(id))
+            .collect();
+        assert_eq!(
+            names,
+            ["", "Model", "Model.fit", "Model.fit.<comprehension>"]
+        );
+        let named = |ids: &[NameId]| -> Vec<String> {
+            ids.iter().map(|&id| summary.name(id).to_string()).collect()
+        };
+        assert_eq!(summary.children(0), [1]);
+        assert_eq!(summary.children(1), [2]);
+        assert_eq!(summary.children(2), [3]);
+        // `range` and `Base` are bound nowhere in the module: dropped; `self` is fit's own.
+        assert_eq!(named(summary.free_names(2)), ["SEP"]);
+        assert_eq!(named(summary.free_names(3)), ["SEP"]);
+        assert!(summary.definition_reads(1).is_empty());
+        let numpy = summary.scope_imports(2);
+        assert_eq!(numpy.len(), 1);
+        assert_eq!(summary.imports[numpy[0] as usize].module, "numpy");
+        assert_eq!(summary.scope_imports(0).len(), 1);
+        let sep = summary
+            .bindings_of(summary.name_id("SEP").unwrap())
+            .unwrap();
+        assert_eq!(named(summary.value_reads(&sep[0])), ["os"]);
+        assert!(summary.value_edges(&sep[0]).is_empty());
     }
 }

@@ -327,7 +327,10 @@ pub fn prepare_or_reuse(
             (environment, None, cache, preparsed)
         }
     };
-    timings.push(("parse (and ask the interpreter)", Checkpoint::since(started)));
+    timings.push((
+        "parse (and ask the interpreter)",
+        Checkpoint::since(started),
+    ));
     let (interpreter, dists) = environment?;
     let mut roots: Vec<PathBuf> = Vec::new();
     for target in &located {
@@ -354,16 +357,18 @@ pub fn prepare_or_reuse(
             let summary = project.modules[id as usize].summary.clone();
             match &target.qualname {
                 Some(qualname) => {
-                    let scope = summary.scopes.iter().position(|s| {
-                        &s.name == qualname
-                            && matches!(s.kind, ScopeKind::Function | ScopeKind::Class)
-                    });
+                    let definitions = || {
+                        (0..summary.scopes.len() as u32).filter(|&id| {
+                            matches!(
+                                summary.scopes[id as usize].kind,
+                                ScopeKind::Function | ScopeKind::Class
+                            )
+                        })
+                    };
+                    let scope = definitions().find(|&id| summary.scope_name(id) == qualname);
                     let Some(scope) = scope else {
-                        let mut available: Vec<&str> = summary
-                            .scopes
-                            .iter()
-                            .filter(|s| matches!(s.kind, ScopeKind::Function | ScopeKind::Class))
-                            .map(|s| s.name.as_str())
+                        let mut available: Vec<&str> = definitions()
+                            .map(|id| summary.scope_name(id))
                             .take(20)
                             .collect();
                         available.sort();
@@ -380,7 +385,7 @@ pub fn prepare_or_reuse(
                             ),
                         });
                     };
-                    jobs.push((id, Some(scope as u32)));
+                    jobs.push((id, Some(scope)));
                 }
                 None => {
                     jobs.push((id, None));

@@ -417,7 +417,9 @@ fn read_source(path: &Path) -> Result<(Vec<u8>, Option<Stamp>), (String, Option<
     use std::io::Read;
     let mut file = std::fs::File::open(path).map_err(|error| {
         // An unreadable file still has a stamp: a chmod that makes it readable changes it.
-        let stamp = std::fs::metadata(path).ok().map(|meta| Stamp::from_metadata(&meta));
+        let stamp = std::fs::metadata(path)
+            .ok()
+            .map(|meta| Stamp::from_metadata(&meta));
         (format!("could not read: {error}"), stamp)
     })?;
     let metadata = file
