@@ -413,7 +413,10 @@ pub fn read_and_summarize(path: &Path, cache: Option<&SummaryCache>) -> Summariz
 
 /// The file's bytes and its stamp, taken from the open file before reading it (one path lookup,
 /// and a change after the stamp shows up on the next run rather than going unnoticed).
-fn read_source(path: &Path) -> Result<(Vec<u8>, Option<Stamp>), (String, Option<Stamp>)> {
+/// Why a source file was not read, and its stamp when it has one.
+type Unread = (String, Option<Stamp>);
+
+fn read_source(path: &Path) -> Result<(Vec<u8>, Option<Stamp>), Unread> {
     use std::io::Read;
     let mut file = std::fs::File::open(path).map_err(|error| {
         // An unreadable file still has a stamp: a chmod that makes it readable changes it.
