@@ -639,16 +639,11 @@ impl<'p, 'm> Walk<'p, 'm> {
                         )
                     }
                     EdgeTarget::Stdlib(name) => (name, ModuleKind::Stdlib, None, None),
-                    EdgeTarget::ThirdParty {
-                        name,
-                        display,
-                        owner,
-                        ..
-                    } => (
-                        name,
+                    EdgeTarget::ThirdParty(module) => (
+                        &module.name,
                         ModuleKind::ThirdParty,
-                        Some(display.as_str()),
-                        Some(owner),
+                        Some(module.display.as_str()),
+                        Some(&module.owner),
                     ),
                     EdgeTarget::Missing(name) => {
                         let entry = self.missing.entry(name).or_insert_with(|| Missed {

@@ -32,22 +32,26 @@ pub struct LoadedModule {
     pub stamp: Option<Stamp>,
     /// For each import edge of the summary, what it resolves to (shared between edges that
     /// name the same module).
-    pub targets: Vec<Arc<Vec<EdgeTarget>>>,
+    pub targets: Vec<Arc<[EdgeTarget]>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum EdgeTarget {
     Local(u32),
     Stdlib(String),
-    /// Resolved to a file of a site directory (or a distribution-owned file under a local root);
-    /// its owner is looked up once here rather than for every closure that reaches it.
-    ThirdParty {
-        name: String,
-        path: PathBuf,
-        display: String,
-        owner: Owner,
-    },
+    /// Resolved to a file of a site directory (or a distribution-owned file under a local root).
+    /// One per module name, shared by every edge that reaches it.
+    ThirdParty(Arc<ThirdPartyModule>),
     Missing(String),
+}
+
+#[derive(Debug, PartialEq)]
+pub struct ThirdPartyModule {
+    pub name: String,
+    /// The file, as shown to people.
+    pub display: String,
+    /// Looked up once here rather than for every closure that reaches the module.
+    pub owner: Owner,
 }
 
 pub struct Project {
@@ -64,7 +68,8 @@ pub struct Project {
     /// Summaries made before the project existed (while the interpreter was being asked).
     preparsed: HashMap<PathBuf, Summarized>,
     /// Absolute imports already resolved: (module, member) -> targets.
-    resolved_edges: HashMap<(String, Option<String>), Arc<Vec<EdgeTarget>>>,
+    resolved_edges: HashMap<(String, Option<String>), Arc<[EdgeTarget]>>,
+    third_party: HashMap<String, Arc<ThirdPartyModule>>,
     pub progress: Option<crate::ParseProgress>,
 }
 
@@ -112,6 +117,7 @@ impl Project {
             parsed: 0,
             preparsed: HashMap::default(),
             resolved_edges: HashMap::default(),
+            third_party: HashMap::default(),
             progress: None,
         }
     }
@@ -232,9 +238,9 @@ impl Project {
         id: usize,
         edge: &ImportEdge,
         next: &mut Vec<u32>,
-    ) -> Arc<Vec<EdgeTarget>> {
+    ) -> Arc<[EdgeTarget]> {
         let Some(full) = self.absolute_name(id, edge) else {
-            return Arc::new(vec![EdgeTarget::Missing(format!(
+            return Arc::new([EdgeTarget::Missing(format!(
                 "{}{}",
                 ".".repeat(edge.level as usize),
                 edge.module
@@ -246,7 +252,8 @@ impl Project {
         if let Some(found) = self.resolved_edges.get(&key) {
             return found.clone();
         }
-        let targets = Arc::new(self.resolve_absolute(&key.0, key.1.as_deref(), next));
+        let targets: Arc<[EdgeTarget]> =
+            self.resolve_absolute(&key.0, key.1.as_deref(), next).into();
         self.resolved_edges.insert(key, targets.clone());
         targets
     }
@@ -316,14 +323,18 @@ impl Project {
         }
     }
 
-    fn third_party(&self, name: &str, path: PathBuf) -> EdgeTarget {
+    fn third_party(&mut self, name: &str, path: PathBuf) -> EdgeTarget {
+        if let Some(known) = self.third_party.get(name) {
+            return EdgeTarget::ThirdParty(known.clone());
+        }
         let top = name.split('.').next().unwrap_or_default();
-        EdgeTarget::ThirdParty {
+        let module = Arc::new(ThirdPartyModule {
             name: name.to_string(),
             display: self.display_path(&path),
             owner: self.dists.owner_of(&path, top),
-            path,
-        }
+        });
+        self.third_party.insert(name.to_string(), module.clone());
+        EdgeTarget::ThirdParty(module)
     }
 
     fn push_location(
