@@ -5,6 +5,7 @@
 //! `google.protobuf` to protobuf without importing anything.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 
@@ -41,8 +42,11 @@ pub struct Distribution {
 #[derive(Default)]
 pub struct DistIndex {
     pub dists: Vec<Distribution>,
-    by_file: FxHashMap<PathBuf, Vec<u32>>,
-    by_dir: FxHashMap<PathBuf, BTreeSet<u32>>,
+    // Keyed by the paths' bytes: hashing a Path walks its components, which made indexing a
+    // site-packages' ~40k installed files cost more than reading their RECORDs. Every path
+    // here is absolute and normalised, so equal bytes are equal paths.
+    by_file: FxHashMap<OsString, Vec<u32>>,
+    by_dir: FxHashMap<OsString, BTreeSet<u32>>,
     by_top_level: HashMap<String, BTreeSet<u32>>,
     by_name: HashMap<String, u32>,
     pub problems: Vec<String>,
@@ -120,11 +124,19 @@ impl DistIndex {
         }
         let id = self.dists.len() as u32;
         for file in &dist.files {
-            self.by_file.entry(file.clone()).or_default().push(id);
+            self.by_file
+                .entry(file.as_os_str().to_owned())
+                .or_default()
+                .push(id);
             let mut dir = file.parent();
             while let Some(d) = dir {
                 // Ancestors were filled when this dist first reached `d`.
-                if !self.by_dir.entry(d.to_path_buf()).or_default().insert(id) {
+                if !self
+                    .by_dir
+                    .entry(d.as_os_str().to_owned())
+                    .or_default()
+                    .insert(id)
+                {
                     break;
                 }
                 dir = d.parent();
@@ -176,7 +188,7 @@ impl DistIndex {
             let owner = files.iter().find_map(|f| {
                 f.file_name()
                     .is_some_and(|n| n == "METADATA")
-                    .then(|| self.by_file.get(f))
+                    .then(|| self.by_file.get(f.as_os_str()))
                     .flatten()
             });
             if let Some(owners) = owner {
@@ -205,11 +217,11 @@ impl DistIndex {
 
     /// Owner of a module file, or of a namespace package directory.
     pub fn owner_of(&self, path: &Path, top_level: &str) -> Owner {
-        if let Some(owners) = self.by_file.get(path) {
+        if let Some(owners) = self.by_file.get(path.as_os_str()) {
             return owner_from(owners.to_vec());
         }
         if path.is_dir() {
-            if let Some(owners) = self.by_dir.get(path) {
+            if let Some(owners) = self.by_dir.get(path.as_os_str()) {
                 return owner_from(owners.iter().copied().collect());
             }
         }
@@ -221,7 +233,8 @@ impl DistIndex {
 
     /// A file or directory some distribution installed.
     pub fn owns(&self, path: &Path) -> bool {
-        self.by_file.contains_key(path) || (path.is_dir() && self.by_dir.contains_key(path))
+        self.by_file.contains_key(path.as_os_str())
+            || (path.is_dir() && self.by_dir.contains_key(path.as_os_str()))
     }
 
     pub fn by_name(&self, name: &str) -> Option<u32> {

@@ -9,7 +9,6 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use ruff_python_ast::visitor::source_order::{self, SourceOrderVisitor};
 use ruff_python_ast::{self as ast, Expr, Stmt};
 use ruff_python_parser::{parse_unchecked, Mode, ParseOptions};
-use ruff_source_file::LineIndex;
 use ruff_text_size::{Ranged, TextSize};
 use serde::{Deserialize, Serialize};
 
@@ -279,15 +278,15 @@ pub struct Problem {
 /// import the error-recovering parser still sees is kept.
 pub fn summarize(source: &str) -> ModuleSummary {
     let parsed = parse_unchecked(source, ParseOptions::from(Mode::Module));
-    let line_index = LineIndex::from_source_text(source);
-    let mut extractor = Extractor::new(&line_index);
+    let mut extractor = Extractor::new(LineCounter::new(source));
     if let ast::Mod::Module(module) = parsed.syntax() {
         extractor.visit_body(&module.body);
     }
+    let mut extractor_lines = extractor.lines.clone();
     let mut summary = extractor.finish();
     for error in parsed.errors().iter().take(MAX_SYNTAX_ERRORS_REPORTED) {
         summary.problems.push(Problem {
-            line: line_index.line_index(error.location.start()).get() as u32,
+            line: extractor_lines.line_at(error.location.start()),
             message: format!("syntax error: {}", error.error),
         });
     }
@@ -304,6 +303,47 @@ pub fn summarize(source: &str) -> ModuleSummary {
 }
 
 const MAX_SYNTAX_ERRORS_REPORTED: usize = 3;
+
+/// Line numbers of byte offsets, counted from the last offset asked for: the visit asks in
+/// nearly source order, so this reads the text about once and, unlike a line index, allocates
+/// nothing. Line ends are `\n`, `\r\n` and a lone `\r`, as for Python.
+#[derive(Clone)]
+struct LineCounter<'a> {
+    text: &'a [u8],
+    offset: usize,
+    line: u32,
+}
+
+impl<'a> LineCounter<'a> {
+    fn new(source: &'a str) -> Self {
+        LineCounter {
+            text: source.as_bytes(),
+            offset: 0,
+            line: 1,
+        }
+    }
+
+    /// The 1-based line of `offset`, which must not fall between the `\r` and `\n` of a line end
+    /// (token and node starts never do).
+    fn line_at(&mut self, offset: TextSize) -> u32 {
+        let offset = (offset.to_usize()).min(self.text.len());
+        if offset >= self.offset {
+            self.line += self.line_ends(self.offset, offset);
+        } else {
+            self.line -= self.line_ends(offset, self.offset);
+        }
+        self.offset = offset;
+        self.line
+    }
+
+    /// Line ends that finish within `start..end`.
+    fn line_ends(&self, start: usize, end: usize) -> u32 {
+        let text = self.text;
+        memchr::memchr2_iter(b'\n', b'\r', &text[start..end])
+            .filter(|&at| text[start + at] == b'\n' || text.get(start + at + 1) != Some(&b'\n'))
+            .count() as u32
+    }
+}
 
 /// Exception types whose handler makes the guarded import optional.
 const IMPORT_GUARDS: &[&str] = &[
@@ -348,7 +388,7 @@ struct StatementCapture {
 }
 
 struct Extractor<'a> {
-    line_index: &'a LineIndex,
+    lines: LineCounter<'a>,
     imports: Vec<ImportEdge>,
     /// Final but for the lists, which `finish` fills in.
     scopes: Vec<Scope>,
@@ -376,9 +416,9 @@ struct Extractor<'a> {
 }
 
 impl<'a> Extractor<'a> {
-    fn new(line_index: &'a LineIndex) -> Self {
+    fn new(lines: LineCounter<'a>) -> Self {
         let mut extractor = Extractor {
-            line_index,
+            lines,
             imports: Vec::new(),
             scopes: Vec::new(),
             scope_names: String::new(),
@@ -403,8 +443,8 @@ impl<'a> Extractor<'a> {
         extractor
     }
 
-    fn line(&self, offset: TextSize) -> u32 {
-        self.line_index.line_index(offset).get() as u32
+    fn line(&mut self, offset: TextSize) -> u32 {
+        self.lines.line_at(offset)
     }
 
     /// A new scope named `name` inside the current one; its qualified name is the parent's
@@ -1116,6 +1156,33 @@ mod tests {
             assert_eq!(table.find(absent), None, "{absent:?}");
         }
         assert_eq!(NameTable::default().find("a"), None);
+    }
+
+    #[test]
+    fn lines_are_counted_as_a_line_index_does_in_any_order() {
+        let source = "a\nb\r\nc\rd\n\n\r\n\re\r\nlast";
+        let index = ruff_source_file::LineIndex::from_source_text(source);
+        let mut counter = LineCounter::new(source);
+        // Every offset that is not between a \r and its \n, forwards, backwards and jumping.
+        let offsets: Vec<usize> = (0..=source.len())
+            .filter(|&at| {
+                !(at > 0 && &source[at - 1..at] == "\r" && source[at..].starts_with('\n'))
+            })
+            .collect();
+        let jumping: Vec<usize> = offsets
+            .iter()
+            .step_by(3)
+            .chain(offsets.iter().rev().step_by(2))
+            .copied()
+            .collect();
+        for &at in offsets.iter().chain(offsets.iter().rev()).chain(&jumping) {
+            let offset = TextSize::try_from(at).unwrap();
+            assert_eq!(
+                counter.line_at(offset),
+                index.line_index(offset).get() as u32,
+                "offset {at}"
+            );
+        }
     }
 
     #[test]
