@@ -124,22 +124,30 @@ impl DistIndex {
         }
         let id = self.dists.len() as u32;
         for file in &dist.files {
+            use std::os::unix::ffi::OsStrExt;
+            let bytes = file.as_os_str().as_bytes();
             self.by_file
                 .entry(file.as_os_str().to_owned())
                 .or_default()
                 .push(id);
-            let mut dir = file.parent();
-            while let Some(d) = dir {
-                // Ancestors were filled when this dist first reached `d`.
+            // Ancestors by cutting at slashes (the paths are normal): Path::parent walks
+            // components, a cost paid for every installed file.
+            let mut end = bytes.len();
+            while let Some(slash) = memchr::memrchr(b'/', &bytes[..end]) {
+                let dir = &bytes[..slash.max(1)];
+                // Ancestors were filled when this dist first reached `dir`.
                 if !self
                     .by_dir
-                    .entry(d.as_os_str().to_owned())
+                    .entry(std::ffi::OsStr::from_bytes(dir).to_owned())
                     .or_default()
                     .insert(id)
                 {
                     break;
                 }
-                dir = d.parent();
+                if slash == 0 {
+                    break;
+                }
+                end = slash;
             }
         }
         for top in top_level_names(&dist) {
@@ -392,6 +400,18 @@ fn marker_environment(interpreter: &Interpreter) -> Option<MarkerEnvironment> {
 
 /// Lexically resolve `.` and `..` without touching the filesystem (RECORD holds `../../bin/x`).
 pub fn normalize_path(path: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    // Nearly every RECORD row is already normal: check the bytes before walking components.
+    let bytes = path.as_os_str().as_bytes();
+    let clean = !bytes.ends_with(b"/")
+        && !bytes.ends_with(b"/.")
+        && !bytes.ends_with(b"/..")
+        && memchr::memmem::find(bytes, b"//").is_none()
+        && memchr::memmem::find(bytes, b"/./").is_none()
+        && memchr::memmem::find(bytes, b"/../").is_none();
+    if clean && path.is_absolute() {
+        return path.to_path_buf();
+    }
     let mut out = PathBuf::new();
     for component in path.components() {
         match component {
@@ -455,15 +475,19 @@ fn dist_from_metadata(
     })
 }
 
+/// Metadata files are UTF-8 nearly always: validate (fast) before the lossy path.
+fn utf8_text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
+}
+
 fn read_dist_info(site: &Path, dir: &Path) -> Result<Distribution, String> {
     let metadata = std::fs::read(dir.join("METADATA")).map_err(|e| format!("METADATA: {e}"))?;
-    let mut dist = dist_from_metadata(
-        &String::from_utf8_lossy(&metadata),
-        MetadataKind::DistInfo,
-        dir,
-    )?;
+    let mut dist = dist_from_metadata(&utf8_text(&metadata), MetadataKind::DistInfo, dir)?;
     if let Ok(record) = std::fs::read(dir.join("RECORD")) {
-        for line in String::from_utf8_lossy(&record).lines() {
+        for line in utf8_text(&record).lines() {
             if let Some(path) = record_path(line) {
                 dist.files.push(normalize_path(&site.join(path)));
             }
@@ -506,11 +530,7 @@ fn read_egg_info(site: &Path, path: &Path) -> Result<Distribution, String> {
         path.to_path_buf()
     };
     let metadata = std::fs::read(&pkg_info).map_err(|e| format!("PKG-INFO: {e}"))?;
-    let mut dist = dist_from_metadata(
-        &String::from_utf8_lossy(&metadata),
-        MetadataKind::EggInfo,
-        path,
-    )?;
+    let mut dist = dist_from_metadata(&utf8_text(&metadata), MetadataKind::EggInfo, path)?;
     if path.is_dir() {
         if let Ok(requires) = std::fs::read_to_string(path.join("requires.txt")) {
             dist.requires.extend(egg_requires(&requires));
