@@ -757,17 +757,27 @@ impl<'p, 'm> Walk<'p, 'm> {
                     Some((_, modules)) => (true, modules.clone()),
                     None => (false, chain.clone()),
                 };
-                distributions.push(DistributionNeed {
-                    name: dist.name.clone(),
-                    version: dist.version.clone(),
-                    direct: is_direct,
-                    optional: is_optional,
-                    conda_name: dist.conda_name.clone(),
-                    reason,
-                });
+                distributions.push((
+                    id,
+                    DistributionNeed {
+                        name: dist.name.clone(),
+                        version: dist.version.clone(),
+                        direct: is_direct,
+                        optional: is_optional,
+                        conda_name: dist.conda_name.clone(),
+                        reason,
+                    },
+                ));
             }
         }
-        distributions.sort_by_key(|d| crate::dists::normalize_name(&d.name));
+        distributions.sort_by(|(a, _), (b, _)| {
+            project
+                .dists
+                .normalized_name(*a)
+                .cmp(project.dists.normalized_name(*b))
+        });
+        let distributions: Vec<DistributionNeed> =
+            distributions.into_iter().map(|(_, need)| need).collect();
         for problem in required.problems.iter().chain(&optional.problems) {
             warnings.push(Warning {
                 file: String::new(),

@@ -49,6 +49,8 @@ pub struct DistIndex {
     by_dir: FxHashMap<OsString, BTreeSet<u32>>,
     by_top_level: HashMap<String, BTreeSet<u32>>,
     by_name: HashMap<String, u32>,
+    /// PEP 503 name of each distribution, by id (what lists of them are sorted by).
+    normalized_names: Vec<String>,
     pub problems: Vec<String>,
     /// Closures already computed, by their sorted roots: most functions share a few root sets.
     closures: std::sync::Mutex<HashMap<Vec<u32>, std::sync::Arc<RequirementClosure>>>,
@@ -153,7 +155,8 @@ impl DistIndex {
         for top in top_level_names(&dist) {
             self.by_top_level.entry(top).or_default().insert(id);
         }
-        self.by_name.insert(key, id);
+        self.by_name.insert(key.clone(), id);
+        self.normalized_names.push(key);
         self.dists.push(dist);
     }
 
@@ -243,6 +246,10 @@ impl DistIndex {
     pub fn owns(&self, path: &Path) -> bool {
         self.by_file.contains_key(path.as_os_str())
             || (path.is_dir() && self.by_dir.contains_key(path.as_os_str()))
+    }
+
+    pub fn normalized_name(&self, id: u32) -> &str {
+        &self.normalized_names[id as usize]
     }
 
     pub fn by_name(&self, name: &str) -> Option<u32> {

@@ -238,6 +238,8 @@ pub enum Prepared {
 pub struct Checkpoint {
     pub wall: std::time::Duration,
     pub cpu: Option<std::time::Duration>,
+    /// Resident memory now, in KiB (VmRSS).
+    pub rss_kib: Option<u64>,
 }
 
 impl Checkpoint {
@@ -245,8 +247,15 @@ impl Checkpoint {
         Checkpoint {
             wall: started.elapsed(),
             cpu: process_cpu_time(),
+            rss_kib: resident_kib(),
         }
     }
+}
+
+fn resident_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// utime + stime of /proc/self/stat (clock ticks, 100 per second on Linux); None elsewhere.

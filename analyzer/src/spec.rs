@@ -274,17 +274,22 @@ fn json_u32(out: &mut Vec<u8>, value: u32) {
     out.extend_from_slice(&digits[at..]);
 }
 
+/// Whether `bytes` holds a control character, `"` or `\\`. Nearly every string is clean; a
+/// scan without early exit compiles to SIMD compares (fewer instructions than a word-at-a-time
+/// check with early exit, measured with callgrind).
+fn needs_escape(bytes: &[u8]) -> bool {
+    bytes.iter().fold(false, |any, &b| {
+        any | (b < 0x20) | (b == b'"') | (b == b'\\')
+    })
+}
+
 /// A JSON string with serde_json's escapes: `\"`, `\\`, the short forms of \b \t \n \f \r, and
 /// `\u00XX` for other control characters; everything else (UTF-8 included) as is.
 fn json_str(out: &mut Vec<u8>, text: &str) {
     let bytes = text.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
-    // Nearly every string is clean; a scan without early exit compiles to SIMD compares.
-    let needs_escape = bytes.iter().fold(false, |any, &b| {
-        any | (b < 0x20) | (b == b'"') | (b == b'\\')
-    });
-    if !needs_escape {
+    if !needs_escape(bytes) {
         out.extend_from_slice(bytes);
         out.push(b'"');
         return;
@@ -320,6 +325,26 @@ fn json_str(out: &mut Vec<u8>, text: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_word_at_a_time_escape_check_agrees_with_a_byte_by_byte_one() {
+        for byte in 0..=255u8 {
+            let special = byte < 0x20 || byte == b'"' || byte == b'\\';
+            for length in [1, 7, 8, 9, 16, 17] {
+                for at in 0..length {
+                    let mut bytes = vec![b'a'; length];
+                    bytes[at] = byte;
+                    assert_eq!(
+                        needs_escape(&bytes),
+                        special,
+                        "byte {byte:#x} at {at} of {length}"
+                    );
+                }
+            }
+        }
+        assert!(!needs_escape(b""));
+        assert!(!needs_escape("numpy/core/__init__.py é 漢 🐍".as_bytes()));
+    }
 
     fn sample() -> TargetSpec {
         let awkward = "q\"b\\s/\u{1}\u{8}\t\n\u{c}\r\u{1f}\u{7f} é 漢 🐍".to_string();

@@ -164,6 +164,10 @@ pub fn run(args: AnalyzeArgs) -> i32 {
             let cpu = at.cpu.map_or(String::new(), |cpu| {
                 format!("  (cpu {:.2} s)", cpu.as_secs_f64())
             });
+            let cpu = match at.rss_kib {
+                Some(rss) => format!("{cpu}  (rss {} MiB)", rss / 1024),
+                None => cpu,
+            };
             eprintln!("timing: {:>8.3} s  {phase}{cpu}", at.wall.as_secs_f64());
         }
         print_memory("at the end");
