@@ -299,7 +299,11 @@ pub fn summarize(source: &str) -> ModuleSummary {
             ),
         });
     }
-    summary
+    drop(parsed);
+    // The summary's blocks were allocated among the AST's, which is freed now: its pages stay
+    // pinned by the few long-lived blocks in them. A copy made now lands in freed space and lets
+    // those pages go; on a whole site-packages this is ~11 MiB of peak memory for ~1% of time.
+    summary.clone()
 }
 
 const MAX_SYNTAX_ERRORS_REPORTED: usize = 3;
