@@ -554,7 +554,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             match binding {
                 Binding::Import { edge } => {
                     let edge_ref = &summary.imports[*edge as usize];
-                    let chain = if edge_ref.member.is_some() {
+                    let chain = if edge_ref.has_member() {
                         chain.then_new(name)
                     } else {
                         chain.clone()

@@ -20,6 +20,9 @@ pub type NameId = u32;
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct ModuleSummary {
     pub imports: Vec<ImportEdge>,
+    /// Module and member names of the import edges, end to end (one String per edge cost
+    /// more than its text, and pinned memory).
+    import_text: String,
     /// Scope 0 is the module; the others are defs, classes, lambdas and comprehensions.
     pub scopes: Vec<Scope>,
     /// The scopes' qualified names, end to end (see [`ModuleSummary::scope_name`]).
@@ -43,16 +46,25 @@ pub struct ModuleSummary {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ImportEdge {
-    /// Dotted module name as written, without the leading dots of a relative import.
-    pub module: String,
+    /// Dotted module name as written, without the leading dots of a relative import: a span of
+    /// the summary's import text, read with [`ModuleSummary::edge_module`].
+    module: [u32; 2],
     /// Number of leading dots (0 = absolute).
     pub level: u32,
-    /// For `from module import member`: the member (`*` for a star import).
-    pub member: Option<String>,
+    /// For `from module import member`: the member (`*` for a star import), read with
+    /// [`ModuleSummary::edge_member`].
+    member: Option<[u32; 2]>,
     pub line: u32,
     /// Innermost scope that contains the import statement.
     pub scope: u32,
     pub context: EdgeContext,
+}
+
+impl ImportEdge {
+    /// Whether this is a `from module import member` edge.
+    pub fn has_member(&self) -> bool {
+        self.member.is_some()
+    }
 }
 
 /// Why and when an import runs. More than one can hold at once (an optional import inside a
@@ -187,6 +199,18 @@ impl ModuleSummary {
         self.names.find(name)
     }
 
+    /// The dotted module an import edge names, as written (no leading dots).
+    pub fn edge_module(&self, edge: &ImportEdge) -> &str {
+        let [start, end] = edge.module;
+        &self.import_text[start as usize..end as usize]
+    }
+
+    /// The member of a `from module import member` edge.
+    pub fn edge_member(&self, edge: &ImportEdge) -> Option<&str> {
+        let [start, end] = edge.member?;
+        Some(&self.import_text[start as usize..end as usize])
+    }
+
     pub fn scope_name(&self, scope: u32) -> &str {
         let [start, end] = self.scopes[scope as usize].name;
         &self.scope_names[start as usize..end as usize]
@@ -246,17 +270,15 @@ impl ModuleSummary {
     /// `LFM_TIMINGS=1` memory accounting.
     pub fn approximate_heap_bytes(&self) -> usize {
         use std::mem::size_of;
-        let mut total = self.imports.capacity() * size_of::<ImportEdge>()
+        let total = self.imports.capacity() * size_of::<ImportEdge>()
             + self.scopes.capacity() * size_of::<Scope>()
             + self.scope_names.capacity()
+            + self.import_text.capacity()
             + 4 * self.scope_lists.capacity()
             + self.names.heap_bytes()
             + self.bindings.capacity() * size_of::<Binding>()
             + 4 * self.binding_offsets.capacity()
             + 4 * self.value_lists.capacity();
-        for edge in &self.imports {
-            total += edge.module.capacity() + edge.member.as_ref().map_or(0, String::capacity);
-        }
         total
     }
 
@@ -394,6 +416,7 @@ struct StatementCapture {
 struct Extractor<'a> {
     lines: LineCounter<'a>,
     imports: Vec<ImportEdge>,
+    import_text: String,
     /// Final but for the lists, which `finish` fills in.
     scopes: Vec<Scope>,
     scope_names: String,
@@ -424,6 +447,7 @@ impl<'a> Extractor<'a> {
         let mut extractor = Extractor {
             lines,
             imports: Vec::new(),
+            import_text: String::new(),
             scopes: Vec::new(),
             scope_names: String::new(),
             builds: Vec::new(),
@@ -522,6 +546,13 @@ impl<'a> Extractor<'a> {
         }
     }
 
+    /// `text` appended to the import text, as a span of it.
+    fn import_span(&mut self, text: &str) -> [u32; 2] {
+        let start = self.import_text.len() as u32;
+        self.import_text.push_str(text);
+        [start, self.import_text.len() as u32]
+    }
+
     fn add_edge(&mut self, edge: ImportEdge) -> u32 {
         let id = self.imports.len() as u32;
         self.imports.push(edge);
@@ -535,8 +566,9 @@ impl<'a> Extractor<'a> {
         let line = self.line(import.start());
         for alias in &import.names {
             let module = alias.name.id.as_str();
+            let module_span = self.import_span(module);
             let edge = self.add_edge(ImportEdge {
-                module: module.to_string(),
+                module: module_span,
                 level: 0,
                 member: None,
                 line,
@@ -561,12 +593,14 @@ impl<'a> Extractor<'a> {
     fn visit_import_from(&mut self, import: &'a ast::StmtImportFrom) {
         let line = self.line(import.start());
         let module = import.module.as_ref().map_or("", |m| m.id.as_str());
+        let module_span = self.import_span(module);
         for alias in &import.names {
             let member = alias.name.id.as_str();
+            let member_span = self.import_span(member);
             let edge = self.add_edge(ImportEdge {
-                module: module.to_string(),
+                module: module_span,
                 level: import.level,
-                member: Some(member.to_string()),
+                member: Some(member_span),
                 line,
                 scope: self.current,
                 context: self.context(),
@@ -786,6 +820,7 @@ impl<'a> Extractor<'a> {
                     };
                     let mut context = self.context();
                     context.dynamic = true;
+                    let module = self.import_span(&module);
                     self.add_edge(ImportEdge {
                         module,
                         level,
@@ -954,10 +989,12 @@ impl<'a> Extractor<'a> {
         scope_lists.shrink_to_fit();
         self.scope_names.shrink_to_fit();
         self.imports.shrink_to_fit();
+        self.import_text.shrink_to_fit();
         self.scopes.shrink_to_fit();
         let sorted_names = NameTable::from_sorted(order.iter().map(|&old| names[old as usize]));
         ModuleSummary {
             imports: self.imports,
+            import_text: self.import_text,
             scopes: self.scopes,
             scope_names: self.scope_names,
             scope_lists,
@@ -1213,7 +1250,9 @@ mod tests {
         assert!(summary.definition_reads(1).is_empty());
         let numpy = summary.scope_imports(2);
         assert_eq!(numpy.len(), 1);
-        assert_eq!(summary.imports[numpy[0] as usize].module, "numpy");
+        let edge = &summary.imports[numpy[0] as usize];
+        assert_eq!(summary.edge_module(edge), "numpy");
+        assert_eq!(summary.edge_member(edge), None);
         assert_eq!(summary.scope_imports(0).len(), 1);
         let sep = summary
             .bindings_of(summary.name_id("SEP").unwrap())

@@ -411,6 +411,7 @@ pub fn prepare_or_reuse(
             }
         }
     }
+    project.finish_loading();
     timings.push(("resolve imports", Checkpoint::since(started)));
     Ok(Prepared::Fresh(Box::new(Analysis {
         project,

@@ -123,6 +123,15 @@ impl Project {
     }
 
     /// Directories listed while resolving imports, each with its stamp before listing.
+    /// Free what only speeds up loading more modules (resolution caches): closures need the
+    /// loaded modules and their edge targets only. Loading again still works, just from cold.
+    pub fn finish_loading(&mut self) {
+        self.resolver.forget_lookups();
+        self.resolved_edges = HashMap::default();
+        self.third_party = HashMap::default();
+        self.preparsed = HashMap::default();
+    }
+
     pub fn listed_dirs(&self) -> &[(PathBuf, Option<Stamp>)] {
         self.resolver.listed_dirs()
     }
@@ -215,7 +224,7 @@ impl Project {
                 let targets = summary
                     .imports
                     .iter()
-                    .map(|edge| self.resolve_edge(id as usize, edge, &mut next))
+                    .map(|edge| self.resolve_edge(id as usize, &summary, edge, &mut next))
                     .collect();
                 self.modules[id as usize].targets = targets;
             }
@@ -236,19 +245,20 @@ impl Project {
     fn resolve_edge(
         &mut self,
         id: usize,
+        summary: &ModuleSummary,
         edge: &ImportEdge,
         next: &mut Vec<u32>,
     ) -> Arc<[EdgeTarget]> {
-        let Some(full) = self.absolute_name(id, edge) else {
+        let written = summary.edge_module(edge);
+        let Some(full) = self.absolute_name(id, written, edge) else {
             return Arc::new([EdgeTarget::Missing(format!(
-                "{}{}",
+                "{}{written}",
                 ".".repeat(edge.level as usize),
-                edge.module
             ))]);
         };
         // Once absolute, an import resolves the same way from every module: resolve it once
         // (relative imports inside one package name the same few modules over and over).
-        let key = (full, edge.member.clone());
+        let key = (full, summary.edge_member(edge).map(str::to_string));
         if let Some(found) = self.resolved_edges.get(&key) {
             return found.clone();
         }
@@ -260,13 +270,13 @@ impl Project {
 
     /// The dotted module an edge names, relative imports made absolute; `None` (and a warning)
     /// when a relative import climbs above the top-level package.
-    fn absolute_name(&mut self, id: usize, edge: &ImportEdge) -> Option<String> {
+    fn absolute_name(&mut self, id: usize, written: &str, edge: &ImportEdge) -> Option<String> {
         if edge.level == 0 {
-            return Some(edge.module.clone());
+            return Some(written.to_string());
         }
         let module = &self.modules[id];
         match relative_base(&module.name, module.is_package, edge.level) {
-            Some(base) => Some(join_dotted(&base, &edge.module)),
+            Some(base) => Some(join_dotted(&base, written)),
             None => {
                 let warning = Warning {
                     file: self.display_path(&module.path),

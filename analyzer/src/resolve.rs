@@ -80,6 +80,13 @@ impl Resolver {
         }
     }
 
+    /// Drop the directory listings and resolved names kept to speed up lookups (they are
+    /// rebuilt on demand); what was listed is still reported by [`Resolver::listed_dirs`].
+    pub fn forget_lookups(&mut self) {
+        self.listings = HashMap::default();
+        self.resolved = HashMap::default();
+    }
+
     pub fn listed_dirs(&self) -> &[(PathBuf, Option<crate::results::Stamp>)] {
         &self.listed
     }

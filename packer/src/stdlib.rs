@@ -58,11 +58,15 @@ pub fn stdlib_imports_of(files: &[PathBuf], interpreter: &Interpreter) -> BTreeS
                 .imports
                 .iter()
                 .filter(|edge| edge.level == 0 && !edge.context.type_checking)
-                .filter(|edge| stdlib.contains(edge.module.split('.').next().unwrap_or("")))
+                .filter(|edge| {
+                    let module = summary.edge_module(edge);
+                    stdlib.contains(module.split('.').next().unwrap_or(""))
+                })
                 .flat_map(|edge| {
-                    let mut names = vec![edge.module.clone()];
-                    if let Some(member) = edge.member.as_deref().filter(|m| *m != "*") {
-                        names.push(format!("{}.{member}", edge.module));
+                    let module = summary.edge_module(edge);
+                    let mut names = vec![module.to_string()];
+                    if let Some(member) = summary.edge_member(edge).filter(|m| *m != "*") {
+                        names.push(format!("{module}.{member}"));
                     }
                     names
                 })
@@ -146,20 +150,21 @@ pub fn select(interpreter: &Interpreter, seeds: BTreeSet<String>) -> Result<Stdl
                 parts
             };
             for edge in summary.imports.iter().filter(|e| !e.context.type_checking) {
+                let module = summary.edge_module(edge);
                 let base = if edge.level == 0 {
-                    edge.module.clone()
+                    module.to_string()
                 } else {
                     let keep = package.len().saturating_sub(edge.level as usize - 1);
                     let mut parts: Vec<&str> = package[..keep].to_vec();
-                    if !edge.module.is_empty() {
-                        parts.push(&edge.module);
+                    if !module.is_empty() {
+                        parts.push(module);
                     }
                     parts.join(".")
                 };
                 if base.is_empty() {
                     continue;
                 }
-                if let Some(member) = edge.member.as_deref().filter(|m| *m != "*") {
+                if let Some(member) = summary.edge_member(edge).filter(|m| *m != "*") {
                     queue.push_back(format!("{base}.{member}"));
                 }
                 queue.push_back(base);
