@@ -270,7 +270,7 @@ impl ModuleSummary {
     /// `LFM_TIMINGS=1` memory accounting.
     pub fn approximate_heap_bytes(&self) -> usize {
         use std::mem::size_of;
-        let total = self.imports.capacity() * size_of::<ImportEdge>()
+        self.imports.capacity() * size_of::<ImportEdge>()
             + self.scopes.capacity() * size_of::<Scope>()
             + self.scope_names.capacity()
             + self.import_text.capacity()
@@ -278,8 +278,7 @@ impl ModuleSummary {
             + self.names.heap_bytes()
             + self.bindings.capacity() * size_of::<Binding>()
             + 4 * self.binding_offsets.capacity()
-            + 4 * self.value_lists.capacity();
-        total
+            + 4 * self.value_lists.capacity()
     }
 
     /// The module-level statements that bind `name`.
