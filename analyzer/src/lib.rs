@@ -506,7 +506,7 @@ fn locate(text: &str, extra_roots: &[PathBuf]) -> Result<Located, AnalyzeError> 
                         is_package,
                     }],
                     qualname: qualname.map(str::to_string),
-                    roots: vec![root],
+                    roots: vec![root.to_path_buf()],
                     text: text.to_string(),
                 });
             }

@@ -23,7 +23,8 @@ pub enum Location {
     File {
         path: PathBuf,
         is_package: bool,
-        root: PathBuf,
+        /// The sys.path entry it was found under (shared: every location holds one).
+        root: Arc<Path>,
         root_kind: RootKind,
     },
 }
@@ -33,6 +34,8 @@ type Listing = Arc<HashMap<String, bool>>;
 
 pub struct Resolver {
     roots: Vec<(PathBuf, RootKind)>,
+    /// The same roots, shared by the locations found under them.
+    root_paths: Vec<Arc<Path>>,
     stdlib: std::collections::HashSet<String>,
     stdlib_dirs: Vec<PathBuf>,
     builtins: std::collections::HashSet<String>,
@@ -44,8 +47,8 @@ pub struct Resolver {
 }
 
 enum Step {
-    Module(PathBuf, PathBuf, RootKind),
-    Package(PathBuf, PathBuf, RootKind),
+    Module(PathBuf, Arc<Path>, RootKind),
+    Package(PathBuf, Arc<Path>, RootKind),
 }
 
 impl Resolver {
@@ -69,6 +72,10 @@ impl Resolver {
             }
         }
         Resolver {
+            root_paths: roots
+                .iter()
+                .map(|(root, _)| Arc::from(root.as_path()))
+                .collect(),
             roots,
             stdlib,
             stdlib_dirs: stdlib_dirs.to_vec(),
@@ -126,14 +133,15 @@ impl Resolver {
             let is_top = index == 0;
             let mut portions: Vec<(PathBuf, RootKind)> = Vec::new();
             let mut step: Option<Step> = None;
-            for (dir, kind) in dirs.iter() {
+            for (dir_index, (dir, kind)) in dirs.iter().enumerate() {
                 // The stdlib sits between the local roots and the site directories on sys.path.
                 if is_top && *kind == RootKind::Site && self.stdlib.contains(*part) {
                     return Some(Location::Stdlib);
                 }
                 let listing = self.listing(dir);
+                // At the top level, `dirs` are the roots, in order.
                 let root = if is_top {
-                    dir.clone()
+                    self.root_paths[dir_index].clone()
                 } else {
                     self.root_of(&last)
                 };
@@ -186,7 +194,7 @@ impl Resolver {
                 None if !portions.is_empty() => {
                     let (first, kind) = portions[0].clone();
                     let root = if is_top {
-                        first.parent().map(Path::to_path_buf).unwrap_or_default()
+                        Arc::from(first.parent().unwrap_or(Path::new("")))
                     } else {
                         self.root_of(&last)
                     };
@@ -236,10 +244,10 @@ impl Resolver {
         })
     }
 
-    fn root_of(&self, location: &Option<Location>) -> PathBuf {
+    fn root_of(&self, location: &Option<Location>) -> Arc<Path> {
         match location {
             Some(Location::File { root, .. }) => root.clone(),
-            _ => PathBuf::new(),
+            _ => Arc::from(Path::new("")),
         }
     }
 
