@@ -722,7 +722,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                     .iter()
                     .enumerate()
                     .filter(|(bit, _)| reached.contexts & (1 << bit) != 0)
-                    .map(|(_, context)| context.to_string())
+                    .map(|(_, context)| std::borrow::Cow::Borrowed(*context))
                     .collect(),
                 reason: reached.reason.to_reason(),
             });

@@ -68,7 +68,8 @@ pub struct ModuleNeed {
     pub optional: bool,
     /// Union of the contexts of the edges that reached it: top-level, in-function, conditional,
     /// optional, dynamic.
-    pub contexts: Vec<String>,
+    /// (Static names: a whole tree has millions of these, and an allocation each showed.)
+    pub contexts: Vec<std::borrow::Cow<'static, str>>,
     pub reason: Reason,
 }
 
