@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
 
-use rustc_hash::FxHashSet as HashSet;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::dists::Owner;
 use crate::extract::{Binding, ImportEdge, ModuleSummary, NameId, ScopeKind};
@@ -242,8 +242,8 @@ struct Reached<'p> {
 /// per run and merged into every closure that imports the module, instead of walking its
 /// imports again for each of them. Chains are relative to the module.
 struct ModuleMemo<'p> {
-    reached: BTreeMap<&'p str, Reached<'p>>,
-    missing: BTreeMap<&'p str, Missed<'p>>,
+    reached: HashMap<&'p str, Reached<'p>>,
+    missing: HashMap<&'p str, Missed<'p>>,
     local_modules: BTreeSet<u32>,
 }
 
@@ -304,8 +304,8 @@ struct Walk<'p, 'm> {
     queue: VecDeque<Work<'p>>,
     seen: HashSet<(u8, u32, u32, bool)>,
     seen_names: HashSet<(u32, NameId, bool)>,
-    reached: BTreeMap<&'p str, Reached<'p>>,
-    missing: BTreeMap<&'p str, Missed<'p>>,
+    reached: HashMap<&'p str, Reached<'p>>,
+    missing: HashMap<&'p str, Missed<'p>>,
     local_modules: BTreeSet<u32>,
 }
 
@@ -380,8 +380,8 @@ impl<'p, 'm> Walk<'p, 'm> {
             queue: VecDeque::new(),
             seen: HashSet::default(),
             seen_names: HashSet::default(),
-            reached: BTreeMap::new(),
-            missing: BTreeMap::new(),
+            reached: HashMap::default(),
+            missing: HashMap::default(),
             local_modules: BTreeSet::new(),
         }
     }
@@ -678,7 +678,12 @@ impl<'p, 'm> Walk<'p, 'm> {
         let mut warnings: Vec<Warning> = Vec::new();
         let mut direct: BTreeMap<u32, (bool, Vec<String>)> = BTreeMap::new();
         let mut modules = Vec::new();
-        for (name, reached) in self.reached {
+        // Hash maps while walking (looked up far more often than listed), name order here.
+        let mut reached_in_order: Vec<(&str, Reached)> = self.reached.into_iter().collect();
+        reached_in_order.sort_unstable_by_key(|(name, _)| *name);
+        let mut missing_in_order: Vec<(&str, Missed)> = self.missing.into_iter().collect();
+        missing_in_order.sort_unstable_by_key(|(name, _)| *name);
+        for (name, reached) in reached_in_order {
             let mut distribution = None;
             if let Some(owner) = reached.owner {
                 match owner {
@@ -822,8 +827,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             line,
             modules,
             distributions,
-            missing: self
-                .missing
+            missing: missing_in_order
                 .into_iter()
                 .map(|(name, missed)| MissingModule {
                     name: name.to_string(),
