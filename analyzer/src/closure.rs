@@ -679,8 +679,9 @@ impl<'p, 'm> Walk<'p, 'm> {
         let mut direct: BTreeMap<u32, (bool, Vec<String>)> = BTreeMap::new();
         let mut modules = Vec::new();
         // Hash maps while walking (looked up far more often than listed), name order here.
+        // By kind, then name: the order of the Spec's list (and of each distribution's modules).
         let mut reached_in_order: Vec<(&str, Reached)> = self.reached.into_iter().collect();
-        reached_in_order.sort_unstable_by_key(|(name, _)| *name);
+        reached_in_order.sort_unstable_by_key(|(name, reached)| (reached.kind, *name));
         let mut missing_in_order: Vec<(&str, Missed)> = self.missing.into_iter().collect();
         missing_in_order.sort_unstable_by_key(|(name, _)| *name);
         for (name, reached) in reached_in_order {
@@ -732,7 +733,6 @@ impl<'p, 'm> Walk<'p, 'm> {
                 reason: reached.reason.to_reason(),
             });
         }
-        modules.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
 
         let required_roots: Vec<u32> = direct
             .iter()

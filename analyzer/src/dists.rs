@@ -54,6 +54,8 @@ pub struct DistIndex {
     pub problems: Vec<String>,
     /// Closures already computed, by their sorted roots: most functions share a few root sets.
     closures: std::sync::Mutex<HashMap<Vec<u32>, std::sync::Arc<RequirementClosure>>>,
+    /// The closure of no roots, what most targets ask for: kept outside the lock.
+    empty_closure: std::sync::OnceLock<std::sync::Arc<RequirementClosure>>,
 }
 
 /// Who owns a module file.
@@ -263,6 +265,12 @@ impl DistIndex {
         roots: &[u32],
         interpreter: &Interpreter,
     ) -> std::sync::Arc<RequirementClosure> {
+        if roots.is_empty() {
+            let empty = self.empty_closure.get_or_init(|| {
+                std::sync::Arc::new(self.compute_requirement_closure(&[], interpreter))
+            });
+            return empty.clone();
+        }
         let mut key = roots.to_vec();
         key.sort_unstable();
         if let Some(found) = self.closures.lock().ok().and_then(|c| c.get(&key).cloned()) {
