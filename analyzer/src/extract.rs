@@ -335,6 +335,8 @@ const MAX_SYNTAX_ERRORS_REPORTED: usize = 3;
 #[derive(Clone)]
 struct LineCounter<'a> {
     text: &'a [u8],
+    /// Whether the text holds a `\r` at all; without one, a line end is a `\n`.
+    has_carriage_return: bool,
     offset: usize,
     line: u32,
 }
@@ -343,6 +345,7 @@ impl<'a> LineCounter<'a> {
     fn new(source: &'a str) -> Self {
         LineCounter {
             text: source.as_bytes(),
+            has_carriage_return: memchr::memchr(b'\r', source.as_bytes()).is_some(),
             offset: 0,
             line: 1,
         }
@@ -364,6 +367,10 @@ impl<'a> LineCounter<'a> {
     /// Line ends that finish within `start..end`.
     fn line_ends(&self, start: usize, end: usize) -> u32 {
         let text = self.text;
+        if !self.has_carriage_return {
+            // Ranges are short and many: a plain count (vectorised) beats a search per line.
+            return text[start..end].iter().filter(|&&b| b == b'\n').count() as u32;
+        }
         memchr::memchr2_iter(b'\n', b'\r', &text[start..end])
             .filter(|&at| text[start + at] == b'\n' || text.get(start + at + 1) != Some(&b'\n'))
             .count() as u32
@@ -1200,28 +1207,30 @@ mod tests {
 
     #[test]
     fn lines_are_counted_as_a_line_index_does_in_any_order() {
-        let source = "a\nb\r\nc\rd\n\n\r\n\re\r\nlast";
-        let index = ruff_source_file::LineIndex::from_source_text(source);
-        let mut counter = LineCounter::new(source);
-        // Every offset that is not between a \r and its \n, forwards, backwards and jumping.
-        let offsets: Vec<usize> = (0..=source.len())
-            .filter(|&at| {
-                !(at > 0 && &source[at - 1..at] == "\r" && source[at..].starts_with('\n'))
-            })
-            .collect();
-        let jumping: Vec<usize> = offsets
-            .iter()
-            .step_by(3)
-            .chain(offsets.iter().rev().step_by(2))
-            .copied()
-            .collect();
-        for &at in offsets.iter().chain(offsets.iter().rev()).chain(&jumping) {
-            let offset = TextSize::try_from(at).unwrap();
-            assert_eq!(
-                counter.line_at(offset),
-                index.line_index(offset).get() as u32,
-                "offset {at}"
-            );
+        // With every kind of line end, and with `\n` only (the counter's fast path).
+        for source in ["a\nb\r\nc\rd\n\n\r\n\re\r\nlast", "a\nbc\n\n\nd\ne\n"] {
+            let index = ruff_source_file::LineIndex::from_source_text(source);
+            let mut counter = LineCounter::new(source);
+            // Every offset not between a \r and its \n: forwards, backwards and jumping.
+            let offsets: Vec<usize> = (0..=source.len())
+                .filter(|&at| {
+                    !(at > 0 && &source[at - 1..at] == "\r" && source[at..].starts_with('\n'))
+                })
+                .collect();
+            let jumping: Vec<usize> = offsets
+                .iter()
+                .step_by(3)
+                .chain(offsets.iter().rev().step_by(2))
+                .copied()
+                .collect();
+            for &at in offsets.iter().chain(offsets.iter().rev()).chain(&jumping) {
+                let offset = TextSize::try_from(at).unwrap();
+                assert_eq!(
+                    counter.line_at(offset),
+                    index.line_index(offset).get() as u32,
+                    "offset {at} of {source:?}"
+                );
+            }
         }
     }
 
