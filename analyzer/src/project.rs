@@ -68,7 +68,9 @@ pub struct Project {
     /// Summaries made before the project existed (while the interpreter was being asked).
     preparsed: HashMap<PathBuf, Summarized>,
     /// Absolute imports already resolved: (module, member) -> targets.
-    resolved_edges: HashMap<(String, Option<String>), Arc<[EdgeTarget]>>,
+    /// Keyed by the absolute module name, then NUL and the member for `from` imports.
+    resolved_edges: HashMap<String, Arc<[EdgeTarget]>>,
+    edge_key: String,
     third_party: HashMap<String, Arc<ThirdPartyModule>>,
     pub progress: Option<crate::ParseProgress>,
 }
@@ -117,6 +119,7 @@ impl Project {
             parsed: 0,
             preparsed: HashMap::default(),
             resolved_edges: HashMap::default(),
+            edge_key: String::new(),
             third_party: HashMap::default(),
             progress: None,
         }
@@ -250,21 +253,44 @@ impl Project {
         next: &mut Vec<u32>,
     ) -> Arc<[EdgeTarget]> {
         let written = summary.edge_module(edge);
-        let Some(full) = self.absolute_name(id, written, edge) else {
-            return Arc::new([EdgeTarget::Missing(format!(
-                "{}{written}",
-                ".".repeat(edge.level as usize),
-            ))]);
+        let relative;
+        let full = if edge.level == 0 {
+            written
+        } else {
+            match self.absolute_name(id, written, edge) {
+                Some(name) => {
+                    relative = name;
+                    relative.as_str()
+                }
+                None => {
+                    return Arc::new([EdgeTarget::Missing(format!(
+                        "{}{written}",
+                        ".".repeat(edge.level as usize),
+                    ))])
+                }
+            }
         };
+        let member = summary.edge_member(edge);
         // Once absolute, an import resolves the same way from every module: resolve it once
-        // (relative imports inside one package name the same few modules over and over).
-        let key = (full, summary.edge_member(edge).map(str::to_string));
-        if let Some(found) = self.resolved_edges.get(&key) {
-            return found.clone();
+        // (relative imports inside one package name the same few modules over and over). The
+        // key is built in a reused buffer: most edges are hits and then allocate nothing.
+        let mut key = std::mem::take(&mut self.edge_key);
+        key.clear();
+        key.push_str(full);
+        if let Some(member) = member {
+            key.push('\0');
+            key.push_str(member);
         }
-        let targets: Arc<[EdgeTarget]> =
-            self.resolve_absolute(&key.0, key.1.as_deref(), next).into();
-        self.resolved_edges.insert(key, targets.clone());
+        let targets = match self.resolved_edges.get(key.as_str()) {
+            Some(found) => found.clone(),
+            None => {
+                let targets: Arc<[EdgeTarget]> =
+                    self.resolve_absolute(full, member, next).into();
+                self.resolved_edges.insert(key.clone(), targets.clone());
+                targets
+            }
+        };
+        self.edge_key = key;
         targets
     }
 
