@@ -26,8 +26,6 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use rustc_hash::FxHashMap as HashMap;
-
 use crate::cache::SummaryCache;
 use crate::dists::DistIndex;
 use crate::extract::ScopeKind;
@@ -297,7 +295,7 @@ pub fn prepare_or_reuse(
         .iter()
         .flat_map(|target| target.files.iter().map(|file| file.path.clone()))
         .collect();
-    let parse = |cache: Option<&SummaryCache>| -> HashMap<PathBuf, project::Summarized> {
+    let parse = |cache: Option<&SummaryCache>| -> Vec<(PathBuf, project::Summarized)> {
         located_paths
             .par_iter()
             .map(|path| (path.clone(), project::read_and_summarize(path, cache)))

@@ -4,6 +4,7 @@
 //! then resolves their imports; local modules found that way form the next wave.
 
 use rustc_hash::FxHashMap as HashMap;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -60,13 +61,14 @@ pub struct Project {
     pub modules: Vec<LoadedModule>,
     pub warnings: Vec<Warning>,
     resolver: Resolver,
-    by_path: HashMap<PathBuf, u32>,
+    /// By [`path_key`]: hashing a Path walks its components.
+    by_path: HashMap<OsString, u32>,
     cache: Option<SummaryCache>,
     cwd: PathBuf,
     /// Files parsed so far, for progress reports.
     parsed: usize,
     /// Summaries made before the project existed (while the interpreter was being asked).
-    preparsed: HashMap<PathBuf, Summarized>,
+    preparsed: HashMap<OsString, Summarized>,
     /// Absolute imports already resolved: (module, member) -> targets.
     /// Keyed by the absolute module name, then NUL and the member for `from` imports.
     resolved_edges: HashMap<String, Arc<[EdgeTarget]>>,
@@ -140,7 +142,7 @@ impl Project {
     }
 
     pub fn module_id(&self, path: &Path) -> Option<u32> {
-        self.by_path.get(path).copied()
+        self.by_path.get(&*path_key(path)).copied()
     }
 
     pub fn display_path(&self, path: &Path) -> String {
@@ -157,11 +159,12 @@ impl Project {
 
     /// Register a local file (once) and return its id; it is parsed by the next `load`.
     fn register(&mut self, module: PendingModule, wave: &mut Vec<u32>) -> u32 {
-        if let Some(&id) = self.by_path.get(&module.path) {
+        let key = path_key(&module.path);
+        if let Some(&id) = self.by_path.get(&*key) {
             return id;
         }
         let id = self.modules.len() as u32;
-        self.by_path.insert(module.path.clone(), id);
+        self.by_path.insert(key.into_owned(), id);
         let display = self.display_path(&module.path);
         self.modules.push(LoadedModule {
             display,
@@ -189,8 +192,10 @@ impl Project {
                 .iter()
                 .map(|&id| self.modules[id as usize].path.as_path())
                 .collect();
-            let early: Vec<Option<Summarized>> =
-                paths.iter().map(|p| self.preparsed.remove(*p)).collect();
+            let early: Vec<Option<Summarized>> = paths
+                .iter()
+                .map(|p| self.preparsed.remove(&*path_key(p)))
+                .collect();
             let done = std::sync::atomic::AtomicUsize::new(self.parsed);
             let known = self.modules.len();
             let progress = self.progress.as_ref();
@@ -284,8 +289,7 @@ impl Project {
         let targets = match self.resolved_edges.get(key.as_str()) {
             Some(found) => found.clone(),
             None => {
-                let targets: Arc<[EdgeTarget]> =
-                    self.resolve_absolute(full, member, next).into();
+                let targets: Arc<[EdgeTarget]> = self.resolve_absolute(full, member, next).into();
                 self.resolved_edges.insert(key.clone(), targets.clone());
                 targets
             }
@@ -434,8 +438,12 @@ pub type Summarized = (Arc<ModuleSummary>, Option<String>, Option<Stamp>);
 
 impl Project {
     /// Summaries parsed ahead of `load`, keyed by the same (canonical) paths.
-    pub fn set_preparsed(&mut self, preparsed: HashMap<PathBuf, Summarized>) {
-        self.preparsed = preparsed;
+    /// Summaries made ahead of loading, with the paths they were read from.
+    pub fn set_preparsed(&mut self, preparsed: Vec<(PathBuf, Summarized)>) {
+        self.preparsed = preparsed
+            .into_iter()
+            .map(|(path, summarized)| (path_key(&path).into_owned(), summarized))
+            .collect();
     }
 }
 
@@ -492,6 +500,26 @@ fn read_source(path: &Path) -> Result<(Vec<u8>, Option<Stamp>), Unread> {
     }
 }
 
+/// Bytes that are equal exactly when the paths are (as Path compares them, by components), for
+/// hash keys: hashing a Path walks its components, which showed in whole-tree runs. Borrowed
+/// when the path is already written in its plain form, as nearly every path is.
+pub fn path_key(path: &Path) -> std::borrow::Cow<'_, OsStr> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    let plain = !bytes.is_empty()
+        && !bytes.ends_with(b"/")
+        && !bytes.ends_with(b"/.")
+        && !bytes.starts_with(b"./")
+        && bytes != b"."
+        && memchr::memmem::find(bytes, b"//").is_none()
+        && memchr::memmem::find(bytes, b"/./").is_none();
+    if plain {
+        std::borrow::Cow::Borrowed(path.as_os_str())
+    } else {
+        std::borrow::Cow::Owned(path.components().collect::<PathBuf>().into_os_string())
+    }
+}
+
 /// The package a relative import of `level` dots is taken from.
 pub fn relative_base(module: &str, is_package: bool, level: u32) -> Option<String> {
     let mut parts: Vec<&str> = module.split('.').collect();
@@ -518,6 +546,32 @@ fn join_dotted(base: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn path_keys_are_equal_exactly_when_paths_are() {
+        let forms = [
+            "/a/b.py",
+            "/a//b.py",
+            "/a/./b.py",
+            "/a/b.py/",
+            "/a/b.py/.",
+            "/a/c.py",
+            "/a/b",
+            "a/b.py",
+            "./a/b.py",
+            ".",
+            "./",
+            "/",
+            "//",
+            "/a/../b.py",
+        ];
+        for x in forms {
+            for y in forms {
+                let (px, py) = (Path::new(x), Path::new(y));
+                assert_eq!(path_key(px) == path_key(py), px == py, "{x:?} vs {y:?}");
+            }
+        }
+    }
 
     #[test]
     fn relative_bases() {

@@ -40,7 +40,8 @@ pub struct Resolver {
     stdlib_dirs: Vec<PathBuf>,
     builtins: std::collections::HashSet<String>,
     extension_suffixes: Vec<String>,
-    listings: HashMap<PathBuf, Listing>,
+    /// By [`crate::project::path_key`].
+    listings: HashMap<std::ffi::OsString, Listing>,
     /// Every directory listed, in order, with its stamp taken before listing it.
     listed: Vec<(PathBuf, Option<crate::results::Stamp>)>,
     resolved: HashMap<String, Option<Location>>,
@@ -267,7 +268,8 @@ impl Resolver {
     }
 
     fn listing(&mut self, dir: &Path) -> Listing {
-        if let Some(listing) = self.listings.get(dir) {
+        let key = crate::project::path_key(dir);
+        if let Some(listing) = self.listings.get(&*key) {
             return listing.clone();
         }
         let mut entries = HashMap::default();
@@ -287,7 +289,7 @@ impl Resolver {
             }
         }
         let listing = Arc::new(entries);
-        self.listings.insert(dir.to_path_buf(), listing.clone());
+        self.listings.insert(key.into_owned(), listing.clone());
         listing
     }
 }
