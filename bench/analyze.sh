@@ -23,14 +23,23 @@ FILES=$(find "$SITE" -name '*.py' | wc -l)
 BYTES=$(find "$SITE" -name '*.py' -print0 | du -cb --files0-from=- | tail -1 | cut -f1)
 echo "tree: $SITE ($FILES .py files, $((BYTES / 1048576)) MiB)"
 
+LOCAL=target/bench-local-pandas
+# The page cache is read back in before every run of every tool (untimed): this VM's kernel
+# reclaims file pages unused for a few seconds (DAMON), so otherwise whichever tool ran
+# first after a pause paid for disk reads.
+warm_page_cache() {
+  find "$SITE" "$LOCAL" -name '*.py' -print0 2>/dev/null | xargs -0 cat > /dev/null
+}
+
 # time_cmd NAME CMD... -> prints "NAME wall_s max_rss_kib", the median wall of $RUNS runs
-# (default 5; the VM's timings vary by +-20% from run to run). $BEFORE, when set, is evaluated
+# (default 5; the VM's timings vary by +-10% from run to run). $BEFORE, when set, is evaluated
 # before each run (untimed).
 time_cmd() {
   local name=$1; shift
   local walls=() rss=0 runs=${RUNS:-5}
   for _ in $(seq "$runs"); do
     if [ -n "${BEFORE:-}" ]; then eval "$BEFORE"; fi
+    warm_page_cache
     /usr/bin/time -f "%e %M" -o target/bench-time.txt "$@" >/dev/null 2>target/bench-stderr.txt || true
     read -r wall mem < target/bench-time.txt
     walls+=("$wall"); [ "$mem" -gt "$rss" ] && rss=$mem
@@ -59,7 +68,6 @@ results+=("$(RUNS=3 time_cmd pipreqs-pandas "$TOOLS/bin/pipreqs" --use-local --p
 # A large codebase of the user's own: pandas' sources copied out of the venv, so that every
 # module is local and each function's closure takes in the whole-module closures of the
 # local modules it imports (~30k targets, ~4.9 GB of JSON). No peer computes this.
-LOCAL=target/bench-local-pandas
 if [ ! -d "$LOCAL/pandas" ]; then
   mkdir -p "$LOCAL" && cp -r "$SITE/pandas" "$LOCAL/"
 fi
