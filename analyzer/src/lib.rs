@@ -228,8 +228,6 @@ pub enum Prepared {
     Reused(results::Hit),
 }
 
-/// Like [`prepare`], but first look for a stored result of `reuse`'s request whose inputs
-/// (environment, files, directories listed) are all unchanged; see [`results`].
 /// Wall time since a start and the process's CPU time so far (user + system, all threads):
 /// their ratio over a phase says how well it used the cores.
 #[derive(Debug, Clone, Copy)]
@@ -265,6 +263,8 @@ fn process_cpu_time() -> Option<std::time::Duration> {
     Some(std::time::Duration::from_millis(ticks * 10))
 }
 
+/// Like [`prepare`], but first look for a stored result of `reuse`'s request whose inputs
+/// (environment, files, directories listed) are all unchanged; see [`results`].
 pub fn prepare_or_reuse(
     targets: &[String],
     options: &Options,
