@@ -31,22 +31,23 @@ warm_page_cache() {
   find "$SITE" "$LOCAL" -name '*.py' -print0 2>/dev/null | xargs -0 cat > /dev/null
 }
 
-# time_cmd NAME CMD... -> prints "NAME wall_s max_rss_kib", the median wall of $RUNS runs
+# time_cmd NAME CMD... -> prints "NAME wall_s max_rss_kib cpu_s", the median wall and CPU
+# (user + system) of $RUNS runs
 # (default 5; the VM's timings vary by +-10% from run to run). $BEFORE, when set, is evaluated
 # before each run (untimed).
 time_cmd() {
   local name=$1; shift
-  local walls=() rss=0 runs=${RUNS:-5}
+  local walls=() cpus=() rss=0 runs=${RUNS:-5}
   for _ in $(seq "$runs"); do
     if [ -n "${BEFORE:-}" ]; then eval "$BEFORE"; fi
     warm_page_cache
-    /usr/bin/time -f "%e %M" -o target/bench-time.txt "$@" >/dev/null 2>target/bench-stderr.txt || true
-    read -r wall mem < target/bench-time.txt
-    walls+=("$wall"); [ "$mem" -gt "$rss" ] && rss=$mem
+    /usr/bin/time -f "%e %M %U %S" -o target/bench-time.txt "$@" >/dev/null 2>target/bench-stderr.txt || true
+    read -r wall mem user sys < target/bench-time.txt
+    walls+=("$wall"); cpus+=("$(awk -v u="$user" -v s="$sys" 'BEGIN { print u + s }')"); [ "$mem" -gt "$rss" ] && rss=$mem
   done
-  local median
-  median=$(printf '%s\n' "${walls[@]}" | sort -n | sed -n "$(( (runs + 1) / 2 ))p")
-  echo "$name $median $rss"
+  local middle=$(( (runs + 1) / 2 ))
+  echo "$name $(printf '%s\n' "${walls[@]}" | sort -n | sed -n "${middle}p") $rss" \
+    "$(printf '%s\n' "${cpus[@]}" | sort -n | sed -n "${middle}p")"
 }
 CACHE=$(mktemp -d)
 # One module of the tree that the "one file edited" runs change before each run.
@@ -74,11 +75,12 @@ fi
 results+=("$(RUNS=3 time_cmd lfm-local-pandas "$LFM" analyze --no-cache --python "$VENV/bin/python" --format json "$LOCAL")")
 rm -rf "$CACHE"
 printf '%s\n' "${results[@]}" | awk '
-  { wall[$1]=$2; rss[$1]=$3; printf "%-20s %8.2f s  %8d MiB\n", $1, $2, $3/1024 }
+  { wall[$1]=$2; rss[$1]=$3; cpu[$1]=$4; printf "%-20s %8.2f s  %8d MiB  cpu %6.2f s\n", $1, $2, $3/1024, $4 }
   END {
     printf "\nlfm (no cache) / ruff wall: %.2fx  (goal <= 1.0x)\n", wall["lfm-nocache"]/wall["ruff"]
     printf "lfm (warm cache, unchanged tree) / ruff wall: %.2fx  (goal <= 0.25x)\n", wall["lfm-warm"]/wall["ruff"]
     printf "lfm (warm cache, one file edited) / ruff wall: %.2fx\n", wall["lfm-warm-1-edited"]/wall["ruff"]
+    printf "lfm (no cache) / ruff CPU time: %.2fx  (the steadier figure on a shared VM)\n", cpu["lfm-nocache"]/cpu["ruff"]
     printf "lfm / ruff peak RSS: %.2fx  (goal <= 1.0x)\n", rss["lfm-nocache"]/rss["ruff"]
     printf "findimports / lfm on pandas: %.1fx  (goal >= 20x)\n", wall["findimports-pandas"]/wall["lfm-pandas"]
     printf "pipreqs / lfm on pandas: %.1fx  (goal >= 20x)\n", wall["pipreqs-pandas"]/wall["lfm-pandas"]
