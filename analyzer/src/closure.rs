@@ -678,8 +678,8 @@ impl<'p, 'm> Walk<'p, 'm> {
         let mut warnings: Vec<Warning> = Vec::new();
         let mut direct: BTreeMap<u32, (bool, Vec<String>)> = BTreeMap::new();
         let mut modules = Vec::new();
-        // Hash maps while walking (looked up far more often than listed), name order here.
-        // By kind, then name: the order of the Spec's list (and of each distribution's modules).
+        // Hash maps while walking (looked up far more often than listed); put in order here:
+        // by kind, then name, the order of the Spec's list (and of each distribution's modules).
         let mut reached_in_order: Vec<(&str, Reached)> = self.reached.into_iter().collect();
         reached_in_order.sort_unstable_by_key(|(name, reached)| (reached.kind, *name));
         let mut missing_in_order: Vec<(&str, Missed)> = self.missing.into_iter().collect();

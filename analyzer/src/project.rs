@@ -69,8 +69,8 @@ pub struct Project {
     parsed: usize,
     /// Summaries made before the project existed (while the interpreter was being asked).
     preparsed: HashMap<OsString, Summarized>,
-    /// Absolute imports already resolved: (module, member) -> targets.
-    /// Keyed by the absolute module name, then NUL and the member for `from` imports.
+    /// Absolute imports already resolved, keyed by the absolute module name, then NUL and the
+    /// member for `from` imports (built in `edge_key`, a reused buffer).
     resolved_edges: HashMap<String, Arc<[EdgeTarget]>>,
     edge_key: String,
     third_party: HashMap<String, Arc<ThirdPartyModule>>,
@@ -127,7 +127,6 @@ impl Project {
         }
     }
 
-    /// Directories listed while resolving imports, each with its stamp before listing.
     /// Free what only speeds up loading more modules (resolution caches): closures need the
     /// loaded modules and their edge targets only. Loading again still works, just from cold.
     pub fn finish_loading(&mut self) {
@@ -137,6 +136,7 @@ impl Project {
         self.preparsed = HashMap::default();
     }
 
+    /// Directories listed while resolving imports, each with its stamp before listing.
     pub fn listed_dirs(&self) -> &[(PathBuf, Option<Stamp>)] {
         self.resolver.listed_dirs()
     }
@@ -298,12 +298,9 @@ impl Project {
         targets
     }
 
-    /// The dotted module an edge names, relative imports made absolute; `None` (and a warning)
-    /// when a relative import climbs above the top-level package.
+    /// The absolute name of a relative import (`edge.level` > 0) of module `id`; `None` (and a
+    /// warning) when it climbs above the top-level package.
     fn absolute_name(&mut self, id: usize, written: &str, edge: &ImportEdge) -> Option<String> {
-        if edge.level == 0 {
-            return Some(written.to_string());
-        }
         let module = &self.modules[id];
         match relative_base(&module.name, module.is_package, edge.level) {
             Some(base) => Some(join_dotted(&base, written)),
