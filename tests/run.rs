@@ -306,6 +306,9 @@ fn a_disk_limit_on_the_sandbox_is_enforced() {
 
 #[test]
 fn sigterm_to_lfm_still_yields_a_report() {
+    // A duration no other process on the machine uses, so that the count below finds only
+    // this test's sleeper (a plain "sleep 30" elsewhere made it fail).
+    let duration = format!("30.{}", std::process::id());
     for backend in backends() {
         let report = tempfile::NamedTempFile::new().unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_lfm"))
@@ -320,7 +323,7 @@ fn sigterm_to_lfm_still_yields_a_report() {
                 "--report",
             ])
             .arg(report.path())
-            .args(["--", "sleep", "30"])
+            .args(["--", "sleep", &duration])
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
@@ -332,7 +335,7 @@ fn sigterm_to_lfm_still_yields_a_report() {
             serde_json::from_str(&std::fs::read_to_string(report.path()).unwrap()).unwrap();
         assert_eq!(value["exit"]["type"], "signal", "{backend}");
         assert_eq!(value["exit"]["signal"], 15, "{backend}");
-        assert_eq!(count_processes_named("sleep 30"), 0);
+        assert_eq!(count_processes_named(&format!("sleep {duration}")), 0);
     }
 }
 
