@@ -15,6 +15,7 @@ use pep508_rs::{ExtraName, MarkerEnvironment, MarkerEnvironmentBuilder, Requirem
 use serde::{Deserialize, Serialize};
 
 use crate::interpreter::Interpreter;
+use crate::paths::path_key;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -42,9 +43,9 @@ pub struct Distribution {
 #[derive(Default)]
 pub struct DistIndex {
     pub dists: Vec<Distribution>,
-    // Keyed by the paths' bytes: hashing a Path walks its components, which made indexing a
-    // site-packages' ~40k installed files cost more than reading their RECORDs. Every path
-    // here is absolute and normalised, so equal bytes are equal paths.
+    // Keyed by the paths' bytes (see crate::paths): hashing a Path walks its components, which
+    // made indexing a site-packages' ~40k installed files cost more than reading their RECORDs.
+    // Stored paths are normalised, hence plain; lookups go through `path_key`.
     by_file: FxHashMap<OsString, Vec<u32>>,
     by_dir: FxHashMap<OsString, BTreeSet<u32>>,
     by_top_level: HashMap<String, BTreeSet<u32>>,
@@ -201,7 +202,7 @@ impl DistIndex {
             let owner = files.iter().find_map(|f| {
                 f.file_name()
                     .is_some_and(|n| n == "METADATA")
-                    .then(|| self.by_file.get(f.as_os_str()))
+                    .then(|| self.by_file.get(&*path_key(f)))
                     .flatten()
             });
             if let Some(owners) = owner {
@@ -230,11 +231,11 @@ impl DistIndex {
 
     /// Owner of a module file, or of a namespace package directory.
     pub fn owner_of(&self, path: &Path, top_level: &str) -> Owner {
-        if let Some(owners) = self.by_file.get(path.as_os_str()) {
+        if let Some(owners) = self.by_file.get(&*path_key(path)) {
             return owner_from(owners.to_vec());
         }
         if path.is_dir() {
-            if let Some(owners) = self.by_dir.get(path.as_os_str()) {
+            if let Some(owners) = self.by_dir.get(&*path_key(path)) {
                 return owner_from(owners.iter().copied().collect());
             }
         }
@@ -246,8 +247,8 @@ impl DistIndex {
 
     /// A file or directory some distribution installed.
     pub fn owns(&self, path: &Path) -> bool {
-        self.by_file.contains_key(path.as_os_str())
-            || (path.is_dir() && self.by_dir.contains_key(path.as_os_str()))
+        let key = path_key(path);
+        self.by_file.contains_key(&*key) || (path.is_dir() && self.by_dir.contains_key(&*key))
     }
 
     pub fn normalized_name(&self, id: u32) -> &str {
@@ -415,16 +416,8 @@ fn marker_environment(interpreter: &Interpreter) -> Option<MarkerEnvironment> {
 
 /// Lexically resolve `.` and `..` without touching the filesystem (RECORD holds `../../bin/x`).
 pub fn normalize_path(path: &Path) -> PathBuf {
-    use std::os::unix::ffi::OsStrExt;
     // Nearly every RECORD row is already normal: check the bytes before walking components.
-    let bytes = path.as_os_str().as_bytes();
-    let clean = !bytes.ends_with(b"/")
-        && !bytes.ends_with(b"/.")
-        && !bytes.ends_with(b"/..")
-        && memchr::memmem::find(bytes, b"//").is_none()
-        && memchr::memmem::find(bytes, b"/./").is_none()
-        && memchr::memmem::find(bytes, b"/../").is_none();
-    if clean && path.is_absolute() {
+    if crate::paths::is_normal(path) {
         return path.to_path_buf();
     }
     let mut out = PathBuf::new();

@@ -15,6 +15,7 @@ pub mod closure;
 pub mod dists;
 pub mod extract;
 pub mod interpreter;
+pub mod paths;
 pub mod project;
 pub mod render;
 pub mod resolve;

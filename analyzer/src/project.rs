@@ -4,7 +4,7 @@
 //! then resolves their imports; local modules found that way form the next wave.
 
 use rustc_hash::FxHashMap as HashMap;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -14,6 +14,7 @@ use crate::cache::SummaryCache;
 use crate::dists::{DistIndex, Owner};
 use crate::extract::{summarize, ImportEdge, ModuleSummary};
 use crate::interpreter::Interpreter;
+use crate::paths::path_key;
 use crate::resolve::{module_name_for, Location, Resolver, RootKind};
 use crate::results::Stamp;
 use crate::source::decode;
@@ -61,7 +62,7 @@ pub struct Project {
     pub modules: Vec<LoadedModule>,
     pub warnings: Vec<Warning>,
     resolver: Resolver,
-    /// By [`path_key`]: hashing a Path walks its components.
+    /// By [`crate::paths::path_key`]: hashing a Path walks its components.
     by_path: HashMap<OsString, u32>,
     cache: Option<SummaryCache>,
     cwd: PathBuf,
@@ -497,26 +498,6 @@ fn read_source(path: &Path) -> Result<(Vec<u8>, Option<Stamp>), Unread> {
     }
 }
 
-/// Bytes that are equal exactly when the paths are (as Path compares them, by components), for
-/// hash keys: hashing a Path walks its components, which showed in whole-tree runs. Borrowed
-/// when the path is already written in its plain form, as nearly every path is.
-pub fn path_key(path: &Path) -> std::borrow::Cow<'_, OsStr> {
-    use std::os::unix::ffi::OsStrExt;
-    let bytes = path.as_os_str().as_bytes();
-    let plain = !bytes.is_empty()
-        && !bytes.ends_with(b"/")
-        && !bytes.ends_with(b"/.")
-        && !bytes.starts_with(b"./")
-        && bytes != b"."
-        && memchr::memmem::find(bytes, b"//").is_none()
-        && memchr::memmem::find(bytes, b"/./").is_none();
-    if plain {
-        std::borrow::Cow::Borrowed(path.as_os_str())
-    } else {
-        std::borrow::Cow::Owned(path.components().collect::<PathBuf>().into_os_string())
-    }
-}
-
 /// The package a relative import of `level` dots is taken from.
 pub fn relative_base(module: &str, is_package: bool, level: u32) -> Option<String> {
     let mut parts: Vec<&str> = module.split('.').collect();
@@ -543,32 +524,6 @@ fn join_dotted(base: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn path_keys_are_equal_exactly_when_paths_are() {
-        let forms = [
-            "/a/b.py",
-            "/a//b.py",
-            "/a/./b.py",
-            "/a/b.py/",
-            "/a/b.py/.",
-            "/a/c.py",
-            "/a/b",
-            "a/b.py",
-            "./a/b.py",
-            ".",
-            "./",
-            "/",
-            "//",
-            "/a/../b.py",
-        ];
-        for x in forms {
-            for y in forms {
-                let (px, py) = (Path::new(x), Path::new(y));
-                assert_eq!(path_key(px) == path_key(py), px == py, "{x:?} vs {y:?}");
-            }
-        }
-    }
 
     #[test]
     fn relative_bases() {

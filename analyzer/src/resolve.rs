@@ -40,7 +40,7 @@ pub struct Resolver {
     stdlib_dirs: Vec<PathBuf>,
     builtins: std::collections::HashSet<String>,
     extension_suffixes: Vec<String>,
-    /// By [`crate::project::path_key`].
+    /// By [`crate::paths::path_key`].
     listings: HashMap<std::ffi::OsString, Listing>,
     /// Every directory listed, in order, with its stamp taken before listing it.
     listed: Vec<(PathBuf, Option<crate::results::Stamp>)>,
@@ -268,7 +268,7 @@ impl Resolver {
     }
 
     fn listing(&mut self, dir: &Path) -> Listing {
-        let key = crate::project::path_key(dir);
+        let key = crate::paths::path_key(dir);
         if let Some(listing) = self.listings.get(&*key) {
             return listing.clone();
         }
