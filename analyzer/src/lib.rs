@@ -235,24 +235,25 @@ pub enum Prepared {
 pub struct Checkpoint {
     pub wall: std::time::Duration,
     pub cpu: Option<std::time::Duration>,
-    /// Resident memory now, in KiB (VmRSS).
+    /// Resident memory now, and its peak so far, in KiB (VmRSS, VmHWM).
     pub rss_kib: Option<u64>,
+    pub peak_rss_kib: Option<u64>,
 }
 
 impl Checkpoint {
     pub fn since(started: std::time::Instant) -> Checkpoint {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let kib = |field: &str| -> Option<u64> {
+            let line = status.lines().find(|line| line.starts_with(field))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        };
         Checkpoint {
             wall: started.elapsed(),
             cpu: process_cpu_time(),
-            rss_kib: resident_kib(),
+            rss_kib: kib("VmRSS:"),
+            peak_rss_kib: kib("VmHWM:"),
         }
     }
-}
-
-fn resident_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// utime + stime of /proc/self/stat (clock ticks, 100 per second on Linux); None elsewhere.

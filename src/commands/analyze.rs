@@ -101,7 +101,6 @@ pub fn run(args: AnalyzeArgs) -> i32 {
         if let Some(why) = &analysis.results_miss {
             eprintln!("timing: no stored result reused: {why}");
         }
-        print_memory("after prepare");
         eprintln!(
             "memory: summaries hold ~{} MiB",
             analysis.summary_heap_bytes() >> 20
@@ -165,13 +164,14 @@ pub fn run(args: AnalyzeArgs) -> i32 {
             let cpu = at.cpu.map_or(String::new(), |cpu| {
                 format!("  (cpu {:.2} s)", cpu.as_secs_f64())
             });
-            let cpu = match at.rss_kib {
-                Some(rss) => format!("{cpu}  (rss {} MiB)", rss / 1024),
-                None => cpu,
+            let cpu = match (at.rss_kib, at.peak_rss_kib) {
+                (Some(rss), Some(peak)) => {
+                    format!("{cpu}  (rss {} MiB, peak {} MiB)", rss / 1024, peak / 1024)
+                }
+                _ => cpu,
             };
             eprintln!("timing: {:>8.3} s  {phase}{cpu}", at.wall.as_secs_f64());
         }
-        print_memory("at the end");
     }
     let global_warnings = analysis.warnings();
     let finished = written
@@ -271,16 +271,6 @@ impl Write for Output {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.out.flush()
-    }
-}
-
-fn print_memory(when: &str) {
-    if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
-        for line in status.lines() {
-            if line.starts_with("VmHWM") || line.starts_with("VmRSS") {
-                eprintln!("memory {when}: {line}");
-            }
-        }
     }
 }
 
