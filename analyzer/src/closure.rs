@@ -4,6 +4,7 @@
 //! it (any depth), the module globals it reads followed to their bindings, and the whole-module
 //! closure of every local module those reach (importing a module runs all of it).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
 
@@ -13,8 +14,8 @@ use crate::dists::Owner;
 use crate::extract::{Binding, ImportEdge, ModuleSummary, NameId, ScopeKind};
 use crate::project::{EdgeTarget, Project};
 use crate::spec::{
-    DistributionNeed, MissingDistribution, MissingModule, ModuleKind, ModuleNeed, Reason,
-    TargetKind, TargetSpec, Warning,
+    Contexts, DistributionView, MissingDistribution, MissingView, ModuleKind, ModuleView,
+    ReasonView, TargetKind, TargetView, WarningView,
 };
 
 /// Python builtins: a free name among these is not a module global.
@@ -192,46 +193,22 @@ enum Work<'p> {
     },
 }
 
-/// A reason while walking: borrowed from the summaries, turned into a [`Reason`] only for
-/// the output (most walks reach the same modules many times over).
-struct Why<'p> {
-    file: &'p str,
-    line: u32,
-    chain: Vec<&'p str>,
-}
-
-impl Why<'_> {
-    fn to_reason(&self) -> Reason {
-        Reason {
-            file: self.file.to_string(),
-            line: self.line,
-            chain: self.chain.iter().map(|step| step.to_string()).collect(),
-        }
-    }
-}
+/// A reason while walking, borrowed from the summaries (most walks reach the same modules
+/// many times over).
+type Why<'p> = ReasonView<'p>;
 
 struct Missed<'p> {
     optional: bool,
     reason: Why<'p>,
 }
 
-/// Edge contexts as bits (bit i is entry i, see `edge_contexts`), in the order the Spec lists
-/// them (alphabetical).
-const CONTEXTS: [&str; 5] = [
-    "conditional",
-    "dynamic",
-    "in-function",
-    "optional",
-    "top-level",
-];
-
 struct Reached<'p> {
     kind: ModuleKind,
     file: Option<&'p str>,
     owner: Option<&'p Owner>,
     required: bool,
-    /// Union of the contexts of the edges that reached it ([`CONTEXTS`] bits).
-    contexts: u8,
+    /// Union of the contexts of the edges that reached it.
+    contexts: Contexts,
     reason: Why<'p>,
     /// The reason came from a merged module closure: a shorter chain found later replaces it
     /// (a walk finds shortest chains first; a merge takes a whole module's closure at once).
@@ -315,7 +292,7 @@ pub fn target_closure<'p>(
     memos: &ModuleMemos<'p>,
     module: u32,
     scope: Option<u32>,
-) -> TargetSpec {
+) -> TargetView<'p> {
     let loaded = &project.modules[module as usize];
     let mut walk = Walk::new(project, Some(memos));
     let (target, kind, line) = match scope {
@@ -326,7 +303,7 @@ pub fn target_closure<'p>(
                 chain,
                 optional: false,
             });
-            (loaded.name.clone(), TargetKind::Module, 1)
+            (Cow::Borrowed(loaded.name.as_str()), TargetKind::Module, 1)
         }
         Some(scope_id) => {
             let summary = &loaded.summary;
@@ -364,12 +341,12 @@ pub fn target_closure<'p>(
             } else {
                 TargetKind::Function
             };
-            let target = format!("{}:{}", loaded.name, summary.scope_name(scope_id));
+            let target = Cow::Owned(format!("{}:{}", loaded.name, summary.scope_name(scope_id)));
             (target, kind, scope.line)
         }
     };
     walk.run();
-    walk.into_spec(target, kind, module, line)
+    walk.into_view(target, kind, module, line)
 }
 
 impl<'p, 'm> Walk<'p, 'm> {
@@ -401,7 +378,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                 file: theirs.file,
                 owner: theirs.owner,
                 required: false,
-                contexts: 0,
+                contexts: Contexts::default(),
                 reason: prefixed(&theirs.reason),
                 merged: true,
             });
@@ -659,7 +636,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                 file,
                 owner,
                 required: false,
-                contexts: 0,
+                contexts: Contexts::default(),
                 reason: reason(),
                 merged: false,
             });
@@ -672,17 +649,23 @@ impl<'p, 'm> Walk<'p, 'm> {
         }
     }
 
-    fn into_spec(self, target: String, kind: TargetKind, module: u32, line: u32) -> TargetSpec {
-        let project = self.project;
+    fn into_view(
+        self,
+        target: Cow<'p, str>,
+        kind: TargetKind,
+        module: u32,
+        line: u32,
+    ) -> TargetView<'p> {
+        let project: &'p Project = self.project;
         let loaded = &project.modules[module as usize];
-        let mut warnings: Vec<Warning> = Vec::new();
-        let mut direct: BTreeMap<u32, (bool, Vec<String>)> = BTreeMap::new();
-        let mut modules = Vec::new();
+        let mut warnings: Vec<WarningView<'p>> = Vec::new();
+        let mut direct: BTreeMap<u32, (bool, Vec<Cow<'p, str>>)> = BTreeMap::new();
+        let mut modules = Vec::with_capacity(self.reached.len());
         // Hash maps while walking (looked up far more often than listed); put in order here:
         // by kind, then name, the order of the Spec's list (and of each distribution's modules).
-        let mut reached_in_order: Vec<(&str, Reached)> = self.reached.into_iter().collect();
+        let mut reached_in_order: Vec<(&'p str, Reached<'p>)> = self.reached.into_iter().collect();
         reached_in_order.sort_unstable_by_key(|(name, reached)| (reached.kind, *name));
-        let mut missing_in_order: Vec<(&str, Missed)> = self.missing.into_iter().collect();
+        let mut missing_in_order: Vec<(&'p str, Missed<'p>)> = self.missing.into_iter().collect();
         missing_in_order.sort_unstable_by_key(|(name, _)| *name);
         for (name, reached) in reached_in_order {
             let mut distribution = None;
@@ -691,46 +674,41 @@ impl<'p, 'm> Walk<'p, 'm> {
                     &Owner::One(id) => {
                         let entry = direct.entry(id).or_insert((false, Vec::new()));
                         entry.0 |= reached.required;
-                        entry.1.push(name.to_string());
-                        distribution = Some(project.dists.dists[id as usize].name.clone());
+                        entry.1.push(Cow::Borrowed(name));
+                        distribution = Some(project.dists.dists[id as usize].name.as_str());
                     }
                     Owner::Ambiguous(ids) => {
                         let names: Vec<&str> = ids
                             .iter()
                             .map(|&i| project.dists.dists[i as usize].name.as_str())
                             .collect();
-                        warnings.push(Warning {
-                            file: reached.reason.file.to_string(),
+                        warnings.push(WarningView {
+                            file: Cow::Borrowed(reached.reason.file),
                             line: reached.reason.line,
-                            message: format!(
+                            message: Cow::Owned(format!(
                                 "module {name} is provided by several distributions ({}); none was chosen",
                                 names.join(", ")
-                            ),
+                            )),
                         });
                     }
-                    Owner::Unknown => warnings.push(Warning {
-                        file: reached.reason.file.to_string(),
+                    Owner::Unknown => warnings.push(WarningView {
+                        file: Cow::Borrowed(reached.reason.file),
                         line: reached.reason.line,
-                        message: format!(
+                        message: Cow::Owned(format!(
                             "module {name} ({}) is not listed by any installed distribution",
                             reached.file.unwrap_or_default()
-                        ),
+                        )),
                     }),
                 }
             }
-            modules.push(ModuleNeed {
-                name: name.to_string(),
+            modules.push(ModuleView {
+                name,
                 kind: reached.kind,
-                file: reached.file.map(str::to_string),
+                file: reached.file,
                 distribution,
                 optional: !reached.required,
-                contexts: CONTEXTS
-                    .iter()
-                    .enumerate()
-                    .filter(|(bit, _)| reached.contexts & (1 << bit) != 0)
-                    .map(|(_, context)| std::borrow::Cow::Borrowed(*context))
-                    .collect(),
-                reason: reached.reason.to_reason(),
+                contexts: reached.contexts,
+                reason: reached.reason,
             });
         }
 
@@ -758,18 +736,21 @@ impl<'p, 'm> Walk<'p, 'm> {
                     continue;
                 }
                 let dist = &project.dists.dists[id as usize];
-                let (is_direct, reason) = match direct.get(&id) {
-                    Some((_, modules)) => (true, modules.clone()),
-                    None => (false, chain.clone()),
+                let (is_direct, reason) = match direct.remove(&id) {
+                    Some((_, modules)) => (true, modules),
+                    None => (
+                        false,
+                        chain.iter().map(|step| Cow::Owned(step.clone())).collect(),
+                    ),
                 };
                 distributions.push((
                     id,
-                    DistributionNeed {
-                        name: dist.name.clone(),
-                        version: dist.version.clone(),
+                    DistributionView {
+                        name: &dist.name,
+                        version: &dist.version,
                         direct: is_direct,
                         optional: is_optional,
-                        conda_name: dist.conda_name.clone(),
+                        conda_name: dist.conda_name.as_deref(),
                         reason,
                     },
                 ));
@@ -781,13 +762,13 @@ impl<'p, 'm> Walk<'p, 'm> {
                 .normalized_name(*a)
                 .cmp(project.dists.normalized_name(*b))
         });
-        let distributions: Vec<DistributionNeed> =
+        let distributions: Vec<DistributionView<'p>> =
             distributions.into_iter().map(|(_, need)| need).collect();
         for problem in required.problems.iter().chain(&optional.problems) {
-            warnings.push(Warning {
-                file: String::new(),
+            warnings.push(WarningView {
+                file: Cow::Borrowed(""),
                 line: 0,
-                message: problem.clone(),
+                message: Cow::Owned(problem.clone()),
             });
         }
         let missing_distributions = required
@@ -809,30 +790,30 @@ impl<'p, 'm> Walk<'p, 'm> {
         for id in files_in_closure {
             let other = &project.modules[id as usize];
             for problem in &other.summary.problems {
-                warnings.push(Warning {
-                    file: other.display.clone(),
+                warnings.push(WarningView {
+                    file: Cow::Borrowed(&other.display),
                     line: problem.line,
-                    message: problem.message.clone(),
+                    message: Cow::Borrowed(&problem.message),
                 });
             }
         }
         warnings.sort();
         warnings.dedup();
 
-        TargetSpec {
+        TargetView {
             target,
             kind,
-            module: loaded.name.clone(),
-            file: loaded.display.clone(),
+            module: &loaded.name,
+            file: &loaded.display,
             line,
             modules,
             distributions,
             missing: missing_in_order
                 .into_iter()
-                .map(|(name, missed)| MissingModule {
-                    name: name.to_string(),
+                .map(|(name, missed)| MissingView {
+                    name,
                     optional: missed.optional,
-                    reason: missed.reason.to_reason(),
+                    reason: missed.reason,
                 })
                 .collect(),
             missing_distributions,
@@ -841,26 +822,21 @@ impl<'p, 'm> Walk<'p, 'm> {
     }
 }
 
-fn edge_contexts(edge: &ImportEdge) -> u8 {
-    const CONDITIONAL: u8 = 1 << 0;
-    const DYNAMIC: u8 = 1 << 1;
-    const IN_FUNCTION: u8 = 1 << 2;
-    const OPTIONAL: u8 = 1 << 3;
-    const TOP_LEVEL: u8 = 1 << 4;
+fn edge_contexts(edge: &ImportEdge) -> Contexts {
     let c = edge.context;
-    let mut bits = if c.in_function {
-        IN_FUNCTION
+    let mut contexts = if c.in_function {
+        Contexts::IN_FUNCTION
     } else {
-        TOP_LEVEL
+        Contexts::TOP_LEVEL
     };
     if c.conditional {
-        bits |= CONDITIONAL;
+        contexts |= Contexts::CONDITIONAL;
     }
     if c.optional {
-        bits |= OPTIONAL;
+        contexts |= Contexts::OPTIONAL;
     }
     if c.dynamic {
-        bits |= DYNAMIC;
+        contexts |= Contexts::DYNAMIC;
     }
-    bits
+    contexts
 }

@@ -190,15 +190,16 @@ impl Analysis {
         chunk: usize,
         sink: impl FnMut(Vec<spec::TargetSpec>) -> Result<(), E>,
     ) -> Result<(), E> {
-        self.map_chunks(chunk, |spec| spec, sink)
+        self.map_chunks(chunk, |view| view.to_spec(), sink)
     }
 
     /// Like [`Analysis::for_each_chunk`], with `map` applied to each target on the worker
-    /// threads too (rendering a target is as parallel as computing it).
+    /// threads too (rendering a target is as parallel as computing it). `map` gets the target
+    /// borrowed from the analysis: writing JSON from it copies no string twice.
     pub fn map_chunks<T: Send, E>(
         &self,
         chunk: usize,
-        map: impl Fn(spec::TargetSpec) -> T + Sync,
+        map: impl Fn(spec::TargetView<'_>) -> T + Sync,
         mut sink: impl FnMut(Vec<T>) -> Result<(), E>,
     ) -> Result<(), E> {
         let memos = closure::ModuleMemos::new(&self.project);

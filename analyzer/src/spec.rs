@@ -1,5 +1,7 @@
 //! The Spec: what the analyzer hands to the packer and to people (docs/spec.md).
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 pub const SPEC_FORMAT: &str = "lfm-spec/1";
@@ -69,7 +71,7 @@ pub struct ModuleNeed {
     /// Union of the contexts of the edges that reached it: top-level, in-function, conditional,
     /// optional, dynamic.
     /// (Static names: a whole tree has millions of these, and an allocation each showed.)
-    pub contexts: Vec<std::borrow::Cow<'static, str>>,
+    pub contexts: Vec<Cow<'static, str>>,
     pub reason: Reason,
 }
 
@@ -136,108 +138,294 @@ impl Spec {
     }
 }
 
-/// Compact JSON of one target, byte for byte what `serde_json::to_vec` gives (a test holds the
-/// two together), written without serde: a whole site-packages is ~500 MB of it, and
-/// serde's generic string escaping was the largest single cost of printing it.
-pub fn write_target_json(target: &TargetSpec, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"{\"target\":");
-    json_str(out, &target.target);
-    out.extend_from_slice(b",\"kind\":");
-    json_str(
-        out,
-        match target.kind {
-            TargetKind::Module => "module",
-            TargetKind::Function => "function",
-            TargetKind::Class => "class",
-        },
-    );
-    out.extend_from_slice(b",\"module\":");
-    json_str(out, &target.module);
-    out.extend_from_slice(b",\"file\":");
-    json_str(out, &target.file);
-    out.extend_from_slice(b",\"line\":");
-    json_u32(out, target.line);
-    out.extend_from_slice(b",\"modules\":");
-    json_array(out, &target.modules, |out, module| {
-        out.extend_from_slice(b"{\"name\":");
-        json_str(out, &module.name);
+/// Union of the contexts of the import edges that reached a module, as bits in the order the
+/// Spec lists their names (alphabetical). A whole tree has millions of module needs: a byte
+/// each rather than a vector of names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Contexts(u8);
+
+impl Contexts {
+    pub const CONDITIONAL: Contexts = Contexts(1 << 0);
+    pub const DYNAMIC: Contexts = Contexts(1 << 1);
+    pub const IN_FUNCTION: Contexts = Contexts(1 << 2);
+    pub const OPTIONAL: Contexts = Contexts(1 << 3);
+    pub const TOP_LEVEL: Contexts = Contexts(1 << 4);
+    const NAMES: [&'static str; 5] = [
+        "conditional",
+        "dynamic",
+        "in-function",
+        "optional",
+        "top-level",
+    ];
+
+    pub fn names(self) -> impl Iterator<Item = &'static str> {
+        Self::NAMES
+            .iter()
+            .enumerate()
+            .filter(move |(bit, _)| self.0 & (1 << bit) != 0)
+            .map(|(_, name)| *name)
+    }
+}
+
+impl std::ops::BitOr for Contexts {
+    type Output = Contexts;
+    fn bitor(self, other: Contexts) -> Contexts {
+        Contexts(self.0 | other.0)
+    }
+}
+
+impl std::ops::BitOrAssign for Contexts {
+    fn bitor_assign(&mut self, other: Contexts) {
+        self.0 |= other.0;
+    }
+}
+
+/// One target's closure as computed, borrowing names and paths from the analysis: the JSON
+/// output is written from it directly ([`TargetView::write_json`]); [`TargetView::to_spec`]
+/// copies it into an owned [`TargetSpec`]. A whole site-packages has millions of module needs,
+/// and copying each one's strings first was most of the allocations of printing it.
+#[derive(Debug, Clone)]
+pub struct TargetView<'a> {
+    pub target: Cow<'a, str>,
+    pub kind: TargetKind,
+    pub module: &'a str,
+    pub file: &'a str,
+    pub line: u32,
+    pub modules: Vec<ModuleView<'a>>,
+    pub distributions: Vec<DistributionView<'a>>,
+    pub missing: Vec<MissingView<'a>>,
+    pub missing_distributions: Vec<MissingDistribution>,
+    pub warnings: Vec<WarningView<'a>>,
+}
+
+/// A [`ModuleNeed`], borrowed.
+#[derive(Debug, Clone)]
+pub struct ModuleView<'a> {
+    pub name: &'a str,
+    pub kind: ModuleKind,
+    pub file: Option<&'a str>,
+    pub distribution: Option<&'a str>,
+    pub optional: bool,
+    pub contexts: Contexts,
+    pub reason: ReasonView<'a>,
+}
+
+/// A [`Reason`], borrowed.
+#[derive(Debug, Clone)]
+pub struct ReasonView<'a> {
+    pub file: &'a str,
+    pub line: u32,
+    pub chain: Vec<&'a str>,
+}
+
+/// A [`DistributionNeed`], borrowed.
+#[derive(Debug, Clone)]
+pub struct DistributionView<'a> {
+    pub name: &'a str,
+    pub version: &'a str,
+    pub direct: bool,
+    pub optional: bool,
+    pub conda_name: Option<&'a str>,
+    pub reason: Vec<Cow<'a, str>>,
+}
+
+/// A [`MissingModule`], borrowed.
+#[derive(Debug, Clone)]
+pub struct MissingView<'a> {
+    pub name: &'a str,
+    pub optional: bool,
+    pub reason: ReasonView<'a>,
+}
+
+/// A [`Warning`], borrowed where it can be. Ordered as [`Warning`] is.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WarningView<'a> {
+    pub file: Cow<'a, str>,
+    pub line: u32,
+    pub message: Cow<'a, str>,
+}
+
+impl ReasonView<'_> {
+    pub fn to_reason(&self) -> Reason {
+        Reason {
+            file: self.file.to_string(),
+            line: self.line,
+            chain: self.chain.iter().map(|step| step.to_string()).collect(),
+        }
+    }
+}
+
+impl WarningView<'_> {
+    pub fn to_warning(&self) -> Warning {
+        Warning {
+            file: self.file.to_string(),
+            line: self.line,
+            message: self.message.to_string(),
+        }
+    }
+}
+
+impl TargetView<'_> {
+    /// A required (non-optional) module or distribution is not installed.
+    pub fn has_missing_required(&self) -> bool {
+        self.missing.iter().any(|m| !m.optional) || !self.missing_distributions.is_empty()
+    }
+
+    pub fn to_spec(&self) -> TargetSpec {
+        TargetSpec {
+            target: self.target.to_string(),
+            kind: self.kind,
+            module: self.module.to_string(),
+            file: self.file.to_string(),
+            line: self.line,
+            modules: self
+                .modules
+                .iter()
+                .map(|module| ModuleNeed {
+                    name: module.name.to_string(),
+                    kind: module.kind,
+                    file: module.file.map(str::to_string),
+                    distribution: module.distribution.map(str::to_string),
+                    optional: module.optional,
+                    contexts: module.contexts.names().map(Cow::Borrowed).collect(),
+                    reason: module.reason.to_reason(),
+                })
+                .collect(),
+            distributions: self
+                .distributions
+                .iter()
+                .map(|dist| DistributionNeed {
+                    name: dist.name.to_string(),
+                    version: dist.version.to_string(),
+                    direct: dist.direct,
+                    optional: dist.optional,
+                    conda_name: dist.conda_name.map(str::to_string),
+                    reason: dist.reason.iter().map(|step| step.to_string()).collect(),
+                })
+                .collect(),
+            missing: self
+                .missing
+                .iter()
+                .map(|missing| MissingModule {
+                    name: missing.name.to_string(),
+                    optional: missing.optional,
+                    reason: missing.reason.to_reason(),
+                })
+                .collect(),
+            missing_distributions: self.missing_distributions.clone(),
+            warnings: self.warnings.iter().map(WarningView::to_warning).collect(),
+        }
+    }
+
+    /// Compact JSON of the target, byte for byte what `serde_json::to_vec(&self.to_spec())`
+    /// gives (a test holds the two together), written without serde: a whole site-packages is
+    /// ~500 MB of it, and serde's generic string escaping was the largest single cost of
+    /// printing it.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"target\":");
+        json_str(out, &self.target);
         out.extend_from_slice(b",\"kind\":");
         json_str(
             out,
-            match module.kind {
-                ModuleKind::Local => "local",
-                ModuleKind::Stdlib => "stdlib",
-                ModuleKind::ThirdParty => "third-party",
+            match self.kind {
+                TargetKind::Module => "module",
+                TargetKind::Function => "function",
+                TargetKind::Class => "class",
             },
         );
-        if let Some(file) = &module.file {
-            out.extend_from_slice(b",\"file\":");
-            json_str(out, file);
-        }
-        if let Some(distribution) = &module.distribution {
-            out.extend_from_slice(b",\"distribution\":");
-            json_str(out, distribution);
-        }
-        out.extend_from_slice(b",\"optional\":");
-        json_bool(out, module.optional);
-        out.extend_from_slice(b",\"contexts\":");
-        json_array(out, &module.contexts, |out, context| json_str(out, context));
-        out.extend_from_slice(b",\"reason\":");
-        json_reason(out, &module.reason);
-        out.push(b'}');
-    });
-    out.extend_from_slice(b",\"distributions\":");
-    json_array(out, &target.distributions, |out, dist| {
-        out.extend_from_slice(b"{\"name\":");
-        json_str(out, &dist.name);
-        out.extend_from_slice(b",\"version\":");
-        json_str(out, &dist.version);
-        out.extend_from_slice(b",\"direct\":");
-        json_bool(out, dist.direct);
-        out.extend_from_slice(b",\"optional\":");
-        json_bool(out, dist.optional);
-        if let Some(conda_name) = &dist.conda_name {
-            out.extend_from_slice(b",\"conda_name\":");
-            json_str(out, conda_name);
-        }
-        out.extend_from_slice(b",\"reason\":");
-        json_array(out, &dist.reason, |out, step| json_str(out, step));
-        out.push(b'}');
-    });
-    out.extend_from_slice(b",\"missing\":");
-    json_array(out, &target.missing, |out, missing| {
-        out.extend_from_slice(b"{\"name\":");
-        json_str(out, &missing.name);
-        out.extend_from_slice(b",\"optional\":");
-        json_bool(out, missing.optional);
-        out.extend_from_slice(b",\"reason\":");
-        json_reason(out, &missing.reason);
-        out.push(b'}');
-    });
-    out.extend_from_slice(b",\"missing_distributions\":");
-    json_array(out, &target.missing_distributions, |out, missing| {
-        out.extend_from_slice(b"{\"name\":");
-        json_str(out, &missing.name);
-        out.extend_from_slice(b",\"required_by\":");
-        json_array(out, &missing.required_by, |out, step| json_str(out, step));
-        out.push(b'}');
-    });
-    out.extend_from_slice(b",\"warnings\":");
-    json_array(out, &target.warnings, |out, warning| {
-        out.extend_from_slice(b"{\"file\":");
-        json_str(out, &warning.file);
+        out.extend_from_slice(b",\"module\":");
+        json_str(out, self.module);
+        out.extend_from_slice(b",\"file\":");
+        json_str(out, self.file);
         out.extend_from_slice(b",\"line\":");
-        json_u32(out, warning.line);
-        out.extend_from_slice(b",\"message\":");
-        json_str(out, &warning.message);
+        json_u32(out, self.line);
+        out.extend_from_slice(b",\"modules\":");
+        json_array(out, &self.modules, |out, module| {
+            out.extend_from_slice(b"{\"name\":");
+            json_str(out, module.name);
+            out.extend_from_slice(b",\"kind\":");
+            json_str(
+                out,
+                match module.kind {
+                    ModuleKind::Local => "local",
+                    ModuleKind::Stdlib => "stdlib",
+                    ModuleKind::ThirdParty => "third-party",
+                },
+            );
+            if let Some(file) = module.file {
+                out.extend_from_slice(b",\"file\":");
+                json_str(out, file);
+            }
+            if let Some(distribution) = module.distribution {
+                out.extend_from_slice(b",\"distribution\":");
+                json_str(out, distribution);
+            }
+            out.extend_from_slice(b",\"optional\":");
+            json_bool(out, module.optional);
+            out.extend_from_slice(b",\"contexts\":[");
+            for (index, name) in module.contexts.names().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                json_str(out, name);
+            }
+            out.extend_from_slice(b"],\"reason\":");
+            json_reason(out, &module.reason);
+            out.push(b'}');
+        });
+        out.extend_from_slice(b",\"distributions\":");
+        json_array(out, &self.distributions, |out, dist| {
+            out.extend_from_slice(b"{\"name\":");
+            json_str(out, dist.name);
+            out.extend_from_slice(b",\"version\":");
+            json_str(out, dist.version);
+            out.extend_from_slice(b",\"direct\":");
+            json_bool(out, dist.direct);
+            out.extend_from_slice(b",\"optional\":");
+            json_bool(out, dist.optional);
+            if let Some(conda_name) = dist.conda_name {
+                out.extend_from_slice(b",\"conda_name\":");
+                json_str(out, conda_name);
+            }
+            out.extend_from_slice(b",\"reason\":");
+            json_array(out, &dist.reason, |out, step| json_str(out, step));
+            out.push(b'}');
+        });
+        out.extend_from_slice(b",\"missing\":");
+        json_array(out, &self.missing, |out, missing| {
+            out.extend_from_slice(b"{\"name\":");
+            json_str(out, missing.name);
+            out.extend_from_slice(b",\"optional\":");
+            json_bool(out, missing.optional);
+            out.extend_from_slice(b",\"reason\":");
+            json_reason(out, &missing.reason);
+            out.push(b'}');
+        });
+        out.extend_from_slice(b",\"missing_distributions\":");
+        json_array(out, &self.missing_distributions, |out, missing| {
+            out.extend_from_slice(b"{\"name\":");
+            json_str(out, &missing.name);
+            out.extend_from_slice(b",\"required_by\":");
+            json_array(out, &missing.required_by, |out, step| json_str(out, step));
+            out.push(b'}');
+        });
+        out.extend_from_slice(b",\"warnings\":");
+        json_array(out, &self.warnings, |out, warning| {
+            out.extend_from_slice(b"{\"file\":");
+            json_str(out, &warning.file);
+            out.extend_from_slice(b",\"line\":");
+            json_u32(out, warning.line);
+            out.extend_from_slice(b",\"message\":");
+            json_str(out, &warning.message);
+            out.push(b'}');
+        });
         out.push(b'}');
-    });
-    out.push(b'}');
+    }
 }
 
-fn json_reason(out: &mut Vec<u8>, reason: &Reason) {
+fn json_reason(out: &mut Vec<u8>, reason: &ReasonView) {
     out.extend_from_slice(b"{\"file\":");
-    json_str(out, &reason.file);
+    json_str(out, reason.file);
     out.extend_from_slice(b",\"line\":");
     json_u32(out, reason.line);
     out.extend_from_slice(b",\"chain\":");
@@ -347,79 +535,103 @@ mod tests {
         assert!(!needs_escape("numpy/core/__init__.py é 漢 🐍".as_bytes()));
     }
 
-    fn sample() -> TargetSpec {
-        let awkward = "q\"b\\s/\u{1}\u{8}\t\n\u{c}\r\u{1f}\u{7f} é 漢 🐍".to_string();
-        TargetSpec {
-            target: format!("m:{awkward}"),
+    const AWKWARD: &str = "q\"b\\s/\u{1}\u{8}\t\n\u{c}\r\u{1f}\u{7f} é 漢 🐍";
+
+    fn sample() -> TargetView<'static> {
+        TargetView {
+            target: Cow::Owned(format!("m:{AWKWARD}")),
             kind: TargetKind::Class,
-            module: "m".into(),
-            file: awkward.clone(),
+            module: "m",
+            file: AWKWARD,
             line: 4_294_967_295,
             modules: vec![
-                ModuleNeed {
-                    name: "a.b".into(),
+                ModuleView {
+                    name: "a.b",
                     kind: ModuleKind::ThirdParty,
-                    file: Some(awkward.clone()),
-                    distribution: Some("PyYAML".into()),
+                    file: Some(AWKWARD),
+                    distribution: Some("PyYAML"),
                     optional: true,
-                    contexts: vec!["top-level".into(), "optional".into()],
-                    reason: Reason {
-                        file: "x.py".into(),
+                    contexts: Contexts::TOP_LEVEL | Contexts::OPTIONAL,
+                    reason: ReasonView {
+                        file: "x.py",
                         line: 0,
-                        chain: vec![awkward.clone(), String::new()],
+                        chain: vec![AWKWARD, ""],
                     },
                 },
-                ModuleNeed {
-                    name: "os".into(),
+                ModuleView {
+                    name: "os",
                     kind: ModuleKind::Stdlib,
                     file: None,
                     distribution: None,
                     optional: false,
-                    contexts: vec![],
-                    reason: Reason {
-                        file: String::new(),
+                    contexts: Contexts::default(),
+                    reason: ReasonView {
+                        file: "",
                         line: 10,
                         chain: vec![],
                     },
                 },
+                ModuleView {
+                    name: "pkg.mod",
+                    kind: ModuleKind::Local,
+                    file: Some("pkg/mod.py"),
+                    distribution: None,
+                    optional: false,
+                    contexts: Contexts::CONDITIONAL
+                        | Contexts::DYNAMIC
+                        | Contexts::IN_FUNCTION
+                        | Contexts::OPTIONAL
+                        | Contexts::TOP_LEVEL,
+                    reason: ReasonView {
+                        file: "main.py",
+                        line: 3,
+                        chain: vec!["f", "pkg.mod"],
+                    },
+                },
             ],
-            distributions: vec![DistributionNeed {
-                name: "PyYAML".into(),
-                version: "6.0.1".into(),
+            distributions: vec![DistributionView {
+                name: "PyYAML",
+                version: "6.0.1",
                 direct: false,
                 optional: true,
-                conda_name: Some("pyyaml".into()),
-                reason: vec!["a".into(), awkward.clone()],
+                conda_name: Some("pyyaml"),
+                reason: vec![Cow::Borrowed("a"), Cow::Owned(AWKWARD.to_string())],
             }],
-            missing: vec![MissingModule {
-                name: "gone".into(),
+            missing: vec![MissingView {
+                name: "gone",
                 optional: false,
-                reason: Reason {
-                    file: "y.py".into(),
+                reason: ReasonView {
+                    file: "y.py",
                     line: 7,
-                    chain: vec!["f".into()],
+                    chain: vec!["f"],
                 },
             }],
             missing_distributions: vec![MissingDistribution {
                 name: "absent".into(),
                 required_by: vec!["requests".into()],
             }],
-            warnings: vec![Warning {
-                file: "z.py".into(),
+            warnings: vec![WarningView {
+                file: Cow::Borrowed("z.py"),
                 line: 1,
-                message: awkward,
+                message: Cow::Borrowed(AWKWARD),
             }],
         }
     }
 
     #[test]
-    fn hand_written_json_is_what_serde_writes() {
+    fn hand_written_json_is_what_serde_writes_of_the_owned_spec() {
         let mut target = sample();
         let mut ours = Vec::new();
-        write_target_json(&target, &mut ours);
+        target.write_json(&mut ours);
+        let spec = target.to_spec();
+        assert_eq!(
+            spec.modules[0].contexts,
+            vec!["optional", "top-level"],
+            "contexts are listed alphabetically"
+        );
         assert_eq!(
             String::from_utf8(ours).unwrap(),
-            serde_json::to_string(&target).unwrap()
+            serde_json::to_string(&spec).unwrap()
         );
         // And with every optional part absent or empty.
         target.kind = TargetKind::Function;
@@ -429,10 +641,10 @@ mod tests {
         target.missing_distributions.clear();
         target.warnings.clear();
         let mut ours = Vec::new();
-        write_target_json(&target, &mut ours);
+        target.write_json(&mut ours);
         assert_eq!(
             String::from_utf8(ours).unwrap(),
-            serde_json::to_string(&target).unwrap()
+            serde_json::to_string(&target.to_spec()).unwrap()
         );
     }
 

@@ -7,7 +7,7 @@ use std::io::{BufWriter, IsTerminal, Write};
 use lfm_analyzer::dists::normalize_name;
 use lfm_analyzer::render;
 use lfm_analyzer::results::{Outcome, RequestKey, ResultWriter, ResultsCache};
-use lfm_analyzer::spec::{DistributionNeed, ModuleKind, TargetSpec, SPEC_FORMAT};
+use lfm_analyzer::spec::{DistributionNeed, ModuleKind, TargetSpec, TargetView, SPEC_FORMAT};
 use lfm_analyzer::{prepare_or_reuse, Analysis, AnalyzeError, Environment, Options, Prepared};
 
 use crate::cli::{AnalyzeArgs, Format};
@@ -117,7 +117,10 @@ pub fn run(args: AnalyzeArgs) -> i32 {
         Format::Json => write_json(&analysis, &mut out, pretty, &mut totals, &bar),
         Format::Table => analysis.map_chunks(
             CHUNK,
-            |target| (Totals::of(&target), table_entry(&target, args.quiet)),
+            |target| {
+                let target = target.to_spec();
+                (Totals::of(&target), table_entry(&target, args.quiet))
+            },
             |rendered| {
                 advance(&bar, rendered.len(), analysis.len());
                 for (counts, text) in rendered {
@@ -325,6 +328,13 @@ impl Totals {
         }
     }
 
+    fn of_view(target: &TargetView) -> Totals {
+        Totals {
+            warnings: target.warnings.len(),
+            missing_required: target.has_missing_required(),
+        }
+    }
+
     fn add(&mut self, other: Totals) {
         self.warnings += other.warnings;
         self.missing_required |= other.missing_required;
@@ -359,15 +369,15 @@ fn write_json(
     value(out, pretty, &analysis.python())?;
     write!(out, ",\"targets\":[")?;
     let mut first = true;
-    let render = |target: TargetSpec| {
+    let render = |target: TargetView| {
         let bytes = if pretty {
-            serde_json::to_vec_pretty(&target).unwrap_or_default()
+            serde_json::to_vec_pretty(&target.to_spec()).unwrap_or_default()
         } else {
             let mut bytes = Vec::with_capacity(4096);
-            lfm_analyzer::spec::write_target_json(&target, &mut bytes);
+            target.write_json(&mut bytes);
             bytes
         };
-        (Totals::of(&target), bytes)
+        (Totals::of_view(&target), bytes)
     };
     analysis.map_chunks(CHUNK, render, |rendered| {
         advance(bar, rendered.len(), analysis.len());
