@@ -9,8 +9,11 @@ use clap::Parser;
 // a third of the run in malloc/free on the pandas benchmark. Built without transparent huge
 // pages (feature no_thp): each purge and re-fault zeroed a whole 2 MiB page, which cost
 // ~0.5 s of system time and 30-40 MiB of peak memory on the whole-site-packages bench.
+// Wrapped so that parsing allocates each file's syntax tree in a per-thread arena, freed at
+// once (lfm_analyzer::scratch).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: lfm_analyzer::scratch::ScratchAlloc<mimalloc::MiMalloc> =
+    lfm_analyzer::scratch::ScratchAlloc(mimalloc::MiMalloc);
 
 fn main() {
     let cli = cli::Cli::parse();

@@ -20,6 +20,7 @@ pub mod project;
 pub mod render;
 pub mod resolve;
 pub mod results;
+pub mod scratch;
 pub mod source;
 pub mod spec;
 
@@ -337,6 +338,8 @@ pub fn prepare_or_reuse(
             (environment, None, cache, preparsed)
         }
     };
+    // Parsing is over (but for files first found while resolving): its arenas' pages go back.
+    scratch::release_all();
     timings.push((
         "parse (and ask the interpreter)",
         Checkpoint::since(started),
@@ -413,6 +416,7 @@ pub fn prepare_or_reuse(
         }
     }
     project.finish_loading();
+    scratch::release_all();
     timings.push(("resolve imports", Checkpoint::since(started)));
     Ok(Prepared::Fresh(Box::new(Analysis {
         project,
