@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
 
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::dists::Owner;
 use crate::extract::{Binding, ImportEdge, ModuleSummary, NameId, ScopeKind};
@@ -227,6 +227,7 @@ struct ModuleMemo<'p> {
 /// Whole-module closures, filled on first use by whichever thread needs one first.
 pub struct ModuleMemos<'p> {
     project: &'p Project,
+    numbers: WorkNumbers,
     memos: Vec<std::sync::OnceLock<ModuleMemo<'p>>>,
     /// Modules some local module imports: only their closures can be used more than once
     /// (others are only their own module target), so only theirs are kept.
@@ -245,6 +246,7 @@ impl<'p> ModuleMemos<'p> {
         }
         ModuleMemos {
             project,
+            numbers: WorkNumbers::new(project),
             memos: (0..project.modules.len())
                 .map(|_| std::sync::OnceLock::new())
                 .collect(),
@@ -259,7 +261,7 @@ impl<'p> ModuleMemos<'p> {
         }
         Some(self.memos[module as usize].get_or_init(|| {
             // A plain walk (no memos inside: import cycles would make them wait on themselves).
-            let mut walk = Walk::new(self.project, None);
+            let mut walk = Walk::new(self.project, &self.numbers, None);
             walk.enqueue(Work::Module {
                 module,
                 chain: Chain::default(),
@@ -267,20 +269,123 @@ impl<'p> ModuleMemos<'p> {
             });
             walk.run();
             ModuleMemo {
-                reached: walk.reached,
-                missing: walk.missing,
-                local_modules: walk.local_modules,
+                reached: std::mem::take(&mut walk.reached),
+                missing: std::mem::take(&mut walk.missing),
+                local_modules: std::mem::take(&mut walk.local_modules),
             }
         }))
     }
 }
 
+/// Where each work item's "already queued" bit is in a [`Visited`] set: modules, then scope
+/// bodies, definitions and module-level names, each numbered project-wide, times two (the
+/// optional flag is part of the item).
+struct WorkNumbers {
+    modules: u32,
+    scopes: u32,
+    scope_base: Vec<u32>,
+    name_base: Vec<u32>,
+    total: usize,
+}
+
+impl WorkNumbers {
+    fn new(project: &Project) -> WorkNumbers {
+        let mut scope_base = Vec::with_capacity(project.modules.len());
+        let mut name_base = Vec::with_capacity(project.modules.len());
+        let (mut scopes, mut names) = (0u32, 0u32);
+        for loaded in &project.modules {
+            scope_base.push(scopes);
+            name_base.push(names);
+            scopes += loaded.summary.scopes.len() as u32;
+            names += loaded.summary.names.len() as u32;
+        }
+        let modules = project.modules.len() as u32;
+        WorkNumbers {
+            modules,
+            scopes,
+            scope_base,
+            name_base,
+            total: 2 * (modules as usize + 2 * scopes as usize + names as usize),
+        }
+    }
+
+    fn of(&self, work: &Work) -> usize {
+        let (number, optional) = match *work {
+            Work::Module {
+                module, optional, ..
+            } => (module, optional),
+            Work::Scope {
+                module,
+                scope,
+                optional,
+                ..
+            } => (
+                self.modules + self.scope_base[module as usize] + scope,
+                optional,
+            ),
+            Work::Definition {
+                module,
+                scope,
+                optional,
+                ..
+            } => (
+                self.modules + self.scopes + self.scope_base[module as usize] + scope,
+                optional,
+            ),
+            Work::Name {
+                module,
+                name,
+                optional,
+                ..
+            } => (
+                self.modules + 2 * self.scopes + self.name_base[module as usize] + name,
+                optional,
+            ),
+        };
+        2 * number as usize + optional as usize
+    }
+}
+
+/// A set of work items (by [`WorkNumbers`]) as bits, cleared word by word after a walk: a
+/// walk inserts tens of items, and hashing them was most of a walk's time.
+#[derive(Default)]
+struct Visited {
+    words: Vec<u64>,
+    touched: Vec<u32>,
+}
+
+impl Visited {
+    fn insert(&mut self, number: usize) -> bool {
+        let (word, bit) = (number / 64, 1u64 << (number % 64));
+        let slot = &mut self.words[word];
+        if *slot & bit != 0 {
+            return false;
+        }
+        if *slot == 0 {
+            self.touched.push(word as u32);
+        }
+        *slot |= bit;
+        true
+    }
+
+    fn clear(&mut self) {
+        for word in self.touched.drain(..) {
+            self.words[word as usize] = 0;
+        }
+    }
+}
+
+thread_local! {
+    /// Cleared sets, reused walk after walk (a walk may start another: module memos).
+    static VISITED_POOL: std::cell::RefCell<Vec<Visited>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 struct Walk<'p, 'm> {
     project: &'p Project,
+    numbers: &'m WorkNumbers,
     memos: Option<&'m ModuleMemos<'p>>,
     queue: VecDeque<Work<'p>>,
-    seen: HashSet<(u8, u32, u32, bool)>,
-    seen_names: HashSet<(u32, NameId, bool)>,
+    seen: Visited,
     reached: HashMap<&'p str, Reached<'p>>,
     missing: HashMap<&'p str, Missed<'p>>,
     local_modules: BTreeSet<u32>,
@@ -294,7 +399,7 @@ pub fn target_closure<'p>(
     scope: Option<u32>,
 ) -> TargetView<'p> {
     let loaded = &project.modules[module as usize];
-    let mut walk = Walk::new(project, Some(memos));
+    let mut walk = Walk::new(project, &memos.numbers, Some(memos));
     let (target, kind, line) = match scope {
         None => {
             let chain = Chain::of(&loaded.name);
@@ -350,13 +455,23 @@ pub fn target_closure<'p>(
 }
 
 impl<'p, 'm> Walk<'p, 'm> {
-    fn new(project: &'p Project, memos: Option<&'m ModuleMemos<'p>>) -> Walk<'p, 'm> {
+    fn new(
+        project: &'p Project,
+        numbers: &'m WorkNumbers,
+        memos: Option<&'m ModuleMemos<'p>>,
+    ) -> Walk<'p, 'm> {
+        let mut seen = VISITED_POOL
+            .with(|pool| pool.borrow_mut().pop())
+            .unwrap_or_default();
+        if seen.words.len() < numbers.total.div_ceil(64) {
+            seen.words.resize(numbers.total.div_ceil(64), 0);
+        }
         Walk {
             project,
+            numbers,
             memos,
             queue: VecDeque::new(),
-            seen: HashSet::default(),
-            seen_names: HashSet::default(),
+            seen,
             reached: HashMap::default(),
             missing: HashMap::default(),
             local_modules: BTreeSet::new(),
@@ -399,7 +514,12 @@ impl<'p, 'm> Walk<'p, 'm> {
         for &local in &memo.local_modules {
             self.local_modules.insert(local);
             // Covered now: a later import of it through this walk adds nothing.
-            self.seen.insert((0, local, 0, optional));
+            let number = self.numbers.of(&Work::Module {
+                module: local,
+                chain: Chain::default(),
+                optional,
+            });
+            self.seen.insert(number);
         }
     }
 
@@ -411,29 +531,7 @@ impl<'p, 'm> Walk<'p, 'm> {
     /// Queue work not queued before. Marking at enqueue rather than at dequeue gives the same
     /// first-found reasons (the queue is FIFO) without queueing duplicates.
     fn enqueue(&mut self, work: Work<'p>) {
-        let new = match &work {
-            Work::Module {
-                module, optional, ..
-            } => self.seen.insert((0, *module, 0, *optional)),
-            Work::Scope {
-                module,
-                scope,
-                optional,
-                ..
-            } => self.seen.insert((1, *module, *scope, *optional)),
-            Work::Definition {
-                module,
-                scope,
-                optional,
-                ..
-            } => self.seen.insert((2, *module, *scope, *optional)),
-            Work::Name {
-                module,
-                name,
-                optional,
-                ..
-            } => self.seen_names.insert((*module, *name, *optional)),
-        };
+        let new = self.seen.insert(self.numbers.of(&work));
         if new {
             self.queue.push_back(work);
         }
@@ -650,7 +748,7 @@ impl<'p, 'm> Walk<'p, 'm> {
     }
 
     fn into_view(
-        self,
+        mut self,
         target: Cow<'p, str>,
         kind: TargetKind,
         module: u32,
@@ -663,9 +761,11 @@ impl<'p, 'm> Walk<'p, 'm> {
         let mut modules = Vec::with_capacity(self.reached.len());
         // Hash maps while walking (looked up far more often than listed); put in order here:
         // by kind, then name, the order of the Spec's list (and of each distribution's modules).
-        let mut reached_in_order: Vec<(&'p str, Reached<'p>)> = self.reached.into_iter().collect();
+        let mut reached_in_order: Vec<(&'p str, Reached<'p>)> =
+            std::mem::take(&mut self.reached).into_iter().collect();
         reached_in_order.sort_unstable_by_key(|(name, reached)| (reached.kind, *name));
-        let mut missing_in_order: Vec<(&'p str, Missed<'p>)> = self.missing.into_iter().collect();
+        let mut missing_in_order: Vec<(&'p str, Missed<'p>)> =
+            std::mem::take(&mut self.missing).into_iter().collect();
         missing_in_order.sort_unstable_by_key(|(name, _)| *name);
         for (name, reached) in reached_in_order {
             let mut distribution = None;
@@ -819,6 +919,14 @@ impl<'p, 'm> Walk<'p, 'm> {
             missing_distributions,
             warnings,
         }
+    }
+}
+
+impl Drop for Walk<'_, '_> {
+    fn drop(&mut self) {
+        let mut seen = std::mem::take(&mut self.seen);
+        seen.clear();
+        VISITED_POOL.with(|pool| pool.borrow_mut().push(seen));
     }
 }
 
