@@ -11,7 +11,7 @@
 //! directory) keep theirs.
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -55,9 +55,21 @@ impl SummaryCache {
     /// Open the cache file in `dir`; a missing or unreadable cache starts empty.
     pub fn open(dir: &Path) -> SummaryCache {
         let path = dir.join("analyze-summaries.bin");
-        let file: CacheFile<ModuleSummary> = std::fs::read(&path)
+        // Decoded as read: the file's bytes never sit in memory beside the summaries.
+        let file: CacheFile<ModuleSummary> = std::fs::File::open(&path)
             .ok()
-            .and_then(|bytes| bincode::deserialize::<CacheFile<ModuleSummary>>(&bytes).ok())
+            .and_then(|file| {
+                use bincode::Options as _;
+                // Bounded by the file's size: a damaged length must not ask for exabytes.
+                let size = file.metadata().ok()?.len();
+                let reader = std::io::BufReader::with_capacity(1 << 16, file);
+                bincode::options()
+                    .with_fixint_encoding()
+                    .allow_trailing_bytes()
+                    .with_limit(size)
+                    .deserialize_from::<_, CacheFile<ModuleSummary>>(reader)
+                    .ok()
+            })
             .filter(|file| file.layout == FILE_LAYOUT)
             .unwrap_or_default();
         let entries = file
@@ -133,14 +145,22 @@ impl SummaryCache {
             generation: self.generation,
             entries: list,
         };
-        let bytes = bincode::serialize(&file).context("serialising the cache")?;
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let tmp = dir.join(format!(".analyze-summaries.{}.tmp", std::process::id()));
-        let mut file =
-            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        file.write_all(&bytes)
-            .with_context(|| format!("writing {}", tmp.display()))?;
+        let written = std::fs::File::create(&tmp)
+            .map_err(anyhow::Error::from)
+            .and_then(|out| {
+                // Encoded as written: no second copy of the whole cache in memory.
+                let mut out = std::io::BufWriter::with_capacity(1 << 16, out);
+                bincode::serialize_into(&mut out, &file)?;
+                out.flush()?;
+                Ok(())
+            });
+        if let Err(error) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(error.context(format!("writing {}", tmp.display())));
+        }
         std::fs::rename(&tmp, &self.path)
             .with_context(|| format!("renaming to {}", self.path.display()))?;
         if let Ok(mut added) = self.added.lock() {

@@ -13,9 +13,12 @@
 //! - for directory targets, the list of files found.
 //!
 //! Any difference and the entry is not used (the caller recomputes, with the summary cache).
-//! Entries are zstd-compressed output; the least recently used beyond [`KEPT_RESULTS`] are deleted.
+//! An entry is the zstd-compressed output, then the header (inputs and outcome, bincode), then
+//! the header's length (u64 little-endian): the output is compressed straight into the file as
+//! it is printed, and a lookup reads only the header. The least recently used entries beyond
+//! [`KEPT_RESULTS`] are deleted.
 
-use std::io::{Read, Write};
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -23,7 +26,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// Names the layout of an entry; entries of another layout are ignored.
-const LAYOUT: &str = "lfm-results/1";
+const LAYOUT: &str = "lfm-results/2";
 
 /// How many results (one per distinct request) the cache keeps.
 pub const KEPT_RESULTS: usize = 16;
@@ -81,16 +84,19 @@ struct Header {
     outcome: Outcome,
 }
 
-/// A reusable result: its outcome and its zstd-compressed output.
+/// A reusable result: its outcome, and its entry file, from which the output is decompressed.
 pub struct Hit {
     pub outcome: Outcome,
-    compressed: Vec<u8>,
+    file: std::fs::File,
+    compressed_len: u64,
 }
 
 impl Hit {
     /// Write the stored output to `out`.
     pub fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
-        zstd::stream::copy_decode(self.compressed.as_slice(), out)
+        (&self.file).seek(SeekFrom::Start(0))?;
+        let compressed = BufReader::new((&self.file).take(self.compressed_len));
+        zstd::stream::copy_decode(compressed, out)
     }
 }
 
@@ -120,26 +126,17 @@ impl ResultsCache {
     ) -> Result<Hit, String> {
         let path = self.entry_path(request);
         let mut file = std::fs::File::open(&path).map_err(|_| "nothing stored".to_string())?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(|error| format!("unreadable: {error}"))?;
-        let header = bytes
-            .get(..8)
-            .and_then(|len| Some(u64::from_le_bytes(len.try_into().ok()?) as usize))
-            .and_then(|len| Some((len, bytes.get(8..8usize.checked_add(len)?)?)))
-            .and_then(|(len, header)| Some((len, bincode::deserialize::<Header>(header).ok()?)));
-        let Some((header_len, header)) = header else {
-            return Err("damaged entry".to_string());
-        };
+        let (header, compressed_len) =
+            read_header(&mut file).ok_or_else(|| "damaged entry".to_string())?;
         if let Some(changed) = changed_input(&header, env_key, located) {
             return Err(format!("{changed} changed"));
         }
         // Recently used entries are the ones eviction keeps.
         let _ = file.set_modified(std::time::SystemTime::now());
-        bytes.drain(..8 + header_len);
         Ok(Hit {
             outcome: header.outcome,
-            compressed: bytes,
+            file,
+            compressed_len,
         })
     }
 
@@ -147,50 +144,81 @@ impl ResultsCache {
     pub fn writer(&self, request: &RequestKey) -> Result<ResultWriter> {
         std::fs::create_dir_all(&self.dir)
             .with_context(|| format!("creating {}", self.dir.display()))?;
-        let mut encoder = zstd::stream::Encoder::new(Vec::new(), 1).context("starting zstd")?;
+        let tmp = self.dir.join(format!(".{}.tmp", std::process::id()));
+        let file =
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let mut encoder = zstd::stream::Encoder::new(file, 1).context("starting zstd")?;
         // Compression runs on zstd's own thread, beside the closures being computed.
         let _ = encoder.multithread(1);
         Ok(ResultWriter {
             path: self.entry_path(request),
+            tmp,
             dir: self.dir.clone(),
-            encoder,
+            encoder: Some(encoder),
         })
     }
 }
 
-/// Collects one result's output as it is printed.
+/// The header at the end of an entry, and the length of the compressed output before it.
+fn read_header(file: &mut std::fs::File) -> Option<(Header, u64)> {
+    let end = file.seek(SeekFrom::End(0)).ok()?;
+    let mut length = [0u8; 8];
+    file.seek(SeekFrom::Start(end.checked_sub(8)?)).ok()?;
+    file.read_exact(&mut length).ok()?;
+    let header_len = u64::from_le_bytes(length);
+    let compressed_len = end.checked_sub(8)?.checked_sub(header_len)?;
+    file.seek(SeekFrom::Start(compressed_len)).ok()?;
+    let mut header = vec![0u8; usize::try_from(header_len).ok()?];
+    file.read_exact(&mut header).ok()?;
+    let header = bincode::deserialize::<Header>(&header).ok()?;
+    Some((header, compressed_len))
+}
+
+/// Compresses one result's output into its entry file as it is printed.
 pub struct ResultWriter {
     path: PathBuf,
+    tmp: PathBuf,
     dir: PathBuf,
-    encoder: zstd::stream::Encoder<'static, Vec<u8>>,
+    /// Taken by [`ResultWriter::finish`]; still here on drop means the result is abandoned.
+    encoder: Option<zstd::stream::Encoder<'static, std::fs::File>>,
 }
 
 impl ResultWriter {
     pub fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.encoder.write_all(bytes)
+        match &mut self.encoder {
+            Some(encoder) => encoder.write_all(bytes),
+            None => Ok(()),
+        }
     }
 
     /// Store the output with what it was computed from (temp file + rename), then delete the
     /// least recently used entries beyond [`KEPT_RESULTS`].
-    pub fn finish(self, inputs: Inputs, outcome: Outcome) -> Result<()> {
-        let compressed = self.encoder.finish().context("finishing zstd")?;
+    pub fn finish(mut self, inputs: Inputs, outcome: Outcome) -> Result<()> {
+        let encoder = self.encoder.take().context("already finished")?;
+        let mut file = encoder.finish().context("finishing zstd")?;
         let header = bincode::serialize(&Header {
             layout: LAYOUT.to_string(),
             inputs,
             outcome,
         })
         .context("serialising the result header")?;
-        let tmp = self.dir.join(format!(".{}.tmp", std::process::id()));
-        let mut file =
-            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        file.write_all(&(header.len() as u64).to_le_bytes())
-            .and_then(|_| file.write_all(&header))
-            .and_then(|_| file.write_all(&compressed))
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, &self.path)
+        file.write_all(&header)
+            .and_then(|_| file.write_all(&(header.len() as u64).to_le_bytes()))
+            .with_context(|| format!("writing {}", self.tmp.display()))?;
+        drop(file);
+        std::fs::rename(&self.tmp, &self.path)
             .with_context(|| format!("renaming to {}", self.path.display()))?;
         evict(&self.dir, KEPT_RESULTS);
         Ok(())
+    }
+}
+
+impl Drop for ResultWriter {
+    fn drop(&mut self) {
+        if self.encoder.take().is_some() {
+            // Not finished (a failed write, a closed pipe): no partial entry is left behind.
+            let _ = std::fs::remove_file(&self.tmp);
+        }
     }
 }
 
@@ -352,9 +380,28 @@ mod tests {
             &b""[..],
             b"\xff\xff\xff\xff\xff\xff\xff\xff",
             b"\x04\0\0\0\0\0\0\0abcd",
+            b"abcd\x04\0\0\0\0\0\0\0",
+            b"\x09\0\0\0\0\0\0\0",
         ] {
             std::fs::write(cache.entry_path(&request), bytes).unwrap();
             assert!(cache.lookup(&request, &[0; 32], &[]).is_err());
         }
+    }
+
+    #[test]
+    fn an_abandoned_result_leaves_no_file_behind() {
+        let cache_dir = tempfile::tempdir().unwrap();
+        let cache = ResultsCache::new(cache_dir.path());
+        let request = RequestKey::new(&[b"abandoned"]);
+        let mut writer = cache.writer(&request).unwrap();
+        writer.write_all(b"{\"format\":").unwrap();
+        drop(writer);
+        let left: Vec<_> = std::fs::read_dir(cache_dir.path().join("analyze-results"))
+            .unwrap()
+            .flatten()
+            .map(|entry| entry.file_name())
+            .collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+        assert!(cache.lookup(&request, &[0; 32], &[]).is_err());
     }
 }
