@@ -337,11 +337,13 @@ impl WorkNumbers {
                 name,
                 optional,
                 ..
-            } => (
-                self.modules + 2 * self.scopes + self.name_base[module as usize] + name,
-                optional,
-            ),
+            } => return self.of_name(module, name, optional),
         };
+        2 * number as usize + optional as usize
+    }
+
+    fn of_name(&self, module: u32, name: NameId, optional: bool) -> usize {
+        let number = self.modules + 2 * self.scopes + self.name_base[module as usize] + name;
         2 * number as usize + optional as usize
     }
 }
@@ -539,11 +541,17 @@ impl<'p, 'm> Walk<'p, 'm> {
 
     fn enqueue_names(&mut self, module: u32, names: &[NameId], chain: &Chain<'p>, optional: bool) {
         for &name in names {
-            let chain = chain.clone();
-            self.enqueue(Work::Name {
+            self.enqueue_name(module, name, chain, optional);
+        }
+    }
+
+    /// [`Walk::enqueue`] for a name, sharing `chain` only when the name is new (most are not).
+    fn enqueue_name(&mut self, module: u32, name: NameId, chain: &Chain<'p>, optional: bool) {
+        if self.seen.insert(self.numbers.of_name(module, name, optional)) {
+            self.queue.push_back(Work::Name {
                 module,
                 name,
-                chain,
+                chain: chain.clone(),
                 optional,
             });
         }
@@ -659,12 +667,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                     }
                     for &read in summary.value_reads(binding) {
                         if read != name_id {
-                            self.enqueue(Work::Name {
-                                module,
-                                name: read,
-                                chain: chain.clone(),
-                                optional,
-                            });
+                            self.enqueue_name(module, read, &chain, optional);
                         }
                     }
                 }
