@@ -6,9 +6,10 @@
 //! to installed distributions through installer metadata, and the distributions' Requires-Dist
 //! closure is evaluated for the target interpreter. The result is a versioned [`spec::Spec`].
 //!
-//! It owns parsing (ruff's error-recovering parser), resolution, closures and the Spec. It does
-//! not pack, run or print anything, and it never imports or executes the code it analyses: the
-//! only process started is the target interpreter describing itself.
+//! It owns parsing (ruff's error-recovering parser), resolution, closures and the Spec, and the
+//! global-allocator wrapper ([`scratch::ScratchAlloc`]) that lets a program parse in per-thread
+//! arenas. It does not pack, run or print anything, and it never imports or executes the code it
+//! analyses: the only process started is the target interpreter describing itself.
 
 pub mod cache;
 pub mod closure;
