@@ -252,6 +252,35 @@ fn hostile_trees_never_panic() {
 }
 
 #[test]
+fn paths_and_names_that_need_json_escapes_come_out_escaped() {
+    // Paths plain, one imported name not: `importlib.import_module('we"ird\\x')`.
+    let plain = tempfile::tempdir().unwrap();
+    let job =
+        "import os\nimport importlib\n\ndef run():\n    importlib.import_module('we\"ird\\\\x')\n";
+    std::fs::write(plain.path().join("job.py"), job).unwrap();
+    let spec = analyze_json(&[plain.path().to_str().unwrap()]);
+    let missing = &target(&spec, "job:run")["missing"];
+    assert_eq!(missing[0]["name"], "we\"ird\\x", "{missing}");
+    // A directory whose name needs escapes (quote, backslash, tab), names all plain.
+    let awkward = tempfile::tempdir().unwrap();
+    let dir = awkward.path().join("a\"b\\c\td");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join("job.py"),
+        "import os\n\ndef run():\n    return os.sep\n",
+    )
+    .unwrap();
+    let spec = analyze_json(&[dir.to_str().unwrap()]);
+    let run = target(&spec, "job:run");
+    assert_eq!(run["file"], dir.join("job.py").to_str().unwrap());
+    assert_eq!(run["modules"][0]["name"], "os");
+    assert_eq!(
+        run["modules"][0]["reason"]["file"],
+        dir.join("job.py").to_str().unwrap()
+    );
+}
+
+#[test]
 fn exit_codes() {
     let not_found = lfm(&["analyze", "--no-cache", "tests/fixtures/nope.py"]);
     assert_eq!(not_found.status.code(), Some(3));

@@ -547,7 +547,10 @@ impl<'p, 'm> Walk<'p, 'm> {
 
     /// [`Walk::enqueue`] for a name, sharing `chain` only when the name is new (most are not).
     fn enqueue_name(&mut self, module: u32, name: NameId, chain: &Chain<'p>, optional: bool) {
-        if self.seen.insert(self.numbers.of_name(module, name, optional)) {
+        if self
+            .seen
+            .insert(self.numbers.of_name(module, name, optional))
+        {
             self.queue.push_back(Work::Name {
                 module,
                 name,
@@ -921,6 +924,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                 .collect(),
             missing_distributions,
             warnings,
+            escape_free: project.escape_free,
         }
     }
 }

@@ -191,6 +191,15 @@ impl NameTable {
 }
 
 impl ModuleSummary {
+    /// Whether all of the summary's text (scope names, names, import names) is written in JSON
+    /// as it is.
+    pub fn text_is_json_plain(&self) -> bool {
+        use crate::spec::is_json_plain;
+        is_json_plain(&self.import_text)
+            && is_json_plain(&self.scope_names)
+            && is_json_plain(&self.names.text)
+    }
+
     pub fn name(&self, id: NameId) -> &str {
         self.names.get(id)
     }

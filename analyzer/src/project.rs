@@ -75,6 +75,8 @@ pub struct Project {
     resolved_edges: HashMap<String, Arc<[EdgeTarget]>>,
     edge_key: String,
     third_party: HashMap<String, Arc<ThirdPartyModule>>,
+    /// Set by [`Project::finish_loading`]; see [`crate::spec::TargetView::escape_free`].
+    pub escape_free: bool,
     pub progress: Option<crate::ParseProgress>,
 }
 
@@ -124,6 +126,7 @@ impl Project {
             resolved_edges: HashMap::default(),
             edge_key: String::new(),
             third_party: HashMap::default(),
+            escape_free: false,
             progress: None,
         }
     }
@@ -131,10 +134,35 @@ impl Project {
     /// Free what only speeds up loading more modules (resolution caches): closures need the
     /// loaded modules and their edge targets only. Loading again still works, just from cold.
     pub fn finish_loading(&mut self) {
+        self.escape_free = self.text_is_json_plain();
         self.resolver.forget_lookups();
         self.resolved_edges = HashMap::default();
         self.third_party = HashMap::default();
         self.preparsed = HashMap::default();
+    }
+
+    /// Whether every name, path and version a closure can borrow is written in JSON as it is:
+    /// module names and display paths (local and third-party), the text of every summary (scope
+    /// names, module-level names, imported names, from which stdlib and missing names come)
+    /// and the distributions' names and versions. One pass here instead of a check per string
+    /// written (a whole tree writes ~30 million of them).
+    fn text_is_json_plain(&self) -> bool {
+        use crate::spec::is_json_plain;
+        let modules = self.modules.iter().all(|module| {
+            is_json_plain(&module.name)
+                && is_json_plain(&module.display)
+                && module.summary.text_is_json_plain()
+        });
+        let third_party = self
+            .third_party
+            .values()
+            .all(|module| is_json_plain(&module.name) && is_json_plain(&module.display));
+        let dists = self.dists.dists.iter().all(|dist| {
+            is_json_plain(&dist.name)
+                && is_json_plain(&dist.version)
+                && dist.conda_name.as_deref().is_none_or(is_json_plain)
+        });
+        modules && third_party && dists
     }
 
     /// Directories listed while resolving imports, each with its stamp before listing.

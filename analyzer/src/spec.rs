@@ -196,6 +196,10 @@ pub struct TargetView<'a> {
     pub missing: Vec<MissingView<'a>>,
     pub missing_distributions: Vec<MissingDistribution>,
     pub warnings: Vec<WarningView<'a>>,
+    /// No name, path or version borrowed from the analysis needs a JSON escape (checked once
+    /// when it was loaded, [`is_json_plain`]): they are then written without a per-string
+    /// check. Warnings and missing distributions are always checked.
+    pub escape_free: bool,
 }
 
 /// A [`ModuleNeed`], borrowed.
@@ -322,8 +326,13 @@ impl TargetView<'_> {
     /// ~500 MB of it, and serde's generic string escaping was the largest single cost of
     /// printing it.
     pub fn write_json(&self, out: &mut Vec<u8>) {
+        let text = if self.escape_free {
+            json_plain_str
+        } else {
+            json_str
+        };
         out.extend_from_slice(b"{\"target\":");
-        json_str(out, &self.target);
+        text(out, &self.target);
         out.extend_from_slice(b",\"kind\":");
         json_str(
             out,
@@ -334,15 +343,15 @@ impl TargetView<'_> {
             },
         );
         out.extend_from_slice(b",\"module\":");
-        json_str(out, self.module);
+        text(out, self.module);
         out.extend_from_slice(b",\"file\":");
-        json_str(out, self.file);
+        text(out, self.file);
         out.extend_from_slice(b",\"line\":");
         json_u32(out, self.line);
         out.extend_from_slice(b",\"modules\":");
         json_array(out, &self.modules, |out, module| {
             out.extend_from_slice(b"{\"name\":");
-            json_str(out, module.name);
+            text(out, module.name);
             out.extend_from_slice(b",\"kind\":");
             json_str(
                 out,
@@ -354,11 +363,11 @@ impl TargetView<'_> {
             );
             if let Some(file) = module.file {
                 out.extend_from_slice(b",\"file\":");
-                json_str(out, file);
+                text(out, file);
             }
             if let Some(distribution) = module.distribution {
                 out.extend_from_slice(b",\"distribution\":");
-                json_str(out, distribution);
+                text(out, distribution);
             }
             out.extend_from_slice(b",\"optional\":");
             json_bool(out, module.optional);
@@ -367,38 +376,38 @@ impl TargetView<'_> {
                 if index > 0 {
                     out.push(b',');
                 }
-                json_str(out, name);
+                json_plain_str(out, name);
             }
             out.extend_from_slice(b"],\"reason\":");
-            json_reason(out, &module.reason);
+            json_reason(out, &module.reason, text);
             out.push(b'}');
         });
         out.extend_from_slice(b",\"distributions\":");
         json_array(out, &self.distributions, |out, dist| {
             out.extend_from_slice(b"{\"name\":");
-            json_str(out, dist.name);
+            text(out, dist.name);
             out.extend_from_slice(b",\"version\":");
-            json_str(out, dist.version);
+            text(out, dist.version);
             out.extend_from_slice(b",\"direct\":");
             json_bool(out, dist.direct);
             out.extend_from_slice(b",\"optional\":");
             json_bool(out, dist.optional);
             if let Some(conda_name) = dist.conda_name {
                 out.extend_from_slice(b",\"conda_name\":");
-                json_str(out, conda_name);
+                text(out, conda_name);
             }
             out.extend_from_slice(b",\"reason\":");
-            json_array(out, &dist.reason, |out, step| json_str(out, step));
+            json_array(out, &dist.reason, |out, step| text(out, step));
             out.push(b'}');
         });
         out.extend_from_slice(b",\"missing\":");
         json_array(out, &self.missing, |out, missing| {
             out.extend_from_slice(b"{\"name\":");
-            json_str(out, missing.name);
+            text(out, missing.name);
             out.extend_from_slice(b",\"optional\":");
             json_bool(out, missing.optional);
             out.extend_from_slice(b",\"reason\":");
-            json_reason(out, &missing.reason);
+            json_reason(out, &missing.reason, text);
             out.push(b'}');
         });
         out.extend_from_slice(b",\"missing_distributions\":");
@@ -423,13 +432,13 @@ impl TargetView<'_> {
     }
 }
 
-fn json_reason(out: &mut Vec<u8>, reason: &ReasonView) {
+fn json_reason(out: &mut Vec<u8>, reason: &ReasonView, text: fn(&mut Vec<u8>, &str)) {
     out.extend_from_slice(b"{\"file\":");
-    json_str(out, reason.file);
+    text(out, reason.file);
     out.extend_from_slice(b",\"line\":");
     json_u32(out, reason.line);
     out.extend_from_slice(b",\"chain\":");
-    json_array(out, &reason.chain, |out, step| json_str(out, step));
+    json_array(out, &reason.chain, |out, step| text(out, step));
     out.push(b'}');
 }
 
@@ -470,6 +479,20 @@ fn needs_escape(bytes: &[u8]) -> bool {
     bytes.iter().fold(false, |any, &b| {
         any | (b < 0x20) | (b == b'"') | (b == b'\\')
     })
+}
+
+/// Whether `text` is written in JSON as it is, between quotes (no control character, `"` or `\\`).
+pub fn is_json_plain(text: &str) -> bool {
+    !needs_escape(text.as_bytes())
+}
+
+/// A JSON string known to need no escape ([`is_json_plain`]).
+fn json_plain_str(out: &mut Vec<u8>, text: &str) {
+    debug_assert!(is_json_plain(text), "not escape-free: {text:?}");
+    out.reserve(text.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(text.as_bytes());
+    out.push(b'"');
 }
 
 /// A JSON string with serde_json's escapes: `\"`, `\\`, the short forms of \b \t \n \f \r, and
@@ -615,6 +638,7 @@ mod tests {
                 line: 1,
                 message: Cow::Borrowed(AWKWARD),
             }],
+            escape_free: false,
         }
     }
 
@@ -646,6 +670,30 @@ mod tests {
             String::from_utf8(ours).unwrap(),
             serde_json::to_string(&target.to_spec()).unwrap()
         );
+    }
+
+    #[test]
+    fn escape_free_text_is_written_as_the_checked_path_writes_it() {
+        let mut target = sample();
+        // Only the warning and the missing distribution may hold awkward text now (they are
+        // always checked).
+        target.target = Cow::Borrowed("m:f");
+        target.file = "pkg/m.py";
+        target.modules[0].file = Some("site-packages/a/b.py");
+        target.modules[0].reason.chain = vec!["f", "g"];
+        target.distributions[0].reason = vec![Cow::Borrowed("a"), Cow::Borrowed("é 漢 🐍")];
+        target.missing_distributions[0].name = AWKWARD.to_string();
+        let mut checked = Vec::new();
+        target.write_json(&mut checked);
+        target.escape_free = true;
+        let mut plain = Vec::new();
+        target.write_json(&mut plain);
+        assert_eq!(
+            String::from_utf8(plain).unwrap(),
+            String::from_utf8(checked).unwrap()
+        );
+        assert!(is_json_plain("numpy/core/__init__.py é"));
+        assert!(!is_json_plain("a\"b") && !is_json_plain("a\\b") && !is_json_plain("a\nb"));
     }
 
     #[test]
