@@ -10,10 +10,10 @@
 //!
 //! Memory is reserved once per process as one range split into per-thread slots (256 MiB each,
 //! without backing: pages only count once written); a thread's slot goes to another thread
-//! when it exits. A file whose tree outgrows its slot goes
-//! on in the wrapped allocator. After a file, pages above the first 16 MiB of the slot are
-//! given back to the kernel. No arena is used under a finite address-space limit (`ulimit -v`),
-//! where reserving would eat into the budget the work itself needs.
+//! when it exits. A file whose tree outgrows its slot goes on in the wrapped allocator. After a
+//! file, pages above the first 16 MiB of the slot are given back to the kernel, and all of them
+//! when parsing is over ([`release_all`]). No arena is used under a finite address-space limit
+//! (`ulimit -v`), where reserving would eat into the budget the work itself needs.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::{Cell, RefCell};
