@@ -152,6 +152,11 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for ScratchAlloc<A> {
             }
             return pointer;
         }
+        if new_size <= layout.size() {
+            // A block shrinks where it is (the parser shrinks its token vector to fit): the
+            // bytes given up are freed with the arena anyway.
+            return pointer;
+        }
         let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
         let moved = self.alloc(new_layout);
         if !moved.is_null() {

@@ -79,6 +79,13 @@ fn the_latest_block_grows_in_place_and_a_freed_latest_block_is_reused() {
             assert_ne!(older.as_ptr(), before);
             assert_eq!(&older[..10], &[3u16; 10]);
             assert!(older[10..].iter().all(|&v| v == 5));
+            // Any block shrinks in place, the latest or not.
+            let _after = vec![1u8; 8];
+            older.truncate(5);
+            let before = older.as_ptr();
+            older.shrink_to_fit();
+            assert_eq!(older.as_ptr(), before, "shrunk in place");
+            assert_eq!(older, vec![3u16; 5]);
             arena.discard(growing);
         })
     });
