@@ -385,8 +385,13 @@ impl<'a> LineCounter<'a> {
     fn line_ends(&self, start: usize, end: usize) -> u32 {
         let text = self.text;
         if !self.has_carriage_return {
-            // Ranges are short and many: a plain count (vectorised) beats a search per line.
-            return text[start..end].iter().filter(|&&b| b == b'\n').count() as u32;
+            // Ranges are short and many: a plain count beats a search per line. Counted in
+            // byte-wide lanes (255 bytes at most per chunk, so a lane cannot overflow), which
+            // compiles to 16 or 32 bytes per instruction; a usize count per byte did not.
+            return text[start..end]
+                .chunks(255)
+                .map(|chunk| chunk.iter().fold(0u8, |n, &b| n + u8::from(b == b'\n')) as u32)
+                .sum();
         }
         memchr::memchr2_iter(b'\n', b'\r', &text[start..end])
             .filter(|&at| text[start + at] == b'\n' || text.get(start + at + 1) != Some(&b'\n'))
