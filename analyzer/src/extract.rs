@@ -1230,8 +1230,21 @@ mod tests {
     #[test]
     fn lines_are_counted_as_a_line_index_does_in_any_order() {
         // With every kind of line end, and with `\n` only (the counter's fast path).
-        for source in ["a\nb\r\nc\rd\n\n\r\n\re\r\nlast", "a\nbc\n\n\nd\ne\n"] {
+        // And one whose ranges span many 255-byte counting chunks, all line ends or none.
+        let long = format!("{}{}{}", "\n".repeat(700), "x".repeat(600), "y\n".repeat(400));
+        for source in [
+            "a\nb\r\nc\rd\n\n\r\n\re\r\nlast",
+            "a\nbc\n\n\nd\ne\n",
+            long.as_str(),
+        ] {
             let index = ruff_source_file::LineIndex::from_source_text(source);
+            let end = TextSize::try_from(source.len()).unwrap();
+            assert_eq!(
+                LineCounter::new(source).line_at(end),
+                index.line_index(end).get() as u32,
+                "one jump to the end of {} bytes",
+                source.len()
+            );
             let mut counter = LineCounter::new(source);
             // Every offset not between a \r and its \n: forwards, backwards and jumping.
             let offsets: Vec<usize> = (0..=source.len())
