@@ -1231,7 +1231,12 @@ mod tests {
     fn lines_are_counted_as_a_line_index_does_in_any_order() {
         // With every kind of line end, and with `\n` only (the counter's fast path).
         // And one whose ranges span many 255-byte counting chunks, all line ends or none.
-        let long = format!("{}{}{}", "\n".repeat(700), "x".repeat(600), "y\n".repeat(400));
+        let long = format!(
+            "{}{}{}",
+            "\n".repeat(700),
+            "x".repeat(600),
+            "y\n".repeat(400)
+        );
         for source in [
             "a\nb\r\nc\rd\n\n\r\n\re\r\nlast",
             "a\nbc\n\n\nd\ne\n",
