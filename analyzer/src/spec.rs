@@ -334,7 +334,7 @@ impl TargetView<'_> {
         out.extend_from_slice(b"{\"target\":");
         text(out, &self.target);
         out.extend_from_slice(b",\"kind\":");
-        json_str(
+        json_plain_str(
             out,
             match self.kind {
                 TargetKind::Module => "module",
@@ -353,7 +353,7 @@ impl TargetView<'_> {
             out.extend_from_slice(b"{\"name\":");
             text(out, module.name);
             out.extend_from_slice(b",\"kind\":");
-            json_str(
+            json_plain_str(
                 out,
                 match module.kind {
                     ModuleKind::Local => "local",
