@@ -313,25 +313,19 @@ impl WorkNumbers {
         let (number, optional) = match *work {
             Work::Module {
                 module, optional, ..
-            } => (module, optional),
+            } => return self.of_module(module, optional),
             Work::Scope {
                 module,
                 scope,
                 optional,
                 ..
-            } => (
-                self.modules + self.scope_base[module as usize] + scope,
-                optional,
-            ),
+            } => (self.scope(module, scope), optional),
             Work::Definition {
                 module,
                 scope,
                 optional,
                 ..
-            } => (
-                self.modules + self.scopes + self.scope_base[module as usize] + scope,
-                optional,
-            ),
+            } => (self.scopes as usize + self.scope(module, scope), optional),
             Work::Name {
                 module,
                 name,
@@ -339,12 +333,24 @@ impl WorkNumbers {
                 ..
             } => return self.of_name(module, name, optional),
         };
-        2 * number as usize + optional as usize
+        2 * number + optional as usize
+    }
+
+    /// Scope `scope` of `module`, numbered after the modules.
+    fn scope(&self, module: u32, scope: u32) -> usize {
+        self.modules as usize + self.scope_base[module as usize] as usize + scope as usize
+    }
+
+    fn of_module(&self, module: u32, optional: bool) -> usize {
+        2 * module as usize + optional as usize
     }
 
     fn of_name(&self, module: u32, name: NameId, optional: bool) -> usize {
-        let number = self.modules + 2 * self.scopes + self.name_base[module as usize] + name;
-        2 * number as usize + optional as usize
+        let number = self.modules as usize
+            + 2 * self.scopes as usize
+            + self.name_base[module as usize] as usize
+            + name as usize;
+        2 * number + optional as usize
     }
 }
 
@@ -516,12 +522,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         for &local in &memo.local_modules {
             self.local_modules.insert(local);
             // Covered now: a later import of it through this walk adds nothing.
-            let number = self.numbers.of(&Work::Module {
-                module: local,
-                chain: Chain::default(),
-                optional,
-            });
-            self.seen.insert(number);
+            self.seen.insert(self.numbers.of_module(local, optional));
         }
     }
 
