@@ -164,6 +164,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE")]
     pub address_space: Option<String>,
     /// Working directory of the command (created if missing); its size is the disk measure.
+    /// `--sandbox .` measures the current directory. Without it, disk is not measured.
     #[arg(long, value_name = "DIR")]
     pub sandbox: Option<PathBuf>,
     /// Write the report here (`-` for stdout). Always written, also on limits and signals.

@@ -130,26 +130,46 @@ fn a_50ms_spike_is_caught() {
     }
 }
 
+/// The workload's own rusage, which `busy` prints on stdout.
+fn workload_cpu_seconds(output: &Output) -> f64 {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu_seconds "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no cpu_seconds in {stdout:?}"))
+}
+
 #[test]
-fn two_busy_threads_use_two_cores() {
+fn busy_threads_are_measured_as_the_workload_measures_itself() {
+    // Whatever else the machine does, the Report must agree with the workload's own rusage
+    // from the same run; the cores figures must be consistent with that CPU time.
     let _turn = cpu_heavy();
     let workload = workload();
+    let cores_here = std::thread::available_parallelism().map_or(2, |n| n.get()) as f64;
     for backend in backends() {
-        let (_, report) = run_report(
+        let (output, report) = run_report(
             backend,
             &[],
             &[workload.to_str().unwrap(), "busy", "2", "1500"],
         );
-        let peak = report["cores"]["peak"].as_f64().unwrap();
-        let average = report["cores"]["average"].as_f64().unwrap();
-        // Two threads on a 2-core machine: near 2, less whatever else the machine was doing.
-        assert!(peak > 1.6 && peak < 2.3, "{backend}: peak cores {peak}");
-        assert!(
-            average > 1.4 && average < 2.1,
-            "{backend}: average cores {average}"
-        );
+        let own = workload_cpu_seconds(&output);
         let cpu = report["cpu_time"]["total"].as_f64().unwrap();
-        assert!(cpu > 2.2, "{backend}: cpu_time {cpu}");
+        assert!(
+            (cpu - own).abs() <= (own * 0.05).max(0.05),
+            "{backend}: report cpu_time {cpu} vs the workload's own {own}"
+        );
+        let wall = report["wall_time"].as_f64().unwrap();
+        let average = report["cores"]["average"].as_f64().unwrap();
+        assert!(
+            (average - cpu / wall).abs() < 0.01,
+            "{backend}: average {average}"
+        );
+        let peak = report["cores"]["peak"].as_f64().unwrap();
+        assert!(
+            peak >= average * 0.9 && peak <= cores_here + 0.3,
+            "{backend}: peak cores {peak} (average {average}, {cores_here} cores here)"
+        );
     }
 }
 
@@ -173,6 +193,13 @@ fn a_cores_limit_is_enforced() {
                 average < 0.7,
                 "{backend}: average cores {average} under --cores 0.5"
             );
+            // The limit was binding, and the Report says so.
+            let throttling = &report["cpu_throttling"];
+            assert!(
+                throttling["throttled_periods"].as_u64().unwrap() > 0
+                    && throttling["throttled_seconds"].as_f64().unwrap() > 0.0,
+                "{backend}: {throttling}"
+            );
         } else {
             // No cpu controller: the supervisor kills a tree using more than limit + 0.25 cores.
             assert_eq!(output.status.code(), Some(125), "{backend}");
@@ -181,8 +208,34 @@ fn a_cores_limit_is_enforced() {
                 Some(0.5),
                 "{backend}"
             );
+            assert!(report["cpu_throttling"].is_null(), "{backend}");
         }
     }
+}
+
+#[test]
+fn the_summary_line_flags_throttling() {
+    let _turn = cpu_heavy();
+    let workload = workload();
+    let Some(backend) = backends().into_iter().find(|b| *b == "cgroup1") else {
+        eprintln!("SKIPPED: no cgroup v1 cpu controller here to throttle with");
+        return;
+    };
+    let output = lfm(&[
+        "run",
+        "--backend",
+        backend,
+        "--cores",
+        "0.5",
+        "--",
+        workload.to_str().unwrap(),
+        "busy",
+        "2",
+        "1000",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("THROTTLED"), "{stderr}");
+    assert!(stderr.contains("the --cores limit was binding"), "{stderr}");
 }
 
 #[test]
@@ -690,4 +743,217 @@ fn send_signal(pid: i32, signal: i32) {
         .arg(pid.to_string())
         .status()
         .unwrap();
+}
+
+/// A file of `mib` MiB written by the test and then dropped from the page cache, so that the
+/// run reading it really reads storage (and is charged the page cache it fills).
+fn cold_file(dir: &Path, name: &str, mib: usize) -> std::path::PathBuf {
+    use std::io::Write;
+    let path = dir.join(name);
+    let mut file = std::fs::File::create(&path).unwrap();
+    let block = vec![7u8; 1 << 20];
+    for _ in 0..mib {
+        file.write_all(&block).unwrap();
+    }
+    file.sync_all().unwrap();
+    evict(&path);
+    path
+}
+
+fn evict(path: &Path) {
+    let status = Command::new(workload())
+        .arg("evict")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn headline_memory_is_what_the_run_needs_not_the_page_cache_it_read() {
+    let workload = workload();
+    let w = workload.to_str().unwrap();
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let big = cold_file(dir.path(), "big.bin", 500);
+    let script = format!("{w} read {} && exec {w} touch 100 300", big.display());
+    for backend in backends() {
+        evict(&big);
+        let (output, report) = run_report(backend, &[], &["sh", "-c", &script]);
+        assert!(output.status.success(), "{backend}: {report}");
+        let headline = peak_mib(&report);
+        assert!(
+            (99.0..=110.0).contains(&headline),
+            "{backend}: headline {headline:.1} MiB for 100 MiB anon + 500 MB read: {}",
+            report["memory"]
+        );
+        if let Some(raw) = report["memory"]["cgroup_peak_bytes"].as_f64() {
+            // The kernel's raw peak counts the page cache; the Report keeps it apart.
+            assert!(raw / MIB > 400.0, "{backend}: raw peak {raw}");
+            let cache = report["memory"]["file_bytes"].as_f64().unwrap() / MIB;
+            assert!(cache > 350.0, "{backend}: page cache {cache:.1} MiB");
+        }
+        // The headline predicts the limit the run needs: 1.25x of it is enough.
+        evict(&big);
+        let limit = format!("{}", (headline * 1.25 * MIB) as u64);
+        let (output, again) = run_report(backend, &["--memory", &limit], &["sh", "-c", &script]);
+        assert!(
+            output.status.success() && again["exit"]["type"] == "normal",
+            "{backend}: failed under --memory {limit} (1.25x the headline): {again}"
+        );
+    }
+}
+
+#[test]
+fn io_is_the_trees_own_on_every_backend() {
+    let workload = workload();
+    let w = workload.to_str().unwrap();
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let input = cold_file(dir.path(), "input.bin", 100);
+    for backend in backends() {
+        evict(&input);
+        let sandbox = dir.path().join(format!("sandbox-{backend}"));
+        let script = format!(
+            "{w} read {} && dd if=/dev/zero of=out.bin bs=1M count=200 status=none && sync",
+            input.display()
+        );
+        let (output, report) = run_report(
+            backend,
+            &["--sandbox", sandbox.to_str().unwrap()],
+            &["sh", "-c", &script],
+        );
+        assert!(output.status.success(), "{backend}: {report}");
+        let written = report["bytes_written"].as_f64().unwrap() / MIB;
+        let read = report["bytes_read"].as_f64().unwrap() / MIB;
+        assert!(
+            (written - 200.0).abs() <= 10.0,
+            "{backend}: bytes_written {written:.1} MiB for a 200 MiB write"
+        );
+        assert!(
+            (read - 100.0).abs() <= 5.0,
+            "{backend}: bytes_read {read:.1} MiB for a 100 MiB read"
+        );
+    }
+}
+
+#[test]
+fn disk_is_measured_only_where_asked() {
+    let workload = workload();
+    // A fresh temporary working directory, as a worker's task sandbox: not measured unasked.
+    let cwd = tempfile::tempdir().unwrap();
+    let report_file = cwd.path().join("report.json");
+    let output = lfm_in(
+        cwd.path().to_str().unwrap(),
+        &[
+            "run",
+            "--quiet",
+            "--report",
+            report_file.to_str().unwrap(),
+            "--",
+            workload.to_str().unwrap(),
+            "write",
+            "out.bin",
+            "5",
+        ],
+    );
+    assert!(output.status.success());
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report_file).unwrap()).unwrap();
+    assert!(report["disk"].is_null(), "{}", report["disk"]);
+    // `--sandbox .` measures the working directory.
+    let output = lfm_in(
+        cwd.path().to_str().unwrap(),
+        &[
+            "run",
+            "--quiet",
+            "--sandbox",
+            ".",
+            "--report",
+            "-",
+            "--",
+            workload.to_str().unwrap(),
+            "write",
+            "again.bin",
+            "5",
+        ],
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let bytes = report["disk"]["bytes"].as_f64().unwrap() / MIB;
+    assert!(bytes >= 10.0, "disk {bytes:.1} MiB: {}", report["disk"]);
+}
+
+#[test]
+fn a_write_refused_by_the_disk_limit_is_a_limit_even_if_the_writer_survives() {
+    // Python ignores SIGXFSZ: the write fails with EFBIG and the interpreter exits 1.
+    let script = "open('big.bin', 'wb').write(b'x' * 50_000_000)";
+    for backend in backends() {
+        let sandbox = tempfile::tempdir().unwrap();
+        let (output, report) = run_report(
+            backend,
+            &[
+                "--sandbox",
+                sandbox.path().to_str().unwrap(),
+                "--disk",
+                "10M",
+            ],
+            &["python3", "-c", script],
+        );
+        assert_eq!(output.status.code(), Some(125), "{backend}: {report}");
+        assert_eq!(report["exit"]["type"], "limits", "{backend}");
+        assert_eq!(
+            report["limits_exceeded"]["disk"].as_f64(),
+            Some(10.0 * MIB),
+            "{backend}"
+        );
+    }
+}
+
+#[test]
+fn a_process_that_leaves_the_cgroup_stays_measured_limited_and_killed() {
+    if !is_root() {
+        eprintln!("SKIPPED: only root can move a process out of the run's cgroup");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let runaway = dir.path().join(format!("runaway-{}", std::process::id()));
+    std::fs::copy(workload(), &runaway).unwrap();
+    let name = runaway.file_name().unwrap().to_str().unwrap().to_string();
+    for backend in backends().into_iter().filter(|b| *b != "rlimit") {
+        let root_procs = match backend {
+            "cgroup1" => "/sys/fs/cgroup/memory/cgroup.procs".to_string(),
+            _ => format!("{}/cgroup.procs", cgroup2_mount()),
+        };
+        let script = format!(
+            "echo $$ > {root_procs} && exec {} touch 300 1500",
+            runaway.display()
+        );
+        let (_, report) = run_report(backend, &[], &["sh", "-c", &script]);
+        assert!(
+            peak_mib(&report) >= 295.0,
+            "{backend}: an escaped 300 MiB process reported as {}",
+            report["memory"]
+        );
+        let notes = report["notes"].to_string();
+        assert!(
+            notes.contains("left the run's cgroup"),
+            "{backend}: {notes}"
+        );
+
+        let (output, report) = run_report(backend, &["--memory", "100M"], &["sh", "-c", &script]);
+        assert_eq!(output.status.code(), Some(125), "{backend}: {report}");
+        assert_eq!(
+            report["limits_exceeded"]["memory"].as_f64(),
+            Some(100.0 * MIB)
+        );
+        assert_eq!(count_processes_named(&name), 0, "{backend}: survivor");
+    }
+}
+
+fn cgroup2_mount() -> String {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    mounts
+        .lines()
+        .find(|l| l.split_whitespace().nth(2) == Some("cgroup2"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .to_string()
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::limits::Limits;
 
-pub const REPORT_FORMAT: &str = "lfm-report/1";
+pub const REPORT_FORMAT: &str = "lfm-report/2";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Report {
@@ -24,10 +24,13 @@ pub struct Report {
     pub wall_time: f64,
     pub cpu_time: CpuTime,
     pub cores: Cores,
+    /// Set where the kernel enforced --cores: how much the limit held the run back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_throttling: Option<CpuThrottling>,
     pub memory: Memory,
     pub virtual_memory_bytes: u64,
     pub swap_bytes: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Only with a sandbox directory (`--sandbox`): null otherwise.
     pub disk: Option<Disk>,
     pub bytes_read: u64,
     pub bytes_written: u64,
@@ -78,15 +81,34 @@ pub struct Cores {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CpuThrottling {
+    /// CPU-limit enforcement periods (100 ms each) in which the run was runnable.
+    pub periods: u64,
+    /// Periods in which the run used its whole quota and was held back.
+    pub throttled_periods: u64,
+    pub throttled_seconds: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Memory {
+    /// The headline: the most memory the run could not do without at any moment (anonymous,
+    /// shared and pinned kernel memory; never reclaimable page cache). A limit of this size,
+    /// plus headroom, is what the run needs.
     pub peak_bytes: u64,
-    /// `cgroup-peak` (kernel-kept peak of the run's cgroup, file cache included), `vmhwm`
-    /// (sum of per-process VmHWM high-water marks and reaped children's ru_maxrss), `sampled`.
+    /// Where the headline came from: `cgroup-stat` (sampled unreclaimable counters of the
+    /// run's cgroup), `vmhwm` (the tree's per-process VmHWM high-water marks and reaped
+    /// children's ru_maxrss, which catch spikes between samples), `sampled-rss`.
     pub peak_source: String,
+    /// The kernel's own peak of the cgroup's charge, page cache included (v2 memory.peak,
+    /// v1 memory.max_usage_in_bytes). It overstates the need by whatever files the run read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_peak_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_rss_bytes: Option<u64>,
+    /// Largest anonymous-memory charge seen in the cgroup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anon_bytes: Option<u64>,
+    /// Largest page-cache charge seen in the cgroup: the reclaimable part of the raw peak.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_bytes: Option<u64>,
 }
@@ -94,8 +116,11 @@ pub struct Memory {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Disk {
     pub path: String,
+    /// Allocated bytes of the files under `path` (a sparse file counts what it occupies).
     pub bytes: u64,
     pub files: u64,
+    /// Apparent size of the largest file: reaching `--disk` means RLIMIT_FSIZE refused a write.
+    pub largest_file_bytes: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -121,7 +146,78 @@ pub struct SeriesSample {
 
 const MB: f64 = 1_048_576.0;
 
+/// A limit as people write it: MiB for bytes, s for time.
+fn limit_text(resource: &str, limit: f64) -> String {
+    match resource {
+        "memory" | "disk" => format!("{:.1} MiB", limit / MB),
+        "wall_time" => format!("{limit}s"),
+        _ => format!("{limit}"),
+    }
+}
+
 impl Report {
+    /// One line for people: how it ended (and which limit was hit), time, cores (and whether a
+    /// CPU limit held it back), headline memory, processes, disk; then the notes.
+    pub fn summary_line(&self) -> String {
+        let mib = |bytes: u64| bytes as f64 / MB;
+        let mut line = format!(
+            "lfm: {} | wall {:.2}s cpu {:.2}s cores {:.2} peak/{:.2} avg{} | memory {:.1} MiB ({}){} | procs {} max, {} total | backend {}",
+            self.ending(),
+            self.wall_time,
+            self.cpu_time.total,
+            self.cores.peak,
+            self.cores.average,
+            self.throttling_words(),
+            mib(self.memory.peak_bytes),
+            self.memory.peak_source,
+            self.memory
+                .file_bytes
+                .filter(|&file| file > 0)
+                .map(|file| format!(", page cache {:.1} MiB not counted", mib(file)))
+                .unwrap_or_default(),
+            self.max_concurrent_processes,
+            self.total_processes,
+            self.backend
+        );
+        if let Some(disk) = &self.disk {
+            line.push_str(&format!(
+                " | disk {:.1} MiB in {} files",
+                mib(disk.bytes),
+                disk.files
+            ));
+        }
+        for note in &self.notes {
+            line.push_str(&format!("\nlfm: note: {note}"));
+        }
+        line
+    }
+
+    fn ending(&self) -> String {
+        match self.exit.kind {
+            ExitKind::Normal => format!("exit {}", self.exit.status.unwrap_or(0)),
+            ExitKind::Signal => format!("signal {}", self.exit.signal.unwrap_or(0)),
+            ExitKind::Limits => format!(
+                "killed: limit exceeded ({})",
+                self.limits_exceeded
+                    .iter()
+                    .map(|(resource, limit)| format!("{resource} {}", limit_text(resource, *limit)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            ExitKind::Error => format!("error: {}", self.exit.error.clone().unwrap_or_default()),
+        }
+    }
+
+    fn throttling_words(&self) -> String {
+        match &self.cpu_throttling {
+            Some(t) if t.throttled_periods > 0 => format!(
+                " (THROTTLED {:.2}s in {} of {} periods: the --cores limit was binding)",
+                t.throttled_seconds, t.throttled_periods, t.periods
+            ),
+            _ => String::new(),
+        }
+    }
+
     /// cctools resource_monitor's summary: its names, units and `[value, "unit"]` pairs.
     pub fn resource_monitor_summary(&self) -> serde_json::Value {
         use serde_json::json;

@@ -71,7 +71,7 @@ pub fn run(args: RunArgs) -> i32 {
         return EXIT_MONITOR_FAILED;
     }
     if !args.quiet {
-        eprintln!("{}", human_summary(&report));
+        eprintln!("{}", report.summary_line());
     }
     match report.exit.kind {
         ExitKind::Limits => EXIT_LIMITS,
@@ -133,45 +133,4 @@ fn write_report(args: &RunArgs, report: &Report) -> std::io::Result<()> {
     } else {
         std::fs::write(path, text)
     }
-}
-
-fn human_summary(report: &Report) -> String {
-    let mib = |bytes: u64| bytes as f64 / 1_048_576.0;
-    let ending = match report.exit.kind {
-        ExitKind::Normal => format!("exit {}", report.exit.status.unwrap_or(0)),
-        ExitKind::Signal => format!("signal {}", report.exit.signal.unwrap_or(0)),
-        ExitKind::Limits => format!(
-            "killed: limit exceeded ({})",
-            report
-                .limits_exceeded
-                .keys()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        ExitKind::Error => format!("error: {}", report.exit.error.clone().unwrap_or_default()),
-    };
-    let mut line = format!(
-        "lfm: {ending} | wall {:.2}s cpu {:.2}s cores {:.2} peak/{:.2} avg | memory {:.1} MiB ({}) | procs {} max, {} total | backend {}",
-        report.wall_time,
-        report.cpu_time.total,
-        report.cores.peak,
-        report.cores.average,
-        mib(report.memory.peak_bytes),
-        report.memory.peak_source,
-        report.max_concurrent_processes,
-        report.total_processes,
-        report.backend
-    );
-    if let Some(disk) = &report.disk {
-        line.push_str(&format!(
-            " | disk {:.1} MiB in {} files",
-            mib(disk.bytes),
-            disk.files
-        ));
-    }
-    for note in &report.notes {
-        line.push_str(&format!("\nlfm: note: {note}"));
-    }
-    line
 }

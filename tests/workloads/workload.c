@@ -5,12 +5,18 @@
  *   forkbomb                   fork forever
  *   doublefork PIDFILE         setsid double-forked grandchild sleeps; writes its pid; parent sleeps
  *   write PATH MIB             write MIB MiB to PATH, then sleep a second
+ *   evict PATH                 flush PATH and drop it from the page cache
+ *   read PATH                  read PATH in 1 MiB chunks (no copy kept)
+ * busy prints "cpu_seconds S" (its own rusage) on stdout when done, so a test can compare a
+ * Report with what the workload itself measured in the same run.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -59,6 +65,10 @@ int main(int argc, char **argv) {
         pthread_t threads[64];
         for (int i = 0; i < n && i < 64; i++) pthread_create(&threads[i], NULL, spin, NULL);
         for (int i = 0; i < n && i < 64; i++) pthread_join(threads[i], NULL);
+        struct rusage u;
+        getrusage(RUSAGE_SELF, &u);
+        printf("cpu_seconds %.6f\n", u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 +
+                                        u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6);
     } else if (!strcmp(argv[1], "forkbomb")) {
         for (;;) { fork(); sleep_ms(5); }
     } else if (!strcmp(argv[1], "doublefork") && argc == 3) {
@@ -81,6 +91,18 @@ int main(int argc, char **argv) {
         for (long i = 0; i < atol(argv[3]); i++) fwrite(block, 1, sizeof block, f);
         fclose(f);
         sleep_ms(1000);
+    } else if (!strcmp(argv[1], "evict") && argc == 3) {
+        int fd = open(argv[2], O_RDONLY);
+        if (fd < 0) { perror("open"); return 1; }
+        fdatasync(fd);
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    } else if (!strcmp(argv[1], "read") && argc == 3) {
+        int fd = open(argv[2], O_RDONLY);
+        if (fd < 0) { perror("open"); return 1; }
+        static char block[1 << 20];
+        while (read(fd, block, sizeof block) > 0) {}
+        close(fd);
     } else {
         return 2;
     }

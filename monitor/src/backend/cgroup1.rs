@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use super::files::{self, read_keyed, read_u64, write};
-use super::{Backend, BackendKind, Enforced, Reading};
+use super::files::{self, read_keyed, read_u64, write, Keyed};
+use super::{Backend, BackendKind, Enforced, Reading, Throttling};
 use crate::limits::Limits;
 
 /// Hierarchies a run joins. Each join is a cgroup migration that costs the child a few hundred
@@ -165,13 +165,17 @@ impl Backend for Cgroup1 {
         if let Some(dir) = self.dir("memory") {
             reading.memory_current = read_u64(&dir.join("memory.usage_in_bytes"));
             reading.memory_peak = read_u64(&dir.join("memory.max_usage_in_bytes"));
-            let stat = dir.join("memory.stat");
-            reading.anon_bytes =
-                read_keyed(&stat, "total_rss").or_else(|| read_keyed(&stat, "rss"));
-            reading.file_bytes =
-                read_keyed(&stat, "total_cache").or_else(|| read_keyed(&stat, "cache"));
-            reading.swap_bytes =
-                read_keyed(&stat, "total_swap").or_else(|| read_keyed(&stat, "swap"));
+            if let Some(stat) = Keyed::read(&dir.join("memory.stat")) {
+                // total_* include descendant cgroups (a workload may create its own).
+                let total = |key: &str| stat.get(&format!("total_{key}")).or(stat.get(key));
+                reading.anon_bytes = total("rss");
+                reading.file_bytes = total("cache");
+                reading.swap_bytes = total("swap");
+                // rss is anonymous memory (and swap cache); shmem sits in cache but cannot
+                // be dropped, only swapped.
+                reading.unreclaimable_bytes =
+                    Some(total("rss").unwrap_or(0) + total("shmem").unwrap_or(0));
+            }
             reading.oom_kills =
                 read_keyed(&dir.join("memory.oom_control"), "oom_kill").unwrap_or(0);
         }
@@ -182,30 +186,20 @@ impl Backend for Cgroup1 {
             reading.cpu_user_us = read_keyed(&stat, "user").map(|t| t * 1_000_000 / ticks);
             reading.cpu_system_us = read_keyed(&stat, "system").map(|t| t * 1_000_000 / ticks);
         }
+        if self.enforced.cores {
+            if let Some(stat) = self
+                .dir("cpu")
+                .and_then(|d| Keyed::read(&d.join("cpu.stat")))
+            {
+                reading.throttling = Some(Throttling {
+                    periods: stat.get("nr_periods").unwrap_or(0),
+                    throttled_periods: stat.get("nr_throttled").unwrap_or(0),
+                    throttled_us: stat.get("throttled_time").unwrap_or(0) / 1000,
+                });
+            }
+        }
         if let Some(dir) = self.dir("pids") {
             reading.pids_limit_hits = read_keyed(&dir.join("pids.events"), "max").unwrap_or(0);
-        }
-        if let Some(dir) = self.dir("blkio") {
-            let path = dir.join("blkio.throttle.io_service_bytes_recursive");
-            let path = if path.exists() {
-                path
-            } else {
-                dir.join("blkio.throttle.io_service_bytes")
-            };
-            if let Ok(text) = fs::read_to_string(path) {
-                let sum = |op: &str| -> u64 {
-                    text.lines()
-                        .filter_map(|l| {
-                            let f: Vec<&str> = l.split_whitespace().collect();
-                            (f.len() == 3 && f[1] == op)
-                                .then(|| f[2].parse::<u64>().ok())
-                                .flatten()
-                        })
-                        .sum()
-                };
-                reading.io_read_bytes = Some(sum("Read"));
-                reading.io_write_bytes = Some(sum("Write"));
-            }
         }
         reading
     }

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use super::files::{self, read_keyed, read_u64, write};
-use super::{Backend, BackendKind, Enforced, Reading};
+use super::files::{self, read_keyed, read_u64, write, Keyed};
+use super::{Backend, BackendKind, Enforced, Reading, Throttling};
 use crate::limits::Limits;
 
 const CPU_PERIOD_US: u64 = 100_000;
@@ -144,35 +144,44 @@ impl Backend for Cgroup2 {
 
     fn read(&self) -> Reading {
         let dir = &self.dir;
-        let stat = dir.join("cpu.stat");
-        let memory_stat = dir.join("memory.stat");
+        let cpu = Keyed::read(&dir.join("cpu.stat"));
+        let cpu_key = |key: &str| cpu.as_ref().and_then(|s| s.get(key));
         let mut reading = Reading {
-            cpu_total_us: read_keyed(&stat, "usage_usec"),
-            cpu_user_us: read_keyed(&stat, "user_usec"),
-            cpu_system_us: read_keyed(&stat, "system_usec"),
+            cpu_total_us: cpu_key("usage_usec"),
+            cpu_user_us: cpu_key("user_usec"),
+            cpu_system_us: cpu_key("system_usec"),
             ..Reading::default()
         };
+        if self.enforced.cores {
+            reading.throttling = Some(Throttling {
+                periods: cpu_key("nr_periods").unwrap_or(0),
+                throttled_periods: cpu_key("nr_throttled").unwrap_or(0),
+                throttled_us: cpu_key("throttled_usec").unwrap_or(0),
+            });
+        }
         if self.has("memory") {
             reading.memory_current = read_u64(&dir.join("memory.current"));
             reading.memory_peak = read_u64(&dir.join("memory.peak"));
-            reading.anon_bytes = read_keyed(&memory_stat, "anon");
-            reading.file_bytes = read_keyed(&memory_stat, "file");
+            if let Some(stat) = Keyed::read(&dir.join("memory.stat")) {
+                reading.anon_bytes = stat.get("anon");
+                reading.file_bytes = stat.get("file");
+                // file includes shmem, which cannot be dropped; slab_reclaimable (dentries,
+                // inodes) can, the rest of the kernel's charge cannot.
+                reading.unreclaimable_bytes = stat.sum(&[
+                    "anon",
+                    "shmem",
+                    "kernel_stack",
+                    "pagetables",
+                    "percpu",
+                    "sock",
+                    "slab_unreclaimable",
+                ]);
+            }
             reading.swap_bytes = read_u64(&dir.join("memory.swap.current"));
             reading.oom_kills = read_keyed(&dir.join("memory.events"), "oom_kill").unwrap_or(0);
         }
         if self.has("pids") {
             reading.pids_limit_hits = read_keyed(&dir.join("pids.events"), "max").unwrap_or(0);
-        }
-        if self.has("io") {
-            if let Ok(text) = fs::read_to_string(dir.join("io.stat")) {
-                let sum = |key: &str| -> u64 {
-                    text.split_whitespace()
-                        .filter_map(|f| f.strip_prefix(key)?.parse::<u64>().ok())
-                        .sum()
-                };
-                reading.io_read_bytes = Some(sum("rbytes="));
-                reading.io_write_bytes = Some(sum("wbytes="));
-            }
         }
         reading
     }

@@ -16,13 +16,32 @@ pub fn read_u64(path: &Path) -> Option<u64> {
 
 /// `key value` lines (memory.stat, cpu.stat, memory.events, memory.oom_control).
 pub fn read_keyed(path: &Path, key: &str) -> Option<u64> {
-    let text = fs::read_to_string(path).ok()?;
-    text.lines().find_map(|line| {
-        let mut parts = line.split_whitespace();
-        (parts.next()? == key)
-            .then(|| parts.next()?.parse().ok())
-            .flatten()
-    })
+    Keyed::read(path)?.get(key)
+}
+
+/// A whole `key value` file read once, for the files several counters come from.
+pub struct Keyed(String);
+
+impl Keyed {
+    pub fn read(path: &Path) -> Option<Keyed> {
+        fs::read_to_string(path).ok().map(Keyed)
+    }
+
+    pub fn get(&self, key: &str) -> Option<u64> {
+        self.0.lines().find_map(|line| {
+            let mut parts = line.split_whitespace();
+            (parts.next()? == key)
+                .then(|| parts.next()?.parse().ok())
+                .flatten()
+        })
+    }
+
+    /// The sum of the keys present; `None` when none is.
+    pub fn sum(&self, keys: &[&str]) -> Option<u64> {
+        keys.iter()
+            .filter_map(|k| self.get(k))
+            .fold(None, |acc, v| Some(acc.unwrap_or(0) + v))
+    }
 }
 
 pub fn read_pids(path: &Path) -> Vec<i32> {

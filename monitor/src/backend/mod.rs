@@ -46,18 +46,32 @@ pub struct Enforced {
 #[derive(Debug, Clone, Default)]
 pub struct Reading {
     pub memory_current: Option<u64>,
+    /// The kernel's own high-water mark of the cgroup's charge, page cache included.
     pub memory_peak: Option<u64>,
+    /// What the run could not do without: memory the kernel cannot reclaim without killing
+    /// (anonymous and shared memory, kernel memory pinned by the run). Which counters make it
+    /// up is backend-specific (docs/report.md).
+    pub unreclaimable_bytes: Option<u64>,
     pub anon_bytes: Option<u64>,
+    /// Page cache charged to the cgroup: reclaimable, so not part of what the run needs.
     pub file_bytes: Option<u64>,
     pub swap_bytes: Option<u64>,
     pub cpu_user_us: Option<u64>,
     pub cpu_system_us: Option<u64>,
     pub cpu_total_us: Option<u64>,
+    /// CFS bandwidth control counters: present where the kernel enforces --cores.
+    pub throttling: Option<Throttling>,
     pub oom_kills: u64,
     /// Times a fork failed because the pids limit was reached (pids.events `max`).
     pub pids_limit_hits: u64,
-    pub io_read_bytes: Option<u64>,
-    pub io_write_bytes: Option<u64>,
+}
+
+/// How often the CPU limit held the run back (cpu.stat).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Throttling {
+    pub periods: u64,
+    pub throttled_periods: u64,
+    pub throttled_us: u64,
 }
 
 pub trait Backend {

@@ -1,0 +1,504 @@
+//! One run's monitoring, whoever started it: its backend (cgroup or none), its samples, the
+//! limits it is held to, and the Report it finishes into. `lfm run` drives one for a command;
+//! `lfm call` and `lfm serve` drive one per function call.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
+use std::os::fd::RawFd;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::backend::{self, Backend, BackendChoice, Reading};
+use crate::limits::Limits;
+use crate::proctree::{self, ProcessSample};
+use crate::report::{
+    Cores, CpuThrottling, CpuTime, Exit, ExitKind, Memory, Report, Sampling, SeriesSample,
+    REPORT_FORMAT,
+};
+
+use super::disk::DiskMeter;
+use super::tracker::{Tracker, CORES_ENFORCE_WINDOW, CORES_WINDOW};
+use super::{now_seconds, sampling_interval, tree};
+
+/// Forgiven excess before the supervisor kills for cores, as cctools does (0.25 core).
+const CORES_TOLERANCE: f64 = 0.25;
+
+/// What a run is and how it is held.
+pub struct MonitorOptions {
+    /// What ran, as the Report shows it (argv, or the function call).
+    pub command: Vec<String>,
+    pub category: Option<String>,
+    pub limits: Limits,
+    pub backend: BackendChoice,
+    /// The directory whose size is the run's disk use (measured only when given).
+    pub sandbox: Option<PathBuf>,
+    /// One JSON line per sample.
+    pub series: Option<PathBuf>,
+}
+
+/// How the run's process ended, as its driver saw it.
+#[derive(Debug, Default, Clone)]
+pub struct Ending {
+    /// wait status of the run's main process; `None` when it could not be collected.
+    pub status: Option<libc::c_int>,
+    /// A signal lfm received and forwarded to the tree.
+    pub forwarded_signal: Option<i32>,
+    /// User and system CPU seconds of the processes the driver reaped.
+    pub reaped_cpu: Option<(f64, f64)>,
+}
+
+pub struct RunMonitor {
+    backend: Box<dyn Backend>,
+    options: MonitorOptions,
+    /// The run's processes are this process's descendants (and the cgroup's members).
+    tree_root: i32,
+    group: Option<i32>,
+    tracker: Tracker,
+    exceeded: BTreeMap<String, f64>,
+    disk: Option<DiskMeter>,
+    series: Option<std::io::BufWriter<std::fs::File>>,
+    start_time: f64,
+    started: Instant,
+    samples: u64,
+    interval: Duration,
+    notes: Vec<String>,
+    /// I/O of processes reaped before the run began, when the driver reaps the run's tree.
+    io_baseline: Option<(u64, u64)>,
+    outside_once: HashSet<(i32, u64)>,
+    last_alive: HashSet<(i32, u64)>,
+    escaped: BTreeMap<(i32, u64), String>,
+}
+
+impl RunMonitor {
+    /// Create the run's backend (its fresh cgroup, if any) and open its outputs. Nothing runs
+    /// yet: the driver starts the process with [`RunMonitor::join_fds`] and calls
+    /// [`RunMonitor::started`].
+    pub fn create(options: MonitorOptions, tree_root: i32) -> anyhow::Result<RunMonitor> {
+        let backend = backend::create(options.backend, &options.limits)?;
+        let series = match &options.series {
+            Some(path) => Some(std::io::BufWriter::new(
+                std::fs::File::create(path)
+                    .map_err(|e| anyhow::anyhow!("creating {}: {e}", path.display()))?,
+            )),
+            None => None,
+        };
+        let disk = options.sandbox.clone().map(DiskMeter::new);
+        let notes = backend.notes();
+        Ok(RunMonitor {
+            backend,
+            options,
+            tree_root,
+            group: None,
+            tracker: Tracker::default(),
+            exceeded: BTreeMap::new(),
+            disk,
+            series,
+            start_time: now_seconds(),
+            started: Instant::now(),
+            samples: 0,
+            interval: sampling_interval(Duration::ZERO),
+            notes,
+            io_baseline: None,
+            outside_once: HashSet::new(),
+            last_alive: HashSet::new(),
+            escaped: BTreeMap::new(),
+        })
+    }
+
+    pub fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+
+    /// `cgroup.procs` descriptors the run's first process writes "0" to before user code.
+    pub fn join_fds(&self) -> Vec<RawFd> {
+        self.backend.join_fds()
+    }
+
+    /// The clock starts now; `group` is the run's own process group, if it has one.
+    pub fn started(&mut self, group: Option<i32>) {
+        self.group = group;
+        self.start_time = now_seconds();
+        self.started = Instant::now();
+    }
+
+    /// The driver reaps the run's processes itself: their I/O is then exact (see
+    /// [`tree::reaped_io`]), counted from here on.
+    pub fn count_io_of_reaped(&mut self) {
+        self.io_baseline = Some(tree::reaped_io());
+    }
+
+    pub fn observe_reaped(&mut self, reaped: &tree::Reaped) {
+        self.tracker.max_reaped_maxrss = self.tracker.max_reaped_maxrss.max(reaped.maxrss_bytes);
+    }
+
+    /// How long to wait before the next sample.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Take one sample, record it, and check the limits. Returns true when a limit is
+    /// exceeded: the driver then kills the tree and finishes.
+    pub fn sample(&mut self) -> bool {
+        let elapsed = self.started.elapsed();
+        let (processes, outside) = self.processes();
+        let reading = self.backend.read();
+        self.tracker.observe(&processes);
+        self.last_alive = processes.iter().map(|p| (p.pid, p.start_ticks)).collect();
+        self.tracker.peak_anon = self.tracker.peak_anon.max(reading.anon_bytes);
+        self.tracker.peak_file = self.tracker.peak_file.max(reading.file_bytes);
+        let cpu_now = self.cpu_now(&reading, &processes);
+        self.tracker.observe_cpu(Instant::now(), cpu_now);
+        let outside_rss: u64 = outside.iter().map(|p| p.rss_bytes).sum();
+        let memory_now = match reading.unreclaimable_bytes {
+            Some(unreclaimable) => {
+                let now = unreclaimable + outside_rss;
+                self.tracker.peak_unreclaimable = self.tracker.peak_unreclaimable.max(Some(now));
+                now
+            }
+            None => processes.iter().map(|p| p.rss_bytes).sum(),
+        };
+        self.samples += 1;
+        if let Some(meter) = self.disk.as_mut() {
+            meter.maybe_measure(self.interval);
+        }
+        self.write_series(elapsed, cpu_now, memory_now, processes.len());
+        self.check_limits(elapsed, &reading, memory_now, processes.len() as u64);
+        self.interval = sampling_interval(elapsed);
+        !self.exceeded.is_empty()
+    }
+
+    /// Every live process of the run, and those of them outside its cgroup. A process that
+    /// leaves the cgroup (as root can) stays the run's: lfm is its subreaper, so it is still a
+    /// descendant; it is measured from /proc, counted, killed with the tree and named.
+    fn processes(&mut self) -> (Vec<ProcessSample>, Vec<ProcessSample>) {
+        let mut tree = proctree::descendants(self.tree_root);
+        let Some(members) = self.backend.pids() else {
+            return (tree.clone(), tree);
+        };
+        let members: HashSet<i32> = members.into_iter().collect();
+        let listed: HashSet<i32> = tree.iter().map(|p| p.pid).collect();
+        let strays: Vec<i32> = members.difference(&listed).copied().collect();
+        let outside: Vec<ProcessSample> = tree
+            .iter()
+            .filter(|p| !members.contains(&p.pid))
+            .cloned()
+            .collect();
+        self.note_escapes(&outside);
+        tree.extend(proctree::samples_of(&strays));
+        (tree, outside)
+    }
+
+    /// A process seen outside the cgroup in two samples in a row has left it (one sample
+    /// could catch a just-forked child before it joins).
+    fn note_escapes(&mut self, outside: &[ProcessSample]) {
+        let now: HashSet<(i32, u64)> = outside.iter().map(|p| (p.pid, p.start_ticks)).collect();
+        for key in now.intersection(&self.outside_once) {
+            self.escaped
+                .entry(*key)
+                .or_insert_with(|| tree::process_name(key.0));
+        }
+        self.outside_once = now;
+    }
+
+    fn cpu_now(&self, reading: &Reading, processes: &[ProcessSample]) -> f64 {
+        let ticks = proctree::clock_ticks_per_second() as f64;
+        let live: f64 = processes.iter().map(|p| p.cpu_ticks as f64 / ticks).sum();
+        match reading.cpu_total_us {
+            Some(us) => us as f64 / 1e6,
+            None => {
+                let (user, system) = tree::rusage_children();
+                user + system + live
+            }
+        }
+    }
+
+    fn io_now(&self) -> (u64, u64) {
+        match self.io_baseline {
+            Some(base) => {
+                let reaped = tree::reaped_io();
+                let live = self.live_io();
+                (
+                    reaped.0.saturating_sub(base.0) + live.0,
+                    reaped.1.saturating_sub(base.1) + live.1,
+                )
+            }
+            None => self.tracker.io_of_seen(),
+        }
+    }
+
+    /// I/O of the processes alive at the last sample.
+    fn live_io(&self) -> (u64, u64) {
+        self.last_alive
+            .iter()
+            .filter_map(|key| self.tracker.seen.get(key))
+            .fold((0, 0), |(r, w), p| (r + p.read_bytes, w + p.write_bytes))
+    }
+
+    fn write_series(&mut self, elapsed: Duration, cpu_now: f64, memory_now: u64, count: usize) {
+        if self.series.is_none() {
+            return;
+        }
+        let (bytes_read, bytes_written) = self.io_now();
+        let sample = SeriesSample {
+            t: elapsed.as_secs_f64(),
+            cpu_time: cpu_now,
+            cores: self.tracker.recent_cores(),
+            memory_bytes: memory_now,
+            processes: count as u64,
+            bytes_read,
+            bytes_written,
+            disk_bytes: self.disk.as_ref().and_then(|m| m.last()).map(|d| d.bytes),
+        };
+        if let (Some(writer), Ok(line)) = (self.series.as_mut(), serde_json::to_string(&sample)) {
+            let _ = writeln!(writer, "{line}");
+        }
+    }
+
+    fn check_limits(&mut self, elapsed: Duration, reading: &Reading, memory_now: u64, procs: u64) {
+        let limits = self.options.limits.clone();
+        let enforced = self.backend.enforced();
+        if let Some(limit) = limits.memory_bytes {
+            // Under a kernel limit memory_now only passes it through processes that left the
+            // cgroup: then the supervisor enforces it.
+            if reading.oom_kills > 0 || memory_now > limit {
+                self.exceeded.insert("memory".into(), limit as f64);
+            }
+        }
+        if let Some(limit) = limits.wall_seconds {
+            if elapsed.as_secs_f64() > limit {
+                self.exceeded.insert("wall_time".into(), limit);
+            }
+        }
+        self.check_disk();
+        if let Some(limit) = limits.processes {
+            if reading.pids_limit_hits > 0 || (!enforced.processes && procs > limit) {
+                self.exceeded
+                    .insert("max_concurrent_processes".into(), limit as f64);
+            }
+        }
+        if let Some(limit) = limits.cores {
+            let over = self.tracker.cores_over(CORES_ENFORCE_WINDOW) > limit + CORES_TOLERANCE;
+            if !enforced.cores && over {
+                self.exceeded.insert("cores".into(), limit);
+            }
+        }
+    }
+
+    /// The sandbox passed the limit, or a file in it reached the limit: RLIMIT_FSIZE refused
+    /// a write there, whether or not the writer died of SIGXFSZ (Python ignores it).
+    fn check_disk(&mut self) {
+        let (Some(limit), Some(disk)) = (
+            self.options.limits.disk_bytes,
+            self.disk.as_ref().and_then(|m| m.last()),
+        ) else {
+            return;
+        };
+        if disk.bytes > limit || disk.largest_file_bytes >= limit {
+            self.exceeded.insert("disk".into(), limit as f64);
+        }
+    }
+
+    /// Send `signal` to every process of the run.
+    pub fn signal(&self, signal: i32) {
+        let pids = tree::descendant_pids(self.tree_root);
+        tree::signal_tree(self.backend.as_ref(), &pids, self.group, signal);
+    }
+
+    /// SIGKILL every process of the run, in or out of its cgroup.
+    pub fn kill(&self) {
+        let root = self.tree_root;
+        tree::kill_tree(self.backend.as_ref(), self.group, || {
+            tree::descendant_pids(root)
+        });
+    }
+
+    /// The run is over and its processes are reaped: read the final counters, release the
+    /// cgroup, and write the Report.
+    pub fn finish(mut self, ending: Ending) -> Report {
+        let end_time = now_seconds();
+        let wall_time = self.started.elapsed().as_secs_f64();
+        let reading = self.backend.read();
+        if let (Some(limit), true) = (self.options.limits.memory_bytes, reading.oom_kills > 0) {
+            self.exceeded.insert("memory".into(), limit as f64);
+        }
+        if let Some(meter) = self.disk.as_mut() {
+            meter.measure();
+        }
+        self.check_disk();
+        if let Err(error) = self.backend.remove() {
+            self.notes.push(format!("{error:#}"));
+        }
+        if let Some(writer) = self.series.as_mut() {
+            let _ = writer.flush();
+        }
+        self.exceeded_by_rlimit_signal(ending.status);
+        let cpu_time = cpu_time(&reading, ending.reaped_cpu);
+        self.tracker.observe_cpu(Instant::now(), cpu_time.total);
+        let memory = self.memory(&reading);
+        // Everything is reaped now: the live processes of the last sample are in the reaped sum.
+        self.last_alive.clear();
+        let (bytes_read, bytes_written) = self.io_now();
+        self.note_escaped();
+        let exit = classify_exit(ending.status, &self.exceeded, ending.forwarded_signal);
+        Report {
+            format: REPORT_FORMAT.into(),
+            command: self.options.command.clone(),
+            category: self.options.category.clone(),
+            backend: self.backend.kind().name().to_string(),
+            limits: self.options.limits.clone(),
+            exit,
+            limits_exceeded: std::mem::take(&mut self.exceeded),
+            start: self.start_time,
+            end: end_time,
+            wall_time,
+            cores: cores(&self.tracker, &cpu_time, wall_time),
+            cpu_throttling: reading.throttling.map(|t| CpuThrottling {
+                periods: t.periods,
+                throttled_periods: t.throttled_periods,
+                throttled_seconds: t.throttled_us as f64 / 1e6,
+            }),
+            cpu_time,
+            memory,
+            virtual_memory_bytes: self.tracker.peak_vm_sum,
+            swap_bytes: reading.swap_bytes.unwrap_or(self.tracker.peak_swap_sum),
+            disk: self.disk.as_ref().and_then(|m| m.last()).cloned(),
+            bytes_read,
+            bytes_written,
+            max_concurrent_processes: self.tracker.max_concurrent.max(1),
+            total_processes: (self.tracker.seen.len() as u64).max(1),
+            sampling: Sampling {
+                samples: self.samples,
+                first_interval_ms: sampling_interval(Duration::ZERO).as_secs_f64() * 1000.0,
+                last_interval_ms: self.interval.as_secs_f64() * 1000.0,
+            },
+            notes: std::mem::take(&mut self.notes),
+        }
+    }
+
+    /// Kernel rlimits end a run with a signal of their own: those are limits too.
+    fn exceeded_by_rlimit_signal(&mut self, status: Option<libc::c_int>) {
+        let Some(status) = status.filter(|&s| libc::WIFSIGNALED(s)) else {
+            return;
+        };
+        let limits = &self.options.limits;
+        match libc::WTERMSIG(status) {
+            libc::SIGXFSZ => {
+                if let Some(limit) = limits.disk_bytes {
+                    self.exceeded.insert("disk".into(), limit as f64);
+                }
+            }
+            libc::SIGXCPU => {
+                if let Some(cores) = limits.cores {
+                    self.exceeded.insert("cores".into(), cores);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The headline is the larger of what the cgroup's counters say the run could not do
+    /// without and the tree's VmHWM: the counters miss what happens between samples, VmHWM
+    /// catches a spike of any process (it never counts page cache read through read(2)).
+    fn memory(&self, reading: &Reading) -> Memory {
+        let vmhwm = self.tracker.vmhwm_peak();
+        let (peak_bytes, peak_source) = match self.tracker.peak_unreclaimable {
+            Some(sampled) if sampled >= vmhwm => (sampled, "cgroup-stat"),
+            _ if vmhwm > 0 || self.tracker.peak_rss_sum == 0 => (vmhwm, "vmhwm"),
+            _ => (self.tracker.peak_rss_sum, "sampled-rss"),
+        };
+        Memory {
+            peak_bytes,
+            peak_source: peak_source.into(),
+            cgroup_peak_bytes: reading.memory_peak,
+            peak_rss_bytes: Some(vmhwm),
+            anon_bytes: self.tracker.peak_anon.max(reading.anon_bytes),
+            file_bytes: self.tracker.peak_file.max(reading.file_bytes),
+        }
+    }
+
+    fn note_escaped(&mut self) {
+        for ((pid, _), name) in &self.escaped {
+            self.notes.push(format!(
+                "process {pid} ({name}) left the run's cgroup: it was measured from /proc, counted and killed with the tree"
+            ));
+        }
+    }
+}
+
+fn cpu_time(reading: &Reading, reaped: Option<(f64, f64)>) -> CpuTime {
+    let from_cgroup = match (reading.cpu_user_us, reading.cpu_system_us) {
+        (Some(user), Some(system)) => Some(CpuTime {
+            user: user as f64 / 1e6,
+            system: system as f64 / 1e6,
+            total: reading
+                .cpu_total_us
+                .map(|t| t as f64 / 1e6)
+                .unwrap_or((user + system) as f64 / 1e6),
+        }),
+        _ => None,
+    };
+    let from_rusage = reaped.map(|(user, system)| CpuTime {
+        user,
+        system,
+        total: user + system,
+    });
+    // The cgroup misses processes that left it; rusage misses processes nobody reaped.
+    match (from_cgroup, from_rusage) {
+        (Some(c), Some(r)) if r.total > c.total => r,
+        (Some(c), _) => c,
+        (None, Some(r)) => r,
+        (None, None) => CpuTime::default(),
+    }
+}
+
+fn cores(tracker: &Tracker, cpu_time: &CpuTime, wall_time: f64) -> Cores {
+    let average = if wall_time > 0.0 {
+        cpu_time.total / wall_time
+    } else {
+        0.0
+    };
+    // A run shorter than one window has only its average.
+    let short = wall_time < CORES_WINDOW.as_secs_f64();
+    Cores {
+        peak: tracker.peak_cores.max(if short { average } else { 0.0 }),
+        average,
+        window_seconds: CORES_WINDOW.as_secs_f64(),
+    }
+}
+
+pub fn classify_exit(
+    status: Option<libc::c_int>,
+    exceeded: &BTreeMap<String, f64>,
+    forwarded: Option<i32>,
+) -> Exit {
+    let (code, signal) = match status {
+        Some(status) if libc::WIFEXITED(status) => (Some(libc::WEXITSTATUS(status)), None),
+        Some(status) if libc::WIFSIGNALED(status) => (None, Some(libc::WTERMSIG(status))),
+        _ => (None, None),
+    };
+    let kind = if !exceeded.is_empty() {
+        ExitKind::Limits
+    } else if status.is_none() {
+        ExitKind::Error
+    } else if signal.is_some() || forwarded.is_some() {
+        ExitKind::Signal
+    } else {
+        ExitKind::Normal
+    };
+    Exit {
+        kind,
+        status: code,
+        signal: signal.or(if kind == ExitKind::Signal {
+            forwarded
+        } else {
+            None
+        }),
+        error: status
+            .is_none()
+            .then(|| "the command's exit status could not be collected".to_string()),
+    }
+}
