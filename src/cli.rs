@@ -32,6 +32,74 @@ pub enum Command {
     /// Prove a pack holds what its closure needs: import every module in isolation.
     #[command(after_help = PACK_EXAMPLES)]
     Verify(VerifyArgs),
+    /// Call one Python function in a fresh interpreter, limited and measured like `lfm run`.
+    #[command(after_help = CALL_EXAMPLES)]
+    Call(CallArgs),
+}
+
+const CALL_EXAMPLES: &str = "\
+Examples:
+  lfm call workflow.py:train --args '[3]' --kwargs '{\"alpha\": 0.1}' --memory 2G --report r.json
+  lfm call mypkg.stages:train --pack train.tar.zst --args-file args.pkl --result-file out.pkl
+  lfm call workflow.py:train --env ~/envs/sci --import-module
+  lfm call workflow.py:train --show-slice       print the statements a call executes
+
+By default only the function's slice runs: the module-level statements that bind the names it
+needs (from the analyzer), not the whole module, so unused top-level imports cost nothing and a
+per-function pack is enough. --import-module imports the module normally instead.
+The return value is printed as JSON on stdout; the function's own output goes to stderr.
+
+Exit codes:
+  0      the function returned (its value is on stdout, or in --result-file)
+  1      the function raised (traceback on stderr; the report's exit.exception)
+  2      bad command line or arguments
+  3      the target was not found
+  4      the value is not JSON: pass --result-file to get a pickle
+  125    a limit was exceeded
+  128+N  the interpreter died of signal N
+  70     lfm failed
+  71     the call ended without a result (os._exit, or the interpreter failed to start)";
+
+#[derive(Args)]
+pub struct CallArgs {
+    /// The function: file.py:func, file.py:Class.method or pkg.mod:func.
+    #[arg(value_name = "TARGET")]
+    pub target: String,
+    /// Positional arguments as a JSON list.
+    #[arg(long, value_name = "JSON", allow_hyphen_values = true)]
+    pub args: Option<String>,
+    /// Keyword arguments as a JSON object.
+    #[arg(long, value_name = "JSON")]
+    pub kwargs: Option<String>,
+    /// Arguments as a pickle of (args, kwargs) (instead of --args/--kwargs).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["args", "kwargs"])]
+    pub args_file: Option<PathBuf>,
+    /// Write the return value here as a pickle instead of printing it as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub result_file: Option<PathBuf>,
+    /// Interpreter to call the function with (default: python3 on PATH).
+    #[arg(long, value_name = "PY", conflicts_with_all = ["env", "pack"])]
+    pub python: Option<PathBuf>,
+    /// A venv or conda prefix whose interpreter runs the call.
+    #[arg(long, value_name = "PREFIX", conflicts_with = "pack")]
+    pub env: Option<PathBuf>,
+    /// A pack (lfm pack): unpacked once into the cache, the call runs from it.
+    #[arg(long, value_name = "PACK")]
+    pub pack: Option<PathBuf>,
+    /// Extra source roots where local modules are found.
+    #[arg(long = "root", value_name = "DIR")]
+    pub roots: Vec<PathBuf>,
+    /// Import the function's module normally (its whole top level) instead of its slice.
+    #[arg(long)]
+    pub import_module: bool,
+    /// Print the statements the call would execute, and exit.
+    #[arg(long, conflicts_with = "import_module")]
+    pub show_slice: bool,
+    /// lfm's cache (the runner and per-call files; default ~/.cache/lfm).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub monitor: MonitorArgs,
 }
 
 const PACK_EXAMPLES: &str = "\
@@ -137,8 +205,9 @@ Exit codes:
   70     the monitor itself failed
   2      bad command line (unknown unit, zero or negative limit)";
 
+/// Limits, outputs and control of one monitored run: shared by `run` and `call`.
 #[derive(Args)]
-pub struct RunArgs {
+pub struct MonitorArgs {
     /// Memory limit for the whole tree (e.g. 512M, 2G).
     #[arg(long, value_name = "SIZE", allow_negative_numbers = true)]
     pub memory: Option<String>,
@@ -188,6 +257,12 @@ pub struct RunArgs {
     /// No human summary on stderr.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub monitor: MonitorArgs,
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,

@@ -23,6 +23,7 @@ fn main() {
         cli::Command::Pack(args) => commands::pack::pack(args),
         cli::Command::Unpack(args) => commands::pack::unpack(args),
         cli::Command::Verify(args) => commands::pack::verify(args),
+        cli::Command::Call(args) => commands::call::call(args),
     };
     std::process::exit(code);
 }

@@ -3,13 +3,15 @@
 //! It owns the backends (cgroup v2, cgroup v1, rlimit + /proc), detected at run time behind one
 //! [`backend::Backend`] trait; the supervisor loop that samples, enforces limits, forwards
 //! signals and leaves no process or cgroup behind; and the versioned [`report::Report`]
-//! (with its cctools resource_monitor rendering). It knows nothing of the analyzer, packs or
-//! the command line.
+//! (with its cctools resource_monitor rendering); and the Python runner that `lfm call` and
+//! `lfm serve` start in the target interpreter (python/, embedded at build time). It knows
+//! nothing of the analyzer, packs or the command line.
 
 pub mod backend;
 pub mod limits;
 pub mod proctree;
 pub mod report;
+pub mod runner;
 pub mod supervisor;
 
 pub use backend::{BackendChoice, BackendKind};

@@ -14,6 +14,12 @@ pub struct Report {
     pub command: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub category: Option<String>,
+    /// Set by `lfm call` and `lfm serve`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<FunctionCall>,
+    /// Set when a called function returned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<ResultInfo>,
     pub backend: String,
     pub limits: Limits,
     pub exit: Exit,
@@ -53,6 +59,8 @@ pub struct Exit {
     pub signal: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exception: Option<ExceptionInfo>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -62,6 +70,37 @@ pub enum ExitKind {
     Signal,
     Limits,
     Error,
+    /// A called function raised: `exit.exception` says what.
+    Exception,
+}
+
+/// An exception a called function raised, as its interpreter described it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ExceptionInfo {
+    /// The exception class (`ValueError`), with its module when not builtins.
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub message: String,
+    pub traceback: String,
+}
+
+/// The function a call ran (`lfm call`, `lfm serve`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FunctionCall {
+    /// `file.py:qualname`, `pkg.mod:qualname`, or `pickle:<qualname>`.
+    pub target: String,
+    /// How it was loaded: `slice`, `import` or `pickle`.
+    pub mode: String,
+}
+
+/// What a call returned: its type and size, never the value.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ResultInfo {
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// `json` or `pickle`.
+    pub format: String,
+    pub bytes: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -172,7 +211,7 @@ impl Report {
             self.memory.peak_source,
             self.memory
                 .file_bytes
-                .filter(|&file| file > 0)
+                .filter(|&file| file >= 1 << 20)
                 .map(|file| format!(", page cache {:.1} MiB not counted", mib(file)))
                 .unwrap_or_default(),
             self.max_concurrent_processes,
@@ -205,6 +244,10 @@ impl Report {
                     .join(", ")
             ),
             ExitKind::Error => format!("error: {}", self.exit.error.clone().unwrap_or_default()),
+            ExitKind::Exception => match &self.exit.exception {
+                Some(e) => format!("exception {}: {}", e.type_name, e.message),
+                None => "exception".into(),
+            },
         }
     }
 
@@ -230,6 +273,8 @@ impl Report {
                 ExitKind::Signal => "signal",
                 ExitKind::Limits => "limits",
                 ExitKind::Error => "error",
+                // resource_monitor knows no exceptions: the process exited, with a status.
+                ExitKind::Exception => "normal",
             },
             "start": [round3(self.start), "s"],
             "end": [round3(self.end), "s"],

@@ -1,3 +1,4 @@
 pub mod analyze;
+pub mod call;
 pub mod pack;
 pub mod run;

@@ -7,7 +7,7 @@ use lfm_monitor::limits::{parse_duration, parse_positive, parse_size, LimitError
 use lfm_monitor::report::ExitKind;
 use lfm_monitor::{BackendChoice, Limits, Report, RunError, RunOptions};
 
-use crate::cli::{BackendArg, RunArgs, SummaryFormat};
+use crate::cli::{BackendArg, MonitorArgs, RunArgs, SummaryFormat};
 
 pub const EXIT_LIMITS: i32 = 125;
 pub const EXIT_NOT_EXECUTABLE: i32 = 126;
@@ -16,6 +16,8 @@ pub const EXIT_MONITOR_FAILED: i32 = 70;
 pub const EXIT_USAGE: i32 = 2;
 
 pub fn run(args: RunArgs) -> i32 {
+    let command = args.command;
+    let args = args.monitor;
     let (limits, grace) = match parse_limits(&args) {
         Ok(parsed) => parsed,
         Err(error) => {
@@ -23,34 +25,10 @@ pub fn run(args: RunArgs) -> i32 {
             return EXIT_USAGE;
         }
     };
-    // The report must be writable before anything runs: it is the one thing a caller reads.
-    if let Some(path) = args.report.as_ref().filter(|p| p.as_os_str() != "-") {
-        if let Err(error) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            eprintln!(
-                "error: cannot write the report to {}: {error}",
-                path.display()
-            );
-            return EXIT_USAGE;
-        }
+    if let Err(code) = check_report_writable(&args) {
+        return code;
     }
-    let options = RunOptions {
-        command: args.command.clone(),
-        limits,
-        backend: match args.backend {
-            BackendArg::Auto => BackendChoice::Auto,
-            BackendArg::Cgroup2 => BackendChoice::Cgroup2,
-            BackendArg::Cgroup1 => BackendChoice::Cgroup1,
-            BackendArg::Rlimit => BackendChoice::Rlimit,
-        },
-        sandbox: args.sandbox.clone(),
-        series: args.series.clone(),
-        grace,
-        category: args.category.clone(),
-    };
+    let options = run_options(&args, command, limits, grace);
     let report = match lfm_monitor::run(&options) {
         Ok(report) => report,
         Err(error) => {
@@ -77,11 +55,58 @@ pub fn run(args: RunArgs) -> i32 {
         ExitKind::Limits => EXIT_LIMITS,
         ExitKind::Error => EXIT_MONITOR_FAILED,
         ExitKind::Signal => 128 + report.exit.signal.unwrap_or(0),
-        ExitKind::Normal => report.exit.status.unwrap_or(0),
+        ExitKind::Normal | ExitKind::Exception => report.exit.status.unwrap_or(0),
     }
 }
 
-fn parse_limits(args: &RunArgs) -> Result<(Limits, Duration), LimitError> {
+/// The report must be writable before anything runs: it is the one thing a caller reads.
+pub fn check_report_writable(args: &MonitorArgs) -> Result<(), i32> {
+    let Some(path) = args.report.as_ref().filter(|p| p.as_os_str() != "-") else {
+        return Ok(());
+    };
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(error) => {
+            eprintln!(
+                "error: cannot write the report to {}: {error}",
+                path.display()
+            );
+            Err(EXIT_USAGE)
+        }
+    }
+}
+
+pub fn run_options(
+    args: &MonitorArgs,
+    command: Vec<std::ffi::OsString>,
+    limits: Limits,
+    grace: Duration,
+) -> RunOptions {
+    RunOptions {
+        command,
+        limits,
+        backend: backend_choice(args.backend),
+        sandbox: args.sandbox.clone(),
+        series: args.series.clone(),
+        grace,
+        category: args.category.clone(),
+    }
+}
+
+pub fn backend_choice(arg: BackendArg) -> BackendChoice {
+    match arg {
+        BackendArg::Auto => BackendChoice::Auto,
+        BackendArg::Cgroup2 => BackendChoice::Cgroup2,
+        BackendArg::Cgroup1 => BackendChoice::Cgroup1,
+        BackendArg::Rlimit => BackendChoice::Rlimit,
+    }
+}
+
+pub fn parse_limits(args: &MonitorArgs) -> Result<(Limits, Duration), LimitError> {
     let limits = Limits {
         memory_bytes: args
             .memory
@@ -118,7 +143,7 @@ fn parse_limits(args: &RunArgs) -> Result<(Limits, Duration), LimitError> {
     Ok((limits, grace))
 }
 
-fn write_report(args: &RunArgs, report: &Report) -> std::io::Result<()> {
+pub fn write_report(args: &MonitorArgs, report: &Report) -> std::io::Result<()> {
     let Some(path) = &args.report else {
         return Ok(());
     };

@@ -348,6 +348,8 @@ impl RunMonitor {
             format: REPORT_FORMAT.into(),
             command: self.options.command.clone(),
             category: self.options.category.clone(),
+            function: None,
+            result: None,
             backend: self.backend.kind().name().to_string(),
             limits: self.options.limits.clone(),
             exit,
@@ -500,5 +502,6 @@ pub fn classify_exit(
         error: status
             .is_none()
             .then(|| "the command's exit status could not be collected".to_string()),
+        exception: None,
     }
 }

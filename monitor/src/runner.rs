@@ -1,0 +1,113 @@
+//! The Python runner (python/lfm_runner), embedded in the binary and written out on first use.
+//!
+//! The target interpreter needs nothing installed: lfm writes the runner's files into a
+//! directory named by their content hash under its cache, once (atomically, so concurrent lfm
+//! processes agree), and runs `python lfm_runner_main.py ...` from there.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// (path relative to the runner directory, contents).
+const FILES: &[(&str, &str)] = &[
+    (
+        "lfm_runner_main.py",
+        include_str!("../../python/lfm_runner_main.py"),
+    ),
+    (
+        "lfm_runner/__init__.py",
+        include_str!("../../python/lfm_runner/__init__.py"),
+    ),
+    (
+        "lfm_runner/main.py",
+        include_str!("../../python/lfm_runner/main.py"),
+    ),
+    (
+        "lfm_runner/target.py",
+        include_str!("../../python/lfm_runner/target.py"),
+    ),
+    (
+        "lfm_runner/call.py",
+        include_str!("../../python/lfm_runner/call.py"),
+    ),
+    (
+        "lfm_runner/zygote.py",
+        include_str!("../../python/lfm_runner/zygote.py"),
+    ),
+];
+
+/// The runner's entry script under `cache`, written there if it is not yet.
+pub fn install(cache: &Path) -> Result<PathBuf> {
+    let mut hasher = blake3::Hasher::new();
+    for (name, text) in FILES {
+        hasher.update(name.as_bytes());
+        hasher.update(&[0]);
+        hasher.update(text.as_bytes());
+    }
+    let hash = hasher.finalize().to_hex();
+    let dir = cache.join(format!("runner-{}", &hash[..16]));
+    let entry = dir.join("lfm_runner_main.py");
+    if entry.exists() {
+        return Ok(entry);
+    }
+    std::fs::create_dir_all(cache).with_context(|| format!("creating {}", cache.display()))?;
+    let temporary = tempfile::Builder::new()
+        .prefix(".runner-")
+        .tempdir_in(cache)
+        .with_context(|| format!("creating a directory in {}", cache.display()))?;
+    for (name, text) in FILES {
+        let path = temporary.path().join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let staged = temporary.keep();
+    // Another lfm may have published the same runner meanwhile: then ours is not needed.
+    if std::fs::rename(&staged, &dir).is_err() {
+        let _ = std::fs::remove_dir_all(&staged);
+    }
+    if !entry.exists() {
+        anyhow::bail!("could not install the Python runner into {}", dir.display());
+    }
+    Ok(entry)
+}
+
+/// lfm's cache directory for the runner and call files: `$XDG_CACHE_HOME/lfm`, `~/.cache/lfm`,
+/// or, where neither is writable (a service user without a home), `/tmp/lfm-UID`.
+pub fn default_cache() -> PathBuf {
+    let home_cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")));
+    if let Some(dir) = home_cache {
+        let lfm = dir.join("lfm");
+        if std::fs::create_dir_all(&lfm).is_ok() && writable(&lfm) {
+            return lfm;
+        }
+    }
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    std::env::temp_dir().join(format!("lfm-{uid}"))
+}
+
+fn writable(dir: &Path) -> bool {
+    tempfile::tempfile_in(dir).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn installs_once_and_reuses() {
+        let cache = tempfile::tempdir().unwrap();
+        let first = install(cache.path()).unwrap();
+        let second = install(cache.path()).unwrap();
+        assert_eq!(first, second);
+        let target = first.parent().unwrap().join("lfm_runner/target.py");
+        assert_eq!(
+            std::fs::read_to_string(target).unwrap(),
+            include_str!("../../python/lfm_runner/target.py")
+        );
+    }
+}

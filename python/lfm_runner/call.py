@@ -1,0 +1,120 @@
+"""One call: load the function, read its arguments, run it, write the outcome.
+
+The outcome (a small JSON file, written atomically) says whether the function returned or
+raised; the value goes to its own file, as JSON or as a pickle. lfm reads both after the
+process is gone, so a call that dies (a signal, `os._exit`, a limit) simply has no outcome.
+"""
+
+import importlib
+import json
+import os
+import pickle
+import sys
+import traceback
+
+from . import target as targets
+
+
+def read_arguments(spec):
+    if "pickle_file" in spec:
+        with open(spec["pickle_file"], "rb") as handle:
+            args, kwargs = pickle.load(handle)
+    elif "pickle" in spec:
+        import base64
+
+        args, kwargs = pickle.loads(base64.b64decode(spec["pickle"]))
+    else:
+        args, kwargs = spec.get("json", [[], {}])
+    if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+        raise TypeError("arguments must be (a list, a dict)")
+    return list(args), dict(kwargs)
+
+
+def write_atomically(path, data):
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+    os.replace(temporary, path)
+
+
+RUNNER_DIR = os.path.dirname(os.path.abspath(__file__))
+IMPORTLIB_DIR = os.path.dirname(os.path.abspath(importlib.__file__))
+
+
+def user_traceback(error):
+    """The traceback from the first frame that is not the runner's or importlib's own."""
+    tb = error.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        internal = filename.startswith((RUNNER_DIR, "<frozen importlib", IMPORTLIB_DIR))
+        if not internal:
+            break
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb))
+
+
+def describe_exception(error):
+    return {
+        "type": type(error).__qualname__,
+        "module": type(error).__module__,
+        "message": str(error),
+        "traceback": user_traceback(error),
+    }
+
+
+def encode_result(value, result_spec):
+    """(bytes to write, outcome fields) for a returned value."""
+    fields = {"type": f"{type(value).__module__}.{type(value).__qualname__}"}
+    if result_spec.get("format") == "pickle":
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    else:
+        try:
+            data = json.dumps(value).encode()
+        except (TypeError, ValueError) as error:
+            fields["not_json"] = str(error)
+            data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            fields["format"] = "pickle"
+    fields.setdefault("format", result_spec.get("format", "json"))
+    fields["bytes"] = len(data)
+    return data, fields
+
+
+def run(request):
+    """Run the call a request describes; return the outcome written (also on exceptions)."""
+    outcome_path = request["outcome_file"]
+    try:
+        function = targets.load(request["target"])
+        args, kwargs = read_arguments(request.get("args", {}))
+    except BaseException as error:  # the user's module may raise anything, SystemExit too
+        outcome = {"ok": False, "stage": "load", "exception": describe_exception(error)}
+        write_atomically(outcome_path, json.dumps(outcome).encode())
+        return outcome
+    try:
+        value = function(*args, **kwargs)
+    except BaseException as error:
+        outcome = {"ok": False, "stage": "call", "exception": describe_exception(error)}
+        write_atomically(outcome_path, json.dumps(outcome).encode())
+        return outcome
+    try:
+        data, fields = encode_result(value, request.get("result", {}))
+    except BaseException as error:
+        outcome = {"ok": False, "stage": "result", "exception": describe_exception(error)}
+        write_atomically(outcome_path, json.dumps(outcome).encode())
+        return outcome
+    write_atomically(request["result_file"], data)
+    outcome = {"ok": True, "result": fields}
+    write_atomically(outcome_path, json.dumps(outcome).encode())
+    return outcome
+
+
+def main(request_path):
+    with open(request_path) as handle:
+        request = json.load(handle)
+    # lfm prints the value on its stdout: the function's own output goes to stderr.
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    outcome = run(request)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # lfm prints the traceback from the outcome.
+    return 0 if outcome["ok"] else 1
