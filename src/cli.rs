@@ -34,7 +34,51 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Call one Python function in a fresh interpreter, limited and measured like `lfm run`.
     #[command(after_help = CALL_EXAMPLES)]
-    Call(CallArgs),
+    Call(Box<CallArgs>),
+    /// Serve function calls from a warm fork-server: JSON lines on stdin or a Unix socket.
+    #[command(after_help = SERVE_EXAMPLES)]
+    Serve(Box<ServeArgs>),
+}
+
+const SERVE_EXAMPLES: &str = "\
+Examples:
+  lfm serve --env ~/envs/sci --function workflow.py:train --function workflow.py:report
+  lfm serve --pack train.tar.zst --preload pandas,sklearn --slots 2 --socket /run/user/1000/lfm/serve.sock
+  echo '{\"id\": 1, \"function\": \"workflow.py:train\", \"args\": [3], \"limits\": {\"memory\": \"2G\"}}' | lfm serve
+
+One zygote interpreter imports the registered functions and --preload modules once; every call
+is a fork of it, in a fresh cgroup of its own (rlimit and /proc where no cgroup is writable),
+limited and measured per call. Requests and replies are JSON lines (docs/serve.md). The server
+ends at stdin EOF (stdin mode) or on SIGTERM/SIGINT: running calls get --grace, then are killed.";
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub interpreter: InterpreterArgs,
+    /// A function to load in the zygote once (repeatable); requests name it as given.
+    #[arg(long = "function", value_name = "TARGET")]
+    pub functions: Vec<String>,
+    /// Modules the zygote imports before forking (comma-separated).
+    #[arg(long, value_name = "MOD,...", value_delimiter = ',')]
+    pub preload: Vec<String>,
+    /// Calls running at once; more are queued.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub slots: u32,
+    /// Cores a slot's math libraries use (OPENBLAS/OMP/MKL threads, set before imports).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub cores_per_slot: u32,
+    /// Listen on this Unix socket (mode 0600 in a 0700 directory) instead of stdin/stdout.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// How calls are contained.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+    /// At shutdown, how long running calls get before they are killed.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub grace: String,
+    /// lfm's cache (the runner and per-call directories; default ~/.cache/lfm).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
 }
 
 const CALL_EXAMPLES: &str = "\
@@ -60,6 +104,23 @@ Exit codes:
   70     lfm failed
   71     the call ended without a result (os._exit, or the interpreter failed to start)";
 
+/// Which interpreter runs functions, and where their code is found: shared by call and serve.
+#[derive(Args)]
+pub struct InterpreterArgs {
+    /// Interpreter to call functions with (default: python3 on PATH).
+    #[arg(long, value_name = "PY", conflicts_with_all = ["env", "pack"])]
+    pub python: Option<PathBuf>,
+    /// A venv or conda prefix whose interpreter runs the calls.
+    #[arg(long, value_name = "PREFIX", conflicts_with = "pack")]
+    pub env: Option<PathBuf>,
+    /// A pack (lfm pack): unpacked once into the cache, calls run from it.
+    #[arg(long, value_name = "PACK")]
+    pub pack: Option<PathBuf>,
+    /// Extra source roots where local modules are found.
+    #[arg(long = "root", value_name = "DIR")]
+    pub roots: Vec<PathBuf>,
+}
+
 #[derive(Args)]
 pub struct CallArgs {
     /// The function: file.py:func, file.py:Class.method or pkg.mod:func.
@@ -77,18 +138,8 @@ pub struct CallArgs {
     /// Write the return value here as a pickle instead of printing it as JSON.
     #[arg(long, value_name = "FILE")]
     pub result_file: Option<PathBuf>,
-    /// Interpreter to call the function with (default: python3 on PATH).
-    #[arg(long, value_name = "PY", conflicts_with_all = ["env", "pack"])]
-    pub python: Option<PathBuf>,
-    /// A venv or conda prefix whose interpreter runs the call.
-    #[arg(long, value_name = "PREFIX", conflicts_with = "pack")]
-    pub env: Option<PathBuf>,
-    /// A pack (lfm pack): unpacked once into the cache, the call runs from it.
-    #[arg(long, value_name = "PACK")]
-    pub pack: Option<PathBuf>,
-    /// Extra source roots where local modules are found.
-    #[arg(long = "root", value_name = "DIR")]
-    pub roots: Vec<PathBuf>,
+    #[command(flatten)]
+    pub interpreter: InterpreterArgs,
     /// Import the function's module normally (its whole top level) instead of its slice.
     #[arg(long)]
     pub import_module: bool,

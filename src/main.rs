@@ -23,7 +23,8 @@ fn main() {
         cli::Command::Pack(args) => commands::pack::pack(args),
         cli::Command::Unpack(args) => commands::pack::unpack(args),
         cli::Command::Verify(args) => commands::pack::verify(args),
-        cli::Command::Call(args) => commands::call::call(args),
+        cli::Command::Call(args) => commands::call::call(*args),
+        cli::Command::Serve(args) => commands::serve::serve(*args),
     };
     std::process::exit(code);
 }

@@ -9,9 +9,11 @@
 
 pub mod backend;
 pub mod limits;
+pub mod outcome;
 pub mod proctree;
 pub mod report;
 pub mod runner;
+pub mod serve;
 pub mod supervisor;
 
 pub use backend::{BackendChoice, BackendKind};

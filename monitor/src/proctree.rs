@@ -97,6 +97,21 @@ fn sample(pid: i32, start_ticks: u64, cpu_ticks: u64) -> ProcessSample {
     sample
 }
 
+/// Memory only this process maps (smaps_rollup Private_Clean + Private_Dirty): for a process
+/// forked from a big parent, what it allocated or copied on write, not what it shares.
+pub fn private_bytes(pid: i32) -> u64 {
+    let Ok(text) = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) else {
+        return 0;
+    };
+    text.lines()
+        .filter_map(|line| {
+            line.strip_prefix("Private_Clean:")
+                .or_else(|| line.strip_prefix("Private_Dirty:"))
+        })
+        .map(kib_field)
+        .sum()
+}
+
 fn kib_field(text: &str) -> u64 {
     text.trim()
         .trim_end_matches("kB")

@@ -79,31 +79,41 @@ def encode_result(value, result_spec):
     return data, fields
 
 
-def run(request):
-    """Run the call a request describes; return the outcome written (also on exceptions)."""
-    outcome_path = request["outcome_file"]
+def own_io():
+    """(read_bytes, write_bytes) of this process and the children it reaped."""
+    try:
+        with open("/proc/self/io") as handle:
+            fields = dict(line.split(":", 1) for line in handle if ":" in line)
+        return [int(fields["read_bytes"]), int(fields["write_bytes"])]
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def call_function(request):
+    """The outcome of the call, and the value's bytes when it returned."""
     try:
         function = targets.load(request["target"])
         args, kwargs = read_arguments(request.get("args", {}))
     except BaseException as error:  # the user's module may raise anything, SystemExit too
-        outcome = {"ok": False, "stage": "load", "exception": describe_exception(error)}
-        write_atomically(outcome_path, json.dumps(outcome).encode())
-        return outcome
+        return {"ok": False, "stage": "load", "exception": describe_exception(error)}, None
     try:
         value = function(*args, **kwargs)
     except BaseException as error:
-        outcome = {"ok": False, "stage": "call", "exception": describe_exception(error)}
-        write_atomically(outcome_path, json.dumps(outcome).encode())
-        return outcome
+        return {"ok": False, "stage": "call", "exception": describe_exception(error)}, None
     try:
         data, fields = encode_result(value, request.get("result", {}))
     except BaseException as error:
-        outcome = {"ok": False, "stage": "result", "exception": describe_exception(error)}
-        write_atomically(outcome_path, json.dumps(outcome).encode())
-        return outcome
-    write_atomically(request["result_file"], data)
-    outcome = {"ok": True, "result": fields}
-    write_atomically(outcome_path, json.dumps(outcome).encode())
+        return {"ok": False, "stage": "result", "exception": describe_exception(error)}, None
+    return {"ok": True, "result": fields}, data
+
+
+def run(request):
+    """Run the call a request describes; write and return its outcome (also on exceptions)."""
+    outcome, data = call_function(request)
+    if data is not None:
+        write_atomically(request["result_file"], data)
+    outcome["io"] = own_io()
+    write_atomically(request["outcome_file"], json.dumps(outcome).encode())
     return outcome
 
 

@@ -6,6 +6,7 @@ Three ways, named by the request's `mode`:
   An unused heavy import at the top of the file costs nothing, and a per-function pack is enough.
 - `import`: import the module normally (its whole top level runs).
 - `pickle`: a pickled function (cloudpickle for `__main__` functions, lambdas and closures).
+- `registered`: a function the zygote of `lfm serve` already loaded (one of the above).
 """
 
 import ast
@@ -16,12 +17,21 @@ import sys
 import types
 
 
+#: Functions a zygote loaded once, by the name lfm registered them under.
+REGISTERED = {}
+
+
 class TargetError(Exception):
     """The function could not be loaded: names the file, line or attribute."""
 
 
 def load(target):
     mode = target.get("mode")
+    if mode == "registered":
+        try:
+            return REGISTERED[target["name"]]
+        except KeyError:
+            raise TargetError(f"no function registered as {target['name']!r}") from None
     if mode == "pickle":
         return pickle.loads(base64.b64decode(target["pickle"]))
     root = target.get("root")

@@ -1,0 +1,188 @@
+"""The zygote of `lfm serve`: imports once, forks one child per call.
+
+lfm starts it with a control socket (SOCK_SEQPACKET) on the fd its config names. Messages are
+JSON; lfm sends `{"op": "call", "id": N, "request": PATH, "dir": DIR}` with the call's
+`cgroup.procs` descriptors attached (SCM_RIGHTS), and `{"op": "exit"}`. The zygote answers
+`{"op": "ready"}` once, then `{"op": "started", "id", "pid"}` for every fork and
+`{"op": "exited", "id", "pid", "status", "user", "system", "maxrss"}` when a child is reaped.
+
+A child puts itself into the call's cgroups before any user code runs (writing its pid to each
+descriptor lfm opened, checking every write), leaves the zygote's state behind (signals, fds,
+random seeds, stdio), runs the call as `lfm call` does, and `os._exit`s.
+"""
+
+import array
+import gc
+import importlib
+import json
+import os
+import random
+import resource
+import selectors
+import signal
+import socket
+import sys
+
+from . import call as calls
+from . import target as targets
+
+MAX_MESSAGE = 1 << 16
+EXIT_CGROUP_JOIN_FAILED = 97
+EXIT_CHILD_SETUP_FAILED = 98
+
+
+def send(sock, message):
+    sock.send(json.dumps(message).encode())
+
+
+def receive(sock):
+    """(message, fds) or (None, []) when lfm closed the socket."""
+    fds = array.array("i")
+    data, ancillary, _flags, _addr = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(64 * fds.itemsize))
+    if not data:
+        return None, []
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
+    return json.loads(data), list(fds)
+
+
+def limit_threads(cores):
+    """Before numpy & co. are imported: one slot's cores, not the whole node's."""
+    threads = str(max(1, int(cores)))
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+        os.environ.setdefault(name, threads)
+
+
+def preload(config):
+    """Import the preloaded modules and load the registered functions once."""
+    for name in config.get("preload", []):
+        importlib.import_module(name)
+    for name, spec in config.get("functions", {}).items():
+        targets.REGISTERED[name] = targets.load(spec)
+
+
+def join_cgroups(fds):
+    pid = str(os.getpid()).encode()
+    for fd in fds:
+        if os.write(fd, pid) != len(pid):
+            raise OSError(f"short write to cgroup.procs fd {fd}")
+        os.close(fd)
+
+
+def reseed():
+    random.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
+
+
+def child(message, fds, control):
+    """In the forked child: never returns."""
+    code = EXIT_CHILD_SETUP_FAILED
+    try:
+        try:
+            join_cgroups(fds)
+        except OSError as error:
+            os.write(2, f"lfm zygote: cannot join the call's cgroup: {error}\n".encode())
+            os._exit(EXIT_CGROUP_JOIN_FAILED)
+        os.setpgid(0, 0)
+        for number, value in message.get("rlimits", []):
+            resource.setrlimit(number, (value, value))
+        signal.set_wakeup_fd(-1)
+        for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
+            signal.signal(number, signal.SIG_DFL)
+        control.close()
+        directory = message["dir"]
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            out = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(out, fd)
+            os.close(out)
+        os.chdir(os.path.join(directory, "sandbox"))
+        reseed()
+        gc.enable()
+        with open(message["request"]) as handle:
+            request = json.load(handle)
+        calls.run(request)
+        code = 0
+    except BaseException as error:  # noqa: BLE001 - report anything, then leave
+        try:
+            os.write(2, f"lfm zygote child: {error!r}\n".encode())
+        except OSError:
+            pass
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def reap(control, running):
+    while True:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        call_id = running.pop(pid, None)
+        send(control, {
+            "op": "exited", "id": call_id, "pid": pid, "status": status,
+            "user": usage.ru_utime, "system": usage.ru_stime, "maxrss": usage.ru_maxrss * 1024,
+        })
+
+
+def serve(control):
+    wakeup_read, wakeup_write = os.pipe()
+    os.set_blocking(wakeup_write, False)
+    os.set_blocking(wakeup_read, False)
+    signal.set_wakeup_fd(wakeup_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    selector = selectors.DefaultSelector()
+    selector.register(control, selectors.EVENT_READ, "control")
+    selector.register(wakeup_read, selectors.EVENT_READ, "child")
+    running = {}
+    while True:
+        for key, _ in selector.select():
+            if key.data == "child":
+                while True:
+                    try:
+                        if not os.read(wakeup_read, 512):
+                            break
+                    except BlockingIOError:
+                        break
+                reap(control, running)
+                continue
+            message, fds = receive(control)
+            if message is None or message.get("op") == "exit":
+                return 0
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                selector.close()
+                os.close(wakeup_read)
+                os.close(wakeup_write)
+                child(message, fds, control)
+            for fd in fds:
+                os.close(fd)
+            running[pid] = message["id"]
+            send(control, {"op": "started", "id": message["id"], "pid": pid})
+        reap(control, running)
+
+
+def main(config_path):
+    with open(config_path) as handle:
+        config = json.load(handle)
+    limit_threads(config.get("cores_per_slot", 1))
+    control = socket.socket(fileno=config["control_fd"])
+    gc.disable()
+    try:
+        preload(config)
+    except BaseException as error:  # noqa: BLE001 - the preload is user code
+        send(control, {"op": "failed", "error": calls.describe_exception(error)})
+        return 1
+    gc.freeze()
+    send(control, {"op": "ready", "pid": os.getpid()})
+    return serve(control)

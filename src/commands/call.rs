@@ -9,9 +9,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use lfm_analyzer::{analyze, Environment, Options};
-use lfm_monitor::report::{ExceptionInfo, ExitKind, FunctionCall, Report, ResultInfo};
+use lfm_monitor::outcome::{self, Outcome};
+use lfm_monitor::report::{ExitKind, FunctionCall, Report};
 
-use crate::cli::CallArgs;
+use crate::cli::{CallArgs, InterpreterArgs};
 use crate::commands::run::{self, EXIT_LIMITS, EXIT_MONITOR_FAILED, EXIT_USAGE};
 
 pub const EXIT_EXCEPTION: i32 = 1;
@@ -32,11 +33,13 @@ pub struct Located {
 }
 
 /// How the interpreter is started: a pack's `run` script, an env's python, or a python.
-struct Interpreter {
-    argv: Vec<OsString>,
+pub struct Interpreter {
+    pub argv: Vec<OsString>,
     /// Where local modules are looked up: a pack's `app/`, else the working directory.
-    source_roots: Vec<PathBuf>,
-    analysis_env: Environment,
+    pub source_roots: Vec<PathBuf>,
+    pub analysis_env: Environment,
+    /// `--root` directories.
+    pub roots: Vec<PathBuf>,
 }
 
 pub fn call(args: CallArgs) -> i32 {
@@ -49,18 +52,18 @@ pub fn call(args: CallArgs) -> i32 {
     }
 }
 
-type Failure = (i32, String);
+pub type Failure = (i32, String);
 
 fn prepare_and_call(args: &CallArgs) -> Result<i32, Failure> {
     let (limits, grace) =
         run::parse_limits(&args.monitor).map_err(|e| (EXIT_USAGE, e.to_string()))?;
     let arguments = Arguments::from_args(args)?;
-    let interpreter = interpreter(args)?;
-    let located = locate(&args.target, &interpreter.source_roots, &args.roots)?;
+    let interpreter = interpreter(&args.interpreter)?;
+    let located = locate(&args.target, &interpreter.source_roots, &interpreter.roots)?;
     let slice = if args.import_module {
         None
     } else {
-        Some(slice_of(&located, &interpreter, args)?)
+        Some(slice_of(&located, &interpreter)?)
     };
     if args.show_slice {
         return show_slice(&located, slice.as_deref().unwrap_or_default());
@@ -78,10 +81,16 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Failure> {
     command.extend([runner.into_os_string(), "call".into()]);
     command.push(files.request.clone().into_os_string());
     let options = run::run_options(&args.monitor, command, limits, grace);
-    let mut report = lfm_monitor::run(&options).map_err(|e| (EXIT_MONITOR_FAILED, e.to_string()))?;
+    let mut report =
+        lfm_monitor::run(&options).map_err(|e| (EXIT_MONITOR_FAILED, e.to_string()))?;
     report.function = Some(FunctionCall {
         target: args.target.clone(),
-        mode: if args.import_module { "import" } else { "slice" }.into(),
+        mode: if args.import_module {
+            "import"
+        } else {
+            "slice"
+        }
+        .into(),
     });
     let code = conclude(&mut report, &files, args);
     if let Err(error) = run::write_report(&args.monitor, &report) {
@@ -93,7 +102,7 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Failure> {
     Ok(code)
 }
 
-fn failed(error: anyhow::Error) -> Failure {
+pub fn failed(error: anyhow::Error) -> Failure {
     (EXIT_MONITOR_FAILED, format!("{error:#}"))
 }
 
@@ -108,17 +117,26 @@ impl Arguments {
         if let Some(file) = &args.args_file {
             let absolute = std::path::absolute(file).map_err(|e| (EXIT_USAGE, e.to_string()))?;
             if !absolute.is_file() {
-                return Err((EXIT_USAGE, format!("--args-file {}: not a file", file.display())));
+                return Err((
+                    EXIT_USAGE,
+                    format!("--args-file {}: not a file", file.display()),
+                ));
             }
             return Ok(Arguments::PickleFile(absolute));
         }
         let positional = parse_json("--args", args.args.as_deref().unwrap_or("[]"))?;
         let keywords = parse_json("--kwargs", args.kwargs.as_deref().unwrap_or("{}"))?;
         if !positional.is_array() {
-            return Err((EXIT_USAGE, "--args must be a JSON list, e.g. '[3, \"x\"]'".into()));
+            return Err((
+                EXIT_USAGE,
+                "--args must be a JSON list, e.g. '[3, \"x\"]'".into(),
+            ));
         }
         if !keywords.is_object() {
-            return Err((EXIT_USAGE, "--kwargs must be a JSON object, e.g. '{\"alpha\": 0.1}'".into()));
+            return Err((
+                EXIT_USAGE,
+                "--kwargs must be a JSON object, e.g. '{\"alpha\": 0.1}'".into(),
+            ));
         }
         Ok(Arguments::Json(serde_json::json!([positional, keywords])))
     }
@@ -135,15 +153,20 @@ fn parse_json(flag: &str, text: &str) -> Result<serde_json::Value, Failure> {
     serde_json::from_str(text).map_err(|e| (EXIT_USAGE, format!("{flag}: not JSON: {e}")))
 }
 
-fn interpreter(args: &CallArgs) -> Result<Interpreter, Failure> {
+pub fn interpreter(args: &InterpreterArgs) -> Result<Interpreter, Failure> {
     if let Some(pack) = &args.pack {
         let options = lfm_packer::UnpackOptions::new(lfm_packer::UnpackOptions::default_cache());
-        let root = lfm_packer::unpack(pack, &options)
-            .map_err(|e| (EXIT_MONITOR_FAILED, format!("unpacking {}: {e}", pack.display())))?;
+        let root = lfm_packer::unpack(pack, &options).map_err(|e| {
+            (
+                EXIT_MONITOR_FAILED,
+                format!("unpacking {}: {e}", pack.display()),
+            )
+        })?;
         return Ok(Interpreter {
             argv: vec![root.join("run").into_os_string(), "python3".into()],
             source_roots: vec![root.join("app")],
             analysis_env: Environment::Python("python3".into()),
+            roots: args.roots.clone(),
         });
     }
     let cwd = std::env::current_dir().map_err(|e| failed(e.into()))?;
@@ -152,6 +175,7 @@ fn interpreter(args: &CallArgs) -> Result<Interpreter, Failure> {
             argv: vec![prefix.join("bin/python").into_os_string()],
             source_roots: vec![cwd],
             analysis_env: Environment::Prefix(prefix.clone()),
+            roots: args.roots.clone(),
         });
     }
     let python = args.python.clone().unwrap_or_else(|| "python3".into());
@@ -159,13 +183,21 @@ fn interpreter(args: &CallArgs) -> Result<Interpreter, Failure> {
         argv: vec![python.clone().into_os_string()],
         source_roots: vec![cwd],
         analysis_env: Environment::Python(python),
+        roots: args.roots.clone(),
     })
 }
 
 /// `file.py:qualname` or `pkg.mod:qualname`, found on the source roots as Python would.
-pub fn locate(target: &str, source_roots: &[PathBuf], roots: &[PathBuf]) -> Result<Located, Failure> {
+pub fn locate(
+    target: &str,
+    source_roots: &[PathBuf],
+    roots: &[PathBuf],
+) -> Result<Located, Failure> {
     let Some((module_part, qualname)) = target.rsplit_once(':') else {
-        return Err((EXIT_USAGE, format!("{target}: a call target is file.py:function or pkg.mod:function")));
+        return Err((
+            EXIT_USAGE,
+            format!("{target}: a call target is file.py:function or pkg.mod:function"),
+        ));
     };
     if qualname.is_empty() || qualname.split('.').any(|p| p.is_empty()) {
         return Err((EXIT_USAGE, format!("{target}: empty function name")));
@@ -174,14 +206,29 @@ pub fn locate(target: &str, source_roots: &[PathBuf], roots: &[PathBuf]) -> Resu
     if module_part.ends_with(".py") {
         let file = std::path::absolute(module_part).map_err(|e| failed(e.into()))?;
         if !file.is_file() {
-            return Err((EXIT_TARGET_NOT_FOUND, format!("{module_part}: no such file")));
+            return Err((
+                EXIT_TARGET_NOT_FOUND,
+                format!("{module_part}: no such file"),
+            ));
         }
         let (module, root) = module_of_file(&file);
         // In a pack the module is the pack's copy.
-        let packed = source_roots.iter().find_map(|r| module_file(r, &module).map(|f| (r, f)));
+        let packed = source_roots
+            .iter()
+            .find_map(|r| module_file(r, &module).map(|f| (r, f)));
         return Ok(match packed.filter(|(r, _)| r.ends_with("app")) {
-            Some((root, file)) => Located { module, root: Some(root.clone()), file: Some(file), qualname },
-            None => Located { module, root: Some(root), file: Some(file), qualname },
+            Some((root, file)) => Located {
+                module,
+                root: Some(root.clone()),
+                file: Some(file),
+                qualname,
+            },
+            None => Located {
+                module,
+                root: Some(root),
+                file: Some(file),
+                qualname,
+            },
         });
     }
     let module = module_part.to_string();
@@ -190,8 +237,18 @@ pub fn locate(target: &str, source_roots: &[PathBuf], roots: &[PathBuf]) -> Resu
         .chain(roots)
         .find_map(|root| module_file(root, &module).map(|file| (root.clone(), file)));
     Ok(match found {
-        Some((root, file)) => Located { module, root: Some(root), file: Some(file), qualname },
-        None => Located { module, root: None, file: None, qualname },
+        Some((root, file)) => Located {
+            module,
+            root: Some(root),
+            file: Some(file),
+            qualname,
+        },
+        None => Located {
+            module,
+            root: None,
+            file: None,
+            qualname,
+        },
     })
 }
 
@@ -208,8 +265,15 @@ fn module_file(root: &Path, module: &str) -> Option<PathBuf> {
 
 /// The dotted name of a file and the directory above its outermost package.
 fn module_of_file(file: &Path) -> (String, PathBuf) {
-    let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut parts = if stem == "__init__" { vec![] } else { vec![stem] };
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut parts = if stem == "__init__" {
+        vec![]
+    } else {
+        vec![stem]
+    };
     let mut dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
     while dir.join("__init__.py").is_file() {
         match (dir.file_name(), dir.parent()) {
@@ -226,7 +290,7 @@ fn module_of_file(file: &Path) -> (String, PathBuf) {
 
 /// The module-level statements the function needs, as (first line, last line) ranges: the
 /// analyzer's slice closure, one source of truth with `lfm analyze`.
-fn slice_of(located: &Located, interpreter: &Interpreter, args: &CallArgs) -> Result<Vec<(u64, u64)>, Failure> {
+pub fn slice_of(located: &Located, interpreter: &Interpreter) -> Result<Vec<(u64, u64)>, Failure> {
     let Some(file) = &located.file else {
         return Err((
             EXIT_TARGET_NOT_FOUND,
@@ -235,13 +299,14 @@ fn slice_of(located: &Located, interpreter: &Interpreter, args: &CallArgs) -> Re
     };
     let target = format!("{}:{}", file.display(), located.qualname);
     let mut roots: Vec<PathBuf> = located.root.iter().cloned().collect();
-    roots.extend(args.roots.iter().cloned());
+    roots.extend(interpreter.roots.iter().cloned());
     let options = Options {
         environment: interpreter.analysis_env.clone(),
         roots,
         ..Options::default()
     };
-    let spec = analyze(&[target.clone()], &options).map_err(|e| (EXIT_TARGET_NOT_FOUND, e.to_string()))?;
+    let spec = analyze(std::slice::from_ref(&target), &options)
+        .map_err(|e| (EXIT_TARGET_NOT_FOUND, e.to_string()))?;
     let target_spec = spec
         .targets
         .first()
@@ -266,13 +331,22 @@ fn slice_ranges(target: &serde_json::Value) -> Option<Vec<(u64, u64)>> {
 
 fn show_slice(located: &Located, ranges: &[(u64, u64)]) -> Result<i32, Failure> {
     let Some(file) = &located.file else {
-        return Err((EXIT_TARGET_NOT_FOUND, format!("{}: no source file", located.module)));
+        return Err((
+            EXIT_TARGET_NOT_FOUND,
+            format!("{}: no source file", located.module),
+        ));
     };
     let text = std::fs::read_to_string(file)
         .map_err(|e| (EXIT_TARGET_NOT_FOUND, format!("{}: {e}", file.display())))?;
     let lines: Vec<&str> = text.lines().collect();
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "# {} (module {}), {} statements", file.display(), located.module, ranges.len());
+    let _ = writeln!(
+        out,
+        "# {} (module {}), {} statements",
+        file.display(),
+        located.module,
+        ranges.len()
+    );
     for &(start, end) in ranges {
         for number in start..=end {
             let line = lines.get(number as usize - 1).copied().unwrap_or_default();
@@ -294,7 +368,9 @@ impl CallFiles {
     fn create(cache: &Path) -> anyhow::Result<CallFiles> {
         let calls = cache.join("calls");
         std::fs::create_dir_all(&calls)?;
-        let dir = tempfile::Builder::new().prefix("call-").tempdir_in(&calls)?;
+        let dir = tempfile::Builder::new()
+            .prefix("call-")
+            .tempdir_in(&calls)?;
         Ok(CallFiles {
             request: dir.path().join("request.json"),
             result: dir.path().join("result"),
@@ -304,14 +380,9 @@ impl CallFiles {
     }
 }
 
-fn request_json(
-    located: &Located,
-    slice: Option<&[(u64, u64)]>,
-    arguments: &Arguments,
-    files: &CallFiles,
-    args: &CallArgs,
-) -> Result<serde_json::Value, Failure> {
-    let target = match slice {
+/// The runner's description of the target (python/lfm_runner/target.py).
+pub fn runner_target(located: &Located, slice: Option<&[(u64, u64)]>) -> serde_json::Value {
+    match slice {
         Some(ranges) => serde_json::json!({
             "mode": "slice",
             "module": located.module,
@@ -326,7 +397,17 @@ fn request_json(
             "root": located.root,
             "qualname": located.qualname,
         }),
-    };
+    }
+}
+
+fn request_json(
+    located: &Located,
+    slice: Option<&[(u64, u64)]>,
+    arguments: &Arguments,
+    files: &CallFiles,
+    args: &CallArgs,
+) -> Result<serde_json::Value, Failure> {
+    let target = runner_target(located, slice);
     let result_file = match &args.result_file {
         Some(path) => std::path::absolute(path).map_err(|e| failed(e.into()))?,
         None => files.result.clone(),
@@ -344,50 +425,41 @@ fn request_json(
 /// Read the runner's outcome into the Report, print the value or the traceback, and return
 /// the exit code.
 fn conclude(report: &mut Report, files: &CallFiles, args: &CallArgs) -> i32 {
-    let outcome: Option<serde_json::Value> = std::fs::read(&files.outcome)
-        .ok()
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok());
-    match report.exit.kind {
-        ExitKind::Limits => return EXIT_LIMITS,
-        ExitKind::Signal => return 128 + report.exit.signal.unwrap_or(0),
-        ExitKind::Error => return EXIT_MONITOR_FAILED,
-        ExitKind::Normal | ExitKind::Exception => {}
+    let outcome = outcome::read(&files.outcome);
+    match outcome::apply(report, outcome.as_ref()) {
+        Outcome::Stopped => match report.exit.kind {
+            ExitKind::Limits => EXIT_LIMITS,
+            ExitKind::Signal => 128 + report.exit.signal.unwrap_or(0),
+            _ => EXIT_MONITOR_FAILED,
+        },
+        Outcome::Missing => {
+            eprintln!(
+                "error: {}",
+                report.exit.error.as_deref().unwrap_or_default()
+            );
+            EXIT_NO_OUTCOME
+        }
+        Outcome::Raised => {
+            if let Some(exception) = &report.exit.exception {
+                eprint!("{}", exception.traceback);
+            }
+            EXIT_EXCEPTION
+        }
+        Outcome::Returned { result, not_json } => {
+            if args.result_file.is_some() {
+                return 0;
+            }
+            if let Some(reason) = not_json {
+                eprintln!("error: the function returned a {} that is not JSON ({reason})\nhint: pass --result-file FILE to get it as a pickle", result.type_name);
+                return EXIT_RESULT_NOT_JSON;
+            }
+            print_result(&files.result)
+        }
     }
-    let Some(outcome) = outcome else {
-        report.exit.kind = ExitKind::Error;
-        report.exit.error = Some(format!(
-            "the call ended without a result (the interpreter exited with status {} before the function returned: os._exit, a crash, or the runner could not start)",
-            report.exit.status.unwrap_or(-1)
-        ));
-        eprintln!("error: {}", report.exit.error.as_deref().unwrap_or_default());
-        return EXIT_NO_OUTCOME;
-    };
-    if outcome["ok"] != true {
-        let exception = &outcome["exception"];
-        let info = ExceptionInfo {
-            type_name: exception_name(exception),
-            message: exception["message"].as_str().unwrap_or_default().to_string(),
-            traceback: exception["traceback"].as_str().unwrap_or_default().to_string(),
-        };
-        eprint!("{}", info.traceback);
-        report.exit.kind = ExitKind::Exception;
-        report.exit.exception = Some(info);
-        return EXIT_EXCEPTION;
-    }
-    let result = &outcome["result"];
-    report.result = Some(ResultInfo {
-        type_name: result["type"].as_str().unwrap_or_default().to_string(),
-        format: result["format"].as_str().unwrap_or("json").to_string(),
-        bytes: result["bytes"].as_u64().unwrap_or(0),
-    });
-    if args.result_file.is_some() {
-        return 0;
-    }
-    if let Some(reason) = result["not_json"].as_str() {
-        eprintln!("error: the function returned a {} that is not JSON ({reason})\nhint: pass --result-file FILE to get it as a pickle", result["type"].as_str().unwrap_or("value"));
-        return EXIT_RESULT_NOT_JSON;
-    }
-    match std::fs::read(&files.result) {
+}
+
+fn print_result(path: &Path) -> i32 {
+    match std::fs::read(path) {
         Ok(bytes) => {
             let mut out = std::io::stdout().lock();
             let _ = out.write_all(&bytes);
@@ -398,13 +470,5 @@ fn conclude(report: &mut Report, files: &CallFiles, args: &CallArgs) -> i32 {
             eprintln!("error: reading the result: {error}");
             EXIT_MONITOR_FAILED
         }
-    }
-}
-
-fn exception_name(exception: &serde_json::Value) -> String {
-    let name = exception["type"].as_str().unwrap_or("Exception");
-    match exception["module"].as_str() {
-        Some("builtins") | None => name.to_string(),
-        Some(module) => format!("{module}.{name}"),
     }
 }

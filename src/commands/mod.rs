@@ -2,3 +2,4 @@ pub mod analyze;
 pub mod call;
 pub mod pack;
 pub mod run;
+pub mod serve;

@@ -140,6 +140,7 @@ fn monitor_options(options: &RunOptions) -> MonitorOptions {
         backend: options.backend,
         sandbox: options.sandbox.clone(),
         series: options.series.clone(),
+        forked: false,
     }
 }
 
@@ -190,6 +191,8 @@ fn supervise(
         status,
         forwarded_signal: forwarded.map(|(s, _)| s),
         reaped_cpu: Some(tree::rusage_children()),
+        io: None,
+        maxrss_bytes: None,
     }
 }
 

@@ -34,6 +34,10 @@ pub struct MonitorOptions {
     pub sandbox: Option<PathBuf>,
     /// One JSON line per sample.
     pub series: Option<PathBuf>,
+    /// The run's process was forked from a parent it shares memory with (a zygote): its
+    /// VmHWM and ru_maxrss start at the parent's RSS, so memory comes from the cgroup, or
+    /// without one from the memory only the run's processes map.
+    pub forked: bool,
 }
 
 /// How the run's process ended, as its driver saw it.
@@ -45,13 +49,19 @@ pub struct Ending {
     pub forwarded_signal: Option<i32>,
     /// User and system CPU seconds of the processes the driver reaped.
     pub reaped_cpu: Option<(f64, f64)>,
+    /// Storage bytes (read, written) as the run's process counted them itself.
+    pub io: Option<(u64, u64)>,
+    /// ru_maxrss of the run's main process.
+    pub maxrss_bytes: Option<u64>,
 }
 
 pub struct RunMonitor {
     backend: Box<dyn Backend>,
     options: MonitorOptions,
-    /// The run's processes are this process's descendants (and the cgroup's members).
+    /// The run's processes are this process's descendants (and the cgroup's members)...
     tree_root: i32,
+    /// ...and the root itself, when it is the run's own first process.
+    root_included: bool,
     group: Option<i32>,
     tracker: Tracker,
     exceeded: BTreeMap<String, f64>,
@@ -88,6 +98,7 @@ impl RunMonitor {
             backend,
             options,
             tree_root,
+            root_included: false,
             group: None,
             tracker: Tracker::default(),
             exceeded: BTreeMap::new(),
@@ -112,6 +123,12 @@ impl RunMonitor {
     /// `cgroup.procs` descriptors the run's first process writes "0" to before user code.
     pub fn join_fds(&self) -> Vec<RawFd> {
         self.backend.join_fds()
+    }
+
+    /// The run is `pid` and its descendants (a call forked by a zygote).
+    pub fn set_process(&mut self, pid: i32) {
+        self.tree_root = pid;
+        self.root_included = true;
     }
 
     /// The clock starts now; `group` is the run's own process group, if it has one.
@@ -159,8 +176,13 @@ impl RunMonitor {
                 self.tracker.peak_unreclaimable = self.tracker.peak_unreclaimable.max(Some(now));
                 now
             }
+            None if self.options.forked => processes
+                .iter()
+                .map(|p| proctree::private_bytes(p.pid))
+                .sum(),
             None => processes.iter().map(|p| p.rss_bytes).sum(),
         };
+        self.tracker.peak_private = self.tracker.peak_private.max(memory_now);
         self.samples += 1;
         if let Some(meter) = self.disk.as_mut() {
             meter.maybe_measure(self.interval);
@@ -175,7 +197,7 @@ impl RunMonitor {
     /// leaves the cgroup (as root can) stays the run's: lfm is its subreaper, so it is still a
     /// descendant; it is measured from /proc, counted, killed with the tree and named.
     fn processes(&mut self) -> (Vec<ProcessSample>, Vec<ProcessSample>) {
-        let mut tree = proctree::descendants(self.tree_root);
+        let mut tree = self.tree();
         let Some(members) = self.backend.pids() else {
             return (tree.clone(), tree);
         };
@@ -202,6 +224,18 @@ impl RunMonitor {
                 .or_insert_with(|| tree::process_name(key.0));
         }
         self.outside_once = now;
+    }
+
+    fn tree(&self) -> Vec<ProcessSample> {
+        let mut tree = proctree::descendants(self.tree_root);
+        if self.root_included {
+            tree.extend(proctree::samples_of(&[self.tree_root]));
+        }
+        tree
+    }
+
+    fn tree_pids(&self) -> Vec<i32> {
+        self.tree().iter().map(|p| p.pid).collect()
     }
 
     fn cpu_now(&self, reading: &Reading, processes: &[ProcessSample]) -> f64 {
@@ -304,16 +338,12 @@ impl RunMonitor {
 
     /// Send `signal` to every process of the run.
     pub fn signal(&self, signal: i32) {
-        let pids = tree::descendant_pids(self.tree_root);
-        tree::signal_tree(self.backend.as_ref(), &pids, self.group, signal);
+        tree::signal_tree(self.backend.as_ref(), &self.tree_pids(), self.group, signal);
     }
 
     /// SIGKILL every process of the run, in or out of its cgroup.
     pub fn kill(&self) {
-        let root = self.tree_root;
-        tree::kill_tree(self.backend.as_ref(), self.group, || {
-            tree::descendant_pids(root)
-        });
+        tree::kill_tree(self.backend.as_ref(), self.group, || self.tree_pids());
     }
 
     /// The run is over and its processes are reaped: read the final counters, release the
@@ -338,10 +368,13 @@ impl RunMonitor {
         self.exceeded_by_rlimit_signal(ending.status);
         let cpu_time = cpu_time(&reading, ending.reaped_cpu);
         self.tracker.observe_cpu(Instant::now(), cpu_time.total);
+        if let Some(maxrss) = ending.maxrss_bytes {
+            self.tracker.max_reaped_maxrss = self.tracker.max_reaped_maxrss.max(maxrss);
+        }
         let memory = self.memory(&reading);
         // Everything is reaped now: the live processes of the last sample are in the reaped sum.
         self.last_alive.clear();
-        let (bytes_read, bytes_written) = self.io_now();
+        let (bytes_read, bytes_written) = ending.io.unwrap_or_else(|| self.io_now());
         self.note_escaped();
         let exit = classify_exit(ending.status, &self.exceeded, ending.forwarded_signal);
         Report {
@@ -405,18 +438,31 @@ impl RunMonitor {
     /// The headline is the larger of what the cgroup's counters say the run could not do
     /// without and the tree's VmHWM: the counters miss what happens between samples, VmHWM
     /// catches a spike of any process (it never counts page cache read through read(2)).
+    /// A forked run's VmHWM starts at its parent's RSS: there the kernel's peak less the page
+    /// cache still charged at the end catches what sampling missed.
     fn memory(&self, reading: &Reading) -> Memory {
         let vmhwm = self.tracker.vmhwm_peak();
-        let (peak_bytes, peak_source) = match self.tracker.peak_unreclaimable {
-            Some(sampled) if sampled >= vmhwm => (sampled, "cgroup-stat"),
-            _ if vmhwm > 0 || self.tracker.peak_rss_sum == 0 => (vmhwm, "vmhwm"),
-            _ => (self.tracker.peak_rss_sum, "sampled-rss"),
+        let sampled = self.tracker.peak_unreclaimable;
+        let (peak_bytes, peak_source) = if self.options.forked {
+            let unsampled = reading
+                .memory_peak
+                .map(|peak| peak.saturating_sub(reading.file_bytes.unwrap_or(0)));
+            match (sampled, unsampled) {
+                (s, Some(u)) => (s.unwrap_or(0).max(u), "cgroup-stat"),
+                _ => (self.tracker.peak_private, "sampled-private"),
+            }
+        } else {
+            match sampled {
+                Some(sampled) if sampled >= vmhwm => (sampled, "cgroup-stat"),
+                _ if vmhwm > 0 || self.tracker.peak_rss_sum == 0 => (vmhwm, "vmhwm"),
+                _ => (self.tracker.peak_rss_sum, "sampled-rss"),
+            }
         };
         Memory {
             peak_bytes,
             peak_source: peak_source.into(),
             cgroup_peak_bytes: reading.memory_peak,
-            peak_rss_bytes: Some(vmhwm),
+            peak_rss_bytes: (!self.options.forked).then_some(vmhwm),
             anon_bytes: self.tracker.peak_anon.max(reading.anon_bytes),
             file_bytes: self.tracker.peak_file.max(reading.file_bytes),
         }

@@ -27,6 +27,8 @@ pub struct Tracker {
     /// Largest memory the run could not do without, as sampled (cgroup counters, plus the
     /// RSS of processes outside the cgroup); `None` until a sample had cgroup counters.
     pub peak_unreclaimable: Option<u64>,
+    /// Largest sampled memory figure of any kind (the rlimit backend's only one for forks).
+    pub peak_private: u64,
 }
 
 impl Tracker {

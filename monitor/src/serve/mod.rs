@@ -1,0 +1,381 @@
+//! The engine of `lfm serve`: one zygote, one [`RunMonitor`] per call.
+//!
+//! Each call gets a fresh backend (its own cgroup where one is writable), whose `cgroup.procs`
+//! descriptors travel to the zygote with the call; the forked child joins them before any user
+//! code runs, so the cgroup's counters are exactly the call's. The engine samples every running
+//! call, enforces its limits, and turns the zygote's exit message plus the runner's outcome
+//! into one reply. It knows nothing of transports (stdin, sockets) or of how targets are found.
+
+mod reply;
+pub mod zygote;
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::backend::BackendChoice;
+use crate::limits::Limits;
+use crate::report::FunctionCall;
+use crate::supervisor::{self, Ending, MonitorOptions, RunMonitor};
+
+pub use reply::Reply;
+use zygote::{Event, Zygote, ZygoteConfig};
+
+/// One call as the transport parsed it and the target resolver completed it.
+pub struct CallSpec {
+    /// Which client connection the reply goes to.
+    pub client: u64,
+    /// The client's own request id, echoed in the reply.
+    pub id: serde_json::Value,
+    /// The runner's target (python/lfm_runner/target.py).
+    pub target: serde_json::Value,
+    pub function: FunctionCall,
+    /// The runner's arguments (`json` or `pickle`).
+    pub args: serde_json::Value,
+    /// `json` or `pickle`.
+    pub result_format: String,
+    pub limits: Limits,
+    pub category: Option<String>,
+}
+
+pub struct ServerOptions {
+    pub zygote: ZygoteConfig,
+    pub backend: BackendChoice,
+    pub slots: usize,
+}
+
+struct Running {
+    spec: CallSpec,
+    monitor: RunMonitor,
+    dir: PathBuf,
+    pid: Option<i32>,
+    next_sample: Instant,
+    /// The client left: the call is killed and its reply dropped.
+    abandoned: bool,
+}
+
+pub struct Server {
+    options: ServerOptions,
+    zygote: Option<Zygote>,
+    next_id: u64,
+    queue: VecDeque<CallSpec>,
+    running: HashMap<u64, Running>,
+    replies: Vec<Reply>,
+    /// Zygote restarts after a crash, for the notes of later calls.
+    pub restarts: u64,
+}
+
+impl Server {
+    pub fn start(options: ServerOptions) -> Result<Server> {
+        supervisor::become_subreaper();
+        std::fs::create_dir_all(&options.zygote.work_dir)
+            .with_context(|| format!("creating {}", options.zygote.work_dir.display()))?;
+        let zygote = Zygote::start(&options.zygote)?;
+        Ok(Server {
+            options,
+            zygote: Some(zygote),
+            next_id: 0,
+            queue: VecDeque::new(),
+            running: HashMap::new(),
+            replies: Vec::new(),
+            restarts: 0,
+        })
+    }
+
+    /// The descriptor to poll for the zygote's messages.
+    pub fn fd(&self) -> Option<std::os::fd::RawFd> {
+        self.zygote.as_ref().map(Zygote::fd)
+    }
+
+    /// How long the caller may sleep before [`Server::step`] has sampling to do.
+    pub fn timeout(&self) -> Duration {
+        let now = Instant::now();
+        self.running
+            .values()
+            .filter(|r| r.pid.is_some())
+            .map(|r| r.next_sample.saturating_duration_since(now))
+            .min()
+            .unwrap_or(Duration::from_millis(200))
+    }
+
+    pub fn busy(&self) -> bool {
+        !self.running.is_empty() || !self.queue.is_empty()
+    }
+
+    /// A reply made without running anything (a malformed request), sent with the next step's.
+    pub fn push_reply(&mut self, reply: Reply) {
+        self.replies.push(reply);
+    }
+
+    pub fn submit(&mut self, spec: CallSpec) {
+        self.queue.push_back(spec);
+        self.dispatch();
+    }
+
+    /// Handle the zygote's messages, sample the running calls, start queued ones; return the
+    /// replies that are ready.
+    pub fn step(&mut self) -> Vec<Reply> {
+        let events = self.zygote.as_mut().map(Zygote::events).unwrap_or_default();
+        for event in events {
+            self.handle(event);
+        }
+        self.sample_due();
+        reap_orphans(self.zygote.as_ref().map(|z| z.pid));
+        self.dispatch();
+        std::mem::take(&mut self.replies)
+    }
+
+    /// The client is gone: its queued calls are dropped, its running calls killed.
+    pub fn abandon_client(&mut self, client: u64) {
+        self.queue.retain(|spec| spec.client != client);
+        for running in self
+            .running
+            .values_mut()
+            .filter(|r| r.spec.client == client)
+        {
+            running.abandoned = true;
+            running.monitor.kill();
+        }
+    }
+
+    /// Stop taking calls: running ones get `grace` to finish, then are killed; queued ones
+    /// are refused. Returns the last replies; the zygote is stopped.
+    pub fn shutdown(&mut self, grace: Duration) -> Vec<Reply> {
+        for spec in std::mem::take(&mut self.queue) {
+            self.replies
+                .push(Reply::refused(&spec, "the server is shutting down"));
+        }
+        let mut replies = Vec::new();
+        let deadline = Instant::now() + grace;
+        while !self.running.is_empty() && Instant::now() < deadline {
+            replies.extend(self.step());
+            std::thread::sleep(Duration::from_millis(2).min(self.timeout()));
+        }
+        for running in self.running.values() {
+            running.monitor.kill();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.running.is_empty() && Instant::now() < deadline {
+            replies.extend(self.step());
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        for id in self.running.keys().copied().collect::<Vec<_>>() {
+            self.fail(id, "the call outlived the shutdown and was abandoned");
+        }
+        replies.extend(std::mem::take(&mut self.replies));
+        if let Some(zygote) = self.zygote.take() {
+            zygote.stop();
+        }
+        replies
+    }
+
+    fn dispatch(&mut self) {
+        while self.running.len() < self.options.slots.max(1) {
+            let Some(spec) = self.queue.pop_front() else {
+                return;
+            };
+            if self.zygote.is_none() {
+                self.restart_zygote();
+            }
+            if let Err(error) = self.start_call(spec) {
+                self.replies.push(error);
+            }
+        }
+    }
+
+    fn start_call(&mut self, spec: CallSpec) -> Result<(), Reply> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let dir = self.options.zygote.work_dir.join(format!("call-{id}"));
+        let prepared = prepare_call_dir(&dir, &spec)
+            .and_then(|request| self.create_monitor(&spec, &dir).map(|m| (request, m)));
+        let (request, monitor) = match prepared {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(Reply::refused(&spec, &format!("{error:#}")));
+            }
+        };
+        let rlimits = supervisor::child_rlimits(&spec.limits, monitor.backend());
+        let zygote = self.zygote.as_ref().expect("dispatch restarts the zygote");
+        if let Err(error) =
+            zygote.call_with_rlimits(id, &request, &dir, &monitor.join_fds(), &rlimits)
+        {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(Reply::refused(&spec, &format!("{error:#}")));
+        }
+        self.running.insert(
+            id,
+            Running {
+                spec,
+                monitor,
+                dir,
+                pid: None,
+                next_sample: Instant::now(),
+                abandoned: false,
+            },
+        );
+        Ok(())
+    }
+
+    fn create_monitor(&self, spec: &CallSpec, dir: &std::path::Path) -> Result<RunMonitor> {
+        let options = MonitorOptions {
+            command: vec!["serve".into(), spec.function.target.clone()],
+            category: spec.category.clone(),
+            limits: spec.limits.clone(),
+            backend: self.options.backend,
+            sandbox: Some(dir.join("sandbox")),
+            series: None,
+            forked: true,
+        };
+        RunMonitor::create(options, 0)
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Started { id, pid } => {
+                if let Some(running) = self.running.get_mut(&id) {
+                    running.pid = Some(pid);
+                    running.monitor.set_process(pid);
+                    running.monitor.started(Some(pid));
+                    running.next_sample = Instant::now() + running.monitor.interval();
+                    if running.abandoned {
+                        running.monitor.kill();
+                    }
+                }
+            }
+            Event::Exited {
+                id: Some(id),
+                status,
+                user,
+                system,
+                ..
+            } => {
+                self.finish(id, status, (user, system));
+            }
+            Event::Exited { id: None, .. } => {}
+            Event::Died => self.zygote_died(),
+        }
+    }
+
+    fn sample_due(&mut self) {
+        let now = Instant::now();
+        for running in self.running.values_mut() {
+            if running.pid.is_none() || running.next_sample > now {
+                continue;
+            }
+            if running.monitor.sample() {
+                running.monitor.kill();
+            }
+            running.next_sample = Instant::now() + running.monitor.interval();
+        }
+    }
+
+    fn finish(&mut self, id: u64, status: i32, cpu: (f64, f64)) {
+        let Some(running) = self.running.remove(&id) else {
+            return;
+        };
+        // Nothing the call started outlives it.
+        running.monitor.kill();
+        let outcome = crate::outcome::read(&running.dir.join("outcome.json"));
+        let ending = Ending {
+            status: Some(status),
+            forwarded_signal: None,
+            reaped_cpu: Some(cpu),
+            io: crate::outcome::io(outcome.as_ref()),
+            maxrss_bytes: None,
+        };
+        let mut report = running.monitor.finish(ending);
+        report.function = Some(running.spec.function.clone());
+        if !running.abandoned {
+            self.replies.push(Reply::finished(
+                &running.spec,
+                report,
+                outcome.as_ref(),
+                &running.dir,
+            ));
+        }
+        let _ = std::fs::remove_dir_all(&running.dir);
+    }
+
+    /// Every in-flight call fails with the reason; the next call starts a fresh zygote.
+    fn zygote_died(&mut self) {
+        if let Some(zygote) = self.zygote.take() {
+            zygote.reap();
+        }
+        for id in self.running.keys().copied().collect::<Vec<_>>() {
+            self.fail(id, "the zygote died during the call; it was restarted");
+        }
+    }
+
+    fn fail(&mut self, id: u64, reason: &str) {
+        let Some(running) = self.running.remove(&id) else {
+            return;
+        };
+        running.monitor.kill();
+        let mut report = running.monitor.finish(Ending::default());
+        report.function = Some(running.spec.function.clone());
+        if !running.abandoned {
+            self.replies
+                .push(Reply::failed(&running.spec, report, "zygote", reason));
+        }
+        let _ = std::fs::remove_dir_all(&running.dir);
+    }
+
+    fn restart_zygote(&mut self) {
+        match Zygote::start(&self.options.zygote) {
+            Ok(zygote) => {
+                self.zygote = Some(zygote);
+                self.restarts += 1;
+            }
+            Err(error) => eprintln!("lfm serve: restarting the zygote failed: {error:#}"),
+        }
+    }
+}
+
+/// The call's directory: `sandbox/` (its working directory, the disk measure) and the
+/// runner's request; the child writes stdout, stderr, result and outcome.json beside them.
+fn prepare_call_dir(dir: &std::path::Path, spec: &CallSpec) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir.join("sandbox"))
+        .with_context(|| format!("creating {}", dir.display()))?;
+    let request = serde_json::json!({
+        "format": "lfm-call-request/1",
+        "target": spec.target,
+        "args": spec.args,
+        "result": {"format": spec.result_format},
+        "result_file": dir.join("result"),
+        "outcome_file": dir.join("outcome.json"),
+    });
+    let path = dir.join("request.json");
+    std::fs::write(&path, request.to_string())
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+/// Processes the calls left behind are reparented to lfm (a subreaper): reap them, but never
+/// the zygote, whose end is noticed on its socket.
+fn reap_orphans(zygote: Option<i32>) {
+    loop {
+        let mut status = 0;
+        // SAFETY: zeroed siginfo_t is a valid value for this plain C struct.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid with WNOWAIT only inspects.
+        let peeked = unsafe {
+            libc::waitid(
+                libc::P_ALL,
+                0,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: reading the pid field of a siginfo filled by waitid.
+        let pid = unsafe { info.si_pid() };
+        if peeked != 0 || pid == 0 || Some(pid) == zygote {
+            return;
+        }
+        // SAFETY: waitpid on a known exited child.
+        unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    }
+}

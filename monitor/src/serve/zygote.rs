@@ -1,0 +1,257 @@
+//! The zygote process of `lfm serve` and its control socket (python/lfm_runner/zygote.py
+//! documents the messages).
+
+use std::ffi::OsString;
+use std::io::IoSlice;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use nix::sys::socket::{
+    recv, sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
+};
+
+/// Where the zygote's interpreter comes from and what it loads before forking.
+#[derive(Clone)]
+pub struct ZygoteConfig {
+    /// The interpreter command (`python3`, an env's python, a pack's `run python3`).
+    pub interpreter: Vec<OsString>,
+    pub runner: PathBuf,
+    /// The config file the zygote reads (preload, functions, cores per slot; control_fd set
+    /// here).
+    pub config: serde_json::Value,
+    pub work_dir: PathBuf,
+}
+
+/// A message from the zygote.
+#[derive(Debug)]
+pub enum Event {
+    Started {
+        id: u64,
+        pid: i32,
+    },
+    Exited {
+        id: Option<u64>,
+        pid: i32,
+        status: i32,
+        user: f64,
+        system: f64,
+        maxrss: u64,
+    },
+    /// The zygote is gone (its socket closed).
+    Died,
+}
+
+pub struct Zygote {
+    pub pid: i32,
+    child: std::process::Child,
+    control: OwnedFd,
+}
+
+/// The zygote's end of the control socket appears as this descriptor in it.
+const CONTROL_FD: RawFd = 3;
+const MAX_MESSAGE: usize = 1 << 16;
+
+impl Zygote {
+    /// Start the zygote and wait until it has imported everything (or failed to).
+    pub fn start(config: &ZygoteConfig) -> Result<Zygote> {
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .context("creating the zygote's control socket")?;
+        let mut file_config = config.config.clone();
+        file_config["control_fd"] = CONTROL_FD.into();
+        let config_path = config.work_dir.join("zygote.json");
+        std::fs::write(&config_path, file_config.to_string())
+            .with_context(|| format!("writing {}", config_path.display()))?;
+        let child = spawn(config, &config_path, theirs.as_raw_fd())?;
+        drop(theirs);
+        let mut zygote = Zygote {
+            pid: child.id() as i32,
+            child,
+            control: ours,
+        };
+        zygote.wait_ready()?;
+        Ok(zygote)
+    }
+
+    fn wait_ready(&mut self) -> Result<()> {
+        // Preloading pandas and sklearn takes seconds; a broken preload fails at once.
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while Instant::now() < deadline {
+            if !self.readable(Duration::from_millis(100)) {
+                if let Ok(Some(status)) = self.child.try_wait() {
+                    bail!("the zygote exited while starting ({status}): see its stderr above");
+                }
+                continue;
+            }
+            let message = self.receive()?;
+            match message.as_ref().and_then(|m| m["op"].as_str()) {
+                Some("ready") => return Ok(()),
+                Some("failed") => {
+                    let error = &message
+                        .as_ref()
+                        .map(|m| m["error"].clone())
+                        .unwrap_or_default();
+                    bail!(
+                        "the zygote could not preload: {}",
+                        error["traceback"].as_str().unwrap_or("unknown error")
+                    );
+                }
+                None => bail!("the zygote exited while starting: see its stderr above"),
+                Some(other) => bail!("unexpected message from the zygote: {other}"),
+            }
+        }
+        bail!("the zygote did not become ready within 10 minutes")
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.control.as_raw_fd()
+    }
+
+    fn readable(&self, timeout: Duration) -> bool {
+        let mut poll = libc::pollfd {
+            fd: self.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut poll, 1, timeout.as_millis() as libc::c_int) > 0 }
+    }
+
+    /// One message, or `None` when the zygote closed the socket.
+    fn receive(&self) -> Result<Option<serde_json::Value>> {
+        let mut buffer = vec![0u8; MAX_MESSAGE];
+        let n =
+            recv(self.fd(), &mut buffer, MsgFlags::empty()).context("reading from the zygote")?;
+        if n == 0 {
+            return Ok(None);
+        }
+        Ok(Some(
+            serde_json::from_slice(&buffer[..n]).context("a malformed zygote message")?,
+        ))
+    }
+
+    /// Every message waiting now, without blocking.
+    pub fn events(&mut self) -> Vec<Event> {
+        let mut events = Vec::new();
+        while self.readable(Duration::ZERO) {
+            match self.receive() {
+                Ok(Some(message)) => events.extend(parse_event(&message)),
+                Ok(None) | Err(_) => {
+                    events.push(Event::Died);
+                    break;
+                }
+            }
+        }
+        events
+    }
+
+    /// Ask for a call: the zygote forks, the child joins the cgroups behind `join_fds` and
+    /// sets `rlimits` (resource number, value) on itself.
+    pub fn call_with_rlimits(
+        &self,
+        id: u64,
+        request: &Path,
+        dir: &Path,
+        join_fds: &[RawFd],
+        rlimits: &[(libc::__rlimit_resource_t, libc::rlim_t)],
+    ) -> Result<()> {
+        let message = serde_json::json!({
+            "op": "call", "id": id, "request": request, "dir": dir, "rlimits": rlimits,
+        })
+        .to_string();
+        let iov = [IoSlice::new(message.as_bytes())];
+        let rights = [ControlMessage::ScmRights(join_fds)];
+        let control: &[ControlMessage] = if join_fds.is_empty() { &[] } else { &rights };
+        sendmsg::<()>(self.fd(), &iov, control, MsgFlags::empty(), None)
+            .context("sending a call to the zygote")?;
+        Ok(())
+    }
+
+    /// Ask the zygote to leave, then make sure it has.
+    pub fn stop(mut self) {
+        let message = br#"{"op": "exit"}"#;
+        let _ = nix::sys::socket::send(self.fd(), message, MsgFlags::empty());
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Reap the zygote after it died.
+    pub fn reap(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn parse_event(message: &serde_json::Value) -> Option<Event> {
+    let pid = message["pid"].as_i64()? as i32;
+    match message["op"].as_str()? {
+        "started" => Some(Event::Started {
+            id: message["id"].as_u64()?,
+            pid,
+        }),
+        "exited" => Some(Event::Exited {
+            id: message["id"].as_u64(),
+            pid,
+            status: message["status"].as_i64()? as i32,
+            user: message["user"].as_f64().unwrap_or(0.0),
+            system: message["system"].as_f64().unwrap_or(0.0),
+            maxrss: message["maxrss"].as_u64().unwrap_or(0),
+        }),
+        _ => None,
+    }
+}
+
+fn spawn(config: &ZygoteConfig, config_path: &Path, control: RawFd) -> Result<std::process::Child> {
+    let (program, rest) = config
+        .interpreter
+        .split_first()
+        .context("no interpreter given")?;
+    let mut command = std::process::Command::new(program);
+    command
+        .args(rest)
+        .arg(&config.runner)
+        .arg("zygote")
+        .arg(config_path)
+        .stdin(std::process::Stdio::null())
+        // The zygote's own output (preload messages) must not mix with replies on stdout.
+        .stdout(std::process::Stdio::from(stderr_copy()?))
+        .current_dir(&config.work_dir);
+    // SAFETY: between fork and exec only async-signal-safe calls (dup2, prctl).
+    unsafe {
+        command.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            // dup2 onto itself would keep close-on-exec: clear it instead.
+            let result = if control == CONTROL_FD {
+                libc::fcntl(control, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(control, CONTROL_FD)
+            };
+            if result < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    command
+        .spawn()
+        .with_context(|| format!("starting the zygote with {}", program.to_string_lossy()))
+}
+
+fn stderr_copy() -> Result<OwnedFd> {
+    use std::os::fd::AsFd;
+    Ok(std::io::stderr().as_fd().try_clone_to_owned()?)
+}
