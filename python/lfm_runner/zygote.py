@@ -56,6 +56,9 @@ def limit_threads(cores):
 
 def preload(config):
     """Import the preloaded modules and load the registered functions once."""
+    for directory in reversed(config.get("sys_path", [])):
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
     for name in config.get("preload", []):
         importlib.import_module(name)
     for name, spec in config.get("functions", {}).items():

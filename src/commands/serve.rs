@@ -95,6 +95,8 @@ fn start(
         runner,
         config: serde_json::json!({
             "preload": args.preload,
+            // Preloaded modules are found where the calls' local modules are.
+            "sys_path": targets.interpreter.source_roots.iter().chain(&targets.interpreter.roots).collect::<Vec<_>>(),
             "functions": functions,
             "cores_per_slot": args.cores_per_slot,
         }),

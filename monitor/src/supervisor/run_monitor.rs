@@ -169,7 +169,12 @@ impl RunMonitor {
         self.tracker.peak_file = self.tracker.peak_file.max(reading.file_bytes);
         let cpu_now = self.cpu_now(&reading, &processes);
         self.tracker.observe_cpu(Instant::now(), cpu_now);
-        let outside_rss: u64 = outside.iter().map(|p| p.rss_bytes).sum();
+        // A forked process's RSS counts the pages it shares with its parent.
+        let outside_rss: u64 = if self.options.forked {
+            outside.iter().map(|p| proctree::private_bytes(p.pid)).sum()
+        } else {
+            outside.iter().map(|p| p.rss_bytes).sum()
+        };
         let memory_now = match reading.unreclaimable_bytes {
             Some(unreclaimable) => {
                 let now = unreclaimable + outside_rss;
@@ -343,7 +348,22 @@ impl RunMonitor {
 
     /// SIGKILL every process of the run, in or out of its cgroup.
     pub fn kill(&self) {
+        if self.cgroup_holds_everything() {
+            // The cgroup (and the process group) hold every process ever seen: kill through
+            // them without walking /proc, which costs a serve call more than the call itself.
+            self.backend.kill_all();
+            if let Some(group) = self.group {
+                // SAFETY: kill(2) on the run's own process group.
+                unsafe { libc::kill(-group, libc::SIGKILL) };
+            }
+            return;
+        }
         tree::kill_tree(self.backend.as_ref(), self.group, || self.tree_pids());
+    }
+
+    /// Whether nothing of the run was ever seen outside its cgroup.
+    fn cgroup_holds_everything(&self) -> bool {
+        self.backend.pids().is_some() && self.outside_once.is_empty() && self.escaped.is_empty()
     }
 
     /// The run is over and its processes are reaped: read the final counters, release the

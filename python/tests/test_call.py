@@ -1,0 +1,70 @@
+"""One call's outcome files (lfm_runner.call)."""
+import json
+import pickle
+
+from lfm_runner import call
+
+
+def request(tmp_path, module_text, qualname, args=([], {}), result_format="json"):
+    module = tmp_path / "callee.py"
+    module.write_text(module_text)
+    return {
+        "target": {"mode": "import", "module": "callee", "root": str(tmp_path), "qualname": qualname},
+        "args": {"json": list(args)},
+        "result": {"format": result_format},
+        "result_file": str(tmp_path / "result"),
+        "outcome_file": str(tmp_path / "outcome.json"),
+    }
+
+
+def outcome(tmp_path):
+    return json.loads((tmp_path / "outcome.json").read_text())
+
+
+def test_a_returned_value_is_written_as_json(tmp_path, monkeypatch):
+    monkeypatch.delitem(__import__("sys").modules, "callee", raising=False)
+    req = request(tmp_path, "def f(a, b=0):\n    return {'sum': a + b}\n", "f", ([1], {"b": 2}))
+    assert call.run(req)["ok"]
+    assert json.loads((tmp_path / "result").read_text()) == {"sum": 3}
+    result = outcome(tmp_path)["result"]
+    assert result == {"type": "builtins.dict", "format": "json", "bytes": 10}
+    assert len(outcome(tmp_path)["io"]) == 2
+
+
+def test_an_exception_is_described_without_the_runners_frames(tmp_path, monkeypatch):
+    monkeypatch.delitem(__import__("sys").modules, "callee", raising=False)
+    req = request(tmp_path, "def f():\n    raise KeyError('k')\n", "f")
+    described = call.run(req)
+    assert not described["ok"]
+    assert described["stage"] == "call"
+    exception = described["exception"]
+    assert exception["type"] == "KeyError"
+    assert "lfm_runner" not in exception["traceback"]
+    assert "callee.py" in exception["traceback"]
+
+
+def test_sys_exit_in_the_function_is_an_exception_not_an_exit(tmp_path, monkeypatch):
+    monkeypatch.delitem(__import__("sys").modules, "callee", raising=False)
+    req = request(tmp_path, "import sys\ndef f():\n    sys.exit(4)\n", "f")
+    assert call.run(req)["exception"]["type"] == "SystemExit"
+
+
+def test_a_value_that_is_not_json_falls_back_to_a_pickle(tmp_path, monkeypatch):
+    monkeypatch.delitem(__import__("sys").modules, "callee", raising=False)
+    req = request(tmp_path, "def f():\n    return {1, 2}\n", "f")
+    result = call.run(req)["result"]
+    assert result["format"] == "pickle" and "not JSON serializable" in result["not_json"]
+    assert pickle.loads((tmp_path / "result").read_bytes()) == {1, 2}
+
+
+def test_an_unpicklable_value_is_a_result_stage_exception(tmp_path, monkeypatch):
+    monkeypatch.delitem(__import__("sys").modules, "callee", raising=False)
+    req = request(tmp_path, "def f():\n    return lambda: 1\n", "f", result_format="pickle")
+    described = call.run(req)
+    assert described["stage"] == "result"
+
+
+def test_arguments_come_from_a_pickle_file(tmp_path):
+    path = tmp_path / "args.pkl"
+    path.write_bytes(pickle.dumps(([1, 2], {"x": 3})))
+    assert call.read_arguments({"pickle_file": str(path)}) == ([1, 2], {"x": 3})

@@ -1,0 +1,366 @@
+//! `lfm serve` with calls that misbehave in every way, on the cgroup1 backend (where this
+//! machine offers it) and on the rlimit backend as an ordinary user (setpriv to nobody).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const MIB: f64 = 1_048_576.0;
+
+/// Where a server runs: as root with auto/cgroup1, or as nobody with rlimit.
+struct Setup {
+    name: &'static str,
+    dir: tempfile::TempDir,
+    lfm: PathBuf,
+    python: &'static str,
+    backend: &'static str,
+    as_nobody: bool,
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/serve")
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn cgroup1_available() -> bool {
+    common::lfm_in("/", &["run", "--quiet", "--backend", "cgroup1", "--", "true"])
+        .status
+        .success()
+}
+
+/// A world-readable directory holding lfm and the fixtures, so nobody can run them too.
+fn setup(name: &'static str, backend: &'static str, as_nobody: bool) -> Setup {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new().prefix("lfm-serve").tempdir_in("/tmp").unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let lfm = dir.path().join("lfm");
+    std::fs::copy(env!("CARGO_BIN_EXE_lfm"), &lfm).unwrap();
+    for file in ["faults.py", "big.py"] {
+        std::fs::copy(fixtures().join(file), dir.path().join(file)).unwrap();
+    }
+    Setup {
+        name,
+        dir,
+        lfm,
+        python: if as_nobody { "/usr/bin/python3" } else { "python3" },
+        backend,
+        as_nobody,
+    }
+}
+
+/// Every setup this machine offers, each with why one is missing.
+fn setups() -> Vec<Setup> {
+    let mut out = Vec::new();
+    if cgroup1_available() {
+        out.push(setup("cgroup1", "cgroup1", false));
+    } else {
+        eprintln!("SKIPPED cgroup1: no writable cgroup v1 hierarchy here");
+    }
+    if is_root() && Path::new("/usr/bin/python3").exists() {
+        out.push(setup("rlimit-as-nobody", "rlimit", true));
+    } else {
+        eprintln!("SKIPPED rlimit as nobody: needs root (to setpriv) and /usr/bin/python3");
+        out.push(setup("rlimit", "rlimit", false));
+    }
+    out
+}
+
+impl Setup {
+    fn command(&self, extra: &[&str]) -> Command {
+        let mut command = if self.as_nobody {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+            c.arg(&self.lfm);
+            c
+        } else {
+            Command::new(&self.lfm)
+        };
+        command
+            .args(["serve", "--python", self.python, "--backend", self.backend])
+            .args(["--cache-dir"])
+            .arg(self.dir.path().join("cache"))
+            .args(extra)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        command
+    }
+
+    fn start(&self, extra: &[&str]) -> Server {
+        let mut child = self.command(extra).spawn().expect("start lfm serve");
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Server { child, stdout }
+    }
+
+    /// Send every request, close stdin, and collect every reply by id.
+    fn serve_all(&self, extra: &[&str], requests: &[Value]) -> Vec<Value> {
+        let mut server = self.start(extra);
+        for request in requests {
+            server.send(request);
+        }
+        drop(server.child.stdin.take());
+        let replies: Vec<Value> = (&mut server.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+            .collect();
+        let status = server.child.wait().unwrap();
+        assert!(status.success(), "{}: serve exited with {status}", self.name);
+        replies
+    }
+}
+
+struct Server {
+    child: Child,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Server {
+    fn send(&mut self, request: &Value) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{request}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn reply(&mut self) -> Value {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    }
+}
+
+fn by_id<'a>(replies: &'a [Value], id: &str) -> &'a Value {
+    replies
+        .iter()
+        .find(|r| r["id"] == id)
+        .unwrap_or_else(|| panic!("no reply for {id}: {replies:?}"))
+}
+
+fn call(id: &str, function: &str, args: Value, limits: Value) -> Value {
+    json!({"id": id, "function": format!("faults.py:{function}"), "import_module": true,
+           "args": args, "limits": limits})
+}
+
+#[test]
+fn every_fault_gets_one_reply_and_the_server_keeps_serving() {
+    for setup in setups() {
+        let name = setup.name;
+        let requests = vec![
+            call("add", "add", json!([2, 3]), json!({})),
+            call("boom", "boom", json!([]), json!({})),
+            call("segfault", "segfault", json!([]), json!({})),
+            call("hard_exit", "hard_exit", json!([]), json!({})),
+            call("soft_exit", "soft_exit", json!([]), json!({})),
+            call("oom", "alloc", json!([300]), json!({"memory": "100M"})),
+            call("forever", "forever", json!([]), json!({"wall": "1s"})),
+            call("bomb", "bomb", json!([]), json!({"processes": 20, "wall": "20s"})),
+            call("loud", "loud", json!([]), json!({})),
+            call("unpicklable", "unpicklable", json!([]), json!({})),
+            json!("not an object"),
+            json!({"id": "no-function", "args": []}),
+            call("bad-limit", "noop", json!([]), json!({"memory": "lots"})),
+            call("after", "add", json!([40, 2]), json!({})),
+        ];
+        let started = Instant::now();
+        let replies = setup.serve_all(&["--slots", "2"], &requests);
+        assert_eq!(replies.len(), requests.len(), "{name}: one reply per request: {replies:?}");
+        assert!(started.elapsed() < Duration::from_secs(60), "{name}: too slow");
+
+        let ok = by_id(&replies, "add");
+        assert_eq!(ok["ok"], true, "{name}: {ok}");
+        assert_eq!(ok["result"], 5);
+        assert_eq!(ok["report"]["backend"], setup.backend, "{name}");
+        assert_eq!(ok["report"]["function"]["target"], "faults.py:add");
+
+        let error = |id: &str| by_id(&replies, id)["error"].clone();
+        assert_eq!(error("boom")["reason"], "exception", "{name}");
+        assert_eq!(error("boom")["type"], "ValueError", "{name}");
+        assert!(error("boom")["traceback"].as_str().unwrap().contains("raise ValueError"));
+        assert_eq!(error("segfault")["reason"], "signal", "{name}");
+        assert_eq!(error("segfault")["signal"], 11, "{name}");
+        assert_eq!(error("hard_exit")["reason"], "no-result", "{name}");
+        assert_eq!(error("hard_exit")["status"], 3, "{name}");
+        assert_eq!(error("soft_exit")["type"], "SystemExit", "{name}");
+        assert_eq!(error("oom")["reason"], "limits", "{name}: {}", error("oom"));
+        assert!(error("oom")["limits_exceeded"]["memory"].is_number(), "{name}");
+        assert_eq!(error("forever")["reason"], "limits", "{name}");
+        assert!(error("forever")["limits_exceeded"]["wall_time"].is_number(), "{name}");
+        assert_eq!(error("bomb")["reason"], "limits", "{name}: {}", error("bomb"));
+        assert!(
+            error("bomb")["limits_exceeded"]["max_concurrent_processes"].is_number(),
+            "{name}: {}",
+            error("bomb")
+        );
+        let loud = by_id(&replies, "loud");
+        assert_eq!(loud["result"], "done", "{name}");
+        let stdout = loud["stdout"].as_str().unwrap();
+        assert!(stdout.starts_with("[... ") && stdout.len() < 70_000, "{name}");
+        assert_eq!(error("unpicklable")["reason"], "exception", "{name}");
+        for id in ["no-function", "bad-limit"] {
+            assert_eq!(error(id)["reason"], "malformed", "{name}: {id}");
+        }
+        assert!(replies.iter().any(|r| r["id"].is_null() && r["error"]["reason"] == "malformed"));
+        assert_eq!(by_id(&replies, "after")["result"], 42, "{name}");
+        assert_no_leftovers(&setup);
+    }
+}
+
+/// No process runs from the setup's directory, and no run cgroup of a gone lfm is left.
+fn assert_no_leftovers(setup: &Setup) {
+    std::thread::sleep(Duration::from_millis(100));
+    let marker = setup.dir.path().to_str().unwrap().to_string();
+    let mut left = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let cwd = std::fs::read_link(entry.path().join("cwd")).unwrap_or_default();
+        if text.contains(&marker) || cwd.starts_with(setup.dir.path()) {
+            left.push(text);
+        }
+    }
+    assert!(left.is_empty(), "{}: processes left: {left:?}", setup.name);
+    let cache = setup.dir.path().join("cache");
+    let serve_dirs: Vec<_> = std::fs::read_dir(&cache)
+        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("serve-")).collect())
+        .unwrap_or_default();
+    assert!(serve_dirs.is_empty(), "{}: work dirs left", setup.name);
+}
+
+#[test]
+fn a_call_is_measured_by_what_it_allocates_not_by_the_zygote() {
+    if !cgroup1_available() {
+        eprintln!("SKIPPED: needs a cgroup v1 memory hierarchy (a fresh cgroup per call)");
+        return;
+    }
+    let setup = setup("cgroup1", "cgroup1", false);
+    let requests = vec![
+        call("noop", "noop", json!([]), json!({})),
+        call("alloc", "alloc", json!([100]), json!({})),
+    ];
+    let replies = setup.serve_all(&["--preload", "big"], &requests);
+    let peak = |id: &str| by_id(&replies, id)["report"]["memory"]["peak_bytes"].as_f64().unwrap() / MIB;
+    assert!(peak("noop") < 5.0, "noop call measured {:.1} MiB", peak("noop"));
+    assert!(
+        (peak("alloc") - 100.0).abs() <= 3.0,
+        "100 MiB call measured {:.1} MiB while the zygote holds 300 MiB",
+        peak("alloc")
+    );
+}
+
+#[test]
+fn a_dead_zygote_fails_its_calls_cleanly_and_is_restarted() {
+    let setup = setup("auto", "auto", false);
+    let mut server = setup.start(&[]);
+    let pidfile = setup.dir.path().join("call.pid");
+    server.send(&call("sleeper", "pid_then_sleep", json!([pidfile, 30]), json!({})));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pidfile.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let call_pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let zygote = parent_of(call_pid);
+    // SAFETY: kill(2) on the zygote this test's server started.
+    unsafe { libc::kill(zygote, libc::SIGKILL) };
+    let reply = server.reply();
+    assert_eq!(reply["id"], "sleeper");
+    assert_eq!(reply["error"]["reason"], "zygote", "{reply}");
+    server.send(&call("after", "add", json!([1, 1]), json!({})));
+    let reply = server.reply();
+    assert_eq!(reply["result"], 2, "{reply}");
+    drop(server.child.stdin.take());
+    assert!(server.child.wait().unwrap().success());
+    assert!(!Path::new(&format!("/proc/{call_pid}")).exists(), "the call outlived its zygote");
+}
+
+#[test]
+fn sigterm_lets_running_calls_finish_then_leaves_nothing() {
+    let setup = setup("auto", "auto", false);
+    let mut server = setup.start(&["--grace", "10s"]);
+    let pidfile = setup.dir.path().join("call.pid");
+    server.send(&call("short", "pid_then_sleep", json!([pidfile, 0.5]), json!({})));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pidfile.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) on the server this test started.
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
+    let reply = server.reply();
+    assert_eq!(reply["result"], 0.5, "{reply}");
+    assert!(server.child.wait().unwrap().success());
+    assert_no_leftovers(&setup);
+}
+
+#[test]
+fn socket_clients_are_served_at_once_and_a_gone_client_loses_only_its_call() {
+    use std::os::unix::net::UnixStream;
+    let setup = setup("auto", "auto", false);
+    let socket = setup.dir.path().join("private/serve.sock");
+    let mut server = setup.start(&["--socket", socket.to_str().unwrap(), "--slots", "2"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !socket.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&socket), 0o600);
+    assert_eq!(mode(socket.parent().unwrap()), 0o700);
+
+    // A client that leaves mid-call: its call is killed.
+    let pidfile = setup.dir.path().join("gone.pid");
+    let mut gone = UnixStream::connect(&socket).unwrap();
+    writeln!(gone, "{}", call("gone", "pid_then_sleep", json!([pidfile, 30]), json!({}))).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pidfile.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let call_pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    drop(gone);
+
+    // Two clients at once.
+    let clients: Vec<_> = (0..2)
+        .map(|n| {
+            let socket = socket.clone();
+            std::thread::spawn(move || {
+                let mut stream = UnixStream::connect(&socket).unwrap();
+                writeln!(stream, "{}", call(&format!("c{n}"), "add", json!([n, 10]), json!({}))).unwrap();
+                let mut line = String::new();
+                BufReader::new(stream).read_line(&mut line).unwrap();
+                serde_json::from_str::<Value>(&line).unwrap()
+            })
+        })
+        .collect();
+    for (n, client) in clients.into_iter().enumerate() {
+        let reply = client.join().unwrap();
+        assert_eq!(reply["result"], 10 + n as i64, "{reply}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Path::new(&format!("/proc/{call_pid}")).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!alive(call_pid), "the gone client's call still runs");
+    // SAFETY: kill(2) on the server this test started.
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
+    assert!(server.child.wait().unwrap().success());
+    assert!(!socket.exists(), "the socket is removed at shutdown");
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+        .unwrap_or(false)
+}
+
+fn parent_of(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    after.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
