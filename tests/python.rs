@@ -18,14 +18,21 @@ fn test_venv() -> PathBuf {
         return venv;
     }
     let _ = std::fs::remove_dir_all(&venv);
-    let status = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().unwrap();
+    let status = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .unwrap();
     assert!(status.success(), "python3 -m venv failed");
     let status = Command::new(venv.join("bin/pip"))
         .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
         .arg(&requirements)
         .status()
         .unwrap();
-    assert!(status.success(), "installing the Python test dependencies failed");
+    assert!(
+        status.success(),
+        "installing the Python test dependencies failed"
+    );
     std::fs::write(&stamp, wanted).unwrap();
     venv
 }

@@ -32,15 +32,21 @@ fn is_root() -> bool {
 }
 
 fn cgroup1_available() -> bool {
-    common::lfm_in("/", &["run", "--quiet", "--backend", "cgroup1", "--", "true"])
-        .status
-        .success()
+    common::lfm_in(
+        "/",
+        &["run", "--quiet", "--backend", "cgroup1", "--", "true"],
+    )
+    .status
+    .success()
 }
 
 /// A world-readable directory holding lfm and the fixtures, so nobody can run them too.
 fn setup(name: &'static str, backend: &'static str, as_nobody: bool) -> Setup {
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::Builder::new().prefix("lfm-serve").tempdir_in("/tmp").unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("lfm-serve")
+        .tempdir_in("/tmp")
+        .unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let lfm = dir.path().join("lfm");
     std::fs::copy(env!("CARGO_BIN_EXE_lfm"), &lfm).unwrap();
@@ -51,7 +57,11 @@ fn setup(name: &'static str, backend: &'static str, as_nobody: bool) -> Setup {
         name,
         dir,
         lfm,
-        python: if as_nobody { "/usr/bin/python3" } else { "python3" },
+        python: if as_nobody {
+            "/usr/bin/python3"
+        } else {
+            "python3"
+        },
         backend,
         as_nobody,
     }
@@ -114,7 +124,11 @@ impl Setup {
             .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
             .collect();
         let status = server.child.wait().unwrap();
-        assert!(status.success(), "{}: serve exited with {status}", self.name);
+        assert!(
+            status.success(),
+            "{}: serve exited with {status}",
+            self.name
+        );
         replies
     }
 }
@@ -162,7 +176,12 @@ fn every_fault_gets_one_reply_and_the_server_keeps_serving() {
             call("soft_exit", "soft_exit", json!([]), json!({})),
             call("oom", "alloc", json!([300]), json!({"memory": "100M"})),
             call("forever", "forever", json!([]), json!({"wall": "1s"})),
-            call("bomb", "bomb", json!([]), json!({"processes": 20, "wall": "20s"})),
+            call(
+                "bomb",
+                "bomb",
+                json!([]),
+                json!({"processes": 20, "wall": "20s"}),
+            ),
             call("loud", "loud", json!([]), json!({})),
             call("unpicklable", "unpicklable", json!([]), json!({})),
             json!("not an object"),
@@ -172,8 +191,15 @@ fn every_fault_gets_one_reply_and_the_server_keeps_serving() {
         ];
         let started = Instant::now();
         let replies = setup.serve_all(&["--slots", "2"], &requests);
-        assert_eq!(replies.len(), requests.len(), "{name}: one reply per request: {replies:?}");
-        assert!(started.elapsed() < Duration::from_secs(60), "{name}: too slow");
+        assert_eq!(
+            replies.len(),
+            requests.len(),
+            "{name}: one reply per request: {replies:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{name}: too slow"
+        );
 
         let ok = by_id(&replies, "add");
         assert_eq!(ok["ok"], true, "{name}: {ok}");
@@ -184,17 +210,31 @@ fn every_fault_gets_one_reply_and_the_server_keeps_serving() {
         let error = |id: &str| by_id(&replies, id)["error"].clone();
         assert_eq!(error("boom")["reason"], "exception", "{name}");
         assert_eq!(error("boom")["type"], "ValueError", "{name}");
-        assert!(error("boom")["traceback"].as_str().unwrap().contains("raise ValueError"));
+        assert!(error("boom")["traceback"]
+            .as_str()
+            .unwrap()
+            .contains("raise ValueError"));
         assert_eq!(error("segfault")["reason"], "signal", "{name}");
         assert_eq!(error("segfault")["signal"], 11, "{name}");
         assert_eq!(error("hard_exit")["reason"], "no-result", "{name}");
         assert_eq!(error("hard_exit")["status"], 3, "{name}");
         assert_eq!(error("soft_exit")["type"], "SystemExit", "{name}");
         assert_eq!(error("oom")["reason"], "limits", "{name}: {}", error("oom"));
-        assert!(error("oom")["limits_exceeded"]["memory"].is_number(), "{name}");
+        assert!(
+            error("oom")["limits_exceeded"]["memory"].is_number(),
+            "{name}"
+        );
         assert_eq!(error("forever")["reason"], "limits", "{name}");
-        assert!(error("forever")["limits_exceeded"]["wall_time"].is_number(), "{name}");
-        assert_eq!(error("bomb")["reason"], "limits", "{name}: {}", error("bomb"));
+        assert!(
+            error("forever")["limits_exceeded"]["wall_time"].is_number(),
+            "{name}"
+        );
+        assert_eq!(
+            error("bomb")["reason"],
+            "limits",
+            "{name}: {}",
+            error("bomb")
+        );
         assert!(
             error("bomb")["limits_exceeded"]["max_concurrent_processes"].is_number(),
             "{name}: {}",
@@ -203,12 +243,17 @@ fn every_fault_gets_one_reply_and_the_server_keeps_serving() {
         let loud = by_id(&replies, "loud");
         assert_eq!(loud["result"], "done", "{name}");
         let stdout = loud["stdout"].as_str().unwrap();
-        assert!(stdout.starts_with("[... ") && stdout.len() < 70_000, "{name}");
+        assert!(
+            stdout.starts_with("[... ") && stdout.len() < 70_000,
+            "{name}"
+        );
         assert_eq!(error("unpicklable")["reason"], "exception", "{name}");
         for id in ["no-function", "bad-limit"] {
             assert_eq!(error(id)["reason"], "malformed", "{name}: {id}");
         }
-        assert!(replies.iter().any(|r| r["id"].is_null() && r["error"]["reason"] == "malformed"));
+        assert!(replies
+            .iter()
+            .any(|r| r["id"].is_null() && r["error"]["reason"] == "malformed"));
         assert_eq!(by_id(&replies, "after")["result"], 42, "{name}");
         assert_no_leftovers(&setup);
     }
@@ -230,7 +275,11 @@ fn assert_no_leftovers(setup: &Setup) {
     assert!(left.is_empty(), "{}: processes left: {left:?}", setup.name);
     let cache = setup.dir.path().join("cache");
     let serve_dirs: Vec<_> = std::fs::read_dir(&cache)
-        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("serve-")).collect())
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("serve-"))
+                .collect()
+        })
         .unwrap_or_default();
     assert!(serve_dirs.is_empty(), "{}: work dirs left", setup.name);
 }
@@ -247,8 +296,17 @@ fn a_call_is_measured_by_what_it_allocates_not_by_the_zygote() {
         call("alloc", "alloc", json!([100]), json!({})),
     ];
     let replies = setup.serve_all(&["--preload", "big"], &requests);
-    let peak = |id: &str| by_id(&replies, id)["report"]["memory"]["peak_bytes"].as_f64().unwrap() / MIB;
-    assert!(peak("noop") < 5.0, "noop call measured {:.1} MiB", peak("noop"));
+    let peak = |id: &str| {
+        by_id(&replies, id)["report"]["memory"]["peak_bytes"]
+            .as_f64()
+            .unwrap()
+            / MIB
+    };
+    assert!(
+        peak("noop") < 5.0,
+        "noop call measured {:.1} MiB",
+        peak("noop")
+    );
     assert!(
         (peak("alloc") - 100.0).abs() <= 3.0,
         "100 MiB call measured {:.1} MiB while the zygote holds 300 MiB",
@@ -261,12 +319,21 @@ fn a_dead_zygote_fails_its_calls_cleanly_and_is_restarted() {
     let setup = setup("auto", "auto", false);
     let mut server = setup.start(&[]);
     let pidfile = setup.dir.path().join("call.pid");
-    server.send(&call("sleeper", "pid_then_sleep", json!([pidfile, 30]), json!({})));
+    server.send(&call(
+        "sleeper",
+        "pid_then_sleep",
+        json!([pidfile, 30]),
+        json!({}),
+    ));
     let deadline = Instant::now() + Duration::from_secs(10);
     while !pidfile.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let call_pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let call_pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let zygote = parent_of(call_pid);
     // SAFETY: kill(2) on the zygote this test's server started.
     unsafe { libc::kill(zygote, libc::SIGKILL) };
@@ -278,7 +345,10 @@ fn a_dead_zygote_fails_its_calls_cleanly_and_is_restarted() {
     assert_eq!(reply["result"], 2, "{reply}");
     drop(server.child.stdin.take());
     assert!(server.child.wait().unwrap().success());
-    assert!(!Path::new(&format!("/proc/{call_pid}")).exists(), "the call outlived its zygote");
+    assert!(
+        !Path::new(&format!("/proc/{call_pid}")).exists(),
+        "the call outlived its zygote"
+    );
 }
 
 #[test]
@@ -286,7 +356,12 @@ fn sigterm_lets_running_calls_finish_then_leaves_nothing() {
     let setup = setup("auto", "auto", false);
     let mut server = setup.start(&["--grace", "10s"]);
     let pidfile = setup.dir.path().join("call.pid");
-    server.send(&call("short", "pid_then_sleep", json!([pidfile, 0.5]), json!({})));
+    server.send(&call(
+        "short",
+        "pid_then_sleep",
+        json!([pidfile, 0.5]),
+        json!({}),
+    ));
     let deadline = Instant::now() + Duration::from_secs(10);
     while !pidfile.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -317,12 +392,21 @@ fn socket_clients_are_served_at_once_and_a_gone_client_loses_only_its_call() {
     // A client that leaves mid-call: its call is killed.
     let pidfile = setup.dir.path().join("gone.pid");
     let mut gone = UnixStream::connect(&socket).unwrap();
-    writeln!(gone, "{}", call("gone", "pid_then_sleep", json!([pidfile, 30]), json!({}))).unwrap();
+    writeln!(
+        gone,
+        "{}",
+        call("gone", "pid_then_sleep", json!([pidfile, 30]), json!({}))
+    )
+    .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !pidfile.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let call_pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let call_pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     drop(gone);
 
     // Two clients at once.
@@ -331,7 +415,12 @@ fn socket_clients_are_served_at_once_and_a_gone_client_loses_only_its_call() {
             let socket = socket.clone();
             std::thread::spawn(move || {
                 let mut stream = UnixStream::connect(&socket).unwrap();
-                writeln!(stream, "{}", call(&format!("c{n}"), "add", json!([n, 10]), json!({}))).unwrap();
+                writeln!(
+                    stream,
+                    "{}",
+                    call(&format!("c{n}"), "add", json!([n, 10]), json!({}))
+                )
+                .unwrap();
                 let mut line = String::new();
                 BufReader::new(stream).read_line(&mut line).unwrap();
                 serde_json::from_str::<Value>(&line).unwrap()
@@ -363,4 +452,139 @@ fn parent_of(pid: i32) -> i32 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after = &stat[stat.rfind(')').unwrap() + 2..];
     after.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn fd_count(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+fn children_of(pid: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|_| parent_of(p) == pid)
+        })
+        .collect()
+}
+
+fn run_cgroups_of(server: i32) -> Vec<String> {
+    let prefix = format!("run-{server}-");
+    [
+        "/sys/fs/cgroup/memory",
+        "/sys/fs/cgroup/cpuacct",
+        "/sys/fs/cgroup/unified",
+    ]
+    .iter()
+    .flat_map(|root| walkdir(Path::new(root), 4))
+    .filter(|name| {
+        name.rsplit('/')
+            .next()
+            .is_some_and(|n| n.starts_with(&prefix))
+    })
+    .collect()
+}
+
+fn walkdir(dir: &Path, depth: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    if depth == 0 {
+        return out;
+    }
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            out.push(entry.path().display().to_string());
+            out.extend(walkdir(&entry.path(), depth - 1));
+        }
+    }
+    out
+}
+
+#[test]
+fn ten_thousand_calls_leave_no_process_cgroup_or_descriptor_behind() {
+    let backend = if cgroup1_available() {
+        "cgroup1"
+    } else {
+        "rlimit"
+    };
+    let setup = setup(backend, backend, false);
+    let mut server = setup.start(&["--preload", "faults", "--slots", "2"]);
+    let server_pid = server.child.id() as i32;
+    let mut stdin = server.child.stdin.take().unwrap();
+    let mut round = |server: &mut Server, from: usize, to: usize| {
+        let requests: Vec<String> = (from..to)
+            .map(|n| call(&n.to_string(), "add", json!([n, 1]), json!({})).to_string())
+            .collect();
+        let writer = {
+            let mut stdin = stdin.try_clone_for_test();
+            std::thread::spawn(move || {
+                for line in requests {
+                    writeln!(stdin, "{line}").unwrap();
+                }
+                stdin.flush().unwrap();
+            })
+        };
+        for _ in from..to {
+            let reply = server.reply();
+            assert_eq!(reply["ok"], true, "{reply}");
+        }
+        writer.join().unwrap();
+    };
+    round(&mut server, 0, 200);
+    let zygote = children_of(server_pid)[0];
+    let (server_fds, zygote_fds, zygote_rss) =
+        (fd_count(server_pid), fd_count(zygote), rss_kib(zygote));
+    round(&mut server, 200, 10_000);
+    assert_eq!(
+        fd_count(server_pid),
+        server_fds,
+        "the server's descriptors grew"
+    );
+    assert_eq!(
+        fd_count(zygote),
+        zygote_fds,
+        "the zygote's descriptors grew"
+    );
+    let growth = rss_kib(zygote) as i64 - zygote_rss as i64;
+    assert!(
+        growth < 4096,
+        "the zygote grew by {growth} KiB over 9,800 calls"
+    );
+    assert_eq!(
+        children_of(zygote),
+        Vec::<i32>::new(),
+        "calls still running"
+    );
+    assert_eq!(
+        run_cgroups_of(server_pid),
+        Vec::<String>::new(),
+        "call cgroups left"
+    );
+    stdin.flush().unwrap();
+    drop(stdin);
+    assert!(server.child.wait().unwrap().success());
+    assert_no_leftovers(&setup);
+}
+
+/// The server's stdin, shared by the test and its writer thread.
+trait CloneForTest {
+    fn try_clone_for_test(&self) -> std::fs::File;
+}
+
+impl CloneForTest for std::process::ChildStdin {
+    fn try_clone_for_test(&self) -> std::fs::File {
+        use std::os::fd::AsFd;
+        std::fs::File::from(self.as_fd().try_clone_to_owned().unwrap())
+    }
 }

@@ -21,6 +21,8 @@ pub struct ProcessSample {
     pub cpu_ticks: u64,
     pub read_bytes: u64,
     pub write_bytes: u64,
+    /// Exited, waiting to be reaped: it holds no memory and is in no cgroup any more.
+    pub zombie: bool,
 }
 
 /// Every live descendant of `root` (not `root` itself), with its counters.
@@ -28,7 +30,7 @@ pub fn descendants(root: i32) -> Vec<ProcessSample> {
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let mut parents: HashMap<i32, (i32, u64, u64)> = HashMap::new();
+    let mut parents: HashMap<i32, (i32, u64, u64, bool)> = HashMap::new();
     for entry in entries.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -42,7 +44,7 @@ pub fn descendants(root: i32) -> Vec<ProcessSample> {
         }
     }
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
-    for (&pid, &(ppid, _, _)) in &parents {
+    for (&pid, &(ppid, _, _, _)) in &parents {
         children.entry(ppid).or_default().push(pid);
     }
     let mut out = Vec::new();
@@ -51,8 +53,8 @@ pub fn descendants(root: i32) -> Vec<ProcessSample> {
         if let Some(kids) = children.get(&pid) {
             stack.extend(kids);
         }
-        let (_, start_ticks, cpu_ticks) = parents[&pid];
-        out.push(sample(pid, start_ticks, cpu_ticks));
+        let (_, start_ticks, cpu_ticks, zombie) = parents[&pid];
+        out.push(sample(pid, start_ticks, cpu_ticks, zombie));
     }
     out
 }
@@ -60,15 +62,16 @@ pub fn descendants(root: i32) -> Vec<ProcessSample> {
 /// Counters of specific pids (those a cgroup lists).
 pub fn samples_of(pids: &[i32]) -> Vec<ProcessSample> {
     pids.iter()
-        .filter_map(|&pid| read_stat(pid).map(|(_, start, cpu)| sample(pid, start, cpu)))
+        .filter_map(|&pid| read_stat(pid).map(|(_, start, cpu, z)| sample(pid, start, cpu, z)))
         .collect()
 }
 
-fn sample(pid: i32, start_ticks: u64, cpu_ticks: u64) -> ProcessSample {
+fn sample(pid: i32, start_ticks: u64, cpu_ticks: u64, zombie: bool) -> ProcessSample {
     let mut sample = ProcessSample {
         pid,
         start_ticks,
         cpu_ticks,
+        zombie,
         ..Default::default()
     };
     if let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) {
@@ -123,7 +126,7 @@ fn kib_field(text: &str) -> u64 {
 
 /// (ppid, start time, utime+stime) from /proc/PID/stat. The command name may hold spaces and
 /// parentheses, so fields are counted from the last ')'.
-fn read_stat(pid: i32) -> Option<(i32, u64, u64)> {
+fn read_stat(pid: i32) -> Option<(i32, u64, u64, bool)> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = after.split_whitespace().collect();
@@ -132,7 +135,8 @@ fn read_stat(pid: i32) -> Option<(i32, u64, u64)> {
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
     let start: u64 = fields.get(19)?.parse().ok()?;
-    Some((ppid, start, utime + stime))
+    let zombie = fields.first() == Some(&"Z");
+    Some((ppid, start, utime + stime, zombie))
 }
 
 pub fn clock_ticks_per_second() -> u64 {

@@ -1,0 +1,70 @@
+//! docs/serve.md carries a real request and reply; a fresh reply must have the same fields.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn key_paths(value: &serde_json::Value, prefix: &str, out: &mut BTreeSet<String>) {
+    if let serde_json::Value::Object(map) = value {
+        for (key, inner) in map {
+            let path = if prefix.is_empty() {
+                key.clone()
+            } else {
+                format!("{prefix}.{key}")
+            };
+            out.insert(path.clone());
+            key_paths(inner, &path, out);
+        }
+    }
+}
+
+fn paths(value: &serde_json::Value) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    key_paths(value, "", &mut out);
+    out
+}
+
+#[test]
+fn serve_example_matches_a_real_reply() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/serve.md")).unwrap();
+    let request = doc
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("echo '")
+                .and_then(|r| r.split("' | lfm serve").next())
+        })
+        .expect("the example request");
+    let documented = doc
+        .split("```json\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap();
+    let documented: serde_json::Value = serde_json::from_str(documented).expect("example parses");
+    assert_eq!(documented["format"], "lfm-serve/1");
+    if !common::lfm_in(
+        "/",
+        &["run", "--quiet", "--backend", "cgroup1", "--", "true"],
+    )
+    .status
+    .success()
+    {
+        eprintln!("SKIPPED comparison with a fresh reply: the example was made on cgroup v1, which this machine does not offer");
+        return;
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lfm"))
+        .args(["serve", "--backend", "cgroup1"])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/serve"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.take().unwrap(), "{request}").unwrap();
+    let output = child.wait_with_output().unwrap();
+    let reply: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON reply");
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(reply["result"], documented["result"]);
+    assert_eq!(paths(&reply), paths(&documented));
+}
