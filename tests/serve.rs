@@ -522,7 +522,7 @@ fn ten_thousand_calls_leave_no_process_cgroup_or_descriptor_behind() {
     let mut server = setup.start(&["--preload", "faults", "--slots", "2"]);
     let server_pid = server.child.id() as i32;
     let mut stdin = server.child.stdin.take().unwrap();
-    let mut round = |server: &mut Server, from: usize, to: usize| {
+    let round = |server: &mut Server, from: usize, to: usize| {
         let requests: Vec<String> = (from..to)
             .map(|n| call(&n.to_string(), "add", json!([n, 1]), json!({})).to_string())
             .collect();
