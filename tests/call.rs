@@ -1,0 +1,175 @@
+//! `lfm call`: one function, one fresh interpreter, the Report of `lfm run` plus the call.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+fn fixtures() -> &'static str {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/serve")
+}
+
+fn call(args: &[&str]) -> (Output, serde_json::Value) {
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let mut full = vec![
+        "call",
+        "--quiet",
+        "--report",
+        report.path().to_str().unwrap(),
+    ];
+    full.extend_from_slice(args);
+    let output = common::lfm_in(fixtures(), &full);
+    let text = std::fs::read_to_string(report.path()).unwrap_or_default();
+    let value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+    (output, value)
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+#[test]
+fn a_returned_value_is_printed_as_json_and_the_report_names_the_call() {
+    for backend in ["auto", "rlimit"] {
+        let (output, report) = call(&[
+            "faults.py:add",
+            "--import-module",
+            "--backend",
+            backend,
+            "--args",
+            "[2]",
+            "--kwargs",
+            "{\"b\": 40}",
+        ]);
+        assert!(
+            output.status.success(),
+            "{backend}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(stdout(&output), "42");
+        assert_eq!(report["function"]["target"], "faults.py:add");
+        assert_eq!(report["function"]["mode"], "import");
+        assert_eq!(report["result"]["type"], "builtins.int");
+        assert_eq!(report["exit"]["type"], "normal");
+    }
+}
+
+#[test]
+fn an_exception_is_exit_1_with_the_remote_traceback() {
+    let (output, report) = call(&["faults.py:boom", "--import-module"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("raise ValueError(\"bad value\")"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("lfm_runner"),
+        "runner frames shown: {stderr}"
+    );
+    assert_eq!(report["exit"]["type"], "exception");
+    assert_eq!(report["exit"]["exception"]["type"], "ValueError");
+    assert_eq!(report["exit"]["exception"]["message"], "bad value");
+}
+
+#[test]
+fn values_that_are_not_json_need_a_result_file() {
+    let (output, report) = call(&["faults.py:unpicklable", "--import-module"]);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "a lambda cannot even be pickled"
+    );
+    assert_eq!(report["exit"]["type"], "exception");
+
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("values.py");
+    std::fs::write(&script, "def pair():\n    return {1, 2}\n").unwrap();
+    let target = format!("{}:pair", script.display());
+    let (output, _) = call(&[&target, "--import-module"]);
+    assert_eq!(output.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--result-file"));
+    let result = dir.path().join("out.pkl");
+    let (output, report) = call(&[
+        &target,
+        "--import-module",
+        "--result-file",
+        result.to_str().unwrap(),
+    ]);
+    assert!(output.status.success());
+    assert_eq!(report["result"]["format"], "pickle");
+    let check = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import pickle,sys; assert pickle.load(open(sys.argv[1],'rb')) == {1, 2}",
+        ])
+        .arg(&result)
+        .status()
+        .unwrap();
+    assert!(check.success());
+}
+
+#[test]
+fn arguments_from_a_pickle_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = dir.path().join("args.pkl");
+    let made = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import pickle,sys; pickle.dump(([5], {'b': 6}), open(sys.argv[1],'wb'))",
+        ])
+        .arg(&args)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (output, _) = call(&[
+        "faults.py:add",
+        "--import-module",
+        "--args-file",
+        args.to_str().unwrap(),
+    ]);
+    assert_eq!(stdout(&output), "11");
+}
+
+#[test]
+fn limits_crashes_and_early_exits_have_their_own_exit_codes() {
+    let (output, report) = call(&[
+        "faults.py:alloc",
+        "--import-module",
+        "--args",
+        "[300]",
+        "--memory",
+        "100M",
+    ]);
+    assert_eq!(output.status.code(), Some(125));
+    assert_eq!(
+        report["limits_exceeded"]["memory"].as_f64(),
+        Some(104857600.0)
+    );
+    let (output, report) = call(&["faults.py:hard_exit", "--import-module"]);
+    assert_eq!(output.status.code(), Some(71));
+    assert_eq!(report["exit"]["type"], "error");
+    let (output, _) = call(&["faults.py:segfault", "--import-module"]);
+    assert_eq!(output.status.code(), Some(128 + 11));
+}
+
+#[test]
+fn bad_input_is_refused_before_anything_runs() {
+    for (args, code) in [
+        (vec!["faults.py:add", "--args", "{\"a\": 1}"], 2),
+        (vec!["faults.py:add", "--kwargs", "[1]"], 2),
+        (vec!["faults.py:add", "--args", "not json"], 2),
+        (vec!["faults.py", "--import-module"], 2),
+        (vec!["missing.py:f"], 3),
+    ] {
+        let (output, _) = call(&args);
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(!String::from_utf8_lossy(&output.stderr).is_empty());
+    }
+    assert!(Path::new(fixtures()).join("faults.py").exists());
+}
