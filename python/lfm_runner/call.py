@@ -5,17 +5,19 @@ raised; the value goes to its own file, as JSON or as a pickle. lfm reads both a
 process is gone, so a call that dies (a signal, `os._exit`, a limit) simply has no outcome.
 """
 
-import importlib
 import json
 import os
-import pickle
 import sys
-import traceback
 
 from . import target as targets
 
+# pickle, traceback and importlib are imported where needed: every millisecond of imports
+# here is added to each `lfm call` (json alone costs ~5 ms, for re).
+
 
 def read_arguments(spec):
+    if "pickle_file" in spec or "pickle" in spec:
+        import pickle
     if "pickle_file" in spec:
         with open(spec["pickle_file"], "rb") as handle:
             args, kwargs = pickle.load(handle)
@@ -38,15 +40,18 @@ def write_atomically(path, data):
 
 
 RUNNER_DIR = os.path.dirname(os.path.abspath(__file__))
-IMPORTLIB_DIR = os.path.dirname(os.path.abspath(importlib.__file__))
 
 
 def user_traceback(error):
     """The traceback from the first frame that is not the runner's or importlib's own."""
+    import importlib
+    import traceback
+
+    importlib_dir = os.path.dirname(os.path.abspath(importlib.__file__))
     tb = error.__traceback__
     while tb is not None:
         filename = tb.tb_frame.f_code.co_filename
-        internal = filename.startswith((RUNNER_DIR, "<frozen importlib", IMPORTLIB_DIR))
+        internal = filename.startswith((RUNNER_DIR, "<frozen importlib", importlib_dir))
         if not internal:
             break
         tb = tb.tb_next
@@ -66,12 +71,16 @@ def encode_result(value, result_spec):
     """(bytes to write, outcome fields) for a returned value."""
     fields = {"type": f"{type(value).__module__}.{type(value).__qualname__}"}
     if result_spec.get("format") == "pickle":
+        import pickle
+
         data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     else:
         try:
             data = json.dumps(value).encode()
         except (TypeError, ValueError) as error:
             fields["not_json"] = str(error)
+            import pickle
+
             data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
             fields["format"] = "pickle"
     fields.setdefault("format", result_spec.get("format", "json"))

@@ -9,12 +9,11 @@ Three ways, named by the request's `mode`:
 - `registered`: a function the zygote of `lfm serve` already loaded (one of the above).
 """
 
-import ast
-import base64
 import importlib
-import pickle
 import sys
 import types
+
+# ast, base64 and pickle are imported by the modes that need them (start-up time is per call).
 
 
 #: Functions a zygote loaded once, by the name lfm registered them under.
@@ -33,6 +32,9 @@ def load(target):
         except KeyError:
             raise TargetError(f"no function registered as {target['name']!r}") from None
     if mode == "pickle":
+        import base64
+        import pickle
+
         return pickle.loads(base64.b64decode(target["pickle"]))
     root = target.get("root")
     if root and root not in sys.path:
@@ -71,6 +73,8 @@ def selected_statements(tree, ranges):
 
 def slice_source_lines(source, ranges):
     """The slice as text, for `lfm call --show-slice`."""
+    import ast
+
     tree = ast.parse(source)
     lines = source.splitlines()
     out = []
@@ -81,6 +85,8 @@ def slice_source_lines(source, ranges):
 
 
 def load_slice(target):
+    import ast
+
     path = target["file"]
     name = target["module"]
     try:
