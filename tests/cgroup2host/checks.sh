@@ -43,7 +43,7 @@ run memory_limit --memory 100M -- "$workload" touch 300 2000
 run memory_peak -- "$workload" touch 64 300
 run oom_kill_of_a_child --memory 100M -- bash -c "$workload touch 300 0; exit 0"
 run cpu_max --cores 0.5 -- "$workload" busy 2 2500
-run pids_max --processes 20 --wall-time 30 -- "$workload" forkbomb
+run pids_max --processes 20 --wall 30 -- "$workload" forkbomb
 
 if [ -n "$LFM_GUEST_SCRATCH" ]; then
     run io_write_200mib -- dd if=/dev/zero of="$LFM_GUEST_SCRATCH/io.bin" bs=1M count=200 conv=fsync status=none
@@ -52,7 +52,7 @@ fi
 
 pidfile="$reports/daemon.pid"
 n=$((n + 1))
-"$lfm" run --quiet --report "$reports/$n.json" --wall-time 2 -- "$workload" doublefork "$pidfile"
+"$lfm" run --quiet --report "$reports/$n.json" --wall 2 -- "$workload" doublefork "$pidfile"
 status=$?
 daemon="$(cat "$pidfile" 2>/dev/null || echo 0)"
 alive=false
@@ -68,8 +68,9 @@ for i in 1 2 3 4 5 6 7 8; do
 done
 wait
 for i in 1 2 3 4 5 6 7 8; do emit concurrent_beside 0 "$reports/beside-$i.json"; done
+mkdir -p "$parent/lfm-alone8.scope"
 for i in 1 2 3 4 5 6 7 8; do
-    bash -c 'echo $$ >"$1/cgroup.procs" 2>/dev/null || { mkdir -p "$1"; echo $$ >"$1/cgroup.procs"; } || exit 124; shift; exec "$@"' _ \
+    bash -c 'echo $$ >"$1/cgroup.procs" || exit 124; shift; exec "$@"' _ \
         "$parent/lfm-alone8.scope" "$lfm" run --quiet --report "$reports/alone-$i.json" --memory 100M -- "$workload" touch 40 500 &
 done
 wait

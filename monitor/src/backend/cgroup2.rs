@@ -12,8 +12,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use super::files::{self, read_keyed, read_u64, write};
 use super::delegate;
+use super::files::{self, read_keyed, read_u64, write};
 use super::{Backend, BackendKind, Enforced, Reading};
 use crate::limits::Limits;
 

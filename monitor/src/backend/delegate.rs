@@ -139,11 +139,8 @@ fn move_into_leaf(own: &Path, offered: &[&'static str]) -> Result<(), String> {
             return Err(format!("creating {}: {error}", leaf.display()));
         }
     }
-    write(
-        &leaf.join("cgroup.procs"),
-        &std::process::id().to_string(),
-    )
-    .map_err(|e| format!("{e:#}"))?;
+    write(&leaf.join("cgroup.procs"), &std::process::id().to_string())
+        .map_err(|e| format!("{e:#}"))?;
     let control = own.join("cgroup.subtree_control");
     let started = Instant::now();
     loop {
