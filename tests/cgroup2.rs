@@ -314,13 +314,42 @@ fn assert_layout(layout: &str, cgroup: &str, ordinary_user: bool) {
         );
     }
 
+    // A delegated scope holding the user's shell, its parent not writable: lfm moves no
+    // shell; the run has no controllers, and the supervisor enforces --memory from /proc.
+    if ordinary_user {
+        let line = one(&lines, "shell_in_a_delegated_scope");
+        let report = &line["report"];
+        assert_eq!(
+            report["backend"],
+            "cgroup2",
+            "{}",
+            context("shell_in_a_delegated_scope")
+        );
+        assert_eq!(report["exit"]["type"], "limits");
+        assert_eq!(report["memory"]["peak_source"], "vmhwm");
+        let notes = notes(line);
+        assert!(
+            notes.iter().any(|n| n.contains("holds other processes")
+                && n.contains("without the cpu io memory pids controllers")),
+            "{}: {notes:?}",
+            context("shell_in_a_delegated_scope")
+        );
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("--memory is enforced by the supervisor")),
+            "{}: {notes:?}",
+            context("shell_in_a_delegated_scope")
+        );
+    }
+
     // Nothing left behind; the checks shell was not moved.
     let after = one(&lines, "after");
     assert_eq!(after["leftover_runs"], serde_json::json!([]), "{layout}");
     assert_eq!(after["shell_cgroup"], cgroup, "{layout}");
     assert!(after["own_procs"].as_u64().unwrap() >= 1);
 
-    let expected = 9 + 16 + usize::from(ordinary_user);
+    let expected = 9 + 16 + 2 * usize::from(ordinary_user);
     assert_eq!(lines.len(), expected, "{layout}: {lines:?}");
     eprintln!("cgroup2 guest ({layout}): {} runs checked", lines.len());
 }

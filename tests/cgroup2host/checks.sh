@@ -86,6 +86,17 @@ if [ "$(id -u)" != 0 ]; then
         chmod a-w "$1" "$1/cgroup.procs" "$1/cgroup.subtree_control" "$1/.." "$1/../cgroup.procs" "$1/../cgroup.subtree_control"
         shift; exec "$@"' _ "$ro" "$lfm" run --quiet --report "$reports/$n.json" --memory 100M -- "$workload" touch 300 2000
     emit not_delegated $? "$reports/$n.json"
+
+    # The issue's first layout: a delegated scope holding the user's shell, its parent not
+    # writable. lfm moves no shell: runs without controllers, the supervisor enforces.
+    slice="$parent/lfm-shell.slice"
+    mkdir -p "$slice/shell.scope"
+    echo "+memory +pids +cpu +io" >"$slice/cgroup.subtree_control"
+    n=$((n + 1))
+    bash -c 'echo $$ >"$1/shell.scope/cgroup.procs" || exit 124
+        chmod a-w "$1" "$1/cgroup.procs" "$1/cgroup.subtree_control"
+        shift; "$@"; exit $?' _ "$slice" "$lfm" run --quiet --report "$reports/$n.json" --memory 100M -- "$workload" touch 300 2000
+    emit shell_in_a_delegated_scope $? "$reports/$n.json"
 fi
 
 # Nothing left behind, nothing of this shell moved.

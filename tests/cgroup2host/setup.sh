@@ -67,6 +67,7 @@ stamp="$kver $(sha256sum "$here/init" | cut -d' ' -f1) $modules"
 initrd="$cache/initrd-$kver.gz"
 if [ ! -f "$initrd" ] || [ "$(cat "$initrd.stamp" 2>/dev/null)" != "$stamp" ]; then
     tree="$(mktemp -d "$cache/initrd.XXXXXX")"
+    trap 'rm -rf "$tree"' EXIT
     mkdir -p "$tree"/{bin,dev,proc,sys,mnt,modules}
     cp "$busybox" "$tree/bin/busybox"
     for tool in sh mount umount insmod mkdir cat echo chroot sleep ls; do ln -s busybox "$tree/bin/$tool"; done
