@@ -155,6 +155,23 @@ fn assert_layout(layout: &str, cgroup: &str, ordinary_user: bool) {
         return;
     };
     let context = |check: &str| format!("{layout}/{check}");
+    for line in &lines {
+        let report = &line["report"];
+        eprintln!(
+            "{layout}: {} status {} backend {} exit {} peak {:.1} MiB ({}) written {:.1} MiB{}",
+            line["check"].as_str().unwrap_or_default(),
+            line["status"],
+            report["backend"],
+            report["exit"]["type"],
+            report["memory"]["peak_bytes"].as_f64().unwrap_or(0.0) / MIB,
+            report["memory"]["peak_source"],
+            report["bytes_written"].as_f64().unwrap_or(0.0) / MIB,
+            line.get("wbytes")
+                .and_then(Value::as_f64)
+                .map(|w| format!(" io.stat wbytes {:.1} MiB", w / MIB))
+                .unwrap_or_default()
+        );
+    }
 
     // A 300 MiB allocation under --memory 100M: the kernel kills it at the limit.
     for check in ["memory_limit", "alone_memory_limit"] {
@@ -260,6 +277,14 @@ fn assert_layout(layout: &str, cgroup: &str, ordinary_user: bool) {
         context("io_write_200mib")
     );
 
+    // The kernel side: io.stat of a cgroup of the checks' own that did the same write.
+    let probe = one(&lines, "io_stat_probe")["wbytes"].as_f64().unwrap() / MIB;
+    assert!(
+        (190.0..=210.0).contains(&probe),
+        "{}: io.stat counted {probe} MiB",
+        context("io_stat_probe")
+    );
+
     // cgroup.kill takes the setsid double-forked daemon with the tree at the wall limit.
     let line = one(&lines, "kill_a_double_forked_daemon");
     assert_kernel_controlled(line, &context("kill_a_double_forked_daemon"));
@@ -349,7 +374,7 @@ fn assert_layout(layout: &str, cgroup: &str, ordinary_user: bool) {
     assert_eq!(after["shell_cgroup"], cgroup, "{layout}");
     assert!(after["own_procs"].as_u64().unwrap() >= 1);
 
-    let expected = 9 + 16 + 2 * usize::from(ordinary_user);
+    let expected = 10 + 16 + 2 * usize::from(ordinary_user);
     assert_eq!(lines.len(), expected, "{layout}: {lines:?}");
     eprintln!("cgroup2 guest ({layout}): {} runs checked", lines.len());
 }

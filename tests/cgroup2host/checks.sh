@@ -62,6 +62,19 @@ emit kill_a_double_forked_daemon "$status" "$reports/$n.json" "\"daemon_pid\": $
 # lfm alone in its cgroup: it moves itself into a leaf and enables the controllers there.
 alone "$parent/lfm-alone.scope" alone_memory_limit --memory 100M -- "$workload" touch 300 2000
 
+# What io.stat itself counts for the same write, in a cgroup of our own (the alone scope now
+# hands out the io controller): the kernel side of io_write_200mib.
+if [ -n "$LFM_GUEST_SCRATCH" ]; then
+    probe="$parent/lfm-alone.scope/io-probe"
+    mkdir -p "$probe"
+    bash -c 'echo $$ >"$1/cgroup.procs" || exit 124
+        dd if=/dev/zero of="$2/probe.bin" bs=1M count=200 conv=fsync status=none' _ "$probe" "$LFM_GUEST_SCRATCH"
+    wbytes="$(awk '{for (i = 2; i <= NF; i++) if ($i ~ /^wbytes=/) {sub("wbytes=", "", $i); s += $i}} END {print s + 0}' "$probe/io.stat")"
+    rm -f "$LFM_GUEST_SCRATCH/probe.bin"
+    rmdir "$probe"
+    printf '{"check": "io_stat_probe", "status": 0, "report": null, "wbytes": %s}\n' "$wbytes"
+fi
+
 # 8 runs at once, started from this shell (beside it) and alone in one new cgroup.
 for i in 1 2 3 4 5 6 7 8; do
     "$lfm" run --quiet --report "$reports/beside-$i.json" --memory 100M -- "$workload" touch 40 500 &
