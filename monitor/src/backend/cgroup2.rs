@@ -1,4 +1,5 @@
-//! cgroup v2: one directory in the unified hierarchy, under lfm's own cgroup.
+//! cgroup v2: one directory in the unified hierarchy, under lfm's own cgroup or beside it
+//! (delegate.rs chooses where, and in a delegated cgroup makes the controllers reachable).
 //!
 //! Limits need the memory/cpu/pids controllers delegated to lfm's subtree. Where they are not
 //! (the controller-free cgroup2 mount of hybrid machines, or a subtree without delegation), the
@@ -11,6 +12,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
+use super::delegate;
 use super::files::{self, read_keyed, read_u64, write, Keyed};
 use super::{Backend, BackendKind, Enforced, Reading, Throttling};
 use crate::limits::Limits;
@@ -32,7 +34,8 @@ impl Cgroup2 {
             files::mount_point("cgroup2", None).context("no cgroup2 filesystem is mounted")?;
         let own = files::own_cgroup(None).unwrap_or_else(|| "/".to_string());
         let base = mount.join(own.trim_start_matches('/'));
-        let parent = base.join("lfm");
+        let placement = delegate::place(&mount, &base)?;
+        let parent = placement.runs_parent;
         fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
         files::clean_stale_runs(&parent, |dir| {
             if fs::write(dir.join("cgroup.kill"), "1").is_err() {
@@ -42,7 +45,7 @@ impl Cgroup2 {
         // Delegate what the parent offers to the run directories (the `lfm` directory holds no
         // process, so the no-internal-process rule allows it).
         let offered = fs::read_to_string(parent.join("cgroup.controllers")).unwrap_or_default();
-        for controller in ["memory", "cpu", "pids", "io"] {
+        for controller in delegate::WANTED {
             if offered.split_whitespace().any(|c| c == controller) {
                 let _ = fs::write(
                     parent.join("cgroup.subtree_control"),
@@ -62,7 +65,7 @@ impl Cgroup2 {
             join: None,
             controllers,
             enforced: Enforced::default(),
-            notes: Vec::new(),
+            notes: placement.note.into_iter().collect(),
             removed: false,
         };
         if let Err(error) = cgroup.apply(limits) {

@@ -6,6 +6,7 @@
 
 pub mod cgroup1;
 pub mod cgroup2;
+mod delegate;
 mod files;
 pub mod rlimit;
 
@@ -109,23 +110,66 @@ pub fn create(choice: BackendChoice, limits: &Limits) -> Result<Box<dyn Backend>
         BackendChoice::Cgroup1 => Ok(Box::new(cgroup1::Cgroup1::create(limits)?)),
         BackendChoice::Rlimit => Ok(Box::new(rlimit::Rlimit::new(limits))),
         BackendChoice::Auto => {
-            if let Ok(v2) = cgroup2::Cgroup2::create(limits) {
-                if v2.has_memory_controller() {
-                    return Ok(Box::new(v2));
-                }
-                let mut v2 = v2;
-                match cgroup1::Cgroup1::create(limits) {
+            let v2_error = match cgroup2::Cgroup2::create(limits) {
+                Ok(v2) if v2.has_memory_controller() => return Ok(Box::new(v2)),
+                Ok(mut v2) => match cgroup1::Cgroup1::create(limits) {
                     Ok(v1) => {
                         let _ = v2.remove();
                         return Ok(Box::new(v1));
                     }
                     Err(_) => return Ok(Box::new(v2)),
-                }
-            }
-            if let Ok(v1) = cgroup1::Cgroup1::create(limits) {
-                return Ok(Box::new(v1));
-            }
-            Ok(Box::new(rlimit::Rlimit::new(limits)))
+                },
+                Err(error) => error,
+            };
+            // Say why cgroup v2 was not used where a v2 hierarchy exists (not on pure v1 hosts).
+            let note = files::mount_point("cgroup2", None)
+                .map(|_| format!("cgroup2 not used: {v2_error:#}"));
+            let fallback: Box<dyn Backend> = match cgroup1::Cgroup1::create(limits) {
+                Ok(v1) => Box::new(v1),
+                Err(_) => Box::new(rlimit::Rlimit::new(limits)),
+            };
+            Ok(match note {
+                Some(note) => Box::new(Noted {
+                    inner: fallback,
+                    note,
+                }),
+                None => fallback,
+            })
         }
+    }
+}
+
+/// A backend chosen because another could not be used, with the reason first in its notes.
+struct Noted {
+    inner: Box<dyn Backend>,
+    note: String,
+}
+
+impl Backend for Noted {
+    fn kind(&self) -> BackendKind {
+        self.inner.kind()
+    }
+    fn join_fds(&self) -> Vec<RawFd> {
+        self.inner.join_fds()
+    }
+    fn enforced(&self) -> Enforced {
+        self.inner.enforced()
+    }
+    fn read(&self) -> Reading {
+        self.inner.read()
+    }
+    fn pids(&self) -> Option<Vec<i32>> {
+        self.inner.pids()
+    }
+    fn kill_all(&self) {
+        self.inner.kill_all()
+    }
+    fn remove(&mut self) -> Result<()> {
+        self.inner.remove()
+    }
+    fn notes(&self) -> Vec<String> {
+        let mut notes = vec![self.note.clone()];
+        notes.extend(self.inner.notes());
+        notes
     }
 }

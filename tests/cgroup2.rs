@@ -1,0 +1,403 @@
+//! `lfm run` on a pure cgroup v2 kernel, as root and as an ordinary user in delegated subtrees.
+//!
+//! These machines mount cgroup v1 controllers (a hybrid layout), so the v2 memory/cpu/io/pids
+//! paths cannot run on the host itself. Each test boots one QEMU guest with Debian's kernel
+//! (tests/cgroup2host/run.sh: software emulation, the host tree shared read-only), which runs
+//! tests/cgroup2host/checks.sh in one cgroup layout: every check is an `lfm run` whose Report
+//! comes back as a JSON line, asserted here. The guest is installed from Debian's registry on
+//! first use and cached under target/cgroup2host; a test is skipped only when that fails, with
+//! the reason printed.
+
+mod common;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+const MIB: f64 = 1_048_576.0;
+
+/// One guest at a time: each emulated guest keeps the host's cores busy.
+fn one_guest_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Boot the guest in `layout`, run every check, return the parsed lines (`None`: skipped).
+fn checks(layout: &str) -> Option<Vec<Value>> {
+    let _turn = one_guest_at_a_time();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let staged = Staged::new(&[
+        PathBuf::from(env!("CARGO_BIN_EXE_lfm")),
+        common::workload(),
+        root.join("tests/cgroup2host/checks.sh"),
+    ]);
+    let [lfm, workload, script] = &staged.paths[..] else {
+        unreachable!()
+    };
+    let output = Command::new("bash")
+        .arg(root.join("tests/cgroup2host/run.sh"))
+        .arg(layout)
+        .arg("bash")
+        .args([script, lfm, workload])
+        .env("CACHE", root.join("target/cgroup2host"))
+        .output()
+        .expect("run bash tests/cgroup2host/run.sh");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if output.status.code() == Some(3) {
+        eprintln!("SKIPPED cgroup2 guest ({layout}): it could not be prepared: {stderr}");
+        return None;
+    }
+    eprintln!("{stderr}");
+    assert!(
+        output.status.success(),
+        "the {layout} guest failed ({:?}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    let lines: Vec<Value> = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    Some(lines)
+}
+
+/// Paths the guest's ordinary user can read: the originals when every directory above them is
+/// world-searchable, else copies in a fresh world-readable temporary directory.
+struct Staged {
+    paths: Vec<PathBuf>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Staged {
+    fn new(paths: &[PathBuf]) -> Staged {
+        if paths.iter().all(|p| world_readable(p)) {
+            return Staged {
+                paths: paths.to_vec(),
+                _dir: None,
+            };
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("lfm-cgroup2host")
+            .tempdir()
+            .unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let copies = paths
+            .iter()
+            .map(|p| {
+                let copy = dir.path().join(p.file_name().unwrap());
+                std::fs::copy(p, &copy).unwrap();
+                std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+                copy
+            })
+            .collect();
+        Staged {
+            paths: copies,
+            _dir: Some(dir),
+        }
+    }
+}
+
+fn world_readable(path: &Path) -> bool {
+    let file_ok = path.metadata().is_ok_and(|m| m.mode() & 0o004 != 0);
+    file_ok
+        && path
+            .ancestors()
+            .skip(1)
+            .all(|dir| dir.metadata().is_ok_and(|m| m.mode() & 0o001 != 0))
+}
+
+fn named<'a>(lines: &'a [Value], check: &str) -> Vec<&'a Value> {
+    lines.iter().filter(|l| l["check"] == check).collect()
+}
+
+fn one<'a>(lines: &'a [Value], check: &str) -> &'a Value {
+    let found = named(lines, check);
+    assert_eq!(found.len(), 1, "check {check}: {lines:?}");
+    found[0]
+}
+
+fn notes(line: &Value) -> Vec<String> {
+    line["report"]["notes"]
+        .as_array()
+        .map(|n| {
+            n.iter()
+                .map(|s| s.as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The run had the v2 controllers: backend cgroup2, and no note about enforcing from /proc or
+/// missing controllers.
+fn assert_kernel_controlled(line: &Value, context: &str) {
+    let report = &line["report"];
+    assert_eq!(report["backend"], "cgroup2", "{context}: {line}");
+    for note in notes(line) {
+        assert!(
+            !note.contains("enforced by the supervisor")
+                && !note.contains("without the")
+                && !note.contains("not used"),
+            "{context}: fallback note {note:?}"
+        );
+    }
+}
+
+fn peak_mib(line: &Value) -> f64 {
+    line["report"]["memory"]["peak_bytes"].as_f64().unwrap() / MIB
+}
+
+/// Every check of checks.sh, in `layout`, where the checks shell starts in `cgroup`.
+fn assert_layout(layout: &str, cgroup: &str, ordinary_user: bool) {
+    let Some(lines) = checks(layout) else {
+        return;
+    };
+    let context = |check: &str| format!("{layout}/{check}");
+    for line in &lines {
+        let report = &line["report"];
+        eprintln!(
+            "{layout}: {} status {} backend {} exit {} peak {:.1} MiB ({}) written {:.1} MiB{}",
+            line["check"].as_str().unwrap_or_default(),
+            line["status"],
+            report["backend"],
+            report["exit"]["type"],
+            report["memory"]["peak_bytes"].as_f64().unwrap_or(0.0) / MIB,
+            report["memory"]["peak_source"],
+            report["bytes_written"].as_f64().unwrap_or(0.0) / MIB,
+            line.get("wbytes")
+                .and_then(Value::as_f64)
+                .map(|w| format!(" io.stat wbytes {:.1} MiB", w / MIB))
+                .unwrap_or_default()
+        );
+    }
+
+    // A 300 MiB allocation under --memory 100M: the kernel kills it at the limit.
+    for check in ["memory_limit", "alone_memory_limit"] {
+        let line = one(&lines, check);
+        assert_kernel_controlled(line, &context(check));
+        let report = &line["report"];
+        assert_eq!(line["status"], 125, "{}", context(check));
+        assert_eq!(report["exit"]["type"], "limits", "{}", context(check));
+        assert_eq!(
+            report["limits_exceeded"]["memory"].as_f64(),
+            Some(100.0 * MIB),
+            "{}",
+            context(check)
+        );
+        assert_eq!(report["memory"]["peak_source"], "cgroup-peak");
+        assert!(
+            peak_mib(line) <= 100.0,
+            "{}: {}",
+            context(check),
+            peak_mib(line)
+        );
+        assert!(
+            peak_mib(line) > 90.0,
+            "{}: {}",
+            context(check),
+            peak_mib(line)
+        );
+    }
+    // Started from the checks shell, which lfm may not move: runs go beside its cgroup.
+    assert!(
+        notes(one(&lines, "memory_limit"))
+            .iter()
+            .any(|n| n.contains("holds other processes") && n.contains("runs go beside it")),
+        "{}",
+        context("memory_limit")
+    );
+    // Alone in its cgroup: lfm moves itself into a leaf and enables the controllers.
+    assert!(
+        notes(one(&lines, "alone_memory_limit"))
+            .iter()
+            .any(|n| n.contains("moved itself into lfm-supervisor")),
+        "{}",
+        context("alone_memory_limit")
+    );
+
+    // memory.peak: 64 MiB touched, counted by the kernel.
+    let line = one(&lines, "memory_peak");
+    assert_kernel_controlled(line, &context("memory_peak"));
+    assert_eq!(line["report"]["exit"]["type"], "normal");
+    assert_eq!(line["report"]["memory"]["peak_source"], "cgroup-peak");
+    let peak = peak_mib(line);
+    assert!(
+        (64.0..80.0).contains(&peak),
+        "{}: {peak}",
+        context("memory_peak")
+    );
+    let anon = line["report"]["memory"]["anon_bytes"].as_f64().unwrap() / MIB;
+    assert!(anon >= 64.0, "{}: anon {anon}", context("memory_peak"));
+
+    // memory.events oom_kill: the kernel kills a child and the shell above it would exit 0;
+    // with the kernel enforcing memory, only oom_kill can make the run a memory limit (the
+    // supervisor may see it while the shell is still alive and kill the tree: no exit status).
+    let line = one(&lines, "oom_kill_of_a_child");
+    assert_kernel_controlled(line, &context("oom_kill_of_a_child"));
+    assert_eq!(line["report"]["exit"]["type"], "limits");
+    assert_eq!(
+        line["report"]["limits_exceeded"]["memory"].as_f64(),
+        Some(100.0 * MIB)
+    );
+
+    // cpu.max throttles two busy threads to half a core; nothing is killed.
+    let line = one(&lines, "cpu_max");
+    assert_kernel_controlled(line, &context("cpu_max"));
+    assert_eq!(line["status"], 0, "{}", context("cpu_max"));
+    assert_eq!(line["report"]["exit"]["type"], "normal");
+    let average = line["report"]["cores"]["average"].as_f64().unwrap();
+    assert!(
+        average < 0.7,
+        "{}: average cores {average}",
+        context("cpu_max")
+    );
+
+    // pids.max stops a fork bomb at 20 processes.
+    let line = one(&lines, "pids_max");
+    assert_kernel_controlled(line, &context("pids_max"));
+    assert_eq!(line["report"]["exit"]["type"], "limits");
+    assert_eq!(
+        line["report"]["limits_exceeded"]["max_concurrent_processes"].as_f64(),
+        Some(20.0),
+        "{}",
+        context("pids_max")
+    );
+    assert!(line["report"]["max_concurrent_processes"].as_u64().unwrap() <= 20);
+
+    // io.stat: a 200 MiB write (fsynced to an ext4 on a virtio disk) within 5%.
+    let line = one(&lines, "io_write_200mib");
+    assert_kernel_controlled(line, &context("io_write_200mib"));
+    assert_eq!(line["status"], 0);
+    let written = line["report"]["bytes_written"].as_f64().unwrap() / MIB;
+    assert!(
+        (190.0..=210.0).contains(&written),
+        "{}: {written} MiB written",
+        context("io_write_200mib")
+    );
+
+    // The kernel side: io.stat of a cgroup of the checks' own that did the same write.
+    let probe = one(&lines, "io_stat_probe")["wbytes"].as_f64().unwrap() / MIB;
+    assert!(
+        (190.0..=210.0).contains(&probe),
+        "{}: io.stat counted {probe} MiB",
+        context("io_stat_probe")
+    );
+
+    // cgroup.kill takes the setsid double-forked daemon with the tree at the wall limit.
+    let line = one(&lines, "kill_a_double_forked_daemon");
+    assert_kernel_controlled(line, &context("kill_a_double_forked_daemon"));
+    assert_eq!(line["report"]["exit"]["type"], "limits");
+    assert!(line["report"]["limits_exceeded"]["wall_time"].is_number());
+    assert!(line["daemon_pid"].as_i64().unwrap() > 0, "{line}");
+    assert_eq!(
+        line["daemon_alive"],
+        false,
+        "{}",
+        context("kill_a_double_forked_daemon")
+    );
+
+    // 8 runs at once, beside the checks shell and alone in one new cgroup: none races
+    // another's setup.
+    for check in ["concurrent_beside", "concurrent_alone"] {
+        let runs = named(&lines, check);
+        assert_eq!(runs.len(), 8, "{}", context(check));
+        for line in runs {
+            assert_kernel_controlled(line, &context(check));
+            assert_eq!(
+                line["report"]["exit"]["type"],
+                "normal",
+                "{}",
+                context(check)
+            );
+            assert_eq!(line["report"]["memory"]["peak_source"], "cgroup-peak");
+            assert!(
+                peak_mib(line) >= 40.0,
+                "{}: {}",
+                context(check),
+                peak_mib(line)
+            );
+        }
+    }
+
+    // Not delegated (an ordinary user's read-only cgroup): cgroup v2 is not used, and the
+    // Report says why.
+    if ordinary_user {
+        let line = one(&lines, "not_delegated");
+        let report = &line["report"];
+        assert_eq!(report["backend"], "rlimit", "{}", context("not_delegated"));
+        assert_eq!(report["exit"]["type"], "limits");
+        let notes = notes(line);
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.starts_with("cgroup2 not used:")
+                    && n.contains("is not writable by uid 1000")),
+            "{}: {notes:?}",
+            context("not_delegated")
+        );
+    }
+
+    // A delegated scope holding the user's shell, its parent not writable: lfm moves no
+    // shell; the run has no controllers, and the supervisor enforces --memory from /proc.
+    if ordinary_user {
+        let line = one(&lines, "shell_in_a_delegated_scope");
+        let report = &line["report"];
+        assert_eq!(
+            report["backend"],
+            "cgroup2",
+            "{}",
+            context("shell_in_a_delegated_scope")
+        );
+        assert_eq!(report["exit"]["type"], "limits");
+        assert_eq!(report["memory"]["peak_source"], "vmhwm");
+        let notes = notes(line);
+        assert!(
+            notes.iter().any(|n| n.contains("holds other processes")
+                && n.contains("without the cpu io memory pids controllers")),
+            "{}: {notes:?}",
+            context("shell_in_a_delegated_scope")
+        );
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("--memory is enforced by the supervisor")),
+            "{}: {notes:?}",
+            context("shell_in_a_delegated_scope")
+        );
+    }
+
+    // Nothing left behind; the checks shell was not moved.
+    let after = one(&lines, "after");
+    assert_eq!(after["leftover_runs"], serde_json::json!([]), "{layout}");
+    assert_eq!(after["shell_cgroup"], cgroup, "{layout}");
+    assert!(after["own_procs"].as_u64().unwrap() >= 1);
+
+    let expected = 10 + 16 + 2 * usize::from(ordinary_user);
+    assert_eq!(lines.len(), expected, "{layout}: {lines:?}");
+    eprintln!("cgroup2 guest ({layout}): {} runs checked", lines.len());
+}
+
+#[test]
+fn v2_as_root_in_a_system_service() {
+    assert_layout("root", "/system.slice/lfm-checks.service", false);
+}
+
+#[test]
+fn v2_as_a_user_in_a_systemd_delegated_subtree() {
+    assert_layout(
+        "user",
+        "/user.slice/user-1000.slice/user@1000.service/app.slice/lfm-checks.scope",
+        true,
+    );
+}
+
+#[test]
+fn v2_as_a_user_in_slurms_step_layout() {
+    assert_layout(
+        "slurm",
+        "/system.slice/slurmstepd.scope/job_1/step_0/user/task_0",
+        true,
+    );
+}

@@ -1,0 +1,119 @@
+#!/bin/bash
+# The cgroup v2 checks, run inside the guest by tests/cgroup2.rs through run.sh (one boot per
+# layout). Prints one JSON line per run: {"check": NAME, "status": lfm's exit status,
+# "report": the Report, ...facts the shell saw}. tests/cgroup2.rs asserts on them.
+#
+#   checks.sh LFM WORKLOAD
+set -u
+lfm="$1"
+workload="$2"
+cg=/sys/fs/cgroup
+own="$cg$LFM_GUEST_CGROUP"
+parent="$(dirname "$own")"
+reports="$(mktemp -d)"
+n=0
+
+# emit NAME STATUS REPORT [EXTRA]: one JSON line; EXTRA is `"key": value, ...`.
+emit() {
+    local report
+    report="$(tr -d '\n' <"$3" 2>/dev/null)"
+    printf '{"check": "%s", "status": %s, "report": %s%s}\n' "$1" "$2" "${report:-null}" "${4:+, $4}"
+}
+# run NAME [LFM RUN ARGS] -- COMMAND...: lfm run with a report, then emit.
+run() {
+    local name="$1"; shift
+    n=$((n + 1))
+    local report="$reports/$n.json"
+    "$lfm" run --quiet --report "$report" "$@"
+    emit "$name" $? "$report"
+}
+# alone SCOPE NAME ARGS...: like run, with lfm the only process of a new cgroup SCOPE, as
+# `systemd-run --scope` or `srun` start a command.
+alone() {
+    local scope="$1" name="$2"; shift 2
+    n=$((n + 1))
+    local report="$reports/$n.json"
+    mkdir -p "$scope"
+    bash -c 'echo $$ >"$1/cgroup.procs" || exit 124; shift; exec "$@"' _ "$scope" \
+        "$lfm" run --quiet --report "$report" "$@"
+    emit "$name" $? "$report"
+}
+
+run memory_limit --memory 100M -- "$workload" touch 300 2000
+run memory_peak -- "$workload" touch 64 300
+run oom_kill_of_a_child --memory 100M -- bash -c "$workload touch 300 0; exit 0"
+run cpu_max --cores 0.5 -- "$workload" busy 2 2500
+run pids_max --processes 20 --wall 30 -- "$workload" forkbomb
+
+if [ -n "$LFM_GUEST_SCRATCH" ]; then
+    run io_write_200mib -- dd if=/dev/zero of="$LFM_GUEST_SCRATCH/io.bin" bs=1M count=200 conv=fsync status=none
+    rm -f "$LFM_GUEST_SCRATCH/io.bin"
+fi
+
+pidfile="$reports/daemon.pid"
+n=$((n + 1))
+"$lfm" run --quiet --report "$reports/$n.json" --wall 2 -- "$workload" doublefork "$pidfile"
+status=$?
+daemon="$(cat "$pidfile" 2>/dev/null || echo 0)"
+alive=false
+if [ "$daemon" != 0 ] && kill -0 "$daemon" 2>/dev/null; then alive=true; fi
+emit kill_a_double_forked_daemon "$status" "$reports/$n.json" "\"daemon_pid\": $daemon, \"daemon_alive\": $alive"
+
+# lfm alone in its cgroup: it moves itself into a leaf and enables the controllers there.
+alone "$parent/lfm-alone.scope" alone_memory_limit --memory 100M -- "$workload" touch 300 2000
+
+# What io.stat itself counts for the same write, in a cgroup of our own (the alone scope now
+# hands out the io controller): the kernel side of io_write_200mib.
+if [ -n "$LFM_GUEST_SCRATCH" ]; then
+    probe="$parent/lfm-alone.scope/io-probe"
+    mkdir -p "$probe"
+    bash -c 'echo $$ >"$1/cgroup.procs" || exit 124
+        dd if=/dev/zero of="$2/probe.bin" bs=1M count=200 conv=fsync status=none' _ "$probe" "$LFM_GUEST_SCRATCH"
+    wbytes="$(awk '{for (i = 2; i <= NF; i++) if ($i ~ /^wbytes=/) {sub("wbytes=", "", $i); s += $i}} END {print s + 0}' "$probe/io.stat")"
+    rm -f "$LFM_GUEST_SCRATCH/probe.bin"
+    rmdir "$probe"
+    printf '{"check": "io_stat_probe", "status": 0, "report": null, "wbytes": %s}\n' "$wbytes"
+fi
+
+# 8 runs at once, started from this shell (beside it) and alone in one new cgroup.
+for i in 1 2 3 4 5 6 7 8; do
+    "$lfm" run --quiet --report "$reports/beside-$i.json" --memory 100M -- "$workload" touch 40 500 &
+done
+wait
+for i in 1 2 3 4 5 6 7 8; do emit concurrent_beside 0 "$reports/beside-$i.json"; done
+mkdir -p "$parent/lfm-alone8.scope"
+for i in 1 2 3 4 5 6 7 8; do
+    bash -c 'echo $$ >"$1/cgroup.procs" || exit 124; shift; exec "$@"' _ \
+        "$parent/lfm-alone8.scope" "$lfm" run --quiet --report "$reports/alone-$i.json" --memory 100M -- "$workload" touch 40 500 &
+done
+wait
+for i in 1 2 3 4 5 6 7 8; do emit concurrent_alone 0 "$reports/alone-$i.json"; done
+
+# Not delegated: a cgroup (and parent) lfm may not write. Root may write anything, so only for
+# an ordinary user (it makes them read-only with chmod).
+if [ "$(id -u)" != 0 ]; then
+    ro="$parent/lfm-readonly.slice/ro.scope"
+    mkdir -p "$ro"
+    n=$((n + 1))
+    bash -c 'echo $$ >"$1/cgroup.procs" || exit 124
+        chmod a-w "$1" "$1/cgroup.procs" "$1/cgroup.subtree_control" "$1/.." "$1/../cgroup.procs" "$1/../cgroup.subtree_control"
+        shift; exec "$@"' _ "$ro" "$lfm" run --quiet --report "$reports/$n.json" --memory 100M -- "$workload" touch 300 2000
+    emit not_delegated $? "$reports/$n.json"
+
+    # The issue's first layout: a delegated scope holding the user's shell, its parent not
+    # writable. lfm moves no shell: runs without controllers, the supervisor enforces.
+    slice="$parent/lfm-shell.slice"
+    mkdir -p "$slice/shell.scope"
+    echo "+memory +pids +cpu +io" >"$slice/cgroup.subtree_control"
+    n=$((n + 1))
+    bash -c 'echo $$ >"$1/shell.scope/cgroup.procs" || exit 124
+        chmod a-w "$1" "$1/cgroup.procs" "$1/cgroup.subtree_control"
+        shift; "$@"; exit $?' _ "$slice" "$lfm" run --quiet --report "$reports/$n.json" --memory 100M -- "$workload" touch 300 2000
+    emit shell_in_a_delegated_scope $? "$reports/$n.json"
+fi
+
+# Nothing left behind, nothing of this shell moved.
+leftovers="$(find $cg -name 'run-*' -type d | sed 's/.*/"&"/' | paste -sd, -)"
+shell_cgroup="$(sed -n 's/^0:://p' /proc/$$/cgroup)"
+printf '{"check": "after", "status": 0, "report": null, "leftover_runs": [%s], "shell_cgroup": "%s", "own_procs": %s}\n' \
+    "$leftovers" "$shell_cgroup" "$(wc -l <"$own/cgroup.procs")"
