@@ -198,6 +198,7 @@ impl Server {
                 return Err(Reply::refused(&spec, &format!("{error:#}")));
             }
         };
+        self.settle_backend(&monitor);
         let rlimits = supervisor::child_rlimits(&spec.limits, monitor.backend());
         let zygote = self.zygote.as_ref().expect("dispatch restarts the zygote");
         if let Err(error) =
@@ -231,6 +232,17 @@ impl Server {
             forked: true,
         };
         RunMonitor::create(options, 0)
+    }
+
+    /// `auto` probes every backend in turn: once one worked, later calls go straight to it.
+    fn settle_backend(&mut self, monitor: &RunMonitor) {
+        if self.options.backend == BackendChoice::Auto {
+            self.options.backend = match monitor.backend().kind() {
+                crate::BackendKind::Cgroup2 => BackendChoice::Cgroup2,
+                crate::BackendKind::Cgroup1 => BackendChoice::Cgroup1,
+                crate::BackendKind::Rlimit => BackendChoice::Rlimit,
+            };
+        }
     }
 
     fn handle(&mut self, event: Event) {
