@@ -71,7 +71,7 @@ pub fn place(mount: &Path, own: &Path) -> Result<Placement> {
                 return Ok(Placement {
                     runs_parent: own.join("lfm"),
                     note: Some(format!(
-                        "cgroup2: {} is delegated to uid {}: lfm moved itself into {SUPERVISOR_LEAF}/ there and enabled {} on it, so runs under {}/lfm get kernel limits",
+                        "cgroup2: {} is writable by uid {} and holds no other process: lfm moved itself into {SUPERVISOR_LEAF}/ there and enabled {} on it, so runs under {}/lfm get kernel limits",
                         own.display(),
                         uid(),
                         offered.join(" "),
@@ -93,7 +93,7 @@ pub fn place(mount: &Path, own: &Path) -> Result<Placement> {
     };
     let placement = beside_or_plain(own, &offered, &reason);
     if placement.runs_parent == own.join("lfm") && !writable(own) {
-        bail!("{reason}, nor is its parent");
+        bail!("{reason}, and runs cannot go beside it: its parent is not writable");
     }
     Ok(placement)
 }
