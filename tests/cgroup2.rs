@@ -32,15 +32,16 @@ fn checks(layout: &str) -> Option<Vec<Value>> {
         PathBuf::from(env!("CARGO_BIN_EXE_lfm")),
         common::workload(),
         root.join("tests/cgroup2host/checks.sh"),
+        root.join("tests/fixtures/serve/faults.py"),
     ]);
-    let [lfm, workload, script] = &staged.paths[..] else {
+    let [lfm, workload, script, faults] = &staged.paths[..] else {
         unreachable!()
     };
     let output = Command::new("bash")
         .arg(root.join("tests/cgroup2host/run.sh"))
         .arg(layout)
         .arg("bash")
-        .args([script, lfm, workload])
+        .args([script, lfm, workload, faults])
         .env("CACHE", root.join("target/cgroup2host"))
         .output()
         .expect("run bash tests/cgroup2host/run.sh");
@@ -332,6 +333,44 @@ fn assert_layout(layout: &str, cgroup: &str, ordinary_user: bool) {
         }
     }
 
+    // lfm serve: each call in its own fresh cgroup, limited and measured by the kernel.
+    let serve = named(&lines, "serve");
+    assert_eq!(serve.len(), 2, "{}: {serve:?}", context("serve"));
+    let reply = |id: &str| {
+        &serve
+            .iter()
+            .find(|l| l["reply"]["id"] == id)
+            .unwrap_or_else(|| panic!("{}: no reply {id}", context("serve")))["reply"]
+    };
+    let ok = reply("alloc64");
+    assert_eq!(ok["ok"], true, "{}: {ok}", context("serve"));
+    assert_eq!(ok["report"]["backend"], "cgroup2", "{}", context("serve"));
+    let call_peak = ok["report"]["memory"]["peak_bytes"].as_f64().unwrap() / MIB;
+    assert!(
+        (62.0..=70.0).contains(&call_peak),
+        "{}: a 64 MiB call measured {call_peak:.1} MiB",
+        context("serve")
+    );
+    let oom = reply("oom");
+    assert_eq!(
+        oom["error"]["reason"],
+        "limits",
+        "{}: {oom}",
+        context("serve")
+    );
+    assert_eq!(
+        oom["report"]["limits_exceeded"]["memory"].as_f64(),
+        Some(100.0 * MIB)
+    );
+    for note in oom["report"]["notes"].as_array().into_iter().flatten() {
+        let note = note.as_str().unwrap_or_default();
+        assert!(
+            !note.contains("enforced by the supervisor"),
+            "{}: {note}",
+            context("serve")
+        );
+    }
+
     // Not delegated (an ordinary user's read-only cgroup): cgroup v2 is not used, and the
     // Report says why.
     if ordinary_user {
@@ -385,8 +424,9 @@ fn assert_layout(layout: &str, cgroup: &str, ordinary_user: bool) {
     assert_eq!(after["shell_cgroup"], cgroup, "{layout}");
     assert!(after["own_procs"].as_u64().unwrap() >= 1);
 
-    let expected = 10 + 16 + 2 * usize::from(ordinary_user);
-    assert_eq!(lines.len(), expected, "{layout}: {lines:?}");
+    let expected = 10 + 16 + 2 + 2 * usize::from(ordinary_user);
+    let names: Vec<&Value> = lines.iter().map(|l| &l["check"]).collect();
+    assert_eq!(lines.len(), expected, "{layout}: {names:?}");
     eprintln!("cgroup2 guest ({layout}): {} runs checked", lines.len());
 }
 

@@ -3,10 +3,11 @@
 # layout). Prints one JSON line per run: {"check": NAME, "status": lfm's exit status,
 # "report": the Report, ...facts the shell saw}. tests/cgroup2.rs asserts on them.
 #
-#   checks.sh LFM WORKLOAD
+#   checks.sh LFM WORKLOAD FAULTS_PY
 set -u
 lfm="$1"
 workload="$2"
+faults="$3"
 cg=/sys/fs/cgroup
 own="$cg$LFM_GUEST_CGROUP"
 parent="$(dirname "$own")"
@@ -110,6 +111,19 @@ if [ "$(id -u)" != 0 ]; then
         chmod a-w "$1" "$1/cgroup.procs" "$1/cgroup.subtree_control"
         shift; "$@"; exit $?' _ "$slice" "$lfm" run --quiet --report "$reports/$n.json" --memory 100M -- "$workload" touch 300 2000
     emit shell_in_a_delegated_scope $? "$reports/$n.json"
+fi
+
+# lfm serve: every call in a fresh cgroup of its own under the same setup (the host's Python,
+# which uid 1000 can run; the zygote preloads nothing).
+if [ -x /usr/bin/python3 ]; then
+    replies="$reports/serve.jsonl"
+    printf '%s\n' \
+        '{"id": "alloc64", "function": "faults.py:alloc", "args": [64], "import_module": true}' \
+        '{"id": "oom", "function": "faults.py:alloc", "args": [300], "import_module": true, "limits": {"memory": "100M"}}' |
+        (cd "$(dirname "$faults")" && "$lfm" serve --python /usr/bin/python3 --cache-dir "$reports/cache") >"$replies"
+    while read -r reply; do
+        printf '{"check": "serve", "status": 0, "report": null, "reply": %s}\n' "$reply"
+    done <"$replies"
 fi
 
 # Nothing left behind, nothing of this shell moved.
