@@ -397,6 +397,10 @@ struct Walk<'p, 'm> {
     reached: HashMap<&'p str, Reached<'p>>,
     missing: HashMap<&'p str, Missed<'p>>,
     local_modules: BTreeSet<u32>,
+    /// While computing a slice: the target's module, and the lines of its module-level
+    /// bindings the walk followed there.
+    slice_module: Option<u32>,
+    slice_lines: Vec<u32>,
 }
 
 /// The closure of module `module`, or of the def/class `scope` inside it.
@@ -421,34 +425,7 @@ pub fn target_closure<'p>(
         Some(scope_id) => {
             let summary = &loaded.summary;
             let scope = &summary.scopes[scope_id as usize];
-            let chain = Chain::of(summary.scope_name(scope_id));
-            walk.enqueue(Work::Scope {
-                module,
-                scope: scope_id,
-                chain: chain.clone(),
-                optional: false,
-            });
-            walk.enqueue(Work::Definition {
-                module,
-                scope: scope_id,
-                chain: chain.clone(),
-                optional: false,
-            });
-            // A method needs what its class statements need to run (bases, decorators, class body).
-            let mut parent = scope.parent;
-            while parent != 0 {
-                let enclosing = &summary.scopes[parent as usize];
-                if enclosing.kind == ScopeKind::Class {
-                    let chain = chain.then(summary.scope_name(parent));
-                    walk.enqueue(Work::Definition {
-                        module,
-                        scope: parent,
-                        chain,
-                        optional: false,
-                    });
-                }
-                parent = enclosing.parent;
-            }
+            walk.enqueue_definition(module, scope_id);
             let kind = if scope.kind == ScopeKind::Class {
                 TargetKind::Class
             } else {
@@ -460,6 +437,30 @@ pub fn target_closure<'p>(
     };
     walk.run();
     walk.into_view(target, kind, module, line)
+}
+
+/// The lines of the module-level statements of `module` that the def/class `scope` needs to
+/// run: its own definition (and its enclosing classes'), and every binding of a module global
+/// the walk follows there, transitively (an import, a def/class, an assignment and what its
+/// value reads). The same walk as [`target_closure`]: one source of truth for what a function
+/// needs and for what `lfm call` executes of its module.
+pub fn slice_lines(project: &Project, module: u32, scope: u32) -> Vec<u32> {
+    let numbers = WorkNumbers::new(project);
+    let mut walk = Walk::new(project, &numbers, None);
+    walk.slice_module = Some(module);
+    walk.enqueue_definition(module, scope);
+    let summary = &project.modules[module as usize].summary;
+    let mut lines = vec![summary.scopes[scope as usize].line];
+    let mut parent = summary.scopes[scope as usize].parent;
+    while parent != 0 {
+        lines.push(summary.scopes[parent as usize].line);
+        parent = summary.scopes[parent as usize].parent;
+    }
+    walk.run();
+    lines.append(&mut walk.slice_lines);
+    lines.sort_unstable();
+    lines.dedup();
+    lines
 }
 
 impl<'p, 'm> Walk<'p, 'm> {
@@ -483,6 +484,8 @@ impl<'p, 'm> Walk<'p, 'm> {
             reached: HashMap::default(),
             missing: HashMap::default(),
             local_modules: BTreeSet::new(),
+            slice_module: None,
+            slice_lines: Vec::new(),
         }
     }
 
@@ -561,6 +564,39 @@ impl<'p, 'm> Walk<'p, 'm> {
         }
     }
 
+    /// A def/class target: its body and its definition, and for a method what its class
+    /// statements need to run (bases, decorators, class body).
+    fn enqueue_definition(&mut self, module: u32, scope_id: u32) {
+        let summary = self.summary(module);
+        let chain = Chain::of(summary.scope_name(scope_id));
+        self.enqueue(Work::Scope {
+            module,
+            scope: scope_id,
+            chain: chain.clone(),
+            optional: false,
+        });
+        self.enqueue(Work::Definition {
+            module,
+            scope: scope_id,
+            chain: chain.clone(),
+            optional: false,
+        });
+        let mut parent = summary.scopes[scope_id as usize].parent;
+        while parent != 0 {
+            let enclosing = &summary.scopes[parent as usize];
+            if enclosing.kind == ScopeKind::Class {
+                let chain = chain.then(summary.scope_name(parent));
+                self.enqueue(Work::Definition {
+                    module,
+                    scope: parent,
+                    chain,
+                    optional: false,
+                });
+            }
+            parent = enclosing.parent;
+        }
+    }
+
     fn run(&mut self) {
         while let Some(work) = self.queue.pop_front() {
             match work {
@@ -631,6 +667,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                 for binding in star.into_iter().flatten() {
                     if let Binding::Import { edge } = binding {
                         let edge_ref = &summary.imports[*edge as usize];
+                        self.note_slice_line(module, edge_ref.line);
                         self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
                     }
                 }
@@ -638,6 +675,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             return;
         };
         for binding in bindings {
+            self.note_slice_line(module, binding_line(summary, binding));
             match binding {
                 Binding::Import { edge } => {
                     let edge_ref = &summary.imports[*edge as usize];
@@ -676,6 +714,12 @@ impl<'p, 'm> Walk<'p, 'm> {
                     }
                 }
             }
+        }
+    }
+
+    fn note_slice_line(&mut self, module: u32, line: u32) {
+        if self.slice_module == Some(module) {
+            self.slice_lines.push(line);
         }
     }
 
@@ -935,6 +979,15 @@ impl Drop for Walk<'_, '_> {
         let mut seen = std::mem::take(&mut self.seen);
         seen.clear();
         VISITED_POOL.with(|pool| pool.borrow_mut().push(seen));
+    }
+}
+
+/// The line of the statement that made a binding.
+fn binding_line(summary: &ModuleSummary, binding: &Binding) -> u32 {
+    match binding {
+        Binding::Import { edge } => summary.imports[*edge as usize].line,
+        Binding::Definition { scope } => summary.scopes[*scope as usize].line,
+        Binding::Value { line, .. } => *line,
     }
 }
 

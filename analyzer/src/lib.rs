@@ -22,6 +22,7 @@ pub mod render;
 pub mod resolve;
 pub mod results;
 pub mod scratch;
+pub mod slice;
 pub mod source;
 pub mod spec;
 
@@ -183,6 +184,30 @@ impl Analysis {
         warnings.sort();
         warnings.dedup();
         warnings
+    }
+
+    /// The slice of the first function (or method, or class) target: the statements of its
+    /// module it needs to run, computed by the same walk as its closure.
+    pub fn function_slice(&self) -> Option<Result<slice::FunctionSlice, AnalyzeError>> {
+        let &(module, scope) = self.jobs.iter().find(|(_, scope)| scope.is_some())?;
+        let loaded = &self.project.modules[module as usize];
+        let scope = scope?;
+        let lines = closure::slice_lines(&self.project, module, scope);
+        let source = match std::fs::read_to_string(&loaded.path) {
+            Ok(source) => source,
+            Err(error) => {
+                return Some(Err(AnalyzeError::Other(anyhow::anyhow!(
+                    "reading {}: {error}",
+                    loaded.path.display()
+                ))))
+            }
+        };
+        Some(Ok(slice::FunctionSlice {
+            module: loaded.name.clone(),
+            file: loaded.path.clone(),
+            target: format!("{}:{}", loaded.name, loaded.summary.scope_name(scope)),
+            statements: slice::statements_holding(&source, &lines),
+        }))
     }
 
     /// Compute target closures in order, `chunk` at a time (in parallel within a chunk), and

@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use lfm_analyzer::{analyze, Environment, Options};
+use lfm_analyzer::{prepare, Environment, Options};
 use lfm_monitor::outcome::{self, Outcome};
 use lfm_monitor::report::{ExitKind, FunctionCall, Report};
 
@@ -289,7 +289,7 @@ fn module_of_file(file: &Path) -> (String, PathBuf) {
 }
 
 /// The module-level statements the function needs, as (first line, last line) ranges: the
-/// analyzer's slice closure, one source of truth with `lfm analyze`.
+/// analyzer's slice, computed by the same walk as the function's closure in `lfm analyze`.
 pub fn slice_of(located: &Located, interpreter: &Interpreter) -> Result<Vec<(u64, u64)>, Failure> {
     let Some(file) = &located.file else {
         return Err((
@@ -305,28 +305,17 @@ pub fn slice_of(located: &Located, interpreter: &Interpreter) -> Result<Vec<(u64
         roots,
         ..Options::default()
     };
-    let spec = analyze(std::slice::from_ref(&target), &options)
-        .map_err(|e| (EXIT_TARGET_NOT_FOUND, e.to_string()))?;
-    let target_spec = spec
-        .targets
-        .first()
-        .ok_or_else(|| (EXIT_TARGET_NOT_FOUND, format!("{target}: no such function")))?;
-    let value = serde_json::to_value(target_spec).map_err(|e| failed(e.into()))?;
-    slice_ranges(&value).ok_or_else(|| {
-        (
-            EXIT_MONITOR_FAILED,
-            format!("{target}: the analysis has no slice for this target (use --import-module)"),
-        )
-    })
-}
-
-/// `slice.statements` of a function target in the Spec (docs/spec.md).
-fn slice_ranges(target: &serde_json::Value) -> Option<Vec<(u64, u64)>> {
-    target["slice"]["statements"]
-        .as_array()?
+    let not_found = |e: lfm_analyzer::AnalyzeError| (EXIT_TARGET_NOT_FOUND, e.to_string());
+    let analysis = prepare(std::slice::from_ref(&target), &options).map_err(not_found)?;
+    let slice = analysis
+        .function_slice()
+        .ok_or_else(|| (EXIT_TARGET_NOT_FOUND, format!("{target}: no such function")))?
+        .map_err(not_found)?;
+    Ok(slice
+        .statements
         .iter()
-        .map(|s| Some((s["start_line"].as_u64()?, s["end_line"].as_u64()?)))
-        .collect()
+        .map(|&(first, last)| (u64::from(first), u64::from(last)))
+        .collect())
 }
 
 fn show_slice(located: &Located, ranges: &[(u64, u64)]) -> Result<i32, Failure> {
