@@ -173,3 +173,62 @@ fn bad_input_is_refused_before_anything_runs() {
     }
     assert!(Path::new(fixtures()).join("faults.py").exists());
 }
+
+fn call_in(dir: &str, args: &[&str]) -> Output {
+    let mut full = vec!["call", "--quiet"];
+    full.extend_from_slice(args);
+    common::lfm_in(dir, &full)
+}
+
+const CALL_FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/call");
+
+#[test]
+fn only_the_slice_runs_by_default() {
+    let output = call_in(CALL_FIXTURES, &["heavy_top.py:summary", "--args", "[3]"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let value: String = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(value, r#"{"n": 9}"#);
+    // A method: its class statement and what that reads.
+    let output = call_in(
+        CALL_FIXTURES,
+        &["heavy_top.py:Model.fit", "--args", "[null, 2]"],
+    );
+    assert!(!output.status.success(), "an unbound method needs its self");
+    // The whole module needs a module nobody has: a clear failure.
+    let output = call_in(
+        CALL_FIXTURES,
+        &["heavy_top.py:summary", "--args", "[3]", "--import-module"],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("No module named 'a_module_nobody_has'"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_slice_is_printable() {
+    let output = call_in(CALL_FIXTURES, &["heavy_top.py:summary", "--show-slice"]);
+    assert!(output.status.success());
+    let text = stdout(&output);
+    let lines: Vec<u32> = text
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split('|').next()?.trim().parse().ok())
+        .collect();
+    // import json (2), SCALE (10), helper (14-15), summary (18-19); not the unused import (3),
+    // the optional yaml (5-8) nor UNUSED (11).
+    assert_eq!(lines, vec![2, 10, 14, 15, 18, 19], "{text}");
+    let output = call_in(CALL_FIXTURES, &["heavy_top.py:Model.fit", "--show-slice"]);
+    let text = stdout(&output);
+    assert!(
+        text.contains("   10 | SCALE = 3") && text.contains("   22 | class Model:"),
+        "{text}"
+    );
+    assert!(!text.contains("a_module_nobody_has"), "{text}");
+}

@@ -718,3 +718,51 @@ fn walk(root: &Path) -> Vec<String> {
     }
     out
 }
+
+#[test]
+fn a_function_pack_is_enough_to_call_its_function_by_slice() {
+    let Some(fixture) = Fixture::new() else {
+        return;
+    };
+    let tasks = fixture.dir.path().join("tasks.py");
+    std::fs::write(
+        &tasks,
+        "import bs4  # numpy_sum does not need it: not in its pack\n\n\ndef numpy_sum(n):\n    import numpy as np\n    return float(np.arange(n).sum())\n",
+    )
+    .unwrap();
+    let target = format!("{}:numpy_sum", tasks.display());
+    let pack = fixture.pack(&[&target], &[], "tasks.tar.zst");
+    let root = fixture.unpack(&pack);
+    let names = dist_names(&manifest(&root));
+    assert!(names.iter().any(|n| n == "numpy"), "{names:?}");
+    assert!(!names.iter().any(|n| n == "beautifulsoup4"), "{names:?}");
+
+    let dir = fixture.dir.path().to_str().unwrap();
+    let call = |extra: &[&str]| {
+        let mut args = vec![
+            "call",
+            "--quiet",
+            "--pack",
+            pack.to_str().unwrap(),
+            "tasks.py:numpy_sum",
+            "--args",
+            "[4]",
+        ];
+        args.extend_from_slice(extra);
+        common::lfm_in(dir, &args)
+    };
+    // By slice: only the def runs, so the pack is enough.
+    let output = call(&[]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "6.0");
+    // The whole module needs bs4, which the pack does not hold: a clear failure.
+    let output = call(&["--import-module"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("No module named 'bs4'"), "{stderr}");
+    assert!(stderr.contains("tasks.py\", line 1"), "{stderr}");
+}
