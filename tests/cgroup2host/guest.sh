@@ -14,6 +14,8 @@
 #          everything below it owned by the user: Slurm's cgroup/v2 step layout
 set -u
 run="$1"
+# Writable scratch (init makes /run/tmp; the host's /tmp is read-only here).
+tmp="${LFM_GUEST_TMP:-/tmp}"
 cd /
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 cg=/sys/fs/cgroup
@@ -54,9 +56,9 @@ esac
 # A scratch block device (virtio disk) with ext4, so io.stat has real block I/O to count.
 scratch=
 if [ -b /dev/vda ] && mkfs.ext4 -q -F /dev/vda >/dev/null 2>&1; then
-    mkdir -p /tmp/scratch && mount -t ext4 /dev/vda /tmp/scratch && chown "$user:$user" /tmp/scratch && scratch=/tmp/scratch
+    mkdir -p "$tmp/scratch" && mount -t ext4 /dev/vda "$tmp/scratch" && chown "$user:$user" "$tmp/scratch" && scratch="$tmp/scratch"
 fi
-mkdir -p /tmp/home && chown "$user:$user" /tmp/home
+mkdir -p "$tmp/home" && chown "$user:$user" "$tmp/home"
 
 {
     echo "kernel=$(uname -r)"
@@ -64,7 +66,7 @@ mkdir -p /tmp/home && chown "$user:$user" /tmp/home
     echo "root_controllers=$(cat $cg/cgroup.controllers)"
 } >"$run/guest-info"
 
-env -i PATH="$PATH" HOME=/tmp/home TMPDIR=/tmp LANG=C.UTF-8 \
+env -i PATH="$PATH" HOME="$tmp/home" TMPDIR="$tmp" LANG=C.UTF-8 \
     LFM_GUEST_LAYOUT="$layout" LFM_GUEST_SCRATCH="$scratch" LFM_GUEST_CGROUP="/$place" \
     bash -c '
         echo $$ >"$1/cgroup.procs" || exit 124

@@ -5,7 +5,8 @@
 #   tests/cgroup2host/run.sh LAYOUT COMMAND [ARG...]
 #
 # LAYOUT is root, user or slurm (see guest.sh: which cgroup the command starts in, as whom).
-# COMMAND runs with bash in the guest, cwd /, a writable tmpfs /tmp, and LFM_GUEST_LAYOUT,
+# COMMAND runs with bash in the guest, cwd /, a writable tmpfs as TMPDIR (/run/tmp; the
+# host's /tmp stays visible, read-only), and LFM_GUEST_LAYOUT,
 # LFM_GUEST_CGROUP (its starting cgroup) and LFM_GUEST_SCRATCH (an ext4 on a virtio disk, for
 # block I/O) in its environment. Paths must be readable by the layout's user (uid 1000 for user
 # and slurm: nothing under /root).
