@@ -231,3 +231,64 @@ impl Drop for Cgroup2 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run directory written by hand: the counters of a kernel without memory.peak (< 5.19).
+    fn scripted(dir: &std::path::Path) -> Cgroup2 {
+        let write = |name: &str, text: &str| fs::write(dir.join(name), text).unwrap();
+        write("memory.current", "734003200\n");
+        write(
+            "memory.stat",
+            "anon 104857600\nfile 629145600\nkernel_stack 65536\npagetables 262144\npercpu 0\nsock 0\nshmem 1048576\nslab_reclaimable 4194304\nslab_unreclaimable 131072\n",
+        );
+        write("memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n");
+        write(
+            "cpu.stat",
+            "usage_usec 2000000\nuser_usec 1500000\nsystem_usec 500000\nnr_periods 20\nnr_throttled 15\nthrottled_usec 750000\n",
+        );
+        Cgroup2 {
+            dir: dir.to_path_buf(),
+            join: None,
+            controllers: vec!["memory".into(), "cpu".into()],
+            enforced: Enforced {
+                cores: true,
+                ..Enforced::default()
+            },
+            notes: Vec::new(),
+            removed: true,
+        }
+    }
+
+    #[test]
+    fn without_memory_peak_the_reading_has_no_kernel_peak_and_the_samples_decide() {
+        let dir = tempfile::tempdir().unwrap();
+        let reading = scripted(dir.path()).read();
+        assert_eq!(reading.memory_peak, None);
+        assert_eq!(reading.memory_current, Some(734003200));
+        // anon + shmem + kernel_stack + pagetables + percpu + sock + slab_unreclaimable: the
+        // 600 MiB of page cache and the reclaimable slab are not counted.
+        assert_eq!(
+            reading.unreclaimable_bytes,
+            Some(104857600 + 1048576 + 65536 + 262144 + 131072)
+        );
+        assert_eq!(reading.file_bytes, Some(629145600));
+    }
+
+    #[test]
+    fn cpu_stat_gives_time_and_throttling() {
+        let dir = tempfile::tempdir().unwrap();
+        let reading = scripted(dir.path()).read();
+        assert_eq!(reading.cpu_total_us, Some(2000000));
+        assert_eq!(
+            reading.throttling,
+            Some(Throttling {
+                periods: 20,
+                throttled_periods: 15,
+                throttled_us: 750000
+            })
+        );
+    }
+}

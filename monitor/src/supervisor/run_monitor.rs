@@ -462,22 +462,16 @@ impl RunMonitor {
     /// cache still charged at the end catches what sampling missed.
     fn memory(&self, reading: &Reading) -> Memory {
         let vmhwm = self.tracker.vmhwm_peak();
-        let sampled = self.tracker.peak_unreclaimable;
-        let (peak_bytes, peak_source) = if self.options.forked {
-            let unsampled = reading
+        let figures = MemoryFigures {
+            sampled_unreclaimable: self.tracker.peak_unreclaimable,
+            kernel_peak_less_cache: reading
                 .memory_peak
-                .map(|peak| peak.saturating_sub(reading.file_bytes.unwrap_or(0)));
-            match (sampled, unsampled) {
-                (s, Some(u)) => (s.unwrap_or(0).max(u), "cgroup-stat"),
-                _ => (self.tracker.peak_private, "sampled-private"),
-            }
-        } else {
-            match sampled {
-                Some(sampled) if sampled >= vmhwm => (sampled, "cgroup-stat"),
-                _ if vmhwm > 0 || self.tracker.peak_rss_sum == 0 => (vmhwm, "vmhwm"),
-                _ => (self.tracker.peak_rss_sum, "sampled-rss"),
-            }
+                .map(|peak| peak.saturating_sub(reading.file_bytes.unwrap_or(0))),
+            vmhwm,
+            sampled_rss: self.tracker.peak_rss_sum,
+            sampled_private: self.tracker.peak_private,
         };
+        let (peak_bytes, peak_source) = figures.headline(self.options.forked);
         Memory {
             peak_bytes,
             peak_source: peak_source.into(),
@@ -493,6 +487,38 @@ impl RunMonitor {
             self.notes.push(format!(
                 "process {pid} ({name}) left the run's cgroup: it was measured from /proc, counted and killed with the tree"
             ));
+        }
+    }
+}
+
+/// Every memory figure a run has, for choosing its headline.
+struct MemoryFigures {
+    /// Largest sampled unreclaimable charge of the cgroup (plus processes outside it).
+    sampled_unreclaimable: Option<u64>,
+    /// The kernel's peak less the page cache still charged at the end (v2 memory.peak needs
+    /// Linux 5.19; v1 always has max_usage_in_bytes).
+    kernel_peak_less_cache: Option<u64>,
+    vmhwm: u64,
+    sampled_rss: u64,
+    sampled_private: u64,
+}
+
+impl MemoryFigures {
+    /// The headline and its source (docs/report.md). A forked run's VmHWM starts at its
+    /// parent's RSS, so it never counts; where the kernel keeps no peak (v2 before 5.19),
+    /// the samples alone decide.
+    fn headline(&self, forked: bool) -> (u64, &'static str) {
+        if forked {
+            return match (self.sampled_unreclaimable, self.kernel_peak_less_cache) {
+                (sampled, Some(unsampled)) => (sampled.unwrap_or(0).max(unsampled), "cgroup-stat"),
+                (Some(sampled), None) => (sampled, "cgroup-stat"),
+                (None, None) => (self.sampled_private, "sampled-private"),
+            };
+        }
+        match self.sampled_unreclaimable {
+            Some(sampled) if sampled >= self.vmhwm => (sampled, "cgroup-stat"),
+            _ if self.vmhwm > 0 || self.sampled_rss == 0 => (self.vmhwm, "vmhwm"),
+            _ => (self.sampled_rss, "sampled-rss"),
         }
     }
 }
@@ -569,5 +595,67 @@ pub fn classify_exit(
             .is_none()
             .then(|| "the command's exit status could not be collected".to_string()),
         exception: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn figures() -> MemoryFigures {
+        MemoryFigures {
+            sampled_unreclaimable: None,
+            kernel_peak_less_cache: None,
+            vmhwm: 0,
+            sampled_rss: 0,
+            sampled_private: 0,
+        }
+    }
+
+    #[test]
+    fn a_run_takes_the_larger_of_the_cgroup_samples_and_vmhwm() {
+        let run = MemoryFigures {
+            sampled_unreclaimable: Some(90 * MIB),
+            vmhwm: 101 * MIB,
+            ..figures()
+        };
+        assert_eq!(run.headline(false), (101 * MIB, "vmhwm"));
+        let run = MemoryFigures {
+            sampled_unreclaimable: Some(120 * MIB),
+            vmhwm: 101 * MIB,
+            ..figures()
+        };
+        assert_eq!(run.headline(false), (120 * MIB, "cgroup-stat"));
+        let rlimit = MemoryFigures {
+            sampled_rss: 7 * MIB,
+            ..figures()
+        };
+        assert_eq!(rlimit.headline(false), (7 * MIB, "sampled-rss"));
+    }
+
+    #[test]
+    fn a_fork_never_counts_vmhwm_and_falls_back_to_samples_without_a_kernel_peak() {
+        let shared_zygote = 300 * MIB;
+        let call = MemoryFigures {
+            sampled_unreclaimable: Some(60 * MIB),
+            kernel_peak_less_cache: Some(100 * MIB),
+            vmhwm: shared_zygote,
+            ..figures()
+        };
+        assert_eq!(call.headline(true), (100 * MIB, "cgroup-stat"));
+        // Linux < 5.19 on cgroup v2: no memory.peak, the samples alone.
+        let old_kernel = MemoryFigures {
+            kernel_peak_less_cache: None,
+            ..call
+        };
+        assert_eq!(old_kernel.headline(true), (60 * MIB, "cgroup-stat"));
+        let rlimit = MemoryFigures {
+            sampled_private: 40 * MIB,
+            vmhwm: shared_zygote,
+            ..figures()
+        };
+        assert_eq!(rlimit.headline(true), (40 * MIB, "sampled-private"));
     }
 }
