@@ -9,3 +9,8 @@ def sleep_100ms():
     import time
 
     time.sleep(0.1)
+
+
+def heavy_imports():
+    import pandas  # noqa: F401
+    import sklearn.linear_model  # noqa: F401

@@ -143,6 +143,10 @@ pub struct CallArgs {
     /// Import the function's module normally (its whole top level) instead of its slice.
     #[arg(long)]
     pub import_module: bool,
+    /// Do not log the modules the call imports (the log costs a few microseconds an import;
+    /// this is for measuring that).
+    #[arg(long)]
+    pub no_import_log: bool,
     /// Print the statements the call would execute, and exit.
     #[arg(long, conflicts_with = "import_module")]
     pub show_slice: bool,

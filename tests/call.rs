@@ -232,3 +232,77 @@ fn the_slice_is_printable() {
     );
     assert!(!text.contains("a_module_nobody_has"), "{text}");
 }
+
+fn imported(report: &serde_json::Value) -> Vec<(String, Option<String>)> {
+    report["imports"]["modules"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no import log: {report}"))
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap().to_string(),
+                m["distribution"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_import_log_survives_limits_and_crashes_and_names_the_analyzers_misses() {
+    let Some(venv) = common::real_venv() else {
+        return;
+    };
+    let venv = venv.to_str().unwrap();
+    let run = |function: &str, extra: &[&str]| {
+        let report = tempfile::NamedTempFile::new().unwrap();
+        let target = format!("imports.py:{function}");
+        let mut args = vec![
+            "call",
+            "--quiet",
+            "--env",
+            venv,
+            "--report",
+            report.path().to_str().unwrap(),
+            &target,
+        ];
+        args.extend_from_slice(extra);
+        let output = common::lfm_in(CALL_FIXTURES, &args);
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(report.path()).unwrap()).unwrap();
+        (output, report)
+    };
+    let yaml = ("yaml".to_string(), Some("PyYAML==6.0.2".to_string()));
+    let (output, report) = run("lazy_yaml", &[]);
+    assert!(output.status.success());
+    assert!(imported(&report).contains(&yaml), "{:?}", imported(&report));
+    assert!(
+        !imported(&report).iter().any(|(name, _)| name == "ast"),
+        "the runner's own imports are not the call's"
+    );
+    assert_eq!(report["imports"]["not_in_closure"], serde_json::Value::Null);
+
+    let (output, report) = run("yaml_then_too_much_memory", &["--memory", "100M"]);
+    assert_eq!(output.status.code(), Some(125));
+    assert!(
+        imported(&report).contains(&yaml),
+        "killed by the limit: {:?}",
+        imported(&report)
+    );
+
+    let (output, report) = run("yaml_then_segfault", &[]);
+    assert_eq!(output.status.code(), Some(128 + 11));
+    assert!(
+        imported(&report).contains(&yaml),
+        "segfault: {:?}",
+        imported(&report)
+    );
+
+    let (output, report) = run("from_config", &[]);
+    assert_eq!(stdout(&output), "\"attr\"");
+    assert_eq!(
+        report["imports"]["not_in_closure"],
+        serde_json::json!(["attr"]),
+        "{}",
+        report["imports"]
+    );
+}

@@ -206,6 +206,18 @@ fn every_fault_gets_one_reply_and_the_server_keeps_serving() {
         assert_eq!(ok["result"], 5);
         assert_eq!(ok["report"]["backend"], setup.backend, "{name}");
         assert_eq!(ok["report"]["function"]["target"], "faults.py:add");
+        let logged = |id: &str| by_id(&replies, id)["report"]["imports"]["modules"].to_string();
+        assert!(
+            logged("add").contains("\"faults\""),
+            "{name}: {}",
+            logged("add")
+        );
+        // The log is written as imports happen: a segfault keeps it.
+        assert!(
+            logged("segfault").contains("\"ctypes\""),
+            "{name}: {}",
+            logged("segfault")
+        );
 
         let error = |id: &str| by_id(&replies, id)["error"].clone();
         assert_eq!(error("boom")["reason"], "exception", "{name}");

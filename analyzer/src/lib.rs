@@ -186,6 +186,18 @@ impl Analysis {
         warnings
     }
 
+    /// `name==version` of the installed distribution whose RECORD (or conda-meta) lists `file`.
+    pub fn distribution_of(&self, file: &Path) -> Option<String> {
+        let dists = &self.project.dists;
+        match dists.owner_of(&dists::normalize_path(file), "") {
+            dists::Owner::One(id) => {
+                let dist = &dists.dists[id as usize];
+                Some(format!("{}=={}", dist.name, dist.version))
+            }
+            _ => None,
+        }
+    }
+
     /// The slice of the first function (or method, or class) target: the statements of its
     /// module it needs to run, computed by the same walk as its closure.
     pub fn function_slice(&self) -> Option<Result<slice::FunctionSlice, AnalyzeError>> {

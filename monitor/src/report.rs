@@ -20,6 +20,9 @@ pub struct Report {
     /// Set when a called function returned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<ResultInfo>,
+    /// What a call (`lfm call`, `lfm serve`) really imported, logged as it happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imports: Option<Imports>,
     pub backend: String,
     pub limits: Limits,
     pub exit: Exit,
@@ -91,6 +94,35 @@ pub struct FunctionCall {
     pub target: String,
     /// How it was loaded: `slice`, `import` or `pickle`.
     pub mode: String,
+}
+
+/// The modules a call loaded, in the order it loaded them (docs/report.md).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Imports {
+    pub modules: Vec<ImportedModule>,
+    /// `lfm serve`: the modules the zygote preloaded; a call that uses them imports nothing,
+    /// so whether it touched them is not known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preloaded: Vec<String>,
+    /// Imported modules of installed distributions that the function's static closure does not
+    /// list (`lfm call` in slice mode): what the analyzer missed, e.g. a module imported by a
+    /// name computed at run time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_in_closure: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ImportedModule {
+    pub name: String,
+    /// The file it was loaded from (none for built-in and frozen modules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// False when no finder found it (the import raised).
+    pub found: bool,
+    /// `name==version` of the installed distribution that owns the file, where lfm knows the
+    /// environment's distributions (`lfm call` in slice mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<String>,
 }
 
 /// What a call returned: its type and size, never the value.

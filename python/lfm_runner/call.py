@@ -118,6 +118,13 @@ def call_function(request):
 
 def run(request):
     """Run the call a request describes; write and return its outcome (also on exceptions)."""
+    if request.get("import_log"):
+        from . import imports
+
+        if request["target"].get("mode") == "slice":
+            import ast  # noqa: F401 - the runner's own, for slicing: not the call's import
+
+        imports.start(request["import_log"])
     outcome, data = call_function(request)
     if data is not None:
         write_atomically(request["result_file"], data)

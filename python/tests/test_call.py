@@ -68,3 +68,24 @@ def test_arguments_come_from_a_pickle_file(tmp_path):
     path = tmp_path / "args.pkl"
     path.write_bytes(pickle.dumps(([1, 2], {"x": 3})))
     assert call.read_arguments({"pickle_file": str(path)}) == ([1, 2], {"x": 3})
+
+
+def test_the_import_log_lists_what_the_call_loaded_as_it_happens(tmp_path, monkeypatch):
+    monkeypatch.delitem(__import__("sys").modules, "callee", raising=False)
+    monkeypatch.delitem(__import__("sys").modules, "colorsys", raising=False)
+    body = "def f():\n    import colorsys\n    import no_such_module_anywhere\n"
+    req = request(tmp_path, body, "f")
+    req["import_log"] = str(tmp_path / "imports.log")
+    try:
+        assert call.run(req)["exception"]["type"] == "ModuleNotFoundError"
+    finally:
+        import sys
+
+        sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "ImportLog"]
+    lines = [line.split("\t") for line in (tmp_path / "imports.log").read_text().splitlines()]
+    names = [name for name, _ in lines]
+    assert names[:1] == ["callee"]
+    assert "colorsys" in names
+    origin = dict(lines)
+    assert origin["colorsys"].endswith("colorsys.py")
+    assert origin["no_such_module_anywhere"] == "!"

@@ -8,9 +8,10 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use lfm_analyzer::{prepare, Environment, Options};
+use lfm_analyzer::spec::TargetKind;
+use lfm_analyzer::{prepare, Analysis, Environment, Options};
 use lfm_monitor::outcome::{self, Outcome};
-use lfm_monitor::report::{ExitKind, FunctionCall, Report};
+use lfm_monitor::report::{ExitKind, FunctionCall, Imports, Report};
 
 use crate::cli::{CallArgs, InterpreterArgs};
 use crate::commands::run::{self, EXIT_LIMITS, EXIT_MONITOR_FAILED, EXIT_USAGE};
@@ -60,10 +61,11 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Failure> {
     let arguments = Arguments::from_args(args)?;
     let interpreter = interpreter(&args.interpreter)?;
     let located = locate(&args.target, &interpreter.source_roots, &interpreter.roots)?;
-    let slice = if args.import_module {
-        None
+    let (slice, analysis) = if args.import_module {
+        (None, None)
     } else {
-        Some(slice_of(&located, &interpreter)?)
+        let (ranges, analysis) = sliced(&located, &interpreter)?;
+        (Some(ranges), Some(analysis))
     };
     if args.show_slice {
         return show_slice(&located, slice.as_deref().unwrap_or_default());
@@ -92,6 +94,8 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Failure> {
         }
         .into(),
     });
+    report.imports = lfm_monitor::imports::read(&files.imports, &[])
+        .map(|imports| with_distributions(imports, analysis.as_ref()));
     let code = conclude(&mut report, &files, args);
     if let Err(error) = run::write_report(&args.monitor, &report) {
         return Err((EXIT_MONITOR_FAILED, format!("writing the report: {error}")));
@@ -100,6 +104,44 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Failure> {
         eprintln!("{}", report.summary_line());
     }
     Ok(code)
+}
+
+/// Name the distribution of every imported module, and those the function's static closure
+/// does not list: the analyzer's misses.
+fn with_distributions(mut imports: Imports, analysis: Option<&Analysis>) -> Imports {
+    let Some(analysis) = analysis else {
+        return imports;
+    };
+    let mut closure = std::collections::HashSet::new();
+    let _ = analysis.for_each_chunk(1, |targets| {
+        for target in targets.iter().filter(|t| t.kind != TargetKind::Module) {
+            closure.extend(
+                target
+                    .distributions
+                    .iter()
+                    .map(|d| format!("{}=={}", d.name, d.version)),
+            );
+        }
+        Ok::<(), ()>(())
+    });
+    let mut flagged = std::collections::HashSet::new();
+    for module in &mut imports.modules {
+        module.distribution = module
+            .file
+            .as_deref()
+            .and_then(|f| analysis.distribution_of(Path::new(f)));
+        // The first module of each missing distribution: the rest it imported itself.
+        if let Some(dist) = module
+            .distribution
+            .as_ref()
+            .filter(|d| !closure.contains(*d))
+        {
+            if flagged.insert(dist.clone()) {
+                imports.not_in_closure.push(module.name.clone());
+            }
+        }
+    }
+    imports
 }
 
 pub fn failed(error: anyhow::Error) -> Failure {
@@ -291,6 +333,14 @@ fn module_of_file(file: &Path) -> (String, PathBuf) {
 /// The module-level statements the function needs, as (first line, last line) ranges: the
 /// analyzer's slice, computed by the same walk as the function's closure in `lfm analyze`.
 pub fn slice_of(located: &Located, interpreter: &Interpreter) -> Result<Vec<(u64, u64)>, Failure> {
+    sliced(located, interpreter).map(|(ranges, _)| ranges)
+}
+
+/// The slice, and the analysis it came from (it knows the environment's distributions).
+fn sliced(
+    located: &Located,
+    interpreter: &Interpreter,
+) -> Result<(Vec<(u64, u64)>, Analysis), Failure> {
     let Some(file) = &located.file else {
         return Err((
             EXIT_TARGET_NOT_FOUND,
@@ -311,11 +361,12 @@ pub fn slice_of(located: &Located, interpreter: &Interpreter) -> Result<Vec<(u64
         .function_slice()
         .ok_or_else(|| (EXIT_TARGET_NOT_FOUND, format!("{target}: no such function")))?
         .map_err(not_found)?;
-    Ok(slice
+    let ranges = slice
         .statements
         .iter()
         .map(|&(first, last)| (u64::from(first), u64::from(last)))
-        .collect())
+        .collect();
+    Ok((ranges, analysis))
 }
 
 fn show_slice(located: &Located, ranges: &[(u64, u64)]) -> Result<i32, Failure> {
@@ -351,6 +402,7 @@ struct CallFiles {
     request: PathBuf,
     result: PathBuf,
     outcome: PathBuf,
+    imports: PathBuf,
 }
 
 impl CallFiles {
@@ -364,6 +416,7 @@ impl CallFiles {
             request: dir.path().join("request.json"),
             result: dir.path().join("result"),
             outcome: dir.path().join("outcome.json"),
+            imports: dir.path().join("imports.log"),
             _dir: dir,
         })
     }
@@ -408,6 +461,7 @@ fn request_json(
         "result": {"format": if args.result_file.is_some() { "pickle" } else { "json" }},
         "result_file": result_file,
         "outcome_file": files.outcome,
+        "import_log": (!args.no_import_log).then_some(&files.imports),
     }))
 }
 

@@ -106,6 +106,7 @@ fn start(
         zygote,
         backend: backend_choice(args.backend),
         slots: args.slots as usize,
+        preloaded: args.preload.clone(),
     })
     .map_err(call::failed)
 }

@@ -44,6 +44,8 @@ pub struct ServerOptions {
     pub zygote: ZygoteConfig,
     pub backend: BackendChoice,
     pub slots: usize,
+    /// Modules the zygote imports before forking (named in each call's import log).
+    pub preloaded: Vec<String>,
 }
 
 struct Running {
@@ -301,6 +303,8 @@ impl Server {
         };
         let mut report = running.monitor.finish(ending);
         report.function = Some(running.spec.function.clone());
+        report.imports =
+            crate::imports::read(&running.dir.join("imports.log"), &self.options.preloaded);
         if !running.abandoned {
             self.replies.push(Reply::finished(
                 &running.spec,
@@ -359,6 +363,7 @@ fn prepare_call_dir(dir: &std::path::Path, spec: &CallSpec) -> Result<PathBuf> {
         "result": {"format": spec.result_format},
         "result_file": dir.join("result"),
         "outcome_file": dir.join("outcome.json"),
+        "import_log": dir.join("imports.log"),
     });
     let path = dir.join("request.json");
     std::fs::write(&path, request.to_string())

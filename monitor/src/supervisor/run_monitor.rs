@@ -403,6 +403,7 @@ impl RunMonitor {
             category: self.options.category.clone(),
             function: None,
             result: None,
+            imports: None,
             backend: self.backend.kind().name().to_string(),
             limits: self.options.limits.clone(),
             exit,
