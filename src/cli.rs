@@ -38,6 +38,42 @@ pub enum Command {
     /// Serve function calls from a warm fork-server: JSON lines on stdin or a Unix socket.
     #[command(after_help = SERVE_EXAMPLES)]
     Serve(Box<ServeArgs>),
+    /// Replay a trace of finished tasks through sizing strategies: waste, retries, throughput.
+    #[command(after_help = SIMULATE_EXAMPLES)]
+    Simulate(SimulateArgs),
+}
+
+const SIMULATE_EXAMPLES: &str = "\
+Examples:
+  lfm simulate --trace bioblast.csv                          every strategy, memory
+  lfm simulate --trace bioblast.csv --resource memory,cores,disk --format json
+  lfm simulate --trace bioblast.csv --strategy min-waste
+
+The trace is CSV with a header: a `category` column, one column per resource (memory and disk
+in MB, cores), and optionally `wall_time` (seconds; tasks weigh by it, else 1 each). Tasks are
+replayed in file order, each category sized on its own, exactly as --auto decides online; the
+node is the largest value of the trace. Strategies: fixed, max-seen, min-waste, max-throughput,
+greedy-bucketing, greedy-bucketing-probabilistic (docs/sizing.md).";
+
+#[derive(Args)]
+pub struct SimulateArgs {
+    /// The trace (CSV, see below).
+    #[arg(long, value_name = "CSV")]
+    pub trace: PathBuf,
+    /// A strategy, or `all`.
+    #[arg(long, default_value = "all")]
+    pub strategy: String,
+    /// Resources to size (columns of the trace), comma-separated.
+    #[arg(long = "resource", value_delimiter = ',', default_value = "memory")]
+    pub resources: Vec<String>,
+    #[arg(long, value_enum, default_value_t = SimulateFormat::Table)]
+    pub format: SimulateFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum SimulateFormat {
+    Table,
+    Json,
 }
 
 const SERVE_EXAMPLES: &str = "\

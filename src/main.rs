@@ -25,6 +25,7 @@ fn main() {
         cli::Command::Verify(args) => commands::pack::verify(args),
         cli::Command::Call(args) => commands::call::call(*args),
         cli::Command::Serve(args) => commands::serve::serve(*args),
+        cli::Command::Simulate(args) => commands::simulate::simulate_trace(args),
     };
     std::process::exit(code);
 }

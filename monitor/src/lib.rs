@@ -15,6 +15,7 @@ pub mod proctree;
 pub mod report;
 pub mod runner;
 pub mod serve;
+pub mod sizing;
 pub mod supervisor;
 
 pub use backend::{BackendChoice, BackendKind};

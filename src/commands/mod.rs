@@ -3,3 +3,4 @@ pub mod call;
 pub mod pack;
 pub mod run;
 pub mod serve;
+pub mod simulate;

@@ -1,0 +1,228 @@
+//! Sizing: the next allocation of one resource of a category, from what its past runs used.
+//!
+//! Each [`Strategy`] is implemented from its source: `fixed` and `max-seen` and the two
+//! histogram strategies `min-waste` and `max-throughput` of Tovar et al. (TPDS 2018, cctools
+//! `category.c`), and `greedy-bucketing` (deterministic and probabilistic) of Phung & Thain
+//! (IPDPS 2024, cctools `bucketing_greedy.c`). A [`Sizer`] is fed finished runs in order and
+//! answers with a first allocation and, after an exhaustion, a larger one, exactly as an online
+//! scheduler would; [`simulate`] replays a trace through one. It knows nothing of where the
+//! history is stored.
+
+mod bucketing;
+mod histogram;
+pub mod simulate;
+pub mod trace;
+
+pub use simulate::{simulate, Outcome, TaskUse};
+
+/// One resource's sizing parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Resource {
+    /// Histogram bucket (cctools: 1 core, 250 MB of memory or disk).
+    pub bucket: f64,
+    /// The whole node: the allocation before history says more, and the last retry.
+    pub node: f64,
+    /// The bucketing strategies' first value before they have enough points (cctools: cores
+    /// 1, memory and disk 1000 MB).
+    pub default: f64,
+}
+
+impl Resource {
+    pub fn memory_mb(node: f64) -> Resource {
+        Resource {
+            bucket: 250.0,
+            node,
+            default: 1000.0,
+        }
+    }
+
+    pub fn disk_mb(node: f64) -> Resource {
+        Resource {
+            bucket: 250.0,
+            node,
+            default: 1000.0,
+        }
+    }
+
+    pub fn cores(node: f64) -> Resource {
+        Resource {
+            bucket: 1.0,
+            node,
+            default: 1.0,
+        }
+    }
+
+    /// `value` rounded up to a whole bucket.
+    pub fn round_up(&self, value: f64) -> f64 {
+        ((value / self.bucket).ceil() * self.bucket).max(self.bucket)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// Always the whole node (or the user's value).
+    Fixed,
+    /// The largest value seen, plus a third of a bucket, rounded up (cctools MAX).
+    MaxSeen,
+    /// Tovar et al.: a₁ = argmin a·τ̄ + a_max·T>(a).
+    MinWaste,
+    /// Tovar et al.: a₁ = argmax [(a_max/a)·P(r≤a) + P(r>a)] / [τ̄ + T>(a)].
+    MaxThroughput,
+    /// Phung & Thain, greedy bucket splits; the smallest bucket above the last allocation.
+    GreedyBucketing,
+    /// The same buckets, one drawn by its probability (a fixed seed: replays are exact).
+    GreedyBucketingProbabilistic,
+}
+
+pub const STRATEGIES: &[(&str, Strategy)] = &[
+    ("fixed", Strategy::Fixed),
+    ("max-seen", Strategy::MaxSeen),
+    ("min-waste", Strategy::MinWaste),
+    ("max-throughput", Strategy::MaxThroughput),
+    ("greedy-bucketing", Strategy::GreedyBucketing),
+    (
+        "greedy-bucketing-probabilistic",
+        Strategy::GreedyBucketingProbabilistic,
+    ),
+];
+
+impl Strategy {
+    pub fn parse(name: &str) -> Result<Strategy, String> {
+        STRATEGIES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, s)| *s)
+            .ok_or_else(|| {
+                let known: Vec<&str> = STRATEGIES.iter().map(|(n, _)| *n).collect();
+                format!("unknown strategy {name:?} (known: {})", known.join(", "))
+            })
+    }
+
+    pub fn name(self) -> &'static str {
+        STRATEGIES
+            .iter()
+            .find(|(_, s)| *s == self)
+            .map_or("?", |(n, _)| n)
+    }
+}
+
+/// Tovar et al. recompute a₁ every 25 completions (cctools `category-steady-n-tasks`).
+pub const STEADY_TASKS: usize = 25;
+
+/// Online sizing of one resource of one category.
+pub struct Sizer {
+    strategy: Strategy,
+    resource: Resource,
+    /// Normally ended runs: (peak used, wall time or 1).
+    points: Vec<(f64, f64)>,
+    /// Largest value seen, exhausted runs included (it never goes down).
+    max_seen: f64,
+    first: Option<f64>,
+    completions_since_update: usize,
+    random: bucketing::Random,
+    /// The greedy buckets of the current points (made again after each new point).
+    buckets: Option<Vec<bucketing::Bucket>>,
+}
+
+impl Sizer {
+    pub fn new(strategy: Strategy, resource: Resource) -> Sizer {
+        Sizer {
+            strategy,
+            resource,
+            points: Vec::new(),
+            max_seen: 0.0,
+            first: None,
+            completions_since_update: 0,
+            random: bucketing::Random::new(0x5eed),
+            buckets: None,
+        }
+    }
+
+    /// The allocation of the next run's first attempt.
+    pub fn first_allocation(&mut self) -> f64 {
+        let node = self.resource.node;
+        let value = match self.strategy {
+            Strategy::Fixed => node,
+            Strategy::MaxSeen if self.points.is_empty() => node,
+            Strategy::MaxSeen => self
+                .resource
+                .round_up(self.max_seen + (self.resource.bucket / 3.0).floor()),
+            Strategy::MinWaste | Strategy::MaxThroughput => self.first.unwrap_or(node),
+            Strategy::GreedyBucketing | Strategy::GreedyBucketingProbabilistic => {
+                self.bucketing_allocation(0.0)
+            }
+        };
+        value.min(node)
+    }
+
+    /// The allocation after an attempt at `failed` ran out: always larger, capped by the node.
+    pub fn retry_allocation(&mut self, failed: f64) -> f64 {
+        let node = self.resource.node;
+        let next = match self.strategy {
+            Strategy::Fixed => node,
+            Strategy::MaxSeen | Strategy::MinWaste | Strategy::MaxThroughput => {
+                // cctools retries at the largest value seen; when that is not above the failed
+                // allocation, the whole node.
+                let seen = self.resource.round_up(self.max_seen);
+                if seen > failed {
+                    seen
+                } else {
+                    node
+                }
+            }
+            Strategy::GreedyBucketing | Strategy::GreedyBucketingProbabilistic => {
+                self.bucketing_allocation(failed)
+            }
+        };
+        if next > failed {
+            next.min(node)
+        } else {
+            node
+        }
+    }
+
+    /// A run ended: `used` is its peak, `time` its wall time (1 without times). Runs that ran
+    /// out of their allocation (`exhausted`) only raise max-seen.
+    pub fn record(&mut self, used: f64, time: f64, exhausted: bool) {
+        self.max_seen = self.max_seen.max(used);
+        if exhausted {
+            return;
+        }
+        self.points.push((used, time));
+        self.buckets = None;
+        self.completions_since_update += 1;
+        let histogram = matches!(self.strategy, Strategy::MinWaste | Strategy::MaxThroughput);
+        if histogram && self.completions_since_update >= STEADY_TASKS {
+            self.completions_since_update = 0;
+            let h = histogram::Histogram::new(&self.points, &self.resource);
+            self.first = Some(match self.strategy {
+                Strategy::MinWaste => h.min_waste(),
+                _ => h.max_throughput(),
+            });
+        }
+    }
+
+    /// Points recorded so far (normally ended runs).
+    pub fn points(&self) -> usize {
+        self.points.len()
+    }
+
+    fn bucketing_allocation(&mut self, previous: f64) -> f64 {
+        let default = self.resource.default;
+        if self.points.len() < bucketing::SAMPLING_POINTS {
+            return bucketing::grow(default, previous);
+        }
+        let points = &self.points;
+        let buckets = self
+            .buckets
+            .get_or_insert_with(|| bucketing::greedy(points));
+        match self.strategy {
+            Strategy::GreedyBucketing => bucketing::smallest_above(buckets, previous),
+            _ => bucketing::draw_above(buckets, previous, &mut self.random),
+        }
+        .unwrap_or_else(|| bucketing::grow(default, previous.max(bucketing::top(buckets))))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,109 @@
+//! Replaying a trace through a strategy, in arrival order, as `--auto` would decide online.
+
+use super::{Resource, Sizer, Strategy};
+
+/// One task of a trace: the peak it used of the resource, and its wall time if known.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TaskUse {
+    pub used: f64,
+    pub time: Option<f64>,
+}
+
+/// What a strategy cost on a trace. Allocation and use are weighted by each attempt's wall
+/// time (by 1 per attempt when the trace has no times); a failed attempt's whole allocation
+/// counts as allocated, its use as nothing.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Outcome {
+    pub strategy: String,
+    pub tasks: usize,
+    pub retries: usize,
+    pub retried_tasks: usize,
+    pub allocated: f64,
+    pub used: f64,
+    /// (allocated − used) / allocated, in percent.
+    pub waste_percent: f64,
+    /// Retried tasks over tasks, in percent.
+    pub retry_percent: f64,
+    /// Tasks per node-time unit, if each node ran allocations packed side by side.
+    pub throughput: f64,
+}
+
+pub fn simulate(tasks: &[TaskUse], strategy: Strategy, resource: Resource) -> Outcome {
+    let mut sizer = Sizer::new(strategy, resource);
+    let mut totals = Totals::default();
+    for task in tasks {
+        let weight = task.time.filter(|t| *t > 0.0).unwrap_or(1.0);
+        let mut allocation = sizer.first_allocation();
+        let mut retried = false;
+        // A task larger than the node is given the node: it cannot be given more.
+        while task.used > allocation && allocation < resource.node {
+            totals.allocated += allocation * weight;
+            totals.retries += 1;
+            retried = true;
+            sizer.record(allocation, weight, true);
+            allocation = sizer.retry_allocation(allocation);
+        }
+        totals.allocated += allocation * weight;
+        totals.used += task.used.min(allocation) * weight;
+        totals.retried_tasks += usize::from(retried);
+        sizer.record(task.used, weight, false);
+    }
+    totals.outcome(strategy.name(), tasks.len(), resource.node)
+}
+
+/// Every task given exactly its peak, the first time: the lower bound of any strategy.
+pub fn oracle(tasks: &[TaskUse], resource: Resource) -> Outcome {
+    let mut totals = Totals::default();
+    for task in tasks {
+        let weight = task.time.filter(|t| *t > 0.0).unwrap_or(1.0);
+        totals.allocated += task.used.min(resource.node) * weight;
+        totals.used += task.used.min(resource.node) * weight;
+    }
+    totals.outcome("oracle", tasks.len(), resource.node)
+}
+
+#[derive(Default)]
+struct Totals {
+    allocated: f64,
+    used: f64,
+    retries: usize,
+    retried_tasks: usize,
+}
+
+impl Totals {
+    fn outcome(self, name: &str, tasks: usize, node: f64) -> Outcome {
+        let percent = |part: f64, whole: f64| {
+            if whole > 0.0 {
+                100.0 * part / whole
+            } else {
+                0.0
+            }
+        };
+        Outcome {
+            strategy: name.to_string(),
+            tasks,
+            retries: self.retries,
+            retried_tasks: self.retried_tasks,
+            waste_percent: percent(self.allocated - self.used, self.allocated),
+            retry_percent: percent(self.retried_tasks as f64, tasks as f64),
+            throughput: if self.allocated > 0.0 {
+                tasks as f64 * node / self.allocated
+            } else {
+                0.0
+            },
+            allocated: self.allocated,
+            used: self.used,
+        }
+    }
+}
+
+/// Outcomes of separate categories (each sized on its own), added up.
+pub fn combine(name: &str, parts: &[Outcome], node: f64) -> Outcome {
+    let totals = Totals {
+        allocated: parts.iter().map(|o| o.allocated).sum(),
+        used: parts.iter().map(|o| o.used).sum(),
+        retries: parts.iter().map(|o| o.retries).sum(),
+        retried_tasks: parts.iter().map(|o| o.retried_tasks).sum(),
+    };
+    totals.outcome(name, parts.iter().map(|o| o.tasks).sum(), node)
+}

@@ -1,0 +1,78 @@
+//! `lfm simulate` on the bioblast trace and on bad input.
+
+mod common;
+
+use common::lfm;
+
+const TRACE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/data/traces/bioblast.csv"
+);
+
+#[test]
+fn bioblast_memory_every_strategy_beats_the_whole_node() {
+    if !std::path::Path::new(TRACE).exists() {
+        eprintln!("SKIPPED: {TRACE} is not here (it ships in shared/data/traces)");
+        return;
+    }
+    let output = lfm(&["simulate", "--trace", TRACE, "--format", "json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let outcomes = report["memory"].as_array().unwrap();
+    let get = |name: &str| outcomes.iter().find(|o| o["strategy"] == name).unwrap();
+    assert_eq!(get("oracle")["tasks"], 7754);
+    assert_eq!(get("oracle")["waste_percent"], 0.0);
+    let whole = get("fixed")["waste_percent"].as_f64().unwrap();
+    for strategy in [
+        "max-seen",
+        "min-waste",
+        "max-throughput",
+        "greedy-bucketing",
+    ] {
+        let waste = get(strategy)["waste_percent"].as_f64().unwrap();
+        assert!(waste < whole, "{strategy}: {waste} vs {whole}");
+    }
+    // The default's choice (docs/sizing.md): the lowest waste on bioblast memory.
+    let default = get("greedy-bucketing")["waste_percent"].as_f64().unwrap();
+    for o in outcomes.iter().filter(|o| o["strategy"] != "oracle") {
+        assert!(default <= o["waste_percent"].as_f64().unwrap(), "{o}");
+    }
+}
+
+#[test]
+fn bad_traces_and_strategies_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    std::fs::write(&trace, "category,memory\na,100\nb,lots\n").unwrap();
+    let output = lfm(&["simulate", "--trace", trace.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("t.csv:3: column 2 (memory): \"lots\" is not a number"),
+        "{stderr}"
+    );
+
+    std::fs::write(&trace, "category,memory\na,100\n").unwrap();
+    let output = lfm(&[
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--strategy",
+        "best",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("known: fixed, max-seen"));
+    let output = lfm(&[
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--resource",
+        "gpus",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no \"gpus\" column"));
+}
