@@ -22,7 +22,7 @@ pub enum Command {
     Analyze(AnalyzeArgs),
     /// Run a command under cgroup v2 / cgroup v1 / rlimit control and report what it used.
     #[command(after_help = RUN_EXAMPLES)]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Pack what a function needs (or a whole environment) into a deterministic tar.zst.
     #[command(after_help = PACK_EXAMPLES)]
     Pack(PackArgs),
@@ -41,6 +41,40 @@ pub enum Command {
     /// Replay a trace of finished tasks through sizing strategies: waste, retries, throughput.
     #[command(after_help = SIMULATE_EXAMPLES)]
     Simulate(SimulateArgs),
+    /// What was recorded: one row per finished run or call with a category.
+    History(HistoryArgs),
+    /// The next allocation of a category, from its history, and why.
+    Size(SizeArgs),
+}
+
+#[derive(Args)]
+pub struct HistoryArgs {
+    #[arg(long)]
+    pub category: Option<String>,
+    #[arg(long, value_enum, default_value_t = HistoryFormat::Table)]
+    pub format: HistoryFormat,
+    /// The history file (default: $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
+    #[arg(long, value_name = "PATH")]
+    pub history: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum HistoryFormat {
+    Table,
+    Json,
+    Csv,
+}
+
+#[derive(Args)]
+pub struct SizeArgs {
+    #[arg(long)]
+    pub category: String,
+    #[arg(long, default_value = "greedy-bucketing")]
+    pub strategy: String,
+    #[arg(long, value_enum, default_value_t = SimulateFormat::Table)]
+    pub format: SimulateFormat,
+    #[arg(long, value_name = "PATH")]
+    pub history: Option<PathBuf>,
 }
 
 const SIMULATE_EXAMPLES: &str = "\
@@ -342,9 +376,23 @@ pub struct MonitorArgs {
     /// After SIGINT/SIGTERM to lfm is forwarded, how long the tree gets before SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "5s")]
     pub grace: String,
-    /// Category name recorded in the report (for sizing from history).
+    /// Category name recorded in the report; the run is then recorded in the history.
     #[arg(long)]
     pub category: Option<String>,
+    /// Limits the user did not give come from the category's history; a run killed for
+    /// memory is retried at the strategy's next allocation. Needs --category (call: the
+    /// function's name by default).
+    #[arg(long)]
+    pub auto: bool,
+    /// With --auto: how many larger attempts after the first.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub max_retries: u32,
+    /// With --auto: the sizing strategy (docs/sizing.md).
+    #[arg(long, default_value = "greedy-bucketing", value_name = "S")]
+    pub strategy: String,
+    /// The history file (default: $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
+    #[arg(long, value_name = "PATH")]
+    pub history: Option<PathBuf>,
     /// No human summary on stderr.
     #[arg(long, short)]
     pub quiet: bool,

@@ -19,13 +19,15 @@ fn main() {
     let cli = cli::Cli::parse();
     let code = match cli.command {
         cli::Command::Analyze(args) => commands::analyze::run(args),
-        cli::Command::Run(args) => commands::run::run(args),
+        cli::Command::Run(args) => commands::run::run(*args),
         cli::Command::Pack(args) => commands::pack::pack(args),
         cli::Command::Unpack(args) => commands::pack::unpack(args),
         cli::Command::Verify(args) => commands::pack::verify(args),
         cli::Command::Call(args) => commands::call::call(*args),
         cli::Command::Serve(args) => commands::serve::serve(*args),
         cli::Command::Simulate(args) => commands::simulate::simulate_trace(args),
+        cli::Command::History(args) => commands::sizing::history(args),
+        cli::Command::Size(args) => commands::sizing::size(args),
     };
     std::process::exit(code);
 }

@@ -25,6 +25,9 @@ pub struct Report {
     pub imports: Option<Imports>,
     pub backend: String,
     pub limits: Limits,
+    /// The limits that came from sizing (`--auto`), not from the user.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits_from_sizing: Vec<String>,
     pub exit: Exit,
     /// Each exceeded resource with its limit (bytes, cores, seconds, processes).
     pub limits_exceeded: BTreeMap<String, f64>,

@@ -82,9 +82,15 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Failure> {
     let mut command = interpreter.argv.clone();
     command.extend([runner.into_os_string(), "call".into()]);
     command.push(files.request.clone().into_os_string());
-    let options = run::run_options(&args.monitor, command, limits, grace);
-    let mut report =
-        lfm_monitor::run(&options).map_err(|e| (EXIT_MONITOR_FAILED, e.to_string()))?;
+    let mut options = run::run_options(&args.monitor, command, limits, grace);
+    // A call's category is its function's name unless given: its history sizes the next.
+    options
+        .category
+        .get_or_insert_with(|| located.qualname.clone());
+    let mut report = run::run_sized(&args.monitor, options).map_err(|failure| match failure {
+        run::Failure::Usage(message) => (EXIT_USAGE, message),
+        run::Failure::Run(error) => (EXIT_MONITOR_FAILED, error.to_string()),
+    })?;
     report.function = Some(FunctionCall {
         target: args.target.clone(),
         mode: if args.import_module {

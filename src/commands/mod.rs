@@ -4,3 +4,4 @@ pub mod pack;
 pub mod run;
 pub mod serve;
 pub mod simulate;
+pub mod sizing;

@@ -7,7 +7,10 @@ use lfm_monitor::limits::{parse_duration, parse_positive, parse_size, LimitError
 use lfm_monitor::report::ExitKind;
 use lfm_monitor::{BackendChoice, Limits, Report, RunError, RunOptions};
 
+use lfm_monitor::sizing::Strategy;
+
 use crate::cli::{BackendArg, MonitorArgs, RunArgs, SummaryFormat};
+use crate::commands::sizing;
 
 pub const EXIT_LIMITS: i32 = 125;
 pub const EXIT_NOT_EXECUTABLE: i32 = 126;
@@ -29,9 +32,13 @@ pub fn run(args: RunArgs) -> i32 {
         return code;
     }
     let options = run_options(&args, command, limits, grace);
-    let report = match lfm_monitor::run(&options) {
+    let report = match run_sized(&args, options) {
         Ok(report) => report,
-        Err(error) => {
+        Err(Failure::Usage(message)) => {
+            eprintln!("error: {message}");
+            return EXIT_USAGE;
+        }
+        Err(Failure::Run(error)) => {
             eprintln!("error: {error}");
             return match error {
                 RunError::NotFound(_) => EXIT_NOT_FOUND,
@@ -56,6 +63,56 @@ pub fn run(args: RunArgs) -> i32 {
         ExitKind::Error => EXIT_MONITOR_FAILED,
         ExitKind::Signal => 128 + report.exit.signal.unwrap_or(0),
         ExitKind::Normal | ExitKind::Exception => report.exit.status.unwrap_or(0),
+    }
+}
+
+pub enum Failure {
+    Usage(String),
+    Run(RunError),
+}
+
+/// Run once, or with --auto: a memory limit from the category's history when none was given,
+/// and after a run killed for memory, again at the strategy's next allocation (at most
+/// --max-retries more). Every attempt of a category is recorded in the history.
+pub fn run_sized(args: &MonitorArgs, mut options: RunOptions) -> Result<Report, Failure> {
+    let strategy = Strategy::parse(&args.strategy).map_err(Failure::Usage)?;
+    if args.auto && options.category.is_none() {
+        return Err(Failure::Usage(
+            "--auto sizes from a category's history: give --category".into(),
+        ));
+    }
+    let sized = args.auto && options.limits.memory_bytes.is_none();
+    let history = args.history.as_ref();
+    let category = options.category.clone();
+    let rows = |failed: Option<f64>| -> Result<u64, Failure> {
+        let rows = sizing::open(history)
+            .and_then(|h| h.rows(category.as_deref()))
+            .map_err(Failure::Usage)?;
+        Ok(sizing::memory_allocation(&rows, strategy, failed))
+    };
+    if sized {
+        options.limits.memory_bytes = Some(rows(None)?);
+    }
+    let mut attempt = 0;
+    loop {
+        let mut report = lfm_monitor::run(&options).map_err(Failure::Run)?;
+        if sized {
+            report.limits_from_sizing = vec!["memory".into()];
+        }
+        sizing::record(history, &report);
+        let ran_out =
+            report.exit.kind == ExitKind::Limits && report.limits_exceeded.contains_key("memory");
+        if !(sized && ran_out && attempt < args.max_retries) {
+            return Ok(report);
+        }
+        attempt += 1;
+        let failed = options.limits.memory_bytes.unwrap_or(0) as f64 / 1_048_576.0;
+        let next = rows(Some(failed))?;
+        eprintln!(
+            "lfm: killed at its sized memory limit of {failed:.0} MiB; retry {attempt} at {:.0} MiB",
+            next as f64 / 1_048_576.0
+        );
+        options.limits.memory_bytes = Some(next);
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod bucketing;
 mod histogram;
+pub mod history;
 pub mod simulate;
 pub mod trace;
 
@@ -222,6 +223,42 @@ impl Sizer {
         }
         .unwrap_or_else(|| bucketing::grow(default, previous.max(bucketing::top(buckets))))
     }
+}
+
+/// A Sizer that has seen `rows` (in order): normally ended runs as points, runs killed for
+/// this resource as exhausted (raising max-seen only). `value` reads the resource of a row.
+pub fn sizer_from_history(
+    rows: &[history::Row],
+    strategy: Strategy,
+    resource: Resource,
+    name: &str,
+    value: impl Fn(&history::Row) -> Option<f64>,
+) -> Sizer {
+    let mut sizer = Sizer::new(strategy, resource);
+    for row in rows {
+        let Some(used) = value(row) else { continue };
+        if history::ended_normally(row) {
+            sizer.record(used, 1.0, false);
+        } else if row.exceeded.split(',').any(|r| r == name) {
+            sizer.record(used, 1.0, true);
+        }
+    }
+    sizer
+}
+
+/// The strategy `--auto` and `lfm size` use unless told otherwise (docs/sizing.md).
+pub const DEFAULT_STRATEGY: Strategy = Strategy::GreedyBucketing;
+
+/// This machine's memory in MiB (the whole node of a memory allocation).
+pub fn node_memory_mb() -> f64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(1024.0, |kib| kib / 1024.0)
 }
 
 #[cfg(test)]

@@ -40,7 +40,8 @@ impl Trace {
             }
             let mut values = Vec::with_capacity(fields.len());
             for (column, field) in fields.iter().enumerate() {
-                if column == category {
+                // Text columns: the category, and the exit type of `lfm history --format csv`.
+                if column == category || columns[column] == "exit" {
                     values.push(0.0);
                     continue;
                 }

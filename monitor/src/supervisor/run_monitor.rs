@@ -406,6 +406,7 @@ impl RunMonitor {
             imports: None,
             backend: self.backend.kind().name().to_string(),
             limits: self.options.limits.clone(),
+            limits_from_sizing: Vec::new(),
             exit,
             limits_exceeded: std::mem::take(&mut self.exceeded),
             start: self.start_time,

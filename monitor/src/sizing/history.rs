@@ -1,0 +1,196 @@
+//! The history of finished runs and calls: an SQLite file, one per user per node.
+//!
+//! WAL mode and a busy timeout let many lfm processes append at once without losing a row. The
+//! file carries its schema version; a file that is not an lfm history (or a newer one) is an
+//! error naming it, never recreated. Move Reports between nodes, not this file: SQLite's locking
+//! is unreliable on network filesystems.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::report::{ExitKind, Report};
+
+const SCHEMA: &str = "lfm-history/1";
+const MIB: f64 = 1_048_576.0;
+
+/// One finished run or call, as sizing reads it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Row {
+    pub id: i64,
+    pub category: String,
+    pub time: f64,
+    /// `normal`, `signal`, `limits`, `error` or `exception` (the Report's exit type).
+    pub exit: String,
+    /// The resources whose limit was exceeded, comma-separated.
+    pub exceeded: String,
+    pub memory_mb: f64,
+    pub cores: f64,
+    pub disk_mb: Option<f64>,
+    pub wall_time: f64,
+    pub memory_limit_mb: Option<f64>,
+    /// The limits came from sizing (`--auto`).
+    pub sized: bool,
+}
+
+pub struct History {
+    connection: Connection,
+    path: PathBuf,
+}
+
+/// `$LFM_HISTORY`, else `$XDG_DATA_HOME/lfm/history-HOST.sqlite` (`~/.local/share`), else the
+/// temp dir: one file per user per node.
+pub fn default_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("LFM_HISTORY") {
+        return PathBuf::from(path);
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(std::env::temp_dir);
+    data.join("lfm").join(format!("history-{host}.sqlite"))
+}
+
+impl History {
+    pub fn open(path: &Path) -> Result<History, String> {
+        let fail = |e: rusqlite::Error| format!("history {}: {e}", path.display());
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| format!("history {}: {e}", dir.display()))?;
+        }
+        let connection = Connection::open(path).map_err(fail)?;
+        connection
+            .busy_timeout(Duration::from_secs(60))
+            .map_err(fail)?;
+        let history = History {
+            connection,
+            path: path.to_path_buf(),
+        };
+        history
+            .prepare()
+            .map_err(|e| format!("history {}: {e}", path.display()))?;
+        Ok(history)
+    }
+
+    fn prepare(&self) -> Result<(), String> {
+        let c = &self.connection;
+        let wal: String = c
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(|e| format!("not an SQLite database, or damaged ({e})"))?;
+        if wal != "wal" {
+            return Err(format!("cannot switch to WAL mode (got {wal})"));
+        }
+        let tables: i64 = c
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| e.to_string())?;
+        if tables == 0 {
+            c.execute_batch(
+                "BEGIN IMMEDIATE;
+                 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                 INSERT OR IGNORE INTO meta VALUES ('schema', 'lfm-history/1');
+                 CREATE TABLE IF NOT EXISTS runs (
+                     id INTEGER PRIMARY KEY, category TEXT NOT NULL, time REAL NOT NULL,
+                     exit TEXT NOT NULL, exceeded TEXT NOT NULL, memory_mb REAL NOT NULL,
+                     cores REAL NOT NULL, disk_mb REAL, wall_time REAL NOT NULL,
+                     memory_limit_mb REAL, sized INTEGER NOT NULL, report TEXT NOT NULL);
+                 CREATE INDEX IF NOT EXISTS runs_category ON runs (category, id);
+                 COMMIT;",
+            )
+            .map_err(|e| e.to_string())?;
+        }
+        let schema: Option<String> = c
+            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|_| "not an lfm history (it has other tables)".to_string())?;
+        match schema.as_deref() {
+            Some(SCHEMA) => Ok(()),
+            Some(other) => Err(format!("schema {other}, this lfm reads {SCHEMA}")),
+            None => Err("not an lfm history (no schema version)".into()),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Append one finished run (its category is the Report's).
+    pub fn record(&self, report: &Report, sized: bool) -> Result<(), String> {
+        let exit = serde_json::to_value(report.exit.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let exceeded: Vec<&str> = report.limits_exceeded.keys().map(String::as_str).collect();
+        let json = serde_json::to_string(report).map_err(|e| e.to_string())?;
+        self.connection
+            .execute(
+                "INSERT INTO runs (category, time, exit, exceeded, memory_mb, cores, disk_mb,
+                     wall_time, memory_limit_mb, sized, report)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                params![
+                    report.category.as_deref().unwrap_or("default"),
+                    report.end,
+                    exit,
+                    exceeded.join(","),
+                    report.memory.peak_bytes as f64 / MIB,
+                    report.cores.peak.max(report.cores.average),
+                    report.disk.as_ref().map(|d| d.bytes as f64 / MIB),
+                    report.wall_time,
+                    report.limits.memory_bytes.map(|b| b as f64 / MIB),
+                    sized,
+                    json,
+                ],
+            )
+            .map_err(|e| format!("history {}: {e}", self.path.display()))?;
+        Ok(())
+    }
+
+    /// Rows in the order they were recorded, of one category or all.
+    pub fn rows(&self, category: Option<&str>) -> Result<Vec<Row>, String> {
+        let fail = |e: rusqlite::Error| format!("history {}: {e}", self.path.display());
+        let mut statement = self
+            .connection
+            .prepare(
+                "SELECT id, category, time, exit, exceeded, memory_mb, cores, disk_mb, wall_time,
+                        memory_limit_mb, sized
+                 FROM runs WHERE ?1 IS NULL OR category = ?1 ORDER BY id",
+            )
+            .map_err(fail)?;
+        let rows = statement
+            .query_map(params![category], |r| {
+                Ok(Row {
+                    id: r.get(0)?,
+                    category: r.get(1)?,
+                    time: r.get(2)?,
+                    exit: r.get(3)?,
+                    exceeded: r.get(4)?,
+                    memory_mb: r.get(5)?,
+                    cores: r.get(6)?,
+                    disk_mb: r.get(7)?,
+                    wall_time: r.get(8)?,
+                    memory_limit_mb: r.get(9)?,
+                    sized: r.get(10)?,
+                })
+            })
+            .map_err(fail)?;
+        rows.collect::<Result<Vec<Row>, _>>().map_err(fail)
+    }
+}
+
+/// Whether a run's end says its memory was enough (it ended on its own or raised).
+pub fn ended_normally(row: &Row) -> bool {
+    matches!(row.exit.as_str(), "normal" | "exception")
+}
+
+/// The exit kinds a memory retry answers.
+pub fn exhausted_memory(kind: ExitKind, exceeded: &[&str]) -> bool {
+    kind == ExitKind::Limits && exceeded.contains(&"memory")
+}
