@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::collections::BTreeSet;
-
 use common::lfm;
 
 fn json_blocks(doc: &str) -> Vec<serde_json::Value> {
@@ -17,27 +15,6 @@ fn json_blocks(doc: &str) -> Vec<serde_json::Value> {
 }
 
 /// Every key path in a JSON value (`memory.peak_bytes`, ...).
-fn key_paths(value: &serde_json::Value, prefix: &str, out: &mut BTreeSet<String>) {
-    if let serde_json::Value::Object(map) = value {
-        for (key, inner) in map {
-            let path = if prefix.is_empty() {
-                key.clone()
-            } else {
-                format!("{prefix}.{key}")
-            };
-            out.insert(path.clone());
-            // limits_exceeded keys depend on what was exceeded; both examples exceed memory.
-            key_paths(inner, &path, out);
-        }
-    }
-}
-
-fn paths(value: &serde_json::Value) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    key_paths(value, "", &mut out);
-    out
-}
-
 #[test]
 fn report_examples_match_real_output() {
     let doc =
@@ -75,11 +52,11 @@ fn report_examples_match_real_output() {
         return;
     }
     assert_eq!(
-        paths(&run(&["--cores", "1.5", "--wall", "1m"])),
-        paths(&blocks[0])
+        common::key_paths(&run(&["--cores", "1.5", "--wall", "1m"])),
+        common::key_paths(&blocks[0])
     );
     assert_eq!(
-        paths(&run(&["--summary-format", "resource-monitor"])),
-        paths(&blocks[1])
+        common::key_paths(&run(&["--summary-format", "resource-monitor"])),
+        common::key_paths(&blocks[1])
     );
 }

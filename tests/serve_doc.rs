@@ -2,29 +2,8 @@
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::{Command, Stdio};
-
-fn key_paths(value: &serde_json::Value, prefix: &str, out: &mut BTreeSet<String>) {
-    if let serde_json::Value::Object(map) = value {
-        for (key, inner) in map {
-            let path = if prefix.is_empty() {
-                key.clone()
-            } else {
-                format!("{prefix}.{key}")
-            };
-            out.insert(path.clone());
-            key_paths(inner, &path, out);
-        }
-    }
-}
-
-fn paths(value: &serde_json::Value) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    key_paths(value, "", &mut out);
-    out
-}
 
 #[test]
 fn serve_example_matches_a_real_reply() {
@@ -66,5 +45,5 @@ fn serve_example_matches_a_real_reply() {
     let reply: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON reply");
     assert_eq!(reply["ok"], true, "{reply}");
     assert_eq!(reply["result"], documented["result"]);
-    assert_eq!(paths(&reply), paths(&documented));
+    assert_eq!(common::key_paths(&reply), common::key_paths(&documented));
 }

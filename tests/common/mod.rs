@@ -147,3 +147,24 @@ pub fn real_venv() -> Option<PathBuf> {
     std::fs::write(&marker, PACKAGES.join("\n")).unwrap();
     Some(venv)
 }
+
+/// Every key path of a JSON value (`memory.peak_bytes`, ...): what a documented example and a
+/// fresh output must share.
+pub fn key_paths(value: &serde_json::Value) -> std::collections::BTreeSet<String> {
+    fn walk(value: &serde_json::Value, prefix: &str, out: &mut std::collections::BTreeSet<String>) {
+        if let serde_json::Value::Object(map) = value {
+            for (key, inner) in map {
+                let path = if prefix.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                out.insert(path.clone());
+                walk(inner, &path, out);
+            }
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    walk(value, "", &mut out);
+    out
+}
