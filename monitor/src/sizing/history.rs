@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::report::{ExitKind, Report};
+use crate::report::Report;
 
 const SCHEMA: &str = "lfm-history/1";
 const MIB: f64 = 1_048_576.0;
@@ -188,9 +188,4 @@ impl History {
 /// Whether a run's end says its memory was enough (it ended on its own or raised).
 pub fn ended_normally(row: &Row) -> bool {
     matches!(row.exit.as_str(), "normal" | "exception")
-}
-
-/// The exit kinds a memory retry answers.
-pub fn exhausted_memory(kind: ExitKind, exceeded: &[&str]) -> bool {
-    kind == ExitKind::Limits && exceeded.contains(&"memory")
 }

@@ -4,7 +4,6 @@
 use std::time::{Duration, Instant};
 
 use crate::backend::Backend;
-use crate::proctree;
 
 /// The rusage of one reaped process.
 pub struct Reaped {
@@ -145,8 +144,4 @@ pub fn process_name(pid: i32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "?".into())
-}
-
-pub fn descendant_pids(root: i32) -> Vec<i32> {
-    proctree::descendants(root).iter().map(|p| p.pid).collect()
 }
