@@ -271,6 +271,12 @@ pub struct PackArgs {
     /// Add the interpreter and stdlib so the pack runs where no Python is installed.
     #[arg(long)]
     pub self_contained: bool,
+    /// Which closure of function targets to pack: `import` (default: the module, its parent
+    /// packages and what importing them runs, plus the function's own needs; what Parsl and
+    /// Dask need, as they pickle functions by reference) or `slice` (what the function itself
+    /// needs; enough for `lfm call --pack`).
+    #[arg(long, value_enum, default_value_t = Closure::Import)]
+    pub closure: Closure,
     /// No summary on stderr.
     #[arg(long, short)]
     pub quiet: bool,
@@ -478,6 +484,28 @@ pub struct AnalyzeArgs {
     /// Only the summary line per target in the table format.
     #[arg(long, short)]
     pub quiet: bool,
+
+    /// Which closure of function targets: `slice` (what the function itself needs, what
+    /// `lfm call` runs) or `import` (also what importing its module runs, parent packages
+    /// included: what a function pickled by reference needs). Module targets always get the
+    /// import closure.
+    #[arg(long, value_enum, default_value_t = Closure::Slice)]
+    pub closure: Closure,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
+pub enum Closure {
+    Slice,
+    Import,
+}
+
+impl From<Closure> for lfm_analyzer::spec::ClosureKind {
+    fn from(closure: Closure) -> Self {
+        match closure {
+            Closure::Slice => lfm_analyzer::spec::ClosureKind::Slice,
+            Closure::Import => lfm_analyzer::spec::ClosureKind::Import,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]

@@ -205,7 +205,12 @@ fn verify_passes_and_names_what_is_missing() {
         String::from_utf8_lossy(&ok.stdout),
         String::from_utf8_lossy(&ok.stderr)
     );
-    assert!(String::from_utf8_lossy(&ok.stdout).contains("1 modules imported, 0 failed"));
+    // An import pack (the default): the job module itself and yaml.
+    assert!(
+        String::from_utf8_lossy(&ok.stdout).contains("2 modules imported, 0 failed"),
+        "{}",
+        String::from_utf8_lossy(&ok.stdout)
+    );
 
     // A spec whose distributions were edited out: the pack lacks yaml, and verify says so.
     let spec_output = lfm(&[
@@ -731,7 +736,7 @@ fn a_function_pack_is_enough_to_call_its_function_by_slice() {
     )
     .unwrap();
     let target = format!("{}:numpy_sum", tasks.display());
-    let pack = fixture.pack(&[&target], &[], "tasks.tar.zst");
+    let pack = fixture.pack(&[&target], &["--closure", "slice"], "tasks.tar.zst");
     let root = fixture.unpack(&pack);
     let names = dist_names(&manifest(&root));
     assert!(names.iter().any(|n| n == "numpy"), "{names:?}");

@@ -20,7 +20,7 @@ use anyhow::{Context, Result};
 use crate::extract::ModuleSummary;
 
 /// Bump when extraction rules change: old entries then simply stop matching.
-const EXTRACTOR_VERSION: &[u8] = b"lfm-extract-10";
+const EXTRACTOR_VERSION: &[u8] = b"lfm-extract-11";
 
 pub type CacheKey = [u8; 32];
 

@@ -1,8 +1,12 @@
 //! Function and module closures over loaded summaries, mapped to distributions.
 //!
-//! A function's closure is what it needs when shipped by value and called: the imports inside
-//! it (any depth), the module globals it reads followed to their bindings, and the whole-module
-//! closure of every local module those reach (importing a module runs all of it).
+//! Two closures, as Python runs code ([`ClosureKind`]). A function's *slice* closure is what it
+//! needs when shipped by value and called: the imports inside it (any depth), the module
+//! globals it reads followed to their bindings, and for every local module those reach what
+//! importing it runs (its top level and its parent packages' `__init__`) plus the functions
+//! and classes actually read from it (`from m import f`, `m.f`); never the imports inside
+//! functions nothing reads. A module's *import* closure is what `import module` runs; a
+//! function's import closure adds it to the slice, which is what a by-reference pickle needs.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -11,11 +15,11 @@ use std::rc::Rc;
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::dists::Owner;
-use crate::extract::{Binding, ImportEdge, ModuleSummary, NameId, ScopeKind};
+use crate::extract::{Binding, ImportEdge, ModuleSummary, NameId, ScopeKind, Use};
 use crate::project::{EdgeTarget, Project};
 use crate::spec::{
-    Contexts, DistributionView, MissingDistribution, MissingView, ModuleKind, ModuleView,
-    ReasonView, TargetKind, TargetView, WarningView,
+    ClosureKind, Contexts, DistributionView, MissingDistribution, MissingView, ModuleKind,
+    ModuleView, ReasonView, TargetKind, TargetView, WarningView,
 };
 
 /// Python builtins: a free name among these is not a module global.
@@ -111,6 +115,9 @@ const BUILTINS: &[&str] = &[
     "False",
 ];
 
+/// The reason step saying a local module was taken whole because it was used as a value.
+const WHOLE_MODULE_STEP: &str = "(used as a value: every function of it)";
+
 /// The path from the target to where the walk is: functions, globals and local modules
 /// followed. Shared tails make extending it a pointer copy, not a vector clone.
 #[derive(Clone, Default)]
@@ -185,8 +192,16 @@ enum Work<'p> {
         chain: Chain<'p>,
         optional: bool,
     },
-    /// A whole local module (importing it runs all of it).
+    /// What importing a local module runs: its parent package, its top level, the class
+    /// bodies and decorators there, and what those read.
     Module {
+        module: u32,
+        chain: Chain<'p>,
+        optional: bool,
+    },
+    /// A local module used as a value (passed, `getattr`-ed): its import and every function
+    /// and class of it, as nothing says which are used.
+    Whole {
         module: u32,
         chain: Chain<'p>,
         optional: bool,
@@ -243,6 +258,9 @@ impl<'p> ModuleMemos<'p> {
                     imported[*id as usize] = true;
                 }
             }
+            if let Some(parent) = loaded.parent {
+                imported[parent as usize] = true;
+            }
         }
         ModuleMemos {
             project,
@@ -277,9 +295,9 @@ impl<'p> ModuleMemos<'p> {
     }
 }
 
-/// Where each work item's "already queued" bit is in a [`Visited`] set: modules, then scope
-/// bodies, definitions and module-level names, each numbered project-wide, times two (the
-/// optional flag is part of the item).
+/// Where each work item's "already queued" bit is in a [`Visited`] set: module imports, whole
+/// modules, then scope bodies, definitions and module-level names, each numbered
+/// project-wide, times two (the optional flag is part of the item).
 struct WorkNumbers {
     modules: u32,
     scopes: u32,
@@ -305,7 +323,7 @@ impl WorkNumbers {
             scopes,
             scope_base,
             name_base,
-            total: 2 * (modules as usize + 2 * scopes as usize + names as usize),
+            total: 2 * (2 * modules as usize + 2 * scopes as usize + names as usize),
         }
     }
 
@@ -314,6 +332,9 @@ impl WorkNumbers {
             Work::Module {
                 module, optional, ..
             } => return self.of_module(module, optional),
+            Work::Whole {
+                module, optional, ..
+            } => (self.modules as usize + module as usize, optional),
             Work::Scope {
                 module,
                 scope,
@@ -336,9 +357,9 @@ impl WorkNumbers {
         2 * number + optional as usize
     }
 
-    /// Scope `scope` of `module`, numbered after the modules.
+    /// Scope `scope` of `module`, numbered after the module imports and whole modules.
     fn scope(&self, module: u32, scope: u32) -> usize {
-        self.modules as usize + self.scope_base[module as usize] as usize + scope as usize
+        2 * self.modules as usize + self.scope_base[module as usize] as usize + scope as usize
     }
 
     fn of_module(&self, module: u32, optional: bool) -> usize {
@@ -346,7 +367,7 @@ impl WorkNumbers {
     }
 
     fn of_name(&self, module: u32, name: NameId, optional: bool) -> usize {
-        let number = self.modules as usize
+        let number = 2 * self.modules as usize
             + 2 * self.scopes as usize
             + self.name_base[module as usize] as usize
             + name as usize;
@@ -401,18 +422,22 @@ struct Walk<'p, 'm> {
     /// bindings the walk followed there.
     slice_module: Option<u32>,
     slice_lines: Vec<u32>,
+    /// Attribute reads through imports already followed: (module, name, path, optional).
+    attributes_seen: rustc_hash::FxHashSet<(u32, NameId, NameId, bool)>,
 }
 
-/// The closure of module `module`, or of the def/class `scope` inside it.
+/// The closure of module `module` (its import closure), or the `kind` closure of the
+/// def/class `scope` inside it.
 pub fn target_closure<'p>(
     project: &'p Project,
     memos: &ModuleMemos<'p>,
     module: u32,
     scope: Option<u32>,
+    kind: ClosureKind,
 ) -> TargetView<'p> {
     let loaded = &project.modules[module as usize];
     let mut walk = Walk::new(project, &memos.numbers, Some(memos));
-    let (target, kind, line) = match scope {
+    let (target, kind_of_target, line) = match scope {
         None => {
             let chain = Chain::of(&loaded.name);
             walk.enqueue(Work::Module {
@@ -426,6 +451,13 @@ pub fn target_closure<'p>(
             let summary = &loaded.summary;
             let scope = &summary.scopes[scope_id as usize];
             walk.enqueue_definition(module, scope_id);
+            if kind == ClosureKind::Import {
+                walk.enqueue(Work::Module {
+                    module,
+                    chain: Chain::of(&loaded.name),
+                    optional: false,
+                });
+            }
             let kind = if scope.kind == ScopeKind::Class {
                 TargetKind::Class
             } else {
@@ -436,7 +468,11 @@ pub fn target_closure<'p>(
         }
     };
     walk.run();
-    walk.into_view(target, kind, module, line)
+    let closure = match scope {
+        None => ClosureKind::Import,
+        Some(_) => kind,
+    };
+    walk.into_view(target, kind_of_target, closure, module, line)
 }
 
 /// The lines of the module-level statements of `module` that the def/class `scope` needs to
@@ -486,6 +522,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             local_modules: BTreeSet::new(),
             slice_module: None,
             slice_lines: Vec::new(),
+            attributes_seen: Default::default(),
         }
     }
 
@@ -540,12 +577,6 @@ impl<'p, 'm> Walk<'p, 'm> {
         let new = self.seen.insert(self.numbers.of(&work));
         if new {
             self.queue.push_back(work);
-        }
-    }
-
-    fn enqueue_names(&mut self, module: u32, names: &[NameId], chain: &Chain<'p>, optional: bool) {
-        for &name in names {
-            self.enqueue_name(module, name, chain, optional);
         }
     }
 
@@ -609,11 +640,13 @@ impl<'p, 'm> Walk<'p, 'm> {
                         self.merge_module(memo, &chain, optional);
                         continue;
                     }
-                    let summary = self.summary(module);
-                    for (index, edge) in summary.imports.iter().enumerate() {
-                        self.add_edge(module, index, edge, &chain, optional);
-                    }
+                    self.import_module(module, &chain, optional);
                 }
+                Work::Whole {
+                    module,
+                    chain,
+                    optional,
+                } => self.whole_module(module, &chain, optional),
                 Work::Scope {
                     module,
                     scope,
@@ -629,7 +662,9 @@ impl<'p, 'm> Walk<'p, 'm> {
                         }
                         stack.extend_from_slice(summary.children(inner));
                     }
-                    self.enqueue_names(module, summary.free_names(scope), &chain, optional);
+                    for read in summary.free_uses(scope) {
+                        self.enqueue_use(module, read, &chain, optional);
+                    }
                 }
                 Work::Definition {
                     module,
@@ -645,7 +680,9 @@ impl<'p, 'm> Walk<'p, 'm> {
                             self.add_edge(module, index as usize, edge, &chain, optional);
                         }
                     }
-                    self.enqueue_names(module, summary.definition_reads(scope), &chain, optional);
+                    for read in summary.definition_uses(scope) {
+                        self.enqueue_use(module, read, &chain, optional);
+                    }
                 }
                 Work::Name {
                     module,
@@ -662,15 +699,8 @@ impl<'p, 'm> Walk<'p, 'm> {
         let name = summary.name(name_id);
         let Some(bindings) = summary.bindings_of(name_id) else {
             // An unbound global may come from `from x import *`, unless it is a builtin.
-            let star = summary.name_id("*").and_then(|id| summary.bindings_of(id));
-            if star.is_some() && !BUILTINS.contains(&name) {
-                for binding in star.into_iter().flatten() {
-                    if let Binding::Import { edge } = binding {
-                        let edge_ref = &summary.imports[*edge as usize];
-                        self.note_slice_line(module, edge_ref.line);
-                        self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
-                    }
-                }
+            if !BUILTINS.contains(&name) {
+                self.follow_star_imports(module, name, &chain, optional);
             }
             return;
         };
@@ -685,6 +715,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                         chain.clone()
                     };
                     self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
+                    self.follow_imported(module, *edge, name, None, &chain, optional);
                 }
                 Binding::Definition { scope } => {
                     let chain = chain.then_new(summary.scope_name(*scope));
@@ -707,9 +738,9 @@ impl<'p, 'm> Walk<'p, 'm> {
                         let edge_ref = &summary.imports[edge as usize];
                         self.add_edge(module, edge as usize, edge_ref, &chain, optional);
                     }
-                    for &read in summary.value_reads(binding) {
-                        if read != name_id {
-                            self.enqueue_name(module, read, &chain, optional);
+                    for read in summary.value_uses(binding) {
+                        if read.name != name_id || read.path.is_some() {
+                            self.enqueue_use(module, read, &chain, optional);
                         }
                     }
                 }
@@ -749,20 +780,8 @@ impl<'p, 'm> Walk<'p, 'm> {
             let (name, kind, file, owner): (&'p str, _, Option<&'p str>, Option<&'p Owner>) =
                 match target {
                     EdgeTarget::Local(id) => {
-                        let local = &project.modules[*id as usize];
-                        self.local_modules.insert(*id);
-                        let chain = chain.then(&local.name);
-                        self.enqueue(Work::Module {
-                            module: *id,
-                            chain,
-                            optional,
-                        });
-                        (
-                            &local.name,
-                            ModuleKind::Local,
-                            Some(local.display.as_str()),
-                            None,
-                        )
+                        self.reach_local(*id, reason(), chain, optional, edge_contexts(edge));
+                        continue;
                     }
                     EdgeTarget::Stdlib(name) => (name, ModuleKind::Stdlib, None, None),
                     EdgeTarget::ThirdParty(module) => (
@@ -780,21 +799,287 @@ impl<'p, 'm> Walk<'p, 'm> {
                         continue;
                     }
                 };
-            let entry = self.reached.entry(name).or_insert_with(|| Reached {
-                kind,
-                file,
-                owner,
-                required: false,
-                contexts: Contexts::default(),
-                reason: reason(),
-                merged: false,
-            });
-            if entry.merged && chain.len() < entry.reason.chain.len() {
-                entry.reason = reason();
-                entry.merged = false;
+            self.record_reached(name, (kind, file, owner), reason, chain, optional)
+                .contexts |= edge_contexts(edge);
+        }
+    }
+
+    /// Note `name` as reached (kind, file, distribution) for `reason`, keeping the shortest
+    /// reason found, and return its entry.
+    fn record_reached(
+        &mut self,
+        name: &'p str,
+        (kind, file, owner): (ModuleKind, Option<&'p str>, Option<&'p Owner>),
+        reason: impl Fn() -> Why<'p>,
+        chain: &Chain<'p>,
+        optional: bool,
+    ) -> &mut Reached<'p> {
+        let entry = self.reached.entry(name).or_insert_with(|| Reached {
+            kind,
+            file,
+            owner,
+            required: false,
+            contexts: Contexts::default(),
+            reason: reason(),
+            merged: false,
+        });
+        if entry.merged && chain.len() < entry.reason.chain.len() {
+            entry.reason = reason();
+            entry.merged = false;
+        }
+        entry.required |= !optional;
+        entry
+    }
+
+    /// A local module is needed: what importing it runs is walked, and it is listed.
+    fn reach_local(
+        &mut self,
+        id: u32,
+        reason: Why<'p>,
+        chain: &Chain<'p>,
+        optional: bool,
+        contexts: Contexts,
+    ) {
+        let project: &'p Project = self.project;
+        let local = &project.modules[id as usize];
+        self.local_modules.insert(id);
+        self.enqueue(Work::Module {
+            module: id,
+            chain: chain.then(&local.name),
+            optional,
+        });
+        let what = (ModuleKind::Local, Some(local.display.as_str()), None);
+        self.record_reached(&local.name, what, || reason.clone(), chain, optional)
+            .contexts |= contexts;
+    }
+
+    /// What importing `module` runs: its parent package first, then its top level (imports
+    /// outside functions, class bodies, decorators, and what its statements read).
+    fn import_module(&mut self, module: u32, chain: &Chain<'p>, optional: bool) {
+        let project: &'p Project = self.project;
+        let loaded = &project.modules[module as usize];
+        if let Some(parent) = loaded.parent {
+            let reason = Why {
+                file: loaded.display.as_str(),
+                line: 0,
+                chain: chain.to_steps(),
+            };
+            self.reach_local(parent, reason, chain, optional, Contexts::TOP_LEVEL);
+        }
+        let summary = self.summary(module);
+        for (index, edge) in summary.imports.iter().enumerate() {
+            if !edge.context.in_function {
+                self.add_edge(module, index, edge, chain, optional);
             }
-            entry.required |= !optional;
-            entry.contexts |= edge_contexts(edge);
+        }
+        for scope in 1..summary.scopes.len() as u32 {
+            let work = match summary.scopes[scope as usize].kind {
+                ScopeKind::Class if runs_at_import(summary, scope) => Work::Definition {
+                    module,
+                    scope,
+                    chain: chain.clone(),
+                    optional,
+                },
+                ScopeKind::Comprehension if runs_at_import(summary, scope) => Work::Scope {
+                    module,
+                    scope,
+                    chain: chain.clone(),
+                    optional,
+                },
+                _ => continue,
+            };
+            self.enqueue(work);
+        }
+        for read in summary.definition_uses(0) {
+            self.enqueue_use(module, read, chain, optional);
+        }
+    }
+
+    /// A module used as a value: its import, and every top-level function and class.
+    fn whole_module(&mut self, module: u32, chain: &Chain<'p>, optional: bool) {
+        let summary = self.summary(module);
+        self.enqueue(Work::Module {
+            module,
+            chain: chain.clone(),
+            optional,
+        });
+        for scope in 1..summary.scopes.len() as u32 {
+            let defined = &summary.scopes[scope as usize];
+            if defined.parent == 0 && matches!(defined.kind, ScopeKind::Function | ScopeKind::Class)
+            {
+                let chain = chain.then(summary.scope_name(scope));
+                self.enqueue(Work::Scope {
+                    module,
+                    scope,
+                    chain: chain.clone(),
+                    optional,
+                });
+                self.enqueue(Work::Definition {
+                    module,
+                    scope,
+                    chain,
+                    optional,
+                });
+            }
+        }
+    }
+
+    /// A read of a module global: the name itself, or an attribute path of it. Through an
+    /// import of a local module, the path says what of that module is needed.
+    fn enqueue_use(&mut self, module: u32, read: Use, chain: &Chain<'p>, optional: bool) {
+        let summary = self.summary(module);
+        let (Some(path), Some(bindings)) = (read.path, summary.bindings_of(read.name)) else {
+            self.enqueue_name(module, read.name, chain, optional);
+            return;
+        };
+        let imports_only = bindings
+            .iter()
+            .all(|binding| matches!(binding, Binding::Import { .. }));
+        if !imports_only {
+            self.enqueue_name(module, read.name, chain, optional);
+            return;
+        }
+        if !self
+            .attributes_seen
+            .insert((module, read.name, path, optional))
+        {
+            return;
+        }
+        let name = summary.name(read.name);
+        let path = summary.name(path);
+        for binding in bindings {
+            let Binding::Import { edge } = *binding else {
+                continue;
+            };
+            let edge_ref = &summary.imports[edge as usize];
+            self.note_slice_line(module, edge_ref.line);
+            let chain = chain.then_new(name);
+            self.add_edge(module, edge as usize, edge_ref, &chain, optional);
+            self.follow_imported(module, edge, name, Some(path), &chain, optional);
+        }
+    }
+
+    /// After `import`-binding `name` in `module` (edge `edge`): follow into local code what is
+    /// read of it, the attribute `path` or, with none, the name itself.
+    fn follow_imported(
+        &mut self,
+        module: u32,
+        edge: u32,
+        name: &'p str,
+        path: Option<&'p str>,
+        chain: &Chain<'p>,
+        optional: bool,
+    ) {
+        let project: &'p Project = self.project;
+        let loaded = &project.modules[module as usize];
+        let summary = &loaded.summary;
+        let edge_ref = &summary.imports[edge as usize];
+        let found = match loaded.bound.get(edge as usize) {
+            Some(Some(bound)) => match project.module_named(bound) {
+                Some(id) => Found::Module(id),
+                // A namespace package: its submodules are found by their full names.
+                None => return self.follow_path_from_name(bound, path, chain, optional),
+            },
+            _ => match (summary.edge_member(edge_ref), last_local(loaded, edge)) {
+                (Some(member), Some(holder)) if member != "*" => {
+                    find_member(project, holder, member, &mut Vec::new())
+                }
+                _ => Found::Nothing,
+            },
+        };
+        let _ = name;
+        self.follow_found(found, path, chain, optional);
+    }
+
+    /// Continue along `path` from what a name turned out to be.
+    fn follow_found(
+        &mut self,
+        mut found: Found,
+        path: Option<&'p str>,
+        chain: &Chain<'p>,
+        optional: bool,
+    ) {
+        let project: &'p Project = self.project;
+        let mut steps = path.into_iter().flat_map(|path| path.split('.'));
+        loop {
+            match found {
+                Found::Nothing => return,
+                Found::Name(holder, name) => {
+                    self.enqueue_name(holder, name, chain, optional);
+                    return;
+                }
+                Found::Module(id) => {
+                    let local = &project.modules[id as usize];
+                    let reason = Why {
+                        file: local.display.as_str(),
+                        line: 0,
+                        chain: chain.to_steps(),
+                    };
+                    self.reach_local(id, reason, chain, optional, Contexts::TOP_LEVEL);
+                    match steps.next() {
+                        Some(step) => found = find_member(project, id, step, &mut Vec::new()),
+                        None => {
+                            let chain = chain.then(&local.name).then(WHOLE_MODULE_STEP);
+                            self.enqueue(Work::Whole {
+                                module: id,
+                                chain,
+                                optional,
+                            });
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `bound` is no loaded module (a namespace package): the first loaded module along
+    /// `bound.path` is where the path continues.
+    fn follow_path_from_name(
+        &mut self,
+        bound: &str,
+        path: Option<&'p str>,
+        chain: &Chain<'p>,
+        optional: bool,
+    ) {
+        let project: &'p Project = self.project;
+        let Some(path) = path else { return };
+        let mut name = bound.to_string();
+        for (index, step) in path.split('.').enumerate() {
+            name.push('.');
+            name.push_str(step);
+            if let Some(id) = project.module_named(&name) {
+                let rest = path.splitn(index + 2, '.').nth(index + 1);
+                return self.follow_found(Found::Module(id), rest, chain, optional);
+            }
+        }
+    }
+
+    /// A name no statement of `module` binds may come from its `from x import *`.
+    fn follow_star_imports(
+        &mut self,
+        module: u32,
+        name: &'p str,
+        chain: &Chain<'p>,
+        optional: bool,
+    ) {
+        let project: &'p Project = self.project;
+        let loaded = &project.modules[module as usize];
+        let summary = &loaded.summary;
+        let Some(stars) = summary.name_id("*").and_then(|id| summary.bindings_of(id)) else {
+            return;
+        };
+        for binding in stars {
+            let Binding::Import { edge } = *binding else {
+                continue;
+            };
+            let edge_ref = &summary.imports[edge as usize];
+            self.note_slice_line(module, edge_ref.line);
+            self.add_edge(module, edge as usize, edge_ref, chain, optional);
+            if let Some(holder) = last_local(loaded, edge) {
+                let found = find_member(project, holder, name, &mut Vec::new());
+                self.follow_found(found, None, chain, optional);
+            }
         }
     }
 
@@ -802,6 +1087,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         mut self,
         target: Cow<'p, str>,
         kind: TargetKind,
+        closure: ClosureKind,
         module: u32,
         line: u32,
     ) -> TargetView<'p> {
@@ -954,6 +1240,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         TargetView {
             target,
             kind,
+            closure,
             module: &loaded.name,
             file: &loaded.display,
             line,
@@ -980,6 +1267,90 @@ impl Drop for Walk<'_, '_> {
         seen.clear();
         VISITED_POOL.with(|pool| pool.borrow_mut().push(seen));
     }
+}
+
+/// What a name read from a local module is.
+#[derive(Debug, Clone, Copy)]
+enum Found {
+    Module(u32),
+    Name(u32, NameId),
+    Nothing,
+}
+
+/// The module an import edge's bound name lives in: its last local target.
+fn last_local(loaded: &crate::project::LoadedModule, edge: u32) -> Option<u32> {
+    loaded
+        .targets
+        .get(edge as usize)?
+        .iter()
+        .rev()
+        .find_map(|target| match target {
+            EdgeTarget::Local(id) => Some(*id),
+            _ => None,
+        })
+}
+
+/// What `name` is in local module `holder`, as an attribute read from it: what the module binds
+/// it to (followed through its imports and `*` imports), else its submodule of that name.
+fn find_member(project: &Project, holder: u32, name: &str, visited: &mut Vec<u32>) -> Found {
+    if visited.contains(&holder) || visited.len() > 32 {
+        return Found::Nothing;
+    }
+    visited.push(holder);
+    let loaded = &project.modules[holder as usize];
+    let summary = &loaded.summary;
+    if let Some(id) = summary.name_id(name) {
+        if let Some(bindings) = summary.bindings_of(id) {
+            // The last import binding decides; any other binding makes it a plain name here.
+            for binding in bindings.iter().rev() {
+                let Binding::Import { edge } = *binding else {
+                    return Found::Name(holder, id);
+                };
+                if let Some(Some(bound)) = loaded.bound.get(edge as usize) {
+                    if let Some(module) = project.module_named(bound) {
+                        return Found::Module(module);
+                    }
+                    return Found::Nothing;
+                }
+                let edge_ref = &summary.imports[edge as usize];
+                return match (summary.edge_member(edge_ref), last_local(loaded, edge)) {
+                    (Some(member), Some(next)) => find_member(project, next, member, visited),
+                    _ => Found::Nothing,
+                };
+            }
+        }
+    }
+    if let Some(module) = project.module_named(&format!("{}.{name}", loaded.name)) {
+        return Found::Module(module);
+    }
+    let Some(stars) = summary.name_id("*").and_then(|id| summary.bindings_of(id)) else {
+        return Found::Nothing;
+    };
+    for binding in stars {
+        if let Binding::Import { edge } = *binding {
+            if let Some(next) = last_local(loaded, edge) {
+                let found = find_member(project, next, name, visited);
+                if !matches!(found, Found::Nothing) {
+                    return found;
+                }
+            }
+        }
+    }
+    Found::Nothing
+}
+
+/// Whether a class body or comprehension runs when its module is imported (it is not inside
+/// a function or lambda).
+fn runs_at_import(summary: &ModuleSummary, scope: u32) -> bool {
+    let mut parent = summary.scopes[scope as usize].parent;
+    while parent != 0 {
+        let kind = summary.scopes[parent as usize].kind;
+        if matches!(kind, ScopeKind::Function | ScopeKind::Lambda) {
+            return false;
+        }
+        parent = summary.scopes[parent as usize].parent;
+    }
+    true
 }
 
 /// The line of the statement that made a binding.

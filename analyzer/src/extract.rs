@@ -4,6 +4,8 @@
 //! so it is what the per-file cache stores and what the parallel phase produces. Resolution of
 //! import names and closure computation happen later, on summaries only.
 
+use std::borrow::Cow;
+
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use ruff_python_ast::visitor::source_order::{self, SourceOrderVisitor};
@@ -58,6 +60,8 @@ pub struct ImportEdge {
     /// Innermost scope that contains the import statement.
     pub scope: u32,
     pub context: EdgeContext,
+    /// `import a.b as c`: the bound name is the last module, not the top-level package.
+    pub aliased: bool,
 }
 
 impl ImportEdge {
@@ -106,14 +110,35 @@ pub struct Scope {
 }
 
 const CHILDREN: usize = 0;
-/// Names this scope (with everything nested in it, and its decorators, defaults, bases and
-/// annotations) reads but does not bind itself: they resolve to the module's globals.
-const FREE_NAMES: usize = 1;
-/// Names read when the `def`/`class` statement itself runs: decorators, defaults, annotations,
-/// bases, and for a class its body's own statements (not its methods' bodies).
-const DEFINITION_READS: usize = 2;
+/// Uses (see [`Use`]) of names this scope (with everything nested in it, and its decorators,
+/// defaults, bases and annotations) reads but does not bind itself: module globals.
+const FREE_USES: usize = 1;
+/// Uses when the `def`/`class` statement itself runs: decorators, defaults, annotations,
+/// bases, and for a class its body's own statements (not its methods' bodies); for the module
+/// scope, what its own statements read when the module is imported.
+const DEFINITION_USES: usize = 2;
 /// Import edges whose innermost scope is this one.
 const IMPORTS: usize = 3;
+
+/// The path of a use that reads a name itself, not an attribute of it.
+const BARE: NameId = NameId::MAX;
+
+/// A read of a module global: the name, and the dotted attribute path read from it (`m.f`
+/// reads `f` of `m`; `a.b.c` reads `b.c` of `a`), or `None` when the name itself is used (as a
+/// value, an argument, a call). Through an imported module the path says which of its
+/// functions a reader needs; a bare use needs all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Use {
+    pub name: NameId,
+    pub path: Option<NameId>,
+}
+
+fn uses_of(pairs: &[u32]) -> impl Iterator<Item = Use> + '_ {
+    pairs.chunks_exact(2).map(|pair| Use {
+        name: pair[0],
+        path: (pair[1] != BARE).then_some(pair[1]),
+    })
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case")]
@@ -123,7 +148,7 @@ pub enum Binding {
     /// A `def` or `class` statement bound the name.
     Definition { scope: u32 },
     /// Any other statement bound it: what its value reads, and dynamic imports inside it
-    /// ([`ModuleSummary::value_reads`], [`ModuleSummary::value_edges`]).
+    /// ([`ModuleSummary::value_uses`], [`ModuleSummary::value_edges`]); `reads` counts uses.
     Value {
         line: u32,
         start: u32,
@@ -235,16 +260,17 @@ impl ModuleSummary {
         self.scope_list(scope, CHILDREN)
     }
 
-    /// Names the scope (with everything nested in it, and its decorators, defaults, bases and
-    /// annotations) reads but does not bind itself: they resolve to the module's globals.
-    pub fn free_names(&self, scope: u32) -> &[NameId] {
-        self.scope_list(scope, FREE_NAMES)
+    /// Module globals the scope (with everything nested in it, and its decorators, defaults,
+    /// bases and annotations) reads, each with the attribute path read from it.
+    pub fn free_uses(&self, scope: u32) -> impl Iterator<Item = Use> + '_ {
+        uses_of(self.scope_list(scope, FREE_USES))
     }
 
-    /// Names read when the `def`/`class` statement runs: decorators, defaults, annotations,
-    /// bases, and for a class its body's own statements (not its methods' bodies).
-    pub fn definition_reads(&self, scope: u32) -> &[NameId] {
-        self.scope_list(scope, DEFINITION_READS)
+    /// What the `def`/`class` statement reads when it runs: decorators, defaults, annotations,
+    /// bases, and for a class its body's own statements (not its methods' bodies). For the
+    /// module scope: what its own statements read when it is imported.
+    pub fn definition_uses(&self, scope: u32) -> impl Iterator<Item = Use> + '_ {
+        uses_of(self.scope_list(scope, DEFINITION_USES))
     }
 
     /// Import edges whose innermost scope is this one.
@@ -252,14 +278,15 @@ impl ModuleSummary {
         self.scope_list(scope, IMPORTS)
     }
 
-    /// What a [`Binding::Value`] reads (empty for other bindings).
-    pub fn value_reads(&self, binding: &Binding) -> &[NameId] {
-        match *binding {
+    /// What a [`Binding::Value`] reads (nothing for other bindings).
+    pub fn value_uses(&self, binding: &Binding) -> impl Iterator<Item = Use> + '_ {
+        let pairs = match *binding {
             Binding::Value { start, reads, .. } => {
-                &self.value_lists[start as usize..(start + reads) as usize]
+                &self.value_lists[start as usize..(start + 2 * reads) as usize]
             }
             _ => &[],
-        }
+        };
+        uses_of(pairs)
     }
 
     /// The dynamic imports inside a [`Binding::Value`]'s statement (empty for other bindings).
@@ -270,7 +297,10 @@ impl ModuleSummary {
                 reads,
                 edges,
                 ..
-            } => &self.value_lists[(start + reads) as usize..(start + reads + edges) as usize],
+            } => {
+                let from = (start + 2 * reads) as usize;
+                &self.value_lists[from..from + edges as usize]
+            }
             _ => &[],
         }
     }
@@ -413,10 +443,11 @@ const IMPORT_GUARDS: &[&str] = &[
 #[derive(Default)]
 struct ScopeBuild {
     children: Vec<u32>,
-    loads: Vec<NameId>,
+    /// (name, path or [`BARE`]) pairs, as [`Use`]s are stored.
+    uses: Vec<[NameId; 2]>,
     binds: Vec<NameId>,
     globals: Vec<NameId>,
-    header_loads: Vec<NameId>,
+    header_uses: Vec<[NameId; 2]>,
 }
 
 /// A module-level binding while the module is visited; `finish` flattens value lists.
@@ -429,7 +460,7 @@ enum BindingBuild {
     },
     Value {
         line: u32,
-        reads: Vec<NameId>,
+        uses: Vec<[NameId; 2]>,
         edges: Vec<u32>,
     },
 }
@@ -437,7 +468,7 @@ enum BindingBuild {
 /// Collects what one module-level statement reads and imports, to attach to the names it binds.
 #[derive(Default)]
 struct StatementCapture {
-    reads: Vec<NameId>,
+    uses: Vec<[NameId; 2]>,
     edges: Vec<u32>,
 }
 
@@ -449,9 +480,10 @@ struct Extractor<'a> {
     scopes: Vec<Scope>,
     scope_names: String,
     builds: Vec<ScopeBuild>,
-    /// Names borrowed from the AST, which outlives the extractor.
-    names: Vec<&'a str>,
-    name_ids: HashMap<&'a str, NameId>,
+    /// Names borrowed from the AST, which outlives the extractor (attribute paths of more than
+    /// one step are joined, hence owned).
+    names: Vec<Cow<'a, str>>,
+    name_ids: HashMap<Cow<'a, str>, NameId>,
     /// Module-level bindings in source order, by first-seen name id.
     bindings: Vec<(NameId, BindingBuild)>,
     problems: Vec<Problem>,
@@ -541,9 +573,10 @@ impl<'a> Extractor<'a> {
         }
     }
 
-    fn intern(&mut self, name: &'a str) -> NameId {
+    fn intern(&mut self, name: impl Into<Cow<'a, str>>) -> NameId {
+        let name = name.into();
         let next = self.names.len() as NameId;
-        let id = *self.name_ids.entry(name).or_insert(next);
+        let id = *self.name_ids.entry(name.clone()).or_insert(next);
         if id == next {
             self.names.push(name);
         }
@@ -552,12 +585,23 @@ impl<'a> Extractor<'a> {
 
     fn record_load(&mut self, name: &'a str) {
         let id = self.intern(name);
-        self.builds[self.current as usize].loads.push(id);
+        self.record_use([id, BARE]);
+    }
+
+    /// `name.path` read: the name is loaded, and which of its attributes is kept with it.
+    fn record_attribute_load(&mut self, name: &'a str, path: Cow<'a, str>) {
+        let id = self.intern(name);
+        let path = self.intern(path);
+        self.record_use([id, path]);
+    }
+
+    fn record_use(&mut self, pair: [NameId; 2]) {
+        self.builds[self.current as usize].uses.push(pair);
         for &target in &self.header_targets {
-            self.builds[target as usize].header_loads.push(id);
+            self.builds[target as usize].header_uses.push(pair);
         }
         if let Some(capture) = &mut self.capture {
-            capture.reads.push(id);
+            capture.uses.push(pair);
         }
     }
 
@@ -602,6 +646,7 @@ impl<'a> Extractor<'a> {
                 line,
                 scope: self.current,
                 context: self.context(),
+                aliased: alias.asname.is_some(),
             });
             // `import a.b` binds `a`; `import a.b as c` binds `c`.
             let bound = match &alias.asname {
@@ -632,6 +677,7 @@ impl<'a> Extractor<'a> {
                 line,
                 scope: self.current,
                 context: self.context(),
+                aliased: alias.asname.is_some(),
             });
             if member == "*" {
                 self.bind("*", || BindingBuild::Import { edge });
@@ -720,7 +766,7 @@ impl<'a> Extractor<'a> {
             if let Some(name) = &handler.name {
                 self.bind(name.id.as_str(), || BindingBuild::Value {
                     line: 0,
-                    reads: vec![],
+                    uses: vec![],
                     edges: vec![],
                 });
             }
@@ -856,6 +902,7 @@ impl<'a> Extractor<'a> {
                         line,
                         scope: self.current,
                         context,
+                        aliased: false,
                     });
                 }
                 Some(_) => self.problems.push(Problem {
@@ -903,7 +950,7 @@ impl<'a> Extractor<'a> {
         // closure walk visits names in the same order whatever order the source used them in.
         let mut order: Vec<NameId> = (0..self.names.len() as NameId).collect();
         let names = &self.names;
-        order.sort_unstable_by(|&a, &b| names[a as usize].cmp(names[b as usize]));
+        order.sort_unstable_by(|&a, &b| names[a as usize].cmp(&names[b as usize]));
         let mut renumbered = vec![0 as NameId; order.len()];
         for (new, &old) in order.iter().enumerate() {
             renumbered[old as usize] = new as NameId;
@@ -914,44 +961,55 @@ impl<'a> Extractor<'a> {
             sort_unique(&mut sorted);
             sorted
         };
+        let sorted_uses = |uses: &[[NameId; 2]]| -> Vec<[NameId; 2]> {
+            let renumber = |id: NameId| {
+                if id == BARE {
+                    BARE
+                } else {
+                    renumbered[id as usize]
+                }
+            };
+            let mut sorted: Vec<[NameId; 2]> = uses
+                .iter()
+                .map(|&[name, path]| [renumbered[name as usize], renumber(path)])
+                .collect();
+            sort_unique(&mut sorted);
+            sorted
+        };
         // Children were created after their parents, so a reverse sweep sees every child first.
-        let mut free_names: Vec<Vec<NameId>> = vec![Vec::new(); scope_count];
-        let mut definition_reads: Vec<Vec<NameId>> = vec![Vec::new(); scope_count];
+        let mut free_uses: Vec<Vec<[NameId; 2]>> = vec![Vec::new(); scope_count];
+        let mut definition_uses: Vec<Vec<[NameId; 2]>> = vec![Vec::new(); scope_count];
         for id in (0..scope_count).rev() {
             let build = &self.builds[id];
             let globals = sorted_ids(&build.globals);
             let mut binds = sorted_ids(&build.binds);
             binds.retain(|name| globals.binary_search(name).is_err());
-            let loads = sorted_ids(&build.loads);
-            let header_loads = sorted_ids(&build.header_loads);
-            let mut free = loads.clone();
+            let unbound = |pair: &[NameId; 2]| binds.binary_search(&pair[0]).is_err();
+            let uses = sorted_uses(&build.uses);
+            let header_uses = sorted_uses(&build.header_uses);
+            let mut free = uses.clone();
             for &child in &build.children {
-                free.extend_from_slice(&free_names[child as usize]);
+                free.extend_from_slice(&free_uses[child as usize]);
             }
+            free.retain(unbound);
+            free.extend_from_slice(&header_uses);
             sort_unique(&mut free);
-            free.retain(|name| binds.binary_search(name).is_err());
-            free.extend_from_slice(&header_loads);
-            sort_unique(&mut free);
-            free_names[id] = free;
-            let mut definition = header_loads;
-            if self.scopes[id].kind == ScopeKind::Class {
-                definition.extend(
-                    loads
-                        .iter()
-                        .filter(|name| binds.binary_search(name).is_err()),
-                );
-                sort_unique(&mut definition);
+            free_uses[id] = free;
+            let mut definition = header_uses;
+            match self.scopes[id].kind {
+                ScopeKind::Class => definition.extend(uses.iter().filter(|p| unbound(p))),
+                // Module-level statements read globals whether or not they also bind them.
+                ScopeKind::Module => definition.extend_from_slice(&uses),
+                _ => {}
             }
-            definition_reads[id] = definition;
+            sort_unique(&mut definition);
+            definition_uses[id] = definition;
         }
         let mut bindings: Vec<(NameId, BindingBuild)> = self.bindings;
         for (name, binding) in &mut bindings {
             *name = renumbered[*name as usize];
-            if let BindingBuild::Value { reads, .. } = binding {
-                for read in reads.iter_mut() {
-                    *read = renumbered[*read as usize];
-                }
-                sort_unique(reads);
+            if let BindingBuild::Value { uses, .. } = binding {
+                *uses = sorted_uses(uses);
             }
         }
         // Stable: a name's bindings keep their source order.
@@ -967,10 +1025,11 @@ impl<'a> Extractor<'a> {
         // A read of a name no module-level statement binds (a builtin, a typo) leads nowhere,
         // unless a star import may provide it: drop those reads now rather than follow them
         // in every closure that passes here.
-        let star = order.binary_search_by(|&old| names[old as usize].cmp("*"));
+        let star = order.binary_search_by(|&old| (*names[old as usize]).cmp("*"));
         let star_bound = star.is_ok_and(|new| binding_offsets[new] < binding_offsets[new + 1]);
-        let bound = |name: &NameId| {
-            star_bound || binding_offsets[*name as usize] < binding_offsets[*name as usize + 1]
+        let bound = |pair: &&[NameId; 2]| {
+            let name = pair[0] as usize;
+            star_bound || binding_offsets[name] < binding_offsets[name + 1]
         };
         // Flat and exactly sized: summaries of a whole site-packages stay in memory at once,
         // and a Vec per scope list or binding would cost more than its contents.
@@ -980,10 +1039,10 @@ impl<'a> Extractor<'a> {
             .map(|(_, binding)| match binding {
                 BindingBuild::Import { edge } => Binding::Import { edge },
                 BindingBuild::Definition { scope } => Binding::Definition { scope },
-                BindingBuild::Value { line, reads, edges } => {
+                BindingBuild::Value { line, uses, edges } => {
                     let start = value_lists.len() as u32;
-                    value_lists.extend(reads.iter().copied().filter(bound));
-                    let reads = value_lists.len() as u32 - start;
+                    value_lists.extend(uses.iter().filter(bound).flatten());
+                    let reads = (value_lists.len() as u32 - start) / 2;
                     value_lists.extend_from_slice(&edges);
                     Binding::Value {
                         line,
@@ -1000,10 +1059,10 @@ impl<'a> Extractor<'a> {
             let children = &self.builds[id].children;
             scope_lists.extend_from_slice(children);
             let before = scope_lists.len();
-            scope_lists.extend(free_names[id].iter().copied().filter(bound));
+            scope_lists.extend(free_uses[id].iter().filter(bound).flatten());
             let free = scope_lists.len() - before;
             let before = scope_lists.len();
-            scope_lists.extend(definition_reads[id].iter().copied().filter(bound));
+            scope_lists.extend(definition_uses[id].iter().filter(bound).flatten());
             let definition = scope_lists.len() - before;
             scope_lists.extend_from_slice(&scope_imports[id]);
             scope.lengths = [
@@ -1019,7 +1078,7 @@ impl<'a> Extractor<'a> {
         self.imports.shrink_to_fit();
         self.import_text.shrink_to_fit();
         self.scopes.shrink_to_fit();
-        let sorted_names = NameTable::from_sorted(order.iter().map(|&old| names[old as usize]));
+        let sorted_names = NameTable::from_sorted(order.iter().map(|&old| &*names[old as usize]));
         ModuleSummary {
             imports: self.imports,
             import_text: self.import_text,
@@ -1057,11 +1116,11 @@ impl<'a> Extractor<'a> {
         }
         // Walrus targets anywhere in the statement bind module globals too.
         targets.extend(capture_named_targets(stmt));
-        let reads = capture.reads;
+        let uses = capture.uses;
         for target in targets {
-            let reads = reads.clone();
+            let uses = uses.clone();
             let edges = capture.edges.clone();
-            self.bind(target, || BindingBuild::Value { line, reads, edges });
+            self.bind(target, || BindingBuild::Value { line, uses, edges });
         }
     }
 }
@@ -1144,6 +1203,10 @@ impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
                 }
                 _ => {}
             },
+            Expr::Attribute(attribute) => match attribute_path(attribute) {
+                Some((name, path)) => self.record_attribute_load(name, path),
+                None => source_order::walk_expr(self, expr),
+            },
             Expr::Call(call) => {
                 self.record_dynamic_import(call);
                 source_order::walk_expr(self, expr);
@@ -1157,9 +1220,33 @@ impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
     }
 }
 
-fn sort_unique(ids: &mut Vec<NameId>) {
+fn sort_unique<T: Ord>(ids: &mut Vec<T>) {
     ids.sort_unstable();
     ids.dedup();
+}
+
+/// `a.b.c` (read from a plain name) as `("a", "b.c")`; `None` when the chain starts at
+/// anything else (a call, a subscript), whose parts are visited as usual.
+fn attribute_path(attribute: &ast::ExprAttribute) -> Option<(&str, Cow<'_, str>)> {
+    let mut steps = vec![attribute.attr.id.as_str()];
+    let mut value = &*attribute.value;
+    loop {
+        match value {
+            Expr::Attribute(inner) => {
+                steps.push(inner.attr.id.as_str());
+                value = &inner.value;
+            }
+            Expr::Name(name) => {
+                steps.reverse();
+                let path = match steps.as_slice() {
+                    [one] => Cow::Borrowed(*one),
+                    _ => Cow::Owned(steps.join(".")),
+                };
+                return Some((name.id.as_str(), path));
+            }
+            _ => return None,
+        }
+    }
 }
 
 fn catches_import_error(expr: &Expr) -> bool {
@@ -1286,16 +1373,23 @@ mod tests {
             names,
             ["", "Model", "Model.fit", "Model.fit.<comprehension>"]
         );
-        let named = |ids: &[NameId]| -> Vec<String> {
-            ids.iter().map(|&id| summary.name(id).to_string()).collect()
+        let named = |uses: Vec<Use>| -> Vec<String> {
+            uses.iter()
+                .map(|u| match u.path {
+                    Some(path) => format!("{}.{}", summary.name(u.name), summary.name(path)),
+                    None => summary.name(u.name).to_string(),
+                })
+                .collect()
         };
         assert_eq!(summary.children(0), [1]);
         assert_eq!(summary.children(1), [2]);
         assert_eq!(summary.children(2), [3]);
         // `range` and `Base` are bound nowhere in the module: dropped; `self` is fit's own.
-        assert_eq!(named(summary.free_names(2)), ["SEP"]);
-        assert_eq!(named(summary.free_names(3)), ["SEP"]);
-        assert!(summary.definition_reads(1).is_empty());
+        assert_eq!(named(summary.free_uses(2).collect()), ["SEP"]);
+        assert_eq!(named(summary.free_uses(3).collect()), ["SEP"]);
+        assert!(summary.definition_uses(1).next().is_none());
+        // The module's own statements read `os.sep` (an attribute path of `os`).
+        assert_eq!(named(summary.definition_uses(0).collect()), ["os.sep"]);
         let numpy = summary.scope_imports(2);
         assert_eq!(numpy.len(), 1);
         let edge = &summary.imports[numpy[0] as usize];
@@ -1305,7 +1399,7 @@ mod tests {
         let sep = summary
             .bindings_of(summary.name_id("SEP").unwrap())
             .unwrap();
-        assert_eq!(named(summary.value_reads(&sep[0])), ["os"]);
+        assert_eq!(named(summary.value_uses(&sep[0]).collect()), ["os.sep"]);
         assert!(summary.value_edges(&sep[0]).is_empty());
     }
 }

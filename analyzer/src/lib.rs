@@ -77,6 +77,8 @@ pub struct Options {
     /// Where the per-file summary cache lives; `None` disables it.
     pub cache_dir: Option<PathBuf>,
     pub progress: Option<ParseProgress>,
+    /// Which closure of function targets to compute (module targets have only one).
+    pub closure: spec::ClosureKind,
 }
 
 impl Default for Options {
@@ -86,6 +88,7 @@ impl Default for Options {
             roots: Vec::new(),
             cache_dir: SummaryCache::default_dir(),
             progress: None,
+            closure: spec::ClosureKind::default(),
         }
     }
 }
@@ -131,6 +134,7 @@ pub struct Analysis {
     pub results_miss: Option<String>,
     /// (module, scope) pairs in output order; `None` is the module itself.
     jobs: Vec<(u32, Option<u32>)>,
+    closure: spec::ClosureKind,
 }
 
 impl Analysis {
@@ -245,7 +249,15 @@ impl Analysis {
         for jobs in self.jobs.chunks(chunk.max(1)) {
             let mapped: Vec<T> = jobs
                 .par_iter()
-                .map(|&(id, scope)| map(closure::target_closure(&self.project, &memos, id, scope)))
+                .map(|&(id, scope)| {
+                    map(closure::target_closure(
+                        &self.project,
+                        &memos,
+                        id,
+                        scope,
+                        self.closure,
+                    ))
+                })
                 .collect();
             sink(mapped)?;
         }
@@ -463,6 +475,7 @@ pub fn prepare_or_reuse(
         env_key,
         located: located_description,
         results_miss,
+        closure: options.closure,
     })))
 }
 

@@ -35,6 +35,13 @@ pub struct LoadedModule {
     /// For each import edge of the summary, what it resolves to (shared between edges that
     /// name the same module).
     pub targets: Vec<Arc<[EdgeTarget]>>,
+    /// For each import edge, the absolute name of the module its bound name denotes (`import
+    /// a.b` binds `a`; `from a import b` binds module `a.b` when there is one), or `None` when
+    /// the edge binds a member of a module, or nothing (`*`).
+    pub bound: Vec<Option<Arc<str>>>,
+    /// The nearest enclosing package with code of its own (`__init__.py`), which Python runs
+    /// before this module.
+    pub parent: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -72,12 +79,21 @@ pub struct Project {
     preparsed: HashMap<OsString, Summarized>,
     /// Absolute imports already resolved, keyed by the absolute module name, then NUL and the
     /// member for `from` imports (built in `edge_key`, a reused buffer).
-    resolved_edges: HashMap<String, Arc<[EdgeTarget]>>,
+    resolved_edges: HashMap<String, ResolvedEdge>,
     edge_key: String,
     third_party: HashMap<String, Arc<ThirdPartyModule>>,
+    /// Loaded modules by dotted name, to follow `pkg.mod.f` from a bound name.
+    by_name: HashMap<String, u32>,
     /// Set by [`Project::finish_loading`]; see [`crate::spec::TargetView::escape_free`].
     pub escape_free: bool,
     pub progress: Option<crate::ParseProgress>,
+}
+
+/// An absolute import resolved once, shared by every edge that names the same thing.
+#[derive(Clone)]
+struct ResolvedEdge {
+    targets: Arc<[EdgeTarget]>,
+    member_is_module: bool,
 }
 
 /// A local file to load, with the dotted name it is imported by.
@@ -126,6 +142,7 @@ impl Project {
             resolved_edges: HashMap::default(),
             edge_key: String::new(),
             third_party: HashMap::default(),
+            by_name: HashMap::default(),
             escape_free: false,
             progress: None,
         }
@@ -170,6 +187,11 @@ impl Project {
         self.resolver.listed_dirs()
     }
 
+    /// The loaded module imported as `name`.
+    pub fn module_named(&self, name: &str) -> Option<u32> {
+        self.by_name.get(name).copied()
+    }
+
     pub fn module_id(&self, path: &Path) -> Option<u32> {
         self.by_path.get(&*path_key(path)).copied()
     }
@@ -194,6 +216,7 @@ impl Project {
         }
         let id = self.modules.len() as u32;
         self.by_path.insert(key.into_owned(), id);
+        self.by_name.entry(module.name.clone()).or_insert(id);
         let display = self.display_path(&module.path);
         self.modules.push(LoadedModule {
             display,
@@ -203,6 +226,8 @@ impl Project {
             summary: Arc::default(),
             stamp: None,
             targets: Vec::new(),
+            bound: Vec::new(),
+            parent: None,
         });
         wave.push(id);
         id
@@ -258,12 +283,16 @@ impl Project {
             let mut next = Vec::new();
             for &id in &wave {
                 let summary = self.modules[id as usize].summary.clone();
-                let targets = summary
+                let (targets, bound) = summary
                     .imports
                     .iter()
                     .map(|edge| self.resolve_edge(id as usize, &summary, edge, &mut next))
-                    .collect();
-                self.modules[id as usize].targets = targets;
+                    .unzip();
+                let parent = self.parent_package(id, &mut next);
+                let module = &mut self.modules[id as usize];
+                module.targets = targets;
+                module.bound = bound;
+                module.parent = parent;
             }
             wave = next;
         }
@@ -279,13 +308,34 @@ impl Project {
         ids
     }
 
+    /// The nearest enclosing package of `id` that has code (a namespace package has none),
+    /// registered for loading when it is local.
+    fn parent_package(&mut self, id: u32, next: &mut Vec<u32>) -> Option<u32> {
+        let mut name = self.modules[id as usize].name.clone();
+        while let Some((parent, _)) = name.rsplit_once('.') {
+            let parent = parent.to_string();
+            if let Some(location) = self.resolver.resolve(&parent) {
+                let mut targets = Vec::new();
+                self.push_location(&parent, location, &mut targets, next);
+                if let Some(EdgeTarget::Local(found)) = targets.last() {
+                    return (*found != id).then_some(*found);
+                }
+                if !targets.is_empty() {
+                    return None; // a site-packages package: not local code
+                }
+            }
+            name = parent;
+        }
+        None
+    }
+
     fn resolve_edge(
         &mut self,
         id: usize,
         summary: &ModuleSummary,
         edge: &ImportEdge,
         next: &mut Vec<u32>,
-    ) -> Arc<[EdgeTarget]> {
+    ) -> (Arc<[EdgeTarget]>, Option<Arc<str>>) {
         let written = summary.edge_module(edge);
         let relative;
         let full = if edge.level == 0 {
@@ -297,10 +347,8 @@ impl Project {
                     relative.as_str()
                 }
                 None => {
-                    return Arc::new([EdgeTarget::Missing(format!(
-                        "{}{written}",
-                        ".".repeat(edge.level as usize),
-                    ))])
+                    let missing = format!("{}{written}", ".".repeat(edge.level as usize));
+                    return (Arc::new([EdgeTarget::Missing(missing)]), None);
                 }
             }
         };
@@ -315,16 +363,26 @@ impl Project {
             key.push('\0');
             key.push_str(member);
         }
-        let targets = match self.resolved_edges.get(key.as_str()) {
+        let resolved = match self.resolved_edges.get(key.as_str()) {
             Some(found) => found.clone(),
             None => {
-                let targets: Arc<[EdgeTarget]> = self.resolve_absolute(full, member, next).into();
-                self.resolved_edges.insert(key.clone(), targets.clone());
-                targets
+                let (targets, member_is_module) = self.resolve_absolute(full, member, next);
+                let resolved = ResolvedEdge {
+                    targets: targets.into(),
+                    member_is_module,
+                };
+                self.resolved_edges.insert(key.clone(), resolved.clone());
+                resolved
             }
         };
         self.edge_key = key;
-        targets
+        let bound: Option<Arc<str>> = match member {
+            None if edge.aliased || !full.contains('.') => Some(full.into()),
+            None => full.split('.').next().map(Arc::from),
+            Some(member) if resolved.member_is_module => Some(join_dotted(full, member).into()),
+            Some(_) => None,
+        };
+        (resolved.targets, bound)
     }
 
     /// The absolute name of a relative import (`edge.level` > 0) of module `id`; `None` (and a
@@ -348,12 +406,13 @@ impl Project {
         }
     }
 
+    /// What `full` (and its `member`) resolve to, and whether the member is a module.
     fn resolve_absolute(
         &mut self,
         full: &str,
         member: Option<&str>,
         next: &mut Vec<u32>,
-    ) -> Vec<EdgeTarget> {
+    ) -> (Vec<EdgeTarget>, bool) {
         let mut targets = Vec::new();
         if let Some(member) = member.filter(|m| *m != "*") {
             let submodule = join_dotted(full, member);
@@ -362,14 +421,14 @@ impl Project {
                     self.push_located(full, &mut targets, next);
                 }
                 self.push_location(&submodule, location, &mut targets, next);
-                return targets;
+                return (targets, true);
             }
         }
         if full.is_empty() {
-            return targets;
+            return (targets, false);
         }
         self.push_located(full, &mut targets, next);
-        targets
+        (targets, false)
     }
 
     /// The longest importable prefix of `name`, with the local parent packages that run first.

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-pub const SPEC_FORMAT: &str = "lfm-spec/1";
+pub const SPEC_FORMAT: &str = "lfm-spec/2";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Spec {
@@ -33,11 +33,35 @@ pub enum TargetKind {
     Class,
 }
 
+/// Which closure of a target was computed (module targets have only the import closure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClosureKind {
+    /// What the function itself needs: what `lfm call` executes of its module.
+    #[default]
+    Slice,
+    /// What importing the target's module needs (its top level and its parent packages), plus
+    /// the function's slice: what a function pickled by reference needs on the worker.
+    Import,
+}
+
+impl ClosureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClosureKind::Slice => "slice",
+            ClosureKind::Import => "import",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TargetSpec {
     /// `module` for a module, `module:qualname` for a function, method or class.
     pub target: String,
     pub kind: TargetKind,
+    /// Absent in `lfm-spec/1` documents, whose function targets were slices.
+    #[serde(default)]
+    pub closure: ClosureKind,
     pub module: String,
     pub file: String,
     pub line: u32,
@@ -188,6 +212,7 @@ impl std::ops::BitOrAssign for Contexts {
 pub struct TargetView<'a> {
     pub target: Cow<'a, str>,
     pub kind: TargetKind,
+    pub closure: ClosureKind,
     pub module: &'a str,
     pub file: &'a str,
     pub line: u32,
@@ -279,6 +304,7 @@ impl TargetView<'_> {
         TargetSpec {
             target: self.target.to_string(),
             kind: self.kind,
+            closure: self.closure,
             module: self.module.to_string(),
             file: self.file.to_string(),
             line: self.line,
@@ -342,6 +368,8 @@ impl TargetView<'_> {
                 TargetKind::Class => "class",
             },
         );
+        out.extend_from_slice(b",\"closure\":");
+        json_plain_str(out, self.closure.as_str());
         out.extend_from_slice(b",\"module\":");
         text(out, self.module);
         out.extend_from_slice(b",\"file\":");
@@ -564,6 +592,7 @@ mod tests {
         TargetView {
             target: Cow::Owned(format!("m:{AWKWARD}")),
             kind: TargetKind::Class,
+            closure: ClosureKind::Slice,
             module: "m",
             file: AWKWARD,
             line: 4_294_967_295,

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub const MANIFEST_FORMAT: &str = "lfm-pack/1";
+pub const MANIFEST_FORMAT: &str = "lfm-pack/2";
 pub const MANIFEST_NAME: &str = "lfm-manifest.json";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -41,6 +41,11 @@ pub struct PackDistribution {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PackTarget {
     pub target: String,
+    /// Which closure was packed: `import` packs hold the target's module, its parent
+    /// packages and what importing them runs (what a by-reference pickle needs on a worker);
+    /// `slice` packs what the function itself needs (what `lfm call` runs).
+    #[serde(default)]
+    pub closure: lfm_analyzer::spec::ClosureKind,
     pub modules: Vec<String>,
     /// Optional imports whose module is not installed: not packed, skipped by verify.
     #[serde(default)]

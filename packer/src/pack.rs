@@ -266,9 +266,9 @@ fn pack_targets(spec: &Spec) -> Vec<PackTarget> {
         .iter()
         .map(|target| {
             let mut modules: BTreeSet<String> = BTreeSet::new();
-            // A function's closure does not include running its module's top level (it is
-            // shipped by value); a module target's does.
-            if target.kind == lfm_analyzer::spec::TargetKind::Module {
+            // A slice does not run its module's top level (the function is shipped by value);
+            // an import closure (every module target's) is what importing the module needs.
+            if target.closure == lfm_analyzer::spec::ClosureKind::Import {
                 modules.insert(target.module.clone());
             }
             for module in &target.modules {
@@ -283,6 +283,7 @@ fn pack_targets(spec: &Spec) -> Vec<PackTarget> {
             }
             PackTarget {
                 target: target.target.clone(),
+                closure: target.closure,
                 modules: modules.into_iter().collect(),
                 optional_missing: target
                     .missing

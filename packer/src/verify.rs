@@ -43,7 +43,7 @@ pub fn read_manifest(root: &Path) -> Result<Manifest> {
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("{} has no {MANIFEST_NAME}: not an lfm pack", root.display()))?;
     serde_json::from_str(&text)
-        .with_context(|| format!("{}: not a valid lfm-pack/1 manifest", path.display()))
+        .with_context(|| format!("{}: not a valid lfm-pack manifest", path.display()))
 }
 
 /// Import the modules of every target (or of `target` only) with `python -I -S`.

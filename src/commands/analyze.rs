@@ -29,6 +29,7 @@ pub fn run(args: AnalyzeArgs) -> i32 {
         options.environment = Environment::Prefix(env);
     }
     options.roots = args.roots;
+    options.closure = args.closure.into();
     if args.no_cache {
         options.cache_dir = None;
     } else if let Some(dir) = args.cache_dir {
@@ -241,6 +242,7 @@ fn request_key(targets: &[String], options: &Options) -> RequestKey {
         cwd.as_os_str().as_encoded_bytes().to_vec(),
         environment.into_bytes(),
     ];
+    parts.push(format!("closure={}", options.closure.as_str()).into_bytes());
     parts.extend(targets.iter().map(|t| format!("target={t}").into_bytes()));
     parts.extend(
         options

@@ -107,7 +107,7 @@ fn load_spec(args: &PackArgs) -> Result<Spec, i32> {
                 EXIT_FAILED
             })?;
             return serde_json::from_str::<Spec>(&text).map_err(|e| {
-                eprintln!("error: {single}: not an lfm-spec/1 document: {e}");
+                eprintln!("error: {single}: not an lfm Spec (docs/spec.md): {e}");
                 EXIT_FAILED
             });
         }
@@ -115,6 +115,7 @@ fn load_spec(args: &PackArgs) -> Result<Spec, i32> {
     let options = Options {
         environment: Environment::Prefix(args.env.clone()),
         roots: args.roots.clone(),
+        closure: args.closure.into(),
         ..Options::default()
     };
     match analyze(&args.inputs, &options) {

@@ -1,0 +1,108 @@
+//! The two closures (slice and import) and what reaching a local module costs, as Python
+//! runs the code: parent packages run before a module, and only the functions read from a
+//! local module bring their in-function imports.
+
+mod common;
+
+use common::{analyze_json, target};
+
+const FIXTURE: &str = "tests/fixtures/closures";
+
+/// Names of every module a target needs, installed or not (the test does not depend on what
+/// the machine's python3 has installed).
+fn needed(target: &serde_json::Value) -> Vec<String> {
+    let mut out: Vec<String> = ["modules", "missing"]
+        .iter()
+        .flat_map(|list| target[*list].as_array().unwrap().iter())
+        .map(|m| {
+            let name = m["name"].as_str().unwrap();
+            // A missing `import a.b` is named as written; its top-level name is what is missing.
+            match m["kind"].as_str() {
+                None => name.split('.').next().unwrap().to_string(),
+                Some(_) => name.to_string(),
+            }
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn analyze_in_fixture(args: &[&str]) -> serde_json::Value {
+    let mut full = vec!["--root", FIXTURE];
+    full.extend_from_slice(args);
+    analyze_json(&full)
+}
+
+#[test]
+fn an_import_closure_holds_the_parent_packages_and_what_they_import() {
+    let file = format!("{FIXTURE}/proj/sub/tasks.py:f");
+    let slice = analyze_in_fixture(&[&file]);
+    let slice = target(&slice, "proj.sub.tasks:f");
+    assert_eq!(slice["closure"], "slice");
+    assert_eq!(needed(slice), ["json"]);
+
+    let import = analyze_in_fixture(&["--closure", "import", &file]);
+    let import = target(&import, "proj.sub.tasks:f");
+    assert_eq!(import["closure"], "import");
+    assert_eq!(
+        needed(import),
+        ["json", "proj", "proj.sub", "requests", "yaml"]
+    );
+
+    // A module target has only its import closure, whatever --closure says.
+    let module = analyze_in_fixture(&[&format!("{FIXTURE}/proj/sub/tasks.py")]);
+    let module = target(&module, "proj.sub.tasks");
+    assert_eq!(module["closure"], "import");
+    assert_eq!(
+        needed(module),
+        ["json", "proj", "proj.sub", "requests", "yaml"]
+    );
+}
+
+#[test]
+fn a_local_module_costs_its_import_and_the_functions_read_from_it() {
+    let spec = analyze_in_fixture(&[&format!("{FIXTURE}/pkg/tasks.py")]);
+    let import_of_helpers = ["pkg", "pkg.helpers", "re"];
+    // `from m import f`, `m.f`, `a.b.f` and `import a.b as m; m.f` all read slug only:
+    // helpers.plot's matplotlib and Chart.draw's yaml are not needed.
+    for function in ["by_name", "by_attribute", "by_dotted_path", "by_alias"] {
+        let closure = target(&spec, &format!("pkg.tasks:{function}"));
+        assert_eq!(needed(closure), import_of_helpers, "{function}");
+    }
+    // A class read from a module brings all of its methods.
+    let class = target(&spec, "pkg.tasks:by_class");
+    assert_eq!(needed(class), ["pkg", "pkg.helpers", "re", "yaml"]);
+    // A module used as a value (getattr) may give anything: all of it, and the reason says so.
+    let dynamic = target(&spec, "pkg.tasks:dynamic");
+    assert_eq!(
+        needed(dynamic),
+        ["matplotlib", "pkg", "pkg.helpers", "re", "yaml"]
+    );
+    let matplotlib = dynamic["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(dynamic["missing"].as_array().unwrap())
+        .find(|m| m["name"].as_str().unwrap().starts_with("matplotlib"))
+        .unwrap();
+    let chain = matplotlib["reason"]["chain"].to_string();
+    assert!(chain.contains("used as a value"), "{chain}");
+    // The module itself: what importing it runs, no function body.
+    assert_eq!(needed(target(&spec, "pkg.tasks")), import_of_helpers);
+}
+
+#[test]
+fn a_function_reached_through_a_package_brings_the_package_imports() {
+    let spec = analyze_in_fixture(&[&format!("{FIXTURE}/main.py:g")]);
+    assert_eq!(
+        needed(target(&spec, "main:g")),
+        [
+            "json",
+            "proj",
+            "proj.sub",
+            "proj.sub.tasks",
+            "requests",
+            "yaml"
+        ]
+    );
+}
