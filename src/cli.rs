@@ -277,6 +277,11 @@ pub struct PackArgs {
     /// needs; enough for `lfm call --pack`).
     #[arg(long, value_enum, default_value_t = Closure::Import)]
     pub closure: Closure,
+    /// Let code run through the pack also see the site-packages of the node's python3 (by
+    /// default `run` gives it a venv of that interpreter holding nothing, so a distribution
+    /// missing from the pack fails on every node alike).
+    #[arg(long, conflicts_with = "self_contained")]
+    pub inherit_site_packages: bool,
     /// No summary on stderr.
     #[arg(long, short)]
     pub quiet: bool,

@@ -771,3 +771,159 @@ fn a_function_pack_is_enough_to_call_its_function_by_slice() {
     assert!(stderr.contains("No module named 'bs4'"), "{stderr}");
     assert!(stderr.contains("tasks.py\", line 1"), "{stderr}");
 }
+
+#[test]
+fn an_import_pack_lets_the_worker_import_the_module_as_a_by_reference_pickle_does() {
+    let Some(fixture) = Fixture::new() else {
+        return;
+    };
+    let wf = fixture.dir.path().join("wf");
+    std::fs::create_dir(&wf).unwrap();
+    std::fs::write(wf.join("__init__.py"), "from . import util\n").unwrap();
+    std::fs::write(wf.join("util.py"), "SCALE = 3\n").unwrap();
+    std::fs::write(
+        wf.join("tasks.py"),
+        "import requests\nfrom wf import util\n\n\ndef train(n):\n    return n * util.SCALE\n",
+    )
+    .unwrap();
+    let target = format!("{}:train", wf.join("tasks.py").display());
+    let pack = fixture.pack(&[&target], &[], "wf.tar.zst");
+    let root = fixture.unpack(&pack);
+    let packed = manifest(&root);
+    assert_eq!(packed["targets"][0]["closure"], "import");
+    let files: Vec<&str> = packed["local_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    for needed in ["app/wf/__init__.py", "app/wf/util.py", "app/wf/tasks.py"] {
+        assert!(files.contains(&needed), "{needed} not packed: {files:?}");
+    }
+    assert!(dist_names(&packed).iter().any(|n| n == "requests"));
+    // What Parsl's and Dask's workers do with a by-reference pickle: import the module.
+    let output = Command::new(root.join("run"))
+        .args([
+            "python3",
+            "-S",
+            "-c",
+            "import wf.tasks; print(wf.tasks.train(2), wf.__file__)",
+        ])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.starts_with("6 "), "{stdout}");
+    // wf is a regular package on the worker (its __init__ ran), not a namespace package.
+    assert!(stdout.trim_end().ends_with("__init__.py"), "{stdout}");
+    // verify imports the target's own module.
+    let verify = lfm(&[
+        "verify",
+        "--cache",
+        fixture.dir.path().join("cache").to_str().unwrap(),
+        pack.to_str().unwrap(),
+    ]);
+    let said = String::from_utf8_lossy(&verify.stdout);
+    assert!(verify.status.success(), "{said}");
+    assert!(said.contains(" 0 failed"), "{said}");
+    let slice = fixture.pack(&[&target], &["--closure", "slice"], "wf-slice.tar.zst");
+    let slice_root = fixture.unpack(&slice);
+    assert!(!dist_names(&manifest(&slice_root))
+        .iter()
+        .any(|n| n == "requests"));
+}
+
+#[test]
+fn code_run_through_a_pack_sees_the_pack_and_the_stdlib_only() {
+    let Some(fixture) = Fixture::new() else {
+        return;
+    };
+    // The machine's python3 has PyYAML (the tests' own venv tool needs it); the numpy pack has not.
+    let host_has_yaml = Command::new("python3")
+        .args(["-c", "import yaml"])
+        .status()
+        .is_ok_and(|s| s.success());
+    let job = fixture.job("uses_numpy");
+    let import_yaml = |root: &Path| {
+        Command::new(root.join("run"))
+            .args(["python3", "-c", "import numpy, yaml; print(yaml.__file__)"])
+            .current_dir(std::env::temp_dir())
+            .output()
+            .unwrap()
+    };
+    let isolated = fixture.unpack(&fixture.pack(&[&job], &[], "isolated.tar.zst"));
+    assert_eq!(manifest(&isolated)["run"]["isolated"], true);
+    let output = import_yaml(&isolated);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "yaml came from outside the pack");
+    assert!(stderr.contains("No module named 'yaml'"), "{stderr}");
+    // Entry points and `python3 -m` run the same isolated interpreter.
+    let numpy = Command::new(isolated.join("run"))
+        .args(["python3", "-c", "import sys, numpy; print(sys.prefix)"])
+        .output()
+        .unwrap();
+    assert!(
+        numpy.status.success(),
+        "{}",
+        String::from_utf8_lossy(&numpy.stderr)
+    );
+    assert!(String::from_utf8_lossy(&numpy.stdout).contains(".venv-"));
+
+    let inherited =
+        fixture.unpack(&fixture.pack(&[&job], &["--inherit-site-packages"], "inherited.tar.zst"));
+    assert_eq!(manifest(&inherited)["run"]["isolated"], false);
+    if host_has_yaml {
+        let output = import_yaml(&inherited);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    } else {
+        println!("skipped the --inherit-site-packages half: the machine's python3 has no yaml");
+    }
+}
+
+#[test]
+fn an_uncompiled_pack_compiles_each_imported_module_once_into_its_cache() {
+    let Some(fixture) = Fixture::new() else {
+        return;
+    };
+    let root = fixture.unpack(&fixture.pack(&[&fixture.job("uses_numpy")], &[], "pyc.tar.zst"));
+    let pycs = || {
+        walk(&root.join("env"))
+            .into_iter()
+            .filter(|f| f.ends_with(".pyc"))
+            .count()
+    };
+    assert_eq!(pycs(), 0, "packs carry no bytecode");
+    let import = || {
+        let output = Command::new(root.join("run"))
+            .args(["python3", "-c", "import numpy"])
+            .env_remove("PYTHONDONTWRITEBYTECODE")
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    import();
+    let written = pycs();
+    assert!(
+        written > 0,
+        "the first import wrote no .pyc into the pack's cache"
+    );
+    import();
+    assert_eq!(
+        pycs(),
+        written,
+        "the archive's fixed mtimes keep the first run's pycs valid"
+    );
+}

@@ -25,6 +25,8 @@ fn manifest_example_matches_a_real_pack() {
         venv.to_str().unwrap(),
         "-o",
         pack.to_str().unwrap(),
+        "--closure",
+        "slice",
         "samples/workflow/workflow.py:load_config",
     ]);
     assert!(

@@ -62,6 +62,10 @@ pub struct Totals {
 pub struct RunInfo {
     /// Script at the pack root that puts the pack on the path and runs its arguments.
     pub script: String,
+    /// Code run through `script` sees the pack and the stdlib only, not the node interpreter's
+    /// site-packages (false for packs made with `--inherit-site-packages`).
+    #[serde(default)]
+    pub isolated: bool,
     /// Self-contained packs: the pack's own interpreter, relative to the root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interpreter: Option<String>,

@@ -34,6 +34,8 @@ pub struct PackOptions {
     pub output_dir: PathBuf,
     /// Add the interpreter, libpython and the stdlib, so the pack runs without any Python.
     pub self_contained: bool,
+    /// Let code run through the pack also see the node interpreter's own site-packages.
+    pub inherit_site_packages: bool,
     pub progress: Option<Progress>,
 }
 
@@ -206,7 +208,12 @@ pub fn pack(
         "run".into(),
         Entry {
             source: Source::Bytes(
-                run_script(&pythonpath, interpreter_entry.is_some()).into_bytes(),
+                run_script(
+                    &pythonpath,
+                    interpreter_entry.is_some(),
+                    options.inherit_site_packages,
+                )
+                .into_bytes(),
             ),
             executable: true,
         },
@@ -239,6 +246,7 @@ pub fn pack(
         totals,
         run: RunInfo {
             script: "run".into(),
+            isolated: !options.inherit_site_packages,
             interpreter: interpreter_entry,
             pythonpath,
             example: if example_modules.is_empty() {
@@ -345,16 +353,24 @@ fn relocatable_script(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-fn run_script(pythonpath: &[String], self_contained: bool) -> String {
+fn run_script(pythonpath: &[String], self_contained: bool, inherit_site_packages: bool) -> String {
     let joined: Vec<String> = pythonpath.iter().map(|p| format!("$here/{p}")).collect();
     // Only shell builtins before the exec: a self-contained pack must run with an empty PATH.
+    // Its interpreter's prefix is the pack, so no site-packages but the pack's is seen.
     let (path, extra) = if self_contained {
         (
             "$here/python/bin:$here/env/bin:$PATH",
             "LD_LIBRARY_PATH=\"$here/python/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"\nexport LD_LIBRARY_PATH\n",
         )
-    } else {
+    } else if inherit_site_packages {
         ("$here/env/bin:$PATH", "")
+    } else {
+        ("$here/env/bin:$PATH", ISOLATING_VENV)
+    };
+    let no_user_site = if inherit_site_packages {
+        ""
+    } else {
+        "PYTHONNOUSERSITE=1\nexport PYTHONNOUSERSITE\n"
     };
     format!(
         "#!/bin/sh\n\
@@ -365,12 +381,34 @@ fn run_script(pythonpath: &[String], self_contained: bool) -> String {
          PYTHONPATH=\"{}${{PYTHONPATH:+:$PYTHONPATH}}\"\n\
          PATH=\"{path}\"\n\
          export PYTHONPATH PATH\n\
+         {no_user_site}\
          {extra}\
          [ $# -eq 0 ] && set -- python3\n\
          exec \"$@\"\n",
         joined.join(":")
     )
 }
+
+/// Shell lines that put first on PATH a `python3` seeing the pack and the stdlib only: a venv
+/// (without pip) of the node's `python3` with no site-packages of its own, made once per
+/// interpreter path next to the pack (or, when the cache is read-only, under $TMPDIR) and
+/// renamed into place whole, so concurrent first runs agree on one.
+const ISOLATING_VENV: &str = r#"py=$(command -v python3) || { echo "run: no python3 on PATH" >&2; exit 127; }
+key=$(printf %s "$py" | cksum) && key=${key%% *}
+venv=
+for base in "$here" "${TMPDIR:-/tmp}/lfm-venvs-$(id -u)/$(printf %s "$here" | cksum | cut -d' ' -f1)"; do
+  if [ -f "$base/.venv-$key/pyvenv.cfg" ]; then venv="$base/.venv-$key"; break; fi
+  mkdir -p "$base" 2>/dev/null || continue
+  tmp="$base/.venv-$key.tmp.$$"
+  if "$py" -m venv --without-pip "$tmp" >/dev/null 2>&1; then
+    mv -T "$tmp" "$base/.venv-$key" 2>/dev/null || rm -rf "$tmp"
+    venv="$base/.venv-$key"; break
+  fi
+  rm -rf "$tmp"
+done
+[ -n "$venv" ] || { echo "run: could not make an isolated environment for $py" >&2; exit 127; }
+PATH="$venv/bin:$PATH"
+"#;
 
 /// The interpreter binary (as python/bin/python3), libpython when shared, and the stdlib.
 fn add_interpreter(

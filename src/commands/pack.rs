@@ -42,6 +42,7 @@ pub fn pack(args: PackArgs) -> i32 {
         output: args.output.clone(),
         output_dir: PathBuf::from("."),
         self_contained: args.self_contained,
+        inherit_site_packages: args.inherit_site_packages,
         progress: progress_bar(args.quiet),
     };
     let selection = match &spec {
