@@ -8,7 +8,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[command(
     name = "lfm",
     version,
-    about = "Lightweight Function Monitor: analyse, pack and run Python functions at scale"
+    about = "Lightweight Function Monitor: analyse, pack and run Python functions at scale",
+    after_help = TOP_EXAMPLES
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -45,6 +46,14 @@ pub enum Command {
     History(HistoryArgs),
     /// The next allocation of a category, from its history, and why.
     Size(SizeArgs),
+    /// Print a shell completion script: `lfm completions bash > /etc/bash_completion.d/lfm`.
+    Completions(CompletionsArgs),
+}
+
+#[derive(Args)]
+pub struct CompletionsArgs {
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Args)]
@@ -434,6 +443,18 @@ pub enum BackendArg {
     Rlimit,
 }
 
+const TOP_EXAMPLES: &str = "\
+Examples:
+  lfm analyze workflow.py:train                what train needs, and why
+  lfm pack workflow.py:train --env ~/envs/sci  a tar.zst of just that, for the workers
+  lfm call workflow.py:train --args '[3]' --memory 2G
+                                               one call, limited and measured
+  lfm serve --socket /tmp/lfm.sock --slots 4   warm calls for a workflow system
+  lfm history && lfm size --category train     what ran, and the next allocation
+  lfm completions bash > ~/.local/share/bash-completion/completions/lfm
+
+Each command has its own --help with examples.";
+
 const ANALYZE_EXAMPLES: &str = "\
 Examples:
   lfm analyze workflow.py                    every function in the file, and the module
@@ -496,6 +517,16 @@ pub struct AnalyzeArgs {
     /// import closure.
     #[arg(long, value_enum, default_value_t = Closure::Slice)]
     pub closure: Closure,
+
+    /// Leave out files and directories of a directory target (repeatable), gitignore-like:
+    /// `tests/`, `*_test.py`, `docs/conf.py` (relative to the directory).
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+
+    /// Every function's closure in full in the table format, also for directory targets
+    /// (which otherwise get one line per module).
+    #[arg(long)]
+    pub functions: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]

@@ -28,6 +28,12 @@ fn main() {
         cli::Command::Simulate(args) => commands::simulate::simulate_trace(args),
         cli::Command::History(args) => commands::sizing::history(args),
         cli::Command::Size(args) => commands::sizing::size(args),
+        cli::Command::Completions(args) => {
+            use clap::CommandFactory;
+            let mut command = cli::Cli::command();
+            clap_complete::generate(args.shell, &mut command, "lfm", &mut std::io::stdout());
+            0
+        }
     };
     std::process::exit(code);
 }

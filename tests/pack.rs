@@ -311,6 +311,25 @@ fn a_self_contained_pack_runs_without_any_python_on_path() {
             .ends_with(&format!("{}/python/bin/python3", root.display())),
         "not the pack's interpreter: {stdout}"
     );
+    // sysconfig imports its platform's data module by a computed name (numpy and pandas ask
+    // it at import time): it must be in the trimmed stdlib.
+    let sysconfig = Command::new(root.join("run"))
+        .args([
+            "python3",
+            "-c",
+            "import sysconfig; print(sysconfig.get_config_var('SOABI'))",
+        ])
+        .env_clear()
+        .env("PATH", "/nonexistent")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    assert!(
+        sysconfig.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sysconfig.stderr)
+    );
+    assert!(String::from_utf8_lossy(&sysconfig.stdout).contains("cpython-"));
     let cache = fixture.dir.path().join("cache");
     let verified = lfm(&[
         "verify",

@@ -715,7 +715,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                         chain.clone()
                     };
                     self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
-                    self.follow_imported(module, *edge, name, None, &chain, optional);
+                    self.follow_imported(module, *edge, None, &chain, optional);
                 }
                 Binding::Definition { scope } => {
                     let chain = chain.then_new(summary.scope_name(*scope));
@@ -955,17 +955,16 @@ impl<'p, 'm> Walk<'p, 'm> {
             self.note_slice_line(module, edge_ref.line);
             let chain = chain.then_new(name);
             self.add_edge(module, edge as usize, edge_ref, &chain, optional);
-            self.follow_imported(module, edge, name, Some(path), &chain, optional);
+            self.follow_imported(module, edge, Some(path), &chain, optional);
         }
     }
 
-    /// After `import`-binding `name` in `module` (edge `edge`): follow into local code what is
+    /// After the import edge `edge` of `module` bound a name: follow into local code what is
     /// read of it, the attribute `path` or, with none, the name itself.
     fn follow_imported(
         &mut self,
         module: u32,
         edge: u32,
-        name: &'p str,
         path: Option<&'p str>,
         chain: &Chain<'p>,
         optional: bool,
@@ -987,7 +986,6 @@ impl<'p, 'm> Walk<'p, 'm> {
                 _ => Found::Nothing,
             },
         };
-        let _ = name;
         self.follow_found(found, path, chain, optional);
     }
 
@@ -1299,26 +1297,22 @@ fn find_member(project: &Project, holder: u32, name: &str, visited: &mut Vec<u32
     visited.push(holder);
     let loaded = &project.modules[holder as usize];
     let summary = &loaded.summary;
-    if let Some(id) = summary.name_id(name) {
-        if let Some(bindings) = summary.bindings_of(id) {
-            // The last import binding decides; any other binding makes it a plain name here.
-            for binding in bindings.iter().rev() {
-                let Binding::Import { edge } = *binding else {
-                    return Found::Name(holder, id);
-                };
-                if let Some(Some(bound)) = loaded.bound.get(edge as usize) {
-                    if let Some(module) = project.module_named(bound) {
-                        return Found::Module(module);
-                    }
-                    return Found::Nothing;
-                }
-                let edge_ref = &summary.imports[edge as usize];
-                return match (summary.edge_member(edge_ref), last_local(loaded, edge)) {
-                    (Some(member), Some(next)) => find_member(project, next, member, visited),
-                    _ => Found::Nothing,
-                };
-            }
+    let id = summary.name_id(name);
+    // The last binding decides: an import is followed, anything else is a plain name here.
+    if let Some((id, last)) = id.and_then(|id| Some((id, summary.bindings_of(id)?.last()?))) {
+        let Binding::Import { edge } = *last else {
+            return Found::Name(holder, id);
+        };
+        if let Some(Some(bound)) = loaded.bound.get(edge as usize) {
+            return project
+                .module_named(bound)
+                .map_or(Found::Nothing, Found::Module);
         }
+        let edge_ref = &summary.imports[edge as usize];
+        return match (summary.edge_member(edge_ref), last_local(loaded, edge)) {
+            (Some(member), Some(next)) => find_member(project, next, member, visited),
+            _ => Found::Nothing,
+        };
     }
     if let Some(module) = project.module_named(&format!("{}.{name}", loaded.name)) {
         return Found::Module(module);

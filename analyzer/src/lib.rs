@@ -79,6 +79,9 @@ pub struct Options {
     pub progress: Option<ParseProgress>,
     /// Which closure of function targets to compute (module targets have only one).
     pub closure: spec::ClosureKind,
+    /// Globs of files and directories left out when a directory is analysed (`tests/`,
+    /// `*_test.py`, `docs/conf.py`), matched against paths relative to that directory.
+    pub exclude: Vec<String>,
 }
 
 impl Default for Options {
@@ -89,6 +92,7 @@ impl Default for Options {
             cache_dir: SummaryCache::default_dir(),
             progress: None,
             closure: spec::ClosureKind::default(),
+            exclude: Vec::new(),
         }
     }
 }
@@ -144,6 +148,14 @@ impl Analysis {
 
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
+    }
+
+    /// How many modules are targets (a file gives one, a directory one per file).
+    pub fn module_targets(&self) -> usize {
+        self.jobs
+            .iter()
+            .filter(|(_, scope)| scope.is_none())
+            .count()
     }
 
     /// What this analysis was computed from, for storing its result ([`results`]); `None`
@@ -331,9 +343,15 @@ pub fn prepare_or_reuse(
         .iter()
         .map(|r| r.canonicalize().unwrap_or_else(|_| r.clone()))
         .collect();
+    let exclude = exclusions(&options.exclude)?;
     let mut located = Vec::new();
     for target in targets {
-        located.push(locate(target, &extra_roots)?);
+        located.push(locate(
+            target,
+            &extra_roots,
+            &exclude,
+            &options.environment,
+        )?);
     }
     timings.push(("locate targets", Checkpoint::since(started)));
     let located_description = describe_located(&located);
@@ -481,9 +499,23 @@ pub fn prepare_or_reuse(
 
 /// Find a target's files. Needs no interpreter: a dotted target must name a source file, so
 /// extension suffixes never matter here.
-fn locate(text: &str, extra_roots: &[PathBuf]) -> Result<Located, AnalyzeError> {
+fn locate(
+    text: &str,
+    extra_roots: &[PathBuf],
+    exclude: &globset::GlobSet,
+    environment: &Environment,
+) -> Result<Located, AnalyzeError> {
     let (location, qualname) = split_target(text);
-    let path = Path::new(location);
+    // A relative file or directory is looked for in the working directory, then the roots.
+    let found_under_root = (!Path::new(location).is_absolute() && !Path::new(location).exists())
+        .then(|| {
+            extra_roots
+                .iter()
+                .map(|root| root.join(location))
+                .find(|candidate| candidate.exists())
+        })
+        .flatten();
+    let path = found_under_root.as_deref().unwrap_or(Path::new(location));
     if path.is_file() {
         let file = path
             .canonicalize()
@@ -522,7 +554,7 @@ fn locate(text: &str, extra_roots: &[PathBuf]) -> Result<Located, AnalyzeError> 
         } else {
             dir.clone()
         };
-        let files = python_files(&dir, &root);
+        let files = python_files(&dir, &root, exclude);
         return Ok(Located {
             files,
             qualname: None,
@@ -539,40 +571,74 @@ fn locate(text: &str, extra_roots: &[PathBuf]) -> Result<Located, AnalyzeError> 
         if let Ok(cwd) = std::env::current_dir() {
             roots.push(cwd);
         }
-        let mut resolver = Resolver::new(
-            &roots,
-            &[],
-            &[],
-            Default::default(),
-            Default::default(),
-            Vec::new(),
-        );
-        if let Some(Location::File {
+        if let Some(found) = locate_module(location, &roots, &[]) {
+            return Ok(found.into_located(qualname, text));
+        }
+        // Not local: where the target interpreter would import it from (its sys.path).
+        let interpreter = match environment {
+            Environment::Python(python) => Interpreter::query(python),
+            Environment::Prefix(prefix) => Interpreter::for_prefix(prefix),
+        }
+        .map_err(AnalyzeError::Other)?;
+        let mut search = interpreter.site_dirs();
+        search.extend(interpreter.stdlib_dirs.iter().cloned());
+        if let Some(found) = locate_module(location, &[], &search) {
+            return Ok(found.into_located(qualname, text));
+        }
+        return Err(not_found(
+            text,
+            &format!("no file or directory {location:?}, and no module {location:?} under the source roots (the current directory and --root) nor on the sys.path of {}", interpreter.executable.display()),
+        ));
+    }
+    Err(not_found(text, "no such file or directory"))
+}
+
+/// A dotted module's source file, found on `roots` (local source) or `site` (sys.path).
+struct FoundModule {
+    path: PathBuf,
+    name: String,
+    is_package: bool,
+    root: PathBuf,
+}
+
+impl FoundModule {
+    fn into_located(self, qualname: Option<&str>, text: &str) -> Located {
+        Located {
+            files: vec![PendingModule {
+                path: self.path,
+                name: self.name,
+                is_package: self.is_package,
+            }],
+            qualname: qualname.map(str::to_string),
+            roots: vec![self.root],
+            text: text.to_string(),
+        }
+    }
+}
+
+fn locate_module(name: &str, roots: &[PathBuf], site: &[PathBuf]) -> Option<FoundModule> {
+    let mut resolver = Resolver::new(
+        roots,
+        site,
+        &[],
+        Default::default(),
+        Default::default(),
+        Vec::new(),
+    );
+    match resolver.resolve(name)? {
+        Location::File {
             path,
             is_package,
             root,
             ..
-        }) = resolver.resolve(location)
-        {
-            if path.is_file() {
-                return Ok(Located {
-                    files: vec![PendingModule {
-                        path,
-                        name: location.to_string(),
-                        is_package,
-                    }],
-                    qualname: qualname.map(str::to_string),
-                    roots: vec![root.to_path_buf()],
-                    text: text.to_string(),
-                });
-            }
-        }
-        return Err(not_found(
-            text,
-            &format!("no file or directory {location:?}, and no module {location:?} under the source roots (the current directory and --root)"),
-        ));
+        } if path.is_file() => Some(FoundModule {
+            path,
+            name: name.to_string(),
+            is_package,
+            root: root.to_path_buf(),
+        }),
+        _ => None,
     }
-    Err(not_found(text, "no such file or directory"))
 }
 
 /// The located targets as compared by the results cache: files, the names they are imported
@@ -671,13 +737,47 @@ fn package_root(file: &Path) -> PathBuf {
     dir
 }
 
-fn python_files(dir: &Path, root: &Path) -> Vec<PendingModule> {
+/// `--exclude` globs, gitignore-like: a pattern without `/` matches a name at any depth, a
+/// trailing `/` is allowed on directories, and a directory matched excludes what is under it.
+fn exclusions(patterns: &[String]) -> Result<globset::GlobSet, AnalyzeError> {
+    let mut set = globset::GlobSetBuilder::new();
+    for pattern in patterns {
+        let trimmed = pattern.trim_end_matches('/');
+        let anchored = if trimmed.contains('/') {
+            trimmed.trim_start_matches('/').to_string()
+        } else {
+            format!("**/{trimmed}")
+        };
+        for glob in [anchored.clone(), format!("{anchored}/**")] {
+            let glob = globset::Glob::new(&glob).map_err(|error| {
+                AnalyzeError::Other(anyhow::anyhow!("--exclude {pattern:?}: {error}"))
+            })?;
+            set.add(glob);
+        }
+    }
+    set.build()
+        .map_err(|error| AnalyzeError::Other(anyhow::anyhow!("--exclude: {error}")))
+}
+
+fn python_files(dir: &Path, root: &Path, exclude: &globset::GlobSet) -> Vec<PendingModule> {
+    let excluded = |path: &Path| {
+        !exclude.is_empty()
+            && path
+                .strip_prefix(dir)
+                .is_ok_and(|rel| exclude.is_match(rel))
+    };
     let walker = walkdir::WalkDir::new(dir)
         .follow_links(false)
         .sort_by_file_name()
         .into_iter()
         .filter_entry(|entry| {
-            if entry.depth() == 0 || !entry.file_type().is_dir() {
+            if entry.depth() == 0 {
+                return true;
+            }
+            if excluded(entry.path()) {
+                return false;
+            }
+            if !entry.file_type().is_dir() {
                 return true;
             }
             let name = entry.file_name().to_string_lossy();

@@ -19,6 +19,12 @@ use rayon::prelude::*;
 /// Packages included whole: their modules are imported by computed names (codec lookup).
 const WHOLE_PACKAGES: &[&str] = &["encodings"];
 
+/// Always included: `sysconfig` (numpy, pandas and build tools ask it at import time), which
+/// imports its platform's data module by a computed name (`_sysconfigdata_<abi>_<platform>`),
+/// a module `sys.stdlib_module_names` does not list; those files go in whole.
+const ALWAYS: &[&str] = &["sysconfig"];
+const SYSCONFIG_DATA_PREFIX: &str = "_sysconfigdata_";
+
 /// Files of the stdlib directory (relative paths) and lib-dynload extensions needed.
 pub struct StdlibSelection {
     pub files: BTreeSet<PathBuf>,
@@ -91,8 +97,15 @@ pub fn select(interpreter: &Interpreter, seeds: BTreeSet<String>) -> Result<Stdl
         .chain(seeds)
         .collect();
     queue.extend(WHOLE_PACKAGES.iter().map(|p| p.to_string()));
+    queue.extend(ALWAYS.iter().map(|p| p.to_string()));
     let mut seen: HashSet<String> = HashSet::new();
     let mut files: BTreeSet<PathBuf> = BTreeSet::new();
+    for entry in std::fs::read_dir(stdlib).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(SYSCONFIG_DATA_PREFIX) && name.ends_with(".py") {
+            files.insert(PathBuf::from(name));
+        }
+    }
     let extension_files: Vec<String> = std::fs::read_dir(&dynload)
         .map(|entries| {
             entries

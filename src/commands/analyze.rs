@@ -22,17 +22,19 @@ const CHUNK: usize = 128;
 
 pub fn run(args: AnalyzeArgs) -> i32 {
     let mut options = Options::default();
-    if let Some(python) = args.python {
-        options.environment = Environment::Python(python);
+    let environment_given = args.python.is_some() || args.env.is_some();
+    if let Some(python) = &args.python {
+        options.environment = Environment::Python(python.clone());
     }
-    if let Some(env) = args.env {
-        options.environment = Environment::Prefix(env);
+    if let Some(env) = &args.env {
+        options.environment = Environment::Prefix(env.clone());
     }
-    options.roots = args.roots;
+    options.roots = args.roots.clone();
     options.closure = args.closure.into();
+    options.exclude = args.exclude.clone();
     if args.no_cache {
         options.cache_dir = None;
-    } else if let Some(dir) = args.cache_dir {
+    } else if let Some(dir) = args.cache_dir.clone() {
         options.cache_dir = Some(dir);
     }
     let bar = progress_bar();
@@ -84,8 +86,9 @@ pub fn run(args: AnalyzeArgs) -> i32 {
             let totals = Totals {
                 warnings: hit.outcome.warnings as usize,
                 missing_required: hit.outcome.missing_required,
+                ..Totals::default()
             };
-            return report_totals(args.format, args.strict, &totals);
+            return report_totals(&args, environment_given, &totals);
         }
         Err(AnalyzeError::TargetNotFound { target, reason }) => {
             eprintln!("error: target not found: {target}\n  {reason}");
@@ -116,21 +119,28 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     let mut totals = Totals::default();
     let written = match args.format {
         Format::Json => write_json(&analysis, &mut out, pretty, &mut totals, &bar),
-        Format::Table => analysis.map_chunks(
-            CHUNK,
-            |target| {
-                let target = target.to_spec();
-                (Totals::of(&target), table_entry(&target, args.quiet))
-            },
-            |rendered| {
-                advance(&bar, rendered.len(), analysis.len());
-                for (counts, text) in rendered {
-                    totals.add(counts);
-                    out.write_all(text.as_bytes())?;
-                }
-                Ok(())
-            },
-        ),
+        Format::Table => {
+            // Whole trees: a line per module unless --functions; each warning printed once.
+            let per_module = analysis.module_targets() > 1 && !args.functions;
+            let mut table = TableSink::new();
+            let written = analysis.map_chunks(
+                CHUNK,
+                |target| {
+                    let target = target.to_spec();
+                    let text = (!per_module).then(|| table_entry(&target, args.quiet));
+                    (Totals::of(&target), text, target)
+                },
+                |rendered| {
+                    advance(&bar, rendered.len(), analysis.len());
+                    for (counts, text, target) in rendered {
+                        totals.add(counts);
+                        table.write(&mut out, text, &target, args.quiet)?;
+                    }
+                    Ok(())
+                },
+            );
+            written.and_then(|_| table.finish(&mut out))
+        }
         Format::Requirements | Format::Conda | Format::Poncho => {
             let mut union: BTreeMap<String, DistributionNeed> = BTreeMap::new();
             let collected = analysis.for_each_chunk(CHUNK, |targets| {
@@ -199,7 +209,7 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     totals.warnings += global_warnings.len();
     if let (Some(record), Some(inputs)) = (out.record.take(), analysis.inputs()) {
         let outcome = Outcome {
-            warnings: totals.warnings as u64,
+            warnings: totals.count_warnings() as u64,
             missing_required: totals.missing_required,
         };
         if let Err(error) = record.finish(inputs, outcome) {
@@ -208,23 +218,48 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     }
     // Freeing every summary one by one takes longer than the exit that follows frees them all.
     std::mem::forget(analysis);
-    report_totals(args.format, args.strict, &totals)
+    report_totals(&args, environment_given, &totals)
+}
+
+/// `n thing` or `n things`.
+pub fn plural(count: usize, thing: &str) -> String {
+    if count == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{count} {thing}s")
+    }
 }
 
 /// The closing lines on stderr, and the exit code.
-fn report_totals(format: Format, strict: bool, totals: &Totals) -> i32 {
-    let warning_count = totals.warnings;
-    if format != Format::Table && warning_count > 0 {
-        eprintln!("lfm: {warning_count} warnings (see the table format or the `warnings` fields of --format json)");
-    }
-    if totals.missing_required && !strict {
+fn report_totals(args: &AnalyzeArgs, environment_given: bool, totals: &Totals) -> i32 {
+    let warning_count = totals.count_warnings();
+    if (args.format != Format::Table || args.quiet) && warning_count > 0 {
         eprintln!(
-            "hint: MISSING modules are imported but not installed for the interpreter analysed; \
-             pass the environment the code runs in with --python PY or --env PREFIX"
+            "lfm: {} (see the table format without -q, or the `warnings` fields of --format json)",
+            plural(warning_count, "warning")
         );
     }
-    if strict && totals.missing_required {
-        eprintln!("error: required modules or distributions are not installed (see `missing`)");
+    if totals.missing_required && !args.strict {
+        if environment_given {
+            eprintln!(
+                "hint: MISSING modules are imported but not installed in the environment analysed \
+                 (--python/--env); install them there, or mark optional imports with try/except ImportError"
+            );
+        } else {
+            eprintln!(
+                "hint: MISSING modules are imported but not installed for the interpreter analysed \
+                 (python3 on PATH); pass the environment the code runs in with --python PY or --env PREFIX"
+            );
+        }
+    }
+    if args.strict && totals.missing_required {
+        let names: Vec<&str> = totals.missing.iter().map(String::as_str).collect();
+        let listed = match names.len() {
+            0 => "(see `missing`)".to_string(),
+            n if n > 20 => format!("{} and {} more", names[..20].join(", "), n - 20),
+            _ => names.join(", "),
+        };
+        eprintln!("error: required modules or distributions are not installed: {listed}");
         return EXIT_MISSING_REQUIRED;
     }
     0
@@ -243,6 +278,12 @@ fn request_key(targets: &[String], options: &Options) -> RequestKey {
         environment.into_bytes(),
     ];
     parts.push(format!("closure={}", options.closure.as_str()).into_bytes());
+    parts.extend(
+        options
+            .exclude
+            .iter()
+            .map(|e| format!("exclude={e}").into_bytes()),
+    );
     parts.extend(targets.iter().map(|t| format!("target={t}").into_bytes()));
     parts.extend(
         options
@@ -345,30 +386,214 @@ fn advance(bar: &Option<indicatif::ProgressBar>, done: usize, total: usize) {
     }
 }
 
-#[derive(Default, Clone, Copy)]
+/// Table output in order: targets as rendered, or (for whole trees) one line per module that
+/// sums up its functions; either way each distinct warning once, under the first target
+/// that has it.
+struct TableSink {
+    printed_warnings: std::collections::HashSet<(String, u32, String)>,
+    /// Missing modules already named under an earlier module line (a package's modules all
+    /// share what importing the package misses).
+    printed_missing: std::collections::BTreeSet<String>,
+    module: Option<ModuleLine>,
+}
+
+/// A module and its functions, summed up.
+struct ModuleLine {
+    header: String,
+    functions: usize,
+    fewest: usize,
+    most: Option<(usize, String)>,
+    missing: std::collections::BTreeSet<String>,
+    warnings: Vec<lfm_analyzer::spec::Warning>,
+}
+
+impl TableSink {
+    fn new() -> TableSink {
+        TableSink {
+            printed_warnings: Default::default(),
+            printed_missing: Default::default(),
+            module: None,
+        }
+    }
+
+    fn write(
+        &mut self,
+        out: &mut impl Write,
+        text: Option<String>,
+        target: &TargetSpec,
+        quiet: bool,
+    ) -> std::io::Result<()> {
+        if let Some(text) = text {
+            out.write_all(text.as_bytes())?;
+            if !quiet {
+                self.write_warnings(out, &target.warnings)?;
+                if !target.warnings.is_empty() || !text.is_empty() {
+                    out.write_all(b"\n")?;
+                }
+            }
+            return Ok(());
+        }
+        if target.kind == lfm_analyzer::spec::TargetKind::Module {
+            self.finish(out)?;
+            self.module = Some(ModuleLine::of(target));
+            return Ok(());
+        }
+        if let Some(module) = &mut self.module {
+            module.add_function(target);
+        }
+        Ok(())
+    }
+
+    fn write_warnings(
+        &mut self,
+        out: &mut impl Write,
+        warnings: &[lfm_analyzer::spec::Warning],
+    ) -> std::io::Result<()> {
+        for warning in warnings {
+            let key = (warning.file.clone(), warning.line, warning.message.clone());
+            if self.printed_warnings.insert(key) {
+                writeln!(
+                    out,
+                    "  warning: {}:{}: {}",
+                    warning.file, warning.line, warning.message
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The pending module line, if any.
+    fn finish(&mut self, out: &mut impl Write) -> std::io::Result<()> {
+        let Some(module) = self.module.take() else {
+            return Ok(());
+        };
+        write!(out, "{}", module.header)?;
+        if module.functions > 0 {
+            let most = module.most.as_ref().map_or(0, |(n, _)| *n);
+            write!(out, "; {}", plural(module.functions, "function"))?;
+            if most == module.fewest {
+                write!(out, ": {} each", plural(most, "distribution"))?;
+            } else if let Some((n, name)) = &module.most {
+                write!(out, ": {}-{n} distributions (most: {name})", module.fewest)?;
+            }
+        }
+        writeln!(out)?;
+        let new: Vec<&str> = module
+            .missing
+            .difference(&self.printed_missing)
+            .map(String::as_str)
+            .collect();
+        if !new.is_empty() {
+            let also = module.missing.len() - new.len();
+            let also = if also > 0 {
+                format!(" (and {also} named above)")
+            } else {
+                String::new()
+            };
+            writeln!(out, "  MISSING: {}{also}", new.join(", "))?;
+        }
+        self.printed_missing.extend(module.missing.iter().cloned());
+        let warnings = module.warnings;
+        self.write_warnings(out, &warnings)
+    }
+}
+
+impl ModuleLine {
+    fn of(target: &TargetSpec) -> ModuleLine {
+        let mut line = ModuleLine {
+            header: format!(
+                "{}  ({})  import: {}, {}",
+                target.target,
+                target.file,
+                plural(target.distributions.len(), "distribution"),
+                plural(target.modules.len(), "module")
+            ),
+            functions: 0,
+            fewest: usize::MAX,
+            most: None,
+            missing: Default::default(),
+            warnings: Vec::new(),
+        };
+        line.take_problems(target);
+        line
+    }
+
+    fn add_function(&mut self, target: &TargetSpec) {
+        let count = target.distributions.len();
+        self.functions += 1;
+        self.fewest = self.fewest.min(count);
+        if self.most.as_ref().is_none_or(|(most, _)| count > *most) {
+            let name = target.target.rsplit(':').next().unwrap_or_default();
+            self.most = Some((count, name.to_string()));
+        }
+        self.take_problems(target);
+    }
+
+    fn take_problems(&mut self, target: &TargetSpec) {
+        let required = target.missing.iter().filter(|m| !m.optional);
+        self.missing.extend(required.map(|m| m.name.clone()));
+        self.warnings.extend(target.warnings.iter().cloned());
+    }
+}
+
+#[derive(Default, Clone)]
 struct Totals {
+    /// Warnings counted by a stored result (distinct ones are in `distinct_warnings`).
     warnings: usize,
+    distinct_warnings: std::collections::HashSet<(String, u32, String)>,
     missing_required: bool,
+    /// The required modules and distributions not installed, by name (for --strict).
+    missing: std::collections::BTreeSet<String>,
 }
 
 impl Totals {
     fn of(target: &TargetSpec) -> Totals {
+        let modules = target
+            .missing
+            .iter()
+            .filter(|m| !m.optional)
+            .map(|m| &m.name);
+        let dists = target.missing_distributions.iter().map(|m| &m.name);
         Totals {
-            warnings: target.warnings.len(),
+            warnings: 0,
+            distinct_warnings: target
+                .warnings
+                .iter()
+                .map(|w| (w.file.clone(), w.line, w.message.clone()))
+                .collect(),
             missing_required: target.has_missing_required(),
+            missing: modules.chain(dists).cloned().collect(),
         }
     }
 
     fn of_view(target: &TargetView) -> Totals {
+        let modules = target
+            .missing
+            .iter()
+            .filter(|m| !m.optional)
+            .map(|m| m.name);
+        let dists = target.missing_distributions.iter().map(|m| m.name.as_str());
         Totals {
-            warnings: target.warnings.len(),
+            warnings: 0,
+            distinct_warnings: target
+                .warnings
+                .iter()
+                .map(|w| (w.file.to_string(), w.line, w.message.to_string()))
+                .collect(),
             missing_required: target.has_missing_required(),
+            missing: modules.chain(dists).map(str::to_string).collect(),
         }
     }
 
     fn add(&mut self, other: Totals) {
         self.warnings += other.warnings;
+        self.distinct_warnings.extend(other.distinct_warnings);
         self.missing_required |= other.missing_required;
+        self.missing.extend(other.missing);
+    }
+
+    fn count_warnings(&self) -> usize {
+        self.warnings + self.distinct_warnings.len()
     }
 
     fn count(&mut self, target: &TargetSpec) {
@@ -414,7 +639,7 @@ fn write_json(
         advance(bar, rendered.len(), analysis.len());
         let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * rendered.len());
         for (counts, bytes) in &rendered {
-            totals.add(*counts);
+            totals.add(counts.clone());
             if !first {
                 parts.push(b",");
             }
@@ -435,7 +660,7 @@ fn table_entry(target: &TargetSpec, quiet: bool) -> String {
         let direct = target.distributions.iter().filter(|d| d.direct).count();
         let _ = writeln!(
             out,
-            "{}  ({} at {}:{})  {} distributions ({} imported directly), {} modules",
+            "{}  ({} at {}:{})  {} ({} imported directly), {}{}",
             target.target,
             match target.kind {
                 lfm_analyzer::spec::TargetKind::Module => "module",
@@ -444,9 +669,13 @@ fn table_entry(target: &TargetSpec, quiet: bool) -> String {
             },
             target.file,
             target.line,
-            dists,
+            plural(dists, "distribution"),
             direct,
-            target.modules.len()
+            plural(target.modules.len(), "module"),
+            match (quiet, target.warnings.len()) {
+                (true, n) if n > 0 => format!(", {}", plural(n, "warning")),
+                _ => String::new(),
+            }
         );
         if quiet {
             return out;
@@ -521,14 +750,6 @@ fn table_entry(target: &TargetSpec, quiet: bool) -> String {
                 missing.required_by.join(" -> ")
             );
         }
-        for warning in &target.warnings {
-            let _ = writeln!(
-                out,
-                "  warning: {}:{}: {}",
-                warning.file, warning.line, warning.message
-            );
-        }
-        out.push('\n');
     }
     out
 }

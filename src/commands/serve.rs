@@ -427,8 +427,13 @@ fn listen(path: &Path, sender: mpsc::Sender<Input>, wake_write: OwnedFd) -> anyh
         }
         std::fs::remove_file(path)?;
     }
-    let listener =
-        UnixListener::bind(path).map_err(|e| anyhow::anyhow!("binding {}: {e}", path.display()))?;
+    // Made 0600 by the umask at bind, not chmod-ed after: a client (or a test) that sees the
+    // socket appear never sees it with wider permissions.
+    // SAFETY: umask only swaps the process's file mode mask; it is restored at once.
+    let previous = unsafe { libc::umask(0o177) };
+    let bound = UnixListener::bind(path);
+    unsafe { libc::umask(previous) };
+    let listener = bound.map_err(|e| anyhow::anyhow!("binding {}: {e}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     let wake_write = Arc::new(wake_write);
     std::thread::spawn(move || {
