@@ -946,3 +946,69 @@ fn an_uncompiled_pack_compiles_each_imported_module_once_into_its_cache() {
         "the archive's fixed mtimes keep the first run's pycs valid"
     );
 }
+
+#[test]
+fn self_contained_packs_of_pandas_and_scikit_learn_functions_run_with_no_python_on_path() {
+    let Some(venv) = common::sci_venv() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let wf = dir.path().join("wf");
+    std::fs::create_dir(&wf).unwrap();
+    std::fs::write(wf.join("__init__.py"), "").unwrap();
+    std::fs::write(
+        wf.join("tasks.py"),
+        "import pandas as pd\nfrom sklearn.linear_model import LinearRegression\n\n\n\
+         def frame_sum(n):\n    return int(pd.DataFrame({'a': range(n)})['a'].sum())\n\n\n\
+         def fit(n):\n    model = LinearRegression().fit([[i] for i in range(n)], [2 * i for i in range(n)])\n    \
+         return round(float(model.coef_[0]), 3)\n",
+    )
+    .unwrap();
+    let tasks = wf.join("tasks.py");
+    let pack = dir.path().join("sci.tar.zst");
+    let targets = [
+        format!("{}:frame_sum", tasks.display()),
+        format!("{}:fit", tasks.display()),
+    ];
+    let packed = lfm(&[
+        "pack",
+        "--quiet",
+        "--self-contained",
+        "--env",
+        venv.to_str().unwrap(),
+        "-o",
+        pack.to_str().unwrap(),
+        &targets[0],
+        &targets[1],
+    ]);
+    assert!(
+        packed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&packed.stderr)
+    );
+    let cache = dir.path().join("cache");
+    let unpacked = lfm(&[
+        "unpack",
+        "--cache",
+        cache.to_str().unwrap(),
+        pack.to_str().unwrap(),
+    ]);
+    let root = PathBuf::from(String::from_utf8(unpacked.stdout).unwrap().trim());
+    let output = Command::new(root.join("run"))
+        .args([
+            "python3",
+            "-c",
+            "import wf.tasks as t; print(t.frame_sum(5), t.fit(5))",
+        ])
+        .env_clear()
+        .env("PATH", "/nonexistent")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "10 2.0");
+}

@@ -105,14 +105,30 @@ const PACKAGES: &[&str] = &[
 
 /// The venv, or `None` (with the reason printed) when PyPI is unreachable.
 pub fn real_venv() -> Option<PathBuf> {
-    // Tests in this file run in parallel threads; one builds the venv, the others wait.
+    venv_with("real", PACKAGES)
+}
+
+/// A scientific stack heavier than [`real_venv`]'s: what self-contained packs of pandas and
+/// scikit-learn functions are tested with.
+pub fn sci_venv() -> Option<PathBuf> {
+    venv_with(
+        "sci",
+        &["numpy==2.1.3", "pandas==2.2.3", "scikit-learn==1.5.2"],
+    )
+}
+
+/// A venv under target/test-venvs/NAME with exactly `packages`, made once and kept.
+fn venv_with(name: &str, packages: &[&str]) -> Option<PathBuf> {
+    // Tests in one binary run in parallel threads; one builds a venv, the others wait.
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = BUILD
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-venvs/real");
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target/test-venvs")
+        .join(name);
     let marker = venv.join(".lfm-complete");
-    if std::fs::read_to_string(&marker).is_ok_and(|text| text == PACKAGES.join("\n")) {
+    if std::fs::read_to_string(&marker).is_ok_and(|text| text == packages.join("\n")) {
         return Some(venv);
     }
     let status = Command::new("python3")
@@ -123,7 +139,7 @@ pub fn real_venv() -> Option<PathBuf> {
     assert!(status.success(), "python3 -m venv failed");
     let output = Command::new(venv.join("bin/pip"))
         .args(["install", "--quiet", "--disable-pip-version-check"])
-        .args(PACKAGES)
+        .args(packages)
         .output()
         .expect("run pip");
     if !output.status.success() {
@@ -137,14 +153,14 @@ pub fn real_venv() -> Option<PathBuf> {
         ];
         if offline.iter().any(|needle| stderr.contains(needle)) {
             eprintln!(
-                "SKIPPED analyze_venv: the package registry is unreachable: {}",
+                "SKIPPED: the package registry is unreachable: {}",
                 stderr.lines().last().unwrap_or_default()
             );
             return None;
         }
         panic!("pip install failed: {stderr}");
     }
-    std::fs::write(&marker, PACKAGES.join("\n")).unwrap();
+    std::fs::write(&marker, packages.join("\n")).unwrap();
     Some(venv)
 }
 
