@@ -216,7 +216,11 @@ impl Project {
         }
         let id = self.modules.len() as u32;
         self.by_path.insert(key.into_owned(), id);
-        self.by_name.entry(module.name.clone()).or_insert(id);
+        // Only local code is followed into by name; a target file that an installed
+        // distribution owns stays a leaf when other code imports it, as before.
+        if !self.dists.owns(&module.path) {
+            self.by_name.entry(module.name.clone()).or_insert(id);
+        }
         let display = self.display_path(&module.path);
         self.modules.push(LoadedModule {
             display,
