@@ -384,6 +384,10 @@ struct Visited {
 }
 
 impl Visited {
+    fn contains(&self, number: usize) -> bool {
+        self.words[number / 64] & (1u64 << (number % 64)) != 0
+    }
+
     fn insert(&mut self, number: usize) -> bool {
         let (word, bit) = (number / 64, 1u64 << (number % 64));
         let slot = &mut self.words[word];
@@ -780,7 +784,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             let (name, kind, file, owner): (&'p str, _, Option<&'p str>, Option<&'p Owner>) =
                 match target {
                     EdgeTarget::Local(id) => {
-                        self.reach_local(*id, reason(), chain, optional, edge_contexts(edge));
+                        self.reach_local(*id, &reason, chain, optional, edge_contexts(edge));
                         continue;
                     }
                     EdgeTarget::Stdlib(name) => (name, ModuleKind::Stdlib, None, None),
@@ -799,7 +803,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                         continue;
                     }
                 };
-            self.record_reached(name, (kind, file, owner), reason, chain, optional)
+            self.record_reached(name, (kind, file, owner), &reason, chain, optional)
                 .contexts |= edge_contexts(edge);
         }
     }
@@ -810,7 +814,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         &mut self,
         name: &'p str,
         (kind, file, owner): (ModuleKind, Option<&'p str>, Option<&'p Owner>),
-        reason: impl Fn() -> Why<'p>,
+        reason: &dyn Fn() -> Why<'p>,
         chain: &Chain<'p>,
         optional: bool,
     ) -> &mut Reached<'p> {
@@ -835,7 +839,7 @@ impl<'p, 'm> Walk<'p, 'm> {
     fn reach_local(
         &mut self,
         id: u32,
-        reason: Why<'p>,
+        reason: &dyn Fn() -> Why<'p>,
         chain: &Chain<'p>,
         optional: bool,
         contexts: Contexts,
@@ -849,7 +853,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             optional,
         });
         let what = (ModuleKind::Local, Some(local.display.as_str()), None);
-        self.record_reached(&local.name, what, || reason.clone(), chain, optional)
+        self.record_reached(&local.name, what, reason, chain, optional)
             .contexts |= contexts;
     }
 
@@ -859,12 +863,12 @@ impl<'p, 'm> Walk<'p, 'm> {
         let project: &'p Project = self.project;
         let loaded = &project.modules[module as usize];
         if let Some(parent) = loaded.parent {
-            let reason = Why {
+            let reason = || Why {
                 file: loaded.display.as_str(),
                 line: 0,
                 chain: chain.to_steps(),
             };
-            self.reach_local(parent, reason, chain, optional, Contexts::TOP_LEVEL);
+            self.reach_local(parent, &reason, chain, optional, Contexts::TOP_LEVEL);
         }
         let summary = self.summary(module);
         for (index, edge) in summary.imports.iter().enumerate() {
@@ -1008,12 +1012,30 @@ impl<'p, 'm> Walk<'p, 'm> {
                 }
                 Found::Module(id) => {
                     let local = &project.modules[id as usize];
-                    let reason = Why {
+                    if self.seen.contains(self.numbers.of_module(id, optional)) {
+                        // Already reached this way: only the path through it is new.
+                        match steps.next() {
+                            Some(step) => {
+                                found = find_member(project, id, step, &mut Vec::new());
+                                continue;
+                            }
+                            None => {
+                                let chain = chain.then(&local.name).then(WHOLE_MODULE_STEP);
+                                self.enqueue(Work::Whole {
+                                    module: id,
+                                    chain,
+                                    optional,
+                                });
+                                return;
+                            }
+                        }
+                    }
+                    let reason = || Why {
                         file: local.display.as_str(),
                         line: 0,
                         chain: chain.to_steps(),
                     };
-                    self.reach_local(id, reason, chain, optional, Contexts::TOP_LEVEL);
+                    self.reach_local(id, &reason, chain, optional, Contexts::TOP_LEVEL);
                     match steps.next() {
                         Some(step) => found = find_member(project, id, step, &mut Vec::new()),
                         None => {
