@@ -149,6 +149,9 @@ pub struct ServeArgs {
     /// lfm's cache (the runner and per-call directories; default ~/.cache/lfm).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// With --socket: exit after this long with no client connected and no call running.
+    #[arg(long, value_name = "DURATION", requires = "socket")]
+    pub idle_timeout: Option<String>,
 }
 
 const CALL_EXAMPLES: &str = "\

@@ -600,3 +600,44 @@ impl CloneForTest for std::process::ChildStdin {
         std::fs::File::from(self.as_fd().try_clone_to_owned().unwrap())
     }
 }
+
+/// `--idle-timeout`: a connected client keeps the server up however long it waits; once the
+/// last client is gone and nothing runs, the server unlinks its socket and exits by itself.
+#[test]
+fn an_idle_socket_server_exits_by_itself_but_not_while_a_client_is_connected() {
+    use std::os::unix::net::UnixStream;
+    let setup = setup("auto", "auto", false);
+    let socket = setup.dir.path().join("private/idle.sock");
+    let socket_arg = socket.to_str().unwrap();
+    let mut server = setup.start(&["--socket", socket_arg, "--idle-timeout", "1s"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !socket.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut stream = UnixStream::connect(&socket).unwrap();
+    // Longer than the idle timeout, connected: the server must still answer.
+    std::thread::sleep(Duration::from_secs(3));
+    writeln!(stream, "{}", call("late", "add", json!([1, 2]), json!({}))).unwrap();
+    let mut line = String::new();
+    BufReader::new(&stream).read_line(&mut line).unwrap();
+    let reply: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(reply["result"], 3, "{reply}");
+    drop(stream);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the idle server did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "idle exit is a clean exit: {status}");
+    assert!(!socket.exists(), "the idle server removed its socket");
+}
+
+#[test]
+fn idle_timeout_needs_a_socket() {
+    let setup = setup("auto", "auto", false);
+    let output = setup.command(&["--idle-timeout", "1s"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}

@@ -34,8 +34,19 @@ enum Input {
 }
 
 pub fn serve(args: ServeArgs) -> i32 {
-    let grace = match parse_duration("--grace", &args.grace) {
-        Ok(seconds) => Duration::from_secs_f64(seconds),
+    let durations = parse_duration("--grace", &args.grace).and_then(|grace| {
+        let idle = args
+            .idle_timeout
+            .as_deref()
+            .map(|idle| parse_duration("--idle-timeout", idle))
+            .transpose()?;
+        Ok((grace, idle))
+    });
+    let (grace, idle) = match durations {
+        Ok((grace, idle)) => (
+            Duration::from_secs_f64(grace),
+            idle.map(Duration::from_secs_f64),
+        ),
         Err(error) => {
             eprintln!("error: {error}");
             return EXIT_USAGE;
@@ -57,7 +68,7 @@ pub fn serve(args: ServeArgs) -> i32 {
         }
     };
     let code = match start(&args, &mut targets, &work_dir) {
-        Ok(server) => run_loop(server, targets, &args, grace),
+        Ok(server) => run_loop(server, targets, &args, grace, idle),
         Err((code, message)) => {
             eprintln!("error: {message}");
             code
@@ -152,7 +163,13 @@ impl Targets {
     }
 }
 
-fn run_loop(mut server: Server, mut targets: Targets, args: &ServeArgs, grace: Duration) -> i32 {
+fn run_loop(
+    mut server: Server,
+    mut targets: Targets,
+    args: &ServeArgs,
+    grace: Duration,
+    idle: Option<Duration>,
+) -> i32 {
     let (wake_read, wake_write) = match wake_pipe() {
         Ok(pipe) => pipe,
         Err(error) => {
@@ -179,6 +196,8 @@ fn run_loop(mut server: Server, mut targets: Targets, args: &ServeArgs, grace: D
     }
     let mut clients: HashMap<u64, Arc<Mutex<UnixStream>>> = HashMap::new();
     let mut ending = false;
+    let mut idle_since = std::time::Instant::now();
+    let mut draining = false;
     loop {
         wait(&server, &wake_read);
         for input in inputs.try_iter() {
@@ -198,12 +217,53 @@ fn run_loop(mut server: Server, mut targets: Targets, args: &ServeArgs, grace: D
         if terminated.load(std::sync::atomic::Ordering::SeqCst) || (ending && !server.busy()) {
             break;
         }
+        if let Some(idle) = idle {
+            if idle_over(
+                &mut idle_since,
+                &mut draining,
+                idle,
+                &clients,
+                &server,
+                args,
+            ) {
+                break;
+            }
+        }
     }
     deliver(server.shutdown(grace), &mut clients);
-    if let Some(path) = &args.socket {
+    // A draining server already unlinked its socket: the path may be a newer server's now.
+    if let Some(path) = args.socket.as_ref().filter(|_| !draining) {
         let _ = std::fs::remove_file(path);
     }
     0
+}
+
+/// Idle means nobody connected and nothing running for `idle`. Then the socket is unlinked
+/// first (new clients start a fresh server) and the server lingers one more idle second, so
+/// that a client which connected just before is accepted and served rather than dropped.
+fn idle_over(
+    since: &mut std::time::Instant,
+    draining: &mut bool,
+    idle: Duration,
+    clients: &HashMap<u64, Arc<Mutex<UnixStream>>>,
+    server: &Server,
+    args: &ServeArgs,
+) -> bool {
+    if !clients.is_empty() || server.busy() {
+        *since = std::time::Instant::now();
+        return false;
+    }
+    let waited = since.elapsed();
+    if *draining {
+        return waited >= idle + Duration::from_secs(1);
+    }
+    if waited >= idle {
+        if let Some(path) = &args.socket {
+            let _ = std::fs::remove_file(path);
+        }
+        *draining = true;
+    }
+    false
 }
 
 fn wait(server: &Server, wake: &OwnedFd) {
