@@ -24,6 +24,7 @@ pub use reply::Reply;
 use zygote::{Event, Zygote, ZygoteConfig};
 
 /// One call as the transport parsed it and the target resolver completed it.
+#[derive(Clone)]
 pub struct CallSpec {
     /// Which client connection the reply goes to.
     pub client: u64,
