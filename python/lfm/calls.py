@@ -136,6 +136,8 @@ def request(
         fields["category"] = options.category
     if options.auto:
         fields["auto"] = True
+    elif options.category is not None:
+        fields["record"] = True  # a category is named for its history
     return fields
 
 
@@ -155,12 +157,29 @@ def _exception(error: Dict[str, Any], report: Optional[Report]) -> BaseException
     reason = error.get("reason", "error")
     message = error.get("message") or reason
     if reason == "limits":
-        return LimitExceeded(message, report)
+        return LimitExceeded(_limits_message(report) or message, report)
     if reason == "malformed":
         return LfmError(f"lfm serve refused the request as malformed: {message}", report)
     if reason != "exception":
         return CallError(f"{reason}: {message}", report, reason)
     return _remote_exception(error, report)
+
+
+def _limits_message(report: Optional[Report]) -> Optional[str]:
+    """`train: limit exceeded: memory (limit 200 MiB, peak 212 MiB)`, from the Report."""
+    if not report or not report.get("limits_exceeded"):
+        return None
+    name = report.get("category") or (report.get("function") or {}).get("target", "the call")
+    parts = []
+    for key, limit in report["limits_exceeded"].items():
+        if key == "memory":
+            peak = (report.get("memory") or {}).get("peak_bytes", 0)
+            parts.append(f"memory (limit {limit / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB)")
+        elif key == "wall":
+            parts.append(f"wall time (limit {limit} s)")
+        else:
+            parts.append(f"{key} (limit {limit})")
+    return f"{name}: limit exceeded: {', '.join(parts)}"
 
 
 def _remote_exception(error: Dict[str, Any], report: Optional[Report]) -> BaseException:

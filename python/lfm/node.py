@@ -206,7 +206,9 @@ class Connection:
         self._reader.start()
 
     def send(self, fields: Dict[str, Any], callback: Callback) -> bool:
-        """Send one call; False when this connection closed first (the caller opens another)."""
+        """Send one call; False when this connection is closed or breaks as it is sent (the
+        caller takes another: a serve that lost the connection kills its calls, so this one
+        cannot be running there)."""
         call_id = next(self._ids)
         line = (json.dumps(dict(fields, id=call_id)) + "\n").encode()
         with self._lock:
@@ -215,14 +217,12 @@ class Connection:
             self._pending[call_id] = callback
             try:
                 self.sock.sendall(line)
+                return True
             except OSError as error:
                 self._pending.pop(call_id, None)
                 broken = error
-            else:
-                return True
-        self._fail(f"lfm serve at {self.path} is gone (sending failed: {broken})")
-        callback(None, self._gone_error(f"sending the call to lfm serve failed: {broken}"))
-        return True
+        self._fail(f"{self._name()} closed the connection (sending failed: {broken})")
+        return False
 
     def _read(self) -> None:
         buffer = b""
@@ -236,10 +236,10 @@ class Connection:
                     return
                 continue
             except OSError as error:
-                self._fail(f"reading from lfm serve at {self.path} failed: {error}")
+                self._fail(f"{self._name()} closed the connection ({error})")
                 return
             if not data:
-                self._fail(f"lfm serve at {self.path} closed the connection")
+                self._fail(f"{self._name()} closed the connection")
                 return
             buffer += data
             *lines, buffer = buffer.split(b"\n")
@@ -264,6 +264,14 @@ class Connection:
         self._on_close(self)
         self.sock.close()
         return True
+
+    def _name(self) -> str:
+        try:
+            with open(self.key.stem + ".pid") as handle:
+                pid = handle.read().strip()
+        except OSError:
+            pid = "?"
+        return f"lfm serve (pid {pid}, socket {self.path})"
 
     def _gone_error(self, why: str) -> ServeError:
         log = self.key.stem + ".log"
