@@ -44,6 +44,16 @@ def run_call(
             future.set_exception(error)
 
 
+def call(fn: Callable, args: Tuple, kwargs: Dict[str, Any], options: Options) -> Future:
+    """Run one call in the node's serve and wait for it: a done Future (value or exception,
+    and the Report)."""
+    future = Future()
+    future.set_running_or_notify_cancel()
+    run_call(fn, args, kwargs, options, future)
+    cf.wait([future])
+    return future
+
+
 class Executor(cf.Executor):
     """Runs each submitted call in the node's `lfm serve`, limited and measured on its own.
 

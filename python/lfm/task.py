@@ -7,7 +7,7 @@ import os
 from typing import Any, Callable, Optional, TypeVar, overload
 
 from .calls import Options, Size
-from .executor import Future, run_call
+from .executor import call
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -56,10 +56,7 @@ def task(
             kwargs.pop("parsl_resource_specification", None)
             if in_serve():
                 return function(*args, **kwargs)
-            future = Future()
-            future.set_running_or_notify_cancel()
-            run_call(function, args, kwargs, options, future)
-            return future.result()
+            return call(function, args, kwargs, options).result()
 
         call.lfm_options = options  # type: ignore[attr-defined]
         return call  # type: ignore[return-value]
