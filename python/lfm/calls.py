@@ -107,12 +107,14 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def function_fields(fn: Callable, roots: Sequence[str]) -> Dict[str, Any]:
+def function_fields(
+    fn: Callable, roots: Sequence[str], name: Optional[str] = None
+) -> Dict[str, Any]:
     fn = unwrapped(fn)
     target = importable_target(fn, roots)
     if target is not None:
         return {"function": target}
-    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    name = name or getattr(fn, "__qualname__", None) or type(fn).__qualname__
     try:
         data = cloudpickle.dumps(fn)
     except Exception as error:
@@ -121,10 +123,16 @@ def function_fields(fn: Callable, roots: Sequence[str]) -> Dict[str, Any]:
 
 
 def request(
-    fn: Callable, args: Tuple, kwargs: Dict[str, Any], options: Options, roots: Sequence[str]
+    fn: Callable,
+    args: Tuple,
+    kwargs: Dict[str, Any],
+    options: Options,
+    roots: Sequence[str],
+    name: Optional[str] = None,
 ) -> Dict[str, Any]:
-    """The request line for one call (without its id)."""
-    fields = function_fields(fn, roots)
+    """The request line for one call (without its id); `name` names a pickled callable in
+    the Report (default: its qualified name)."""
+    fields = function_fields(fn, roots, name)
     try:
         # cloudpickle: an argument may itself be a lambda or a __main__ function.
         data = cloudpickle.dumps((tuple(args), dict(kwargs)))

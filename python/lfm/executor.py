@@ -20,7 +20,12 @@ class Future(cf.Future):
 
 
 def run_call(
-    fn: Callable, args: Tuple, kwargs: Dict[str, Any], options: Options, future: Future
+    fn: Callable,
+    args: Tuple,
+    kwargs: Dict[str, Any],
+    options: Options,
+    future: Future,
+    name: Optional[str] = None,
 ) -> None:
     """Send one call to the node's serve; `future` gets its value or exception, and Report."""
     from . import packs  # only pack=True needs lfm pack
@@ -37,19 +42,25 @@ def run_call(
     try:
         pack = packs.pack_for(calls.unwrapped(fn)) if options.pack else None
         key = node.ServeKey.here(pack)
-        fields = calls.request(fn, args, kwargs, options, key.roots)
+        fields = calls.request(fn, args, kwargs, options, key.roots, name)
         node.CALLS.send(key, fields, done)
     except Exception as error:  # no binary, no serve, unpicklable: the future says why
         if not future.done():
             future.set_exception(error)
 
 
-def call(fn: Callable, args: Tuple, kwargs: Dict[str, Any], options: Options) -> Future:
+def call(
+    fn: Callable,
+    args: Tuple,
+    kwargs: Dict[str, Any],
+    options: Options,
+    name: Optional[str] = None,
+) -> Future:
     """Run one call in the node's serve and wait for it: a done Future (value or exception,
     and the Report)."""
     future = Future()
     future.set_running_or_notify_cancel()
-    run_call(fn, args, kwargs, options, future)
+    run_call(fn, args, kwargs, options, future, name)
     cf.wait([future])
     return future
 

@@ -52,13 +52,13 @@ def task(
 
     def decorate(function: F) -> F:
         @functools.wraps(function)
-        def call(*args: Any, **kwargs: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
             kwargs.pop("parsl_resource_specification", None)
             if in_serve():
                 return function(*args, **kwargs)
             return call(function, args, kwargs, options).result()
 
-        call.lfm_options = options  # type: ignore[attr-defined]
-        return call  # type: ignore[return-value]
+        run.lfm_options = options  # type: ignore[attr-defined]
+        return run  # type: ignore[return-value]
 
     return decorate(fn) if fn is not None else decorate
