@@ -158,6 +158,19 @@ pub struct ServeArgs {
     /// lfm's cache (the runner and per-call directories; default ~/.cache/lfm).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// With --socket: exit after this long with no client connected and no call running.
+    #[arg(long, value_name = "DURATION", requires = "socket")]
+    pub idle_timeout: Option<String>,
+    /// For "auto" requests: the sizing strategy (docs/sizing.md).
+    #[arg(long, default_value = "greedy-bucketing", value_name = "S")]
+    pub strategy: String,
+    /// For "auto" requests: how many larger attempts after one killed for memory.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub max_retries: u32,
+    /// Where "auto" and "record" requests are recorded (default: $LFM_HISTORY, else
+    /// ~/.local/share/lfm/history-HOST.sqlite).
+    #[arg(long, value_name = "PATH")]
+    pub history: Option<PathBuf>,
 }
 
 const CALL_EXAMPLES: &str = "\

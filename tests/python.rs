@@ -1,6 +1,7 @@
 //! The Python side's own tests (python/tests, pytest), run by `cargo test` so that one command
 //! runs every test. pytest is installed from python/requirements-test.txt (pinned) into a venv
-//! cached under target/, made again only when that file changes.
+//! cached under target/, made again only when that file changes. The client's tests (lfm,
+//! python/lfm) get the lfm binary built for this test run as LFM_BIN.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,6 +44,8 @@ fn python_side_passes_its_pytest_suite() {
     let output = Command::new(venv.join("bin/python"))
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])
         .current_dir(root().join("python"))
+        // The client's tests run the lfm this test was built with.
+        .env("LFM_BIN", env!("CARGO_BIN_EXE_lfm"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -600,3 +600,108 @@ impl CloneForTest for std::process::ChildStdin {
         std::fs::File::from(self.as_fd().try_clone_to_owned().unwrap())
     }
 }
+
+/// `--idle-timeout`: a connected client keeps the server up however long it waits; once the
+/// last client is gone and nothing runs, the server unlinks its socket and exits by itself.
+#[test]
+fn an_idle_socket_server_exits_by_itself_but_not_while_a_client_is_connected() {
+    use std::os::unix::net::UnixStream;
+    let setup = setup("auto", "auto", false);
+    let socket = setup.dir.path().join("private/idle.sock");
+    let socket_arg = socket.to_str().unwrap();
+    let mut server = setup.start(&["--socket", socket_arg, "--idle-timeout", "1s"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !socket.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut stream = UnixStream::connect(&socket).unwrap();
+    // Longer than the idle timeout, connected: the server must still answer.
+    std::thread::sleep(Duration::from_secs(3));
+    writeln!(stream, "{}", call("late", "add", json!([1, 2]), json!({}))).unwrap();
+    let mut line = String::new();
+    BufReader::new(&stream).read_line(&mut line).unwrap();
+    let reply: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(reply["result"], 3, "{reply}");
+    drop(stream);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the idle server did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "idle exit is a clean exit: {status}");
+    assert!(!socket.exists(), "the idle server removed its socket");
+}
+
+#[test]
+fn idle_timeout_needs_a_socket() {
+    let setup = setup("auto", "auto", false);
+    let output = setup.command(&["--idle-timeout", "1s"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}
+
+/// `"auto": true`: sized from the category's history once it has enough runs, every attempt
+/// recorded, and a call killed at its sized memory run again larger until it fits.
+#[test]
+fn auto_requests_are_sized_from_history_and_retried_larger_after_running_out() {
+    let setup = setup("auto", "auto", false);
+    let history = setup.dir.path().join("history.sqlite");
+    let auto = |id: String, mib: u64| {
+        let mut request = call(&id, "alloc", json!([mib]), json!({}));
+        request["auto"] = true.into();
+        request["category"] = "alloc".into();
+        request
+    };
+    // Ten small runs: greedy bucketing needs ten points before it leaves its default.
+    let mut requests: Vec<Value> = (0..10).map(|n| auto(format!("small{n}"), 20)).collect();
+    requests.push(auto("big".into(), 300));
+    let mut server = setup.start(&["--history", history.to_str().unwrap()]);
+    let mut replies = Vec::new();
+    for request in &requests {
+        // One at a time: each run is in the history before the next is sized.
+        server.send(request);
+        let mut line = String::new();
+        server.stdout.read_line(&mut line).unwrap();
+        replies.push(serde_json::from_str::<Value>(&line).unwrap());
+    }
+    drop(server.child.stdin.take());
+    assert!(server.child.wait().unwrap().success());
+    for reply in &replies {
+        assert_eq!(reply["ok"], true, "{reply}");
+        assert_eq!(reply["report"]["limits_from_sizing"], json!(["memory"]));
+    }
+    let big = replies.last().unwrap();
+    let retries = big["retries"].as_array().expect("the big call was retried");
+    let first = retries[0]["memory_bytes"].as_f64().unwrap();
+    assert!(first < 300.0 * MIB, "sized below its need at first: {big}");
+    let last = big["report"]["limits"]["memory_bytes"].as_f64().unwrap();
+    assert!(last > first, "retried larger: {big}");
+    let rows = common::lfm_in(
+        setup.dir.path().to_str().unwrap(),
+        &["history", "--history", history.to_str().unwrap(), "--format", "json"],
+    );
+    let rows: Vec<Value> = serde_json::from_slice(&rows.stdout).unwrap();
+    assert_eq!(rows.len(), 11 + retries.len(), "every attempt is recorded");
+}
+
+#[test]
+fn a_plain_request_is_not_recorded_but_a_record_request_is() {
+    let setup = setup("auto", "auto", false);
+    let history = setup.dir.path().join("history.sqlite");
+    let mut recorded = call("recorded", "add", json!([1, 2]), json!({}));
+    recorded["record"] = true.into();
+    let replies = setup.serve_all(
+        &["--history", history.to_str().unwrap()],
+        &[call("plain", "add", json!([1, 2]), json!({})), recorded],
+    );
+    assert!(replies.iter().all(|r| r["ok"] == true), "{replies:?}");
+    let rows = common::lfm_in(
+        setup.dir.path().to_str().unwrap(),
+        &["history", "--history", history.to_str().unwrap(), "--format", "json"],
+    );
+    let rows: Vec<Value> = serde_json::from_slice(&rows.stdout).unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["category"], "add");
+}

@@ -99,21 +99,37 @@ def own_io():
 
 
 def call_function(request):
-    """The outcome of the call, and the value's bytes when it returned."""
+    """The outcome of the call, the value's bytes when it returned, the exception if it raised."""
     try:
         function = targets.load(request["target"])
         args, kwargs = read_arguments(request.get("args", {}))
     except BaseException as error:  # the user's module may raise anything, SystemExit too
-        return {"ok": False, "stage": "load", "exception": describe_exception(error)}, None
+        return failure("load", error), None, error
     try:
         value = function(*args, **kwargs)
     except BaseException as error:
-        return {"ok": False, "stage": "call", "exception": describe_exception(error)}, None
+        return failure("call", error), None, error
     try:
         data, fields = encode_result(value, request.get("result", {}))
     except BaseException as error:
-        return {"ok": False, "stage": "result", "exception": describe_exception(error)}, None
-    return {"ok": True, "result": fields}, data
+        return failure("result", error), None, error
+    return {"ok": True, "result": fields}, data, None
+
+
+def failure(stage, error):
+    return {"ok": False, "stage": stage, "exception": describe_exception(error)}
+
+
+def write_exception(path, error):
+    """The exception itself, pickled, for a caller that re-raises it (serve, with pickles);
+    one that does not pickle (a local class, an unpicklable argument) is left out."""
+    import pickle
+
+    try:
+        data = pickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException:  # pickling runs arbitrary __reduce__ code
+        return
+    write_atomically(path, data)
 
 
 def run(request):
@@ -125,9 +141,11 @@ def run(request):
             import ast  # noqa: F401 - the runner's own, for slicing: not the call's import
 
         imports.start(request["import_log"])
-    outcome, data = call_function(request)
+    outcome, data, error = call_function(request)
     if data is not None:
         write_atomically(request["result_file"], data)
+    if error is not None and request.get("exception_file"):
+        write_exception(request["exception_file"], error)
     outcome["io"] = own_io()
     write_atomically(request["outcome_file"], json.dumps(outcome).encode())
     return outcome

@@ -19,6 +19,7 @@ use lfm_monitor::Limits;
 use crate::cli::ServeArgs;
 use crate::commands::call::{self, Interpreter};
 use crate::commands::run::backend_choice;
+use crate::commands::serve_sizing::Sizing;
 
 const EXIT_FAILED: i32 = 1;
 const EXIT_USAGE: i32 = 2;
@@ -34,8 +35,27 @@ enum Input {
 }
 
 pub fn serve(args: ServeArgs) -> i32 {
-    let grace = match parse_duration("--grace", &args.grace) {
-        Ok(seconds) => Duration::from_secs_f64(seconds),
+    let durations = parse_duration("--grace", &args.grace).and_then(|grace| {
+        let idle = args
+            .idle_timeout
+            .as_deref()
+            .map(|idle| parse_duration("--idle-timeout", idle))
+            .transpose()?;
+        Ok((grace, idle))
+    });
+    let strategy = match lfm_monitor::sizing::Strategy::parse(&args.strategy) {
+        Ok(strategy) => strategy,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return EXIT_USAGE;
+        }
+    };
+    let sizing = Sizing::new(strategy, args.max_retries, args.history.clone());
+    let (grace, idle) = match durations {
+        Ok((grace, idle)) => (
+            Duration::from_secs_f64(grace),
+            idle.map(Duration::from_secs_f64),
+        ),
         Err(error) => {
             eprintln!("error: {error}");
             return EXIT_USAGE;
@@ -57,7 +77,7 @@ pub fn serve(args: ServeArgs) -> i32 {
         }
     };
     let code = match start(&args, &mut targets, &work_dir) {
-        Ok(server) => run_loop(server, targets, &args, grace),
+        Ok(server) => run_loop(server, targets, sizing, &args, (grace, idle)),
         Err((code, message)) => {
             eprintln!("error: {message}");
             code
@@ -152,7 +172,13 @@ impl Targets {
     }
 }
 
-fn run_loop(mut server: Server, mut targets: Targets, args: &ServeArgs, grace: Duration) -> i32 {
+fn run_loop(
+    mut server: Server,
+    mut targets: Targets,
+    mut sizing: Sizing,
+    args: &ServeArgs,
+    (grace, idle): (Duration, Option<Duration>),
+) -> i32 {
     let (wake_read, wake_write) = match wake_pipe() {
         Ok(pipe) => pipe,
         Err(error) => {
@@ -179,31 +205,79 @@ fn run_loop(mut server: Server, mut targets: Targets, args: &ServeArgs, grace: D
     }
     let mut clients: HashMap<u64, Arc<Mutex<UnixStream>>> = HashMap::new();
     let mut ending = false;
+    let mut idle_since = std::time::Instant::now();
+    let mut draining = false;
     loop {
         wait(&server, &wake_read);
         for input in inputs.try_iter() {
             match input {
-                Input::Line(client, line) => submit(&mut server, &mut targets, client, &line),
+                Input::Line(client, line) => {
+                    submit(&mut server, &mut targets, &mut sizing, client, &line)
+                }
                 Input::Connected(client, stream) => {
                     clients.insert(client, stream);
                 }
                 Input::Gone(client) => {
                     clients.remove(&client);
                     server.abandon_client(client);
+                    sizing.forget_client(client);
                 }
                 Input::StdinClosed => ending = true,
             }
         }
-        deliver(server.step(), &mut clients);
+        let replies = server.step();
+        deliver(sizing.finish(replies, &mut server), &mut clients);
         if terminated.load(std::sync::atomic::Ordering::SeqCst) || (ending && !server.busy()) {
             break;
         }
+        if let Some(idle) = idle {
+            if idle_over(
+                &mut idle_since,
+                &mut draining,
+                idle,
+                &clients,
+                &server,
+                args,
+            ) {
+                break;
+            }
+        }
     }
-    deliver(server.shutdown(grace), &mut clients);
-    if let Some(path) = &args.socket {
+    let replies = server.shutdown(grace);
+    deliver(sizing.finish(replies, &mut server), &mut clients);
+    // A draining server already unlinked its socket: the path may be a newer server's now.
+    if let Some(path) = args.socket.as_ref().filter(|_| !draining) {
         let _ = std::fs::remove_file(path);
     }
     0
+}
+
+/// Idle means nobody connected and nothing running for `idle`. Then the socket is unlinked
+/// first (new clients start a fresh server) and the server lingers one more idle second, so
+/// that a client which connected just before is accepted and served rather than dropped.
+fn idle_over(
+    since: &mut std::time::Instant,
+    draining: &mut bool,
+    idle: Duration,
+    clients: &HashMap<u64, Arc<Mutex<UnixStream>>>,
+    server: &Server,
+    args: &ServeArgs,
+) -> bool {
+    if !clients.is_empty() || server.busy() {
+        *since = std::time::Instant::now();
+        return false;
+    }
+    let waited = since.elapsed();
+    if *draining {
+        return waited >= idle + Duration::from_secs(1);
+    }
+    if waited >= idle {
+        if let Some(path) = &args.socket {
+            let _ = std::fs::remove_file(path);
+        }
+        *draining = true;
+    }
+    false
 }
 
 fn wait(server: &Server, wake: &OwnedFd) {
@@ -229,11 +303,23 @@ fn wait(server: &Server, wake: &OwnedFd) {
     }
 }
 
-fn submit(server: &mut Server, targets: &mut Targets, client: u64, line: &str) {
+fn submit(
+    server: &mut Server,
+    targets: &mut Targets,
+    sizing: &mut Sizing,
+    client: u64,
+    line: &str,
+) {
     if line.trim().is_empty() {
         return;
     }
-    match parse_request(targets, client, line) {
+    let sized = parse_request(targets, client, line).and_then(|(mut spec, auto, record)| {
+        match sizing.prepare(&mut spec, auto, record) {
+            Ok(()) => Ok(spec),
+            Err(message) => Err(Reply::malformed(client, spec.id.clone(), &message)),
+        }
+    });
+    match sized {
         Ok(spec) => server.submit(spec),
         Err(reply) => server_reply_now(server, reply),
     }
@@ -243,8 +329,13 @@ fn server_reply_now(server: &mut Server, reply: Reply) {
     server.push_reply(reply);
 }
 
-/// A request line (docs/serve.md) into a call, or the error reply naming what is wrong.
-fn parse_request(targets: &mut Targets, client: u64, line: &str) -> Result<CallSpec, Reply> {
+/// A request line (docs/serve.md) into a call and its `auto` and `record` flags, or the
+/// error reply naming what is wrong.
+fn parse_request(
+    targets: &mut Targets,
+    client: u64,
+    line: &str,
+) -> Result<(CallSpec, bool, bool), Reply> {
     let request: serde_json::Value = serde_json::from_str(line).map_err(|e| {
         Reply::malformed(client, serde_json::Value::Null, &format!("not JSON: {e}"))
     })?;
@@ -253,6 +344,12 @@ fn parse_request(targets: &mut Targets, client: u64, line: &str) -> Result<CallS
     if !request.is_object() {
         return Err(bad("a request is a JSON object".into()));
     }
+    let flag = |key: &str| match &request[key] {
+        serde_json::Value::Null => Ok(false),
+        serde_json::Value::Bool(value) => Ok(*value),
+        _ => Err(bad(format!("\"{key}\" must be true or false"))),
+    };
+    let (auto, record) = (flag("auto")?, flag("record")?);
     let import_module = request["import_module"].as_bool().unwrap_or(false);
     let (target, function) = match (&request["function"], &request["function_pickle"]) {
         (serde_json::Value::String(name), serde_json::Value::Null) => {
@@ -315,7 +412,7 @@ fn parse_request(targets: &mut Targets, client: u64, line: &str) -> Result<CallS
         "pickle" => "pickle",
         other => return Err(bad(format!("\"result\" is json or pickle, not {other:?}"))),
     };
-    Ok(CallSpec {
+    let spec = CallSpec {
         client,
         id,
         target,
@@ -336,7 +433,8 @@ fn parse_request(targets: &mut Targets, client: u64, line: &str) -> Result<CallS
         args,
         result_format: result_format.into(),
         limits,
-    })
+    };
+    Ok((spec, auto, record))
 }
 
 /// `{"memory": "2G" | bytes, "cores": 1.5, "wall": "10m" | seconds, "processes": 64, "disk": "1G"}`.

@@ -24,6 +24,7 @@ pub use reply::Reply;
 use zygote::{Event, Zygote, ZygoteConfig};
 
 /// One call as the transport parsed it and the target resolver completed it.
+#[derive(Clone)]
 pub struct CallSpec {
     /// Which client connection the reply goes to.
     pub client: u64,
@@ -356,7 +357,7 @@ impl Server {
 fn prepare_call_dir(dir: &std::path::Path, spec: &CallSpec) -> Result<PathBuf> {
     std::fs::create_dir_all(dir.join("sandbox"))
         .with_context(|| format!("creating {}", dir.display()))?;
-    let request = serde_json::json!({
+    let mut request = serde_json::json!({
         "format": "lfm-call-request/1",
         "target": spec.target,
         "args": spec.args,
@@ -365,6 +366,10 @@ fn prepare_call_dir(dir: &std::path::Path, spec: &CallSpec) -> Result<PathBuf> {
         "outcome_file": dir.join("outcome.json"),
         "import_log": dir.join("imports.log"),
     });
+    // A caller that takes pickles can re-raise the exception itself, not only its text.
+    if spec.result_format == "pickle" {
+        request["exception_file"] = dir.join("exception").to_string_lossy().into();
+    }
     let path = dir.join("request.json");
     std::fs::write(&path, request.to_string())
         .with_context(|| format!("writing {}", path.display()))?;

@@ -90,6 +90,12 @@ impl Reply {
             _ => {
                 message["ok"] = false.into();
                 message["error"] = error_of(&report);
+                if let Ok(bytes) = std::fs::read(dir.join("exception")) {
+                    message["error"]["exception_pickle"] =
+                        base64::engine::general_purpose::STANDARD
+                            .encode(&bytes)
+                            .into();
+                }
             }
         }
         message["report"] = serde_json::to_value(&report).unwrap_or_default();

@@ -1,0 +1,211 @@
+"""One call as the serve protocol (docs/serve.md) wants it, and its reply as a value or an
+exception. Functions importable on the worker go by name (`pkg.mod:func`, run from their
+slice); the others (`__main__`, lambdas, closures) by cloudpickle. Arguments and results
+are pickles."""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import os
+import pickle
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
+
+import cloudpickle
+
+from .errors import (
+    CallError,
+    LfmError,
+    LimitExceeded,
+    RemoteError,
+    RemoteTraceback,
+    Report,
+    SerializationError,
+)
+
+Size = Union[str, int, float, None]
+LIMIT_KEYS = ("memory", "cores", "wall", "processes", "disk")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a call asks of lfm: its limits, its category, and whether sizing picks the memory
+    (`auto`) or a pack carries the function (`pack`)."""
+
+    memory: Size = None
+    cores: Size = None
+    wall: Size = None
+    processes: Size = None
+    disk: Size = None
+    category: Optional[str] = None
+    pack: bool = False
+    auto: bool = False
+
+    def __post_init__(self) -> None:
+        for key in LIMIT_KEYS:
+            value = getattr(self, key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                raise TypeError(f"{key}: a number or a string like '2G' / '10m', not {value!r}")
+            if isinstance(value, (int, float)) and value <= 0:
+                raise ValueError(f"{key}: must be positive, not {value!r}")
+        if self.category is not None and not isinstance(self.category, str):
+            raise TypeError(f"category: a string, not {self.category!r}")
+
+    def limits(self) -> Dict[str, Any]:
+        return {k: getattr(self, k) for k in LIMIT_KEYS if getattr(self, k) is not None}
+
+    def merged(self, **overrides: Any) -> "Options":
+        """These options with every override that is not None."""
+        unknown = set(overrides) - set(self.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"unknown lfm option(s): {', '.join(sorted(unknown))}")
+        values = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return Options(**values)
+
+
+def options_of(fn: Callable) -> Options:
+    """The options an @lfm.task declared, or none."""
+    return getattr(fn, "lfm_options", None) or Options()
+
+
+def unwrapped(fn: Callable) -> Callable:
+    """The function an @lfm.task wraps (the wrapper itself runs it directly in a serve)."""
+    return getattr(fn, "__wrapped__", fn) if getattr(fn, "lfm_options", None) else fn
+
+
+def importable_target(fn: Callable, roots: Sequence[str]) -> Optional[str]:
+    """`pkg.mod:qualname` when the serve (given `roots`) finds the same function by that name."""
+    if not inspect.isfunction(fn):
+        return None
+    module_name, qualname = fn.__module__, fn.__qualname__
+    if module_name in (None, "__main__") or "<" in qualname:
+        return None
+    module = sys.modules.get(module_name)
+    file = getattr(module, "__file__", None)
+    if not file or not file.endswith(".py"):
+        return None
+    found: Any = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    if found is not fn and unwrapped(found) is not fn:
+        return None
+    relative = module_name.replace(".", os.sep)
+    wanted = {relative + ".py", os.path.join(relative, "__init__.py")}
+    file = os.path.realpath(file)
+    for root in roots:
+        if os.path.relpath(file, os.path.realpath(root)) in wanted:
+            return f"{module_name}:{qualname}"
+    return None
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def function_fields(
+    fn: Callable, roots: Sequence[str], name: Optional[str] = None
+) -> Dict[str, Any]:
+    fn = unwrapped(fn)
+    target = importable_target(fn, roots)
+    if target is not None:
+        return {"function": target}
+    name = name or getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    try:
+        data = cloudpickle.dumps(fn)
+    except Exception as error:
+        raise SerializationError(f"could not pickle the function {name}: {error}") from error
+    return {"function_pickle": _b64(data), "name": name}
+
+
+def request(
+    fn: Callable,
+    args: Tuple,
+    kwargs: Dict[str, Any],
+    options: Options,
+    roots: Sequence[str],
+    name: Optional[str] = None,
+) -> Dict[str, Any]:
+    """The request line for one call (without its id); `name` names a pickled callable in
+    the Report (default: its qualified name)."""
+    fields = function_fields(fn, roots, name)
+    try:
+        # cloudpickle: an argument may itself be a lambda or a __main__ function.
+        data = cloudpickle.dumps((tuple(args), dict(kwargs)))
+    except Exception as error:
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise SerializationError(f"could not pickle the arguments of {name}: {error}") from error
+    fields.update(args_pickle=_b64(data), limits=options.limits(), result="pickle")
+    if options.category is not None:
+        fields["category"] = options.category
+    if options.auto:
+        fields["auto"] = True
+    elif options.category is not None:
+        fields["record"] = True  # a category is named for its history
+    return fields
+
+
+def outcome(reply: Dict[str, Any]) -> Tuple[bool, Any, Optional[Report]]:
+    """(True, value, report) or (False, exception to raise, report) for a reply."""
+    report = reply.get("report")
+    if reply.get("ok"):
+        try:
+            return True, pickle.loads(base64.b64decode(reply["result_pickle"])), report
+        except Exception as error:
+            message = f"the call's result could not be unpickled here: {error}"
+            return False, SerializationError(message, report), report
+    return False, _exception(reply.get("error") or {}, report), report
+
+
+def _exception(error: Dict[str, Any], report: Optional[Report]) -> BaseException:
+    reason = error.get("reason", "error")
+    message = error.get("message") or reason
+    if reason == "limits":
+        return LimitExceeded(_limits_message(report) or message, report)
+    if reason == "malformed":
+        return LfmError(f"lfm serve refused the request as malformed: {message}", report)
+    if reason != "exception":
+        return CallError(f"{reason}: {message}", report, reason)
+    return _remote_exception(error, report)
+
+
+def _limits_message(report: Optional[Report]) -> Optional[str]:
+    """`train: limit exceeded: memory (limit 200 MiB, peak 212 MiB)`, from the Report."""
+    if not report or not report.get("limits_exceeded"):
+        return None
+    name = report.get("category") or (report.get("function") or {}).get("target", "the call")
+    parts = []
+    for key, limit in report["limits_exceeded"].items():
+        if key == "memory":
+            peak = (report.get("memory") or {}).get("peak_bytes", 0)
+            parts.append(f"memory (limit {limit / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB)")
+        elif key == "wall":
+            parts.append(f"wall time (limit {limit} s)")
+        else:
+            parts.append(f"{key} (limit {limit})")
+    return f"{name}: limit exceeded: {', '.join(parts)}"
+
+
+def _remote_exception(error: Dict[str, Any], report: Optional[Report]) -> BaseException:
+    """The remote exception itself when it unpickles, else a RemoteError naming its type;
+    either way with the remote traceback as its cause and the Report attached."""
+    traceback = error.get("traceback") or ""
+    exception: Optional[BaseException] = None
+    if error.get("exception_pickle"):
+        try:
+            exception = pickle.loads(base64.b64decode(error["exception_pickle"]))
+        except Exception:  # its class may not import here: fall back to the text
+            exception = None
+    if not isinstance(exception, BaseException):
+        type_name = error.get("type") or "Exception"
+        exception = RemoteError(f"{type_name}: {error.get('message', '')}", report, type_name)
+    exception.__cause__ = RemoteTraceback(traceback)
+    try:
+        exception.report = report  # type: ignore[attr-defined]
+    except AttributeError:  # an exception class with __slots__
+        pass
+    return exception

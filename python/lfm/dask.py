@@ -1,0 +1,113 @@
+"""`LfmPlugin`: a Dask WorkerPlugin that adds an executor named "lfm" to every worker, so
+tasks annotated with it run in the worker node's `lfm serve`, limited and measured each.
+
+    client.register_plugin(LfmPlugin())
+    with dask.annotate(executor="lfm", lfm={"memory": "2G", "wall": "10m"}):
+        future = client.submit(train, data)
+    future = client.submit(train, data, resources={"memory": 2e9})   # with LfmPlugin(default=True)
+
+Limits come from the `lfm` annotation (lfm options: memory, cores, wall, processes, disk,
+category, pack, auto) over the task's `resources` (`memory` in bytes, `cores`: Dask schedules
+on them, lfm enforces them; workers must declare them) over an @lfm.task's own. Each Report
+goes to the scheduler's event log under "lfm-report" ({"key", "report"}): `reports(client)`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+from typing import Any, Callable, Dict, Optional
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from . import calls
+from .calls import Options
+from .executor import call
+
+TOPIC = "lfm-report"
+
+
+def options_for(worker: Any, run_spec: Any) -> Options:
+    """The lfm options of one task, from its annotations and resource restrictions."""
+    key = getattr(run_spec, "key", None)
+    state = worker.state.tasks.get(key)
+    func = getattr(run_spec, "func", None)
+    options = calls.options_of(func) if func is not None else Options()
+    overrides: Dict[str, Any] = {}
+    resources = {k.lower(): v for k, v in (getattr(state, "resource_restrictions", None) or {}).items()}
+    if resources.get("memory") is not None:
+        overrides["memory"] = int(resources["memory"])
+    if resources.get("cores") is not None:
+        overrides["cores"] = resources["cores"]
+    annotations = (getattr(state, "annotations", None) or {}).get("lfm") or {}
+    if not isinstance(annotations, dict):
+        raise TypeError(f"the lfm annotation is a dict of lfm options, not {annotations!r}")
+    overrides.update(annotations)
+    options = options.merged(**overrides)
+    if options.category is None and func is not None:
+        options = options.merged(category=getattr(calls.unwrapped(func), "__name__", None))
+    return options
+
+
+class LfmTask:
+    """Stands for the task's run_spec in Dask's own task runner: calling it runs the run_spec
+    in the serve instead, so Dask's timings, error messages and states stay its own."""
+
+    def __init__(self, worker: Any, run_spec: Any, options: Options):
+        self.worker, self.run_spec, self.options = worker, run_spec, options
+
+    def __call__(self, data: dict) -> Any:
+        func = getattr(self.run_spec, "func", None)
+        name = getattr(calls.unwrapped(func), "__qualname__", None) if func else None
+        done = call(self.run_spec, (data,), {}, self.options, name)
+        key = getattr(self.run_spec, "key", None)
+        self.worker.log_event(TOPIC, {"key": str(key), "report": done.report})
+        return done.result()
+
+
+class LfmWorkerExecutor(cf.Executor):
+    """The worker's "lfm" executor. Dask hands it (_run_task_simple, run_spec, data, delay);
+    it runs that in a thread of its own with the run_spec swapped for an LfmTask."""
+
+    def __init__(self, worker: Any, threads: int):
+        self.worker = worker
+        self._threads = cf.ThreadPoolExecutor(threads, thread_name_prefix="lfm-task")
+
+    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> cf.Future:  # type: ignore[override]
+        run_spec, rest = args[0], args[1:]
+        try:
+            task = LfmTask(self.worker, run_spec, options_for(self.worker, run_spec))
+        except (TypeError, ValueError) as error:
+            failed: cf.Future = cf.Future()
+            failed.set_exception(error)
+            return failed
+        return self._threads.submit(fn, task, *rest, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._threads.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+class LfmPlugin(WorkerPlugin):
+    """Adds the "lfm" executor to each worker (and, with default=True, makes it the worker's
+    default executor, so every task runs in lfm without an annotation)."""
+
+    idempotent = True
+    name = "lfm"
+
+    def __init__(self, default: bool = False):
+        self.default = default
+
+    def setup(self, worker: Any) -> None:
+        executor = LfmWorkerExecutor(worker, worker.state.nthreads)
+        worker.executors["lfm"] = executor
+        if self.default:
+            worker.executors["default"] = executor
+
+    def teardown(self, worker: Any) -> None:
+        executor = worker.executors.pop("lfm", None)
+        if executor is not None:
+            executor.shutdown(wait=False)
+
+
+def reports(client: Any) -> Dict[str, Optional[Dict[str, Any]]]:
+    """The Reports of the tasks lfm ran so far, by task key (the latest run of each)."""
+    return {event["key"]: event["report"] for _, event in client.get_events(TOPIC)}

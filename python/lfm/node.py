@@ -1,0 +1,330 @@
+"""The node's `lfm serve`: one per user, interpreter, source roots and pack, shared by every
+client on the node. The first client to need it starts it behind an fcntl lock; it listens
+on a Unix socket and exits by itself once no client is connected for a while
+(`lfm serve --idle-timeout`). A client keeps one connection per serve and closes it when it
+has had no call for LFM_IDLE_TIMEOUT seconds (default 60), so an idle node frees its serve.
+
+If the serve dies, every call in flight fails with a ServeError naming it, and the next call
+starts a fresh one."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import itertools
+import json
+import os
+import site
+import socket
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .binary import find_binary
+from .errors import ServeError
+
+Callback = Callable[[Optional[Dict[str, Any]], Optional[BaseException]], None]
+START_TIMEOUT = 120.0
+
+
+def idle_timeout() -> float:
+    text = os.environ.get("LFM_IDLE_TIMEOUT", "60")
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"LFM_IDLE_TIMEOUT: seconds, not {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"LFM_IDLE_TIMEOUT: must be positive, not {text!r}")
+    return value
+
+
+def runtime_dir() -> str:
+    """Private to the user and local to the node: $XDG_RUNTIME_DIR/lfm, else /tmp/lfm-UID."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if base and os.path.isdir(base) and os.access(base, os.W_OK):
+        return os.path.join(base, "lfm")
+    return os.path.join("/tmp", f"lfm-{os.getuid()}")
+
+
+def source_roots() -> List[str]:
+    """This process's own source directories on sys.path: not the stdlib nor site-packages,
+    which the interpreter has anyway. The serve finds by-name functions and the modules of
+    pickled arguments on them."""
+    installed = {os.path.realpath(p) for p in _installed_dirs()}
+    roots: List[str] = []
+    for entry in sys.path:
+        path = os.path.realpath(entry or os.getcwd())
+        if not os.path.isdir(path) or path in roots:
+            continue
+        if any(path == d or path.startswith(d + os.sep) for d in installed):
+            continue
+        roots.append(path)
+    return roots
+
+
+def _installed_dirs() -> List[str]:
+    dirs = [sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    dirs += site.getsitepackages() if hasattr(site, "getsitepackages") else []
+    dirs.append(site.getusersitepackages())
+    dirs += [os.path.join(p, "bin") for p in (sys.prefix, sys.base_prefix)]
+    return [d for d in dirs if d]
+
+
+@dataclass(frozen=True)
+class ServeKey:
+    """What makes two clients able to share a serve."""
+
+    binary: str
+    python: str
+    roots: Tuple[str, ...]
+    pack: Optional[str] = None
+
+    @staticmethod
+    def here(pack: Optional[str] = None) -> "ServeKey":
+        return ServeKey(find_binary(), sys.executable, tuple(source_roots()), pack)
+
+    @property
+    def stem(self) -> str:
+        digest = hashlib.sha256(json.dumps(self.__dict__, sort_keys=True).encode())
+        return os.path.join(runtime_dir(), "serve-" + digest.hexdigest()[:16])
+
+    def command(self, socket_path: str) -> List[str]:
+        argv = [self.binary, "serve", "--socket", socket_path]
+        argv += ["--idle-timeout", f"{idle_timeout()}s", "--slots", str(slots())]
+        argv += ["--pack", self.pack] if self.pack else ["--python", self.python]
+        for root in self.roots:
+            argv += ["--root", root]
+        return argv
+
+
+def slots() -> int:
+    """Calls the node's serve runs at once: LFM_SLOTS, else one per core."""
+    text = os.environ.get("LFM_SLOTS")
+    if not text:
+        return os.cpu_count() or 1
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"LFM_SLOTS: a positive integer, not {text!r}")
+    return int(text)
+
+
+def _connect(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _log_tail(path: str, size: int = 2000) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.path.getsize(path) - size))
+            text = handle.read().decode(errors="replace").strip()
+    except OSError:
+        return "(no log)"
+    return text or "(empty log)"
+
+
+NOT_LISTENING = (errno.ENOENT, errno.ECONNREFUSED)
+
+
+def open_serve(key: ServeKey) -> Tuple[socket.socket, str]:
+    """A connection to the serve for `key`, started first if nobody listens."""
+    path = key.stem + ".sock"
+    try:
+        return _connect(path), path
+    except OSError as error:
+        if error.errno not in NOT_LISTENING:
+            raise ServeError(f"connecting to lfm serve at {path}: {error}") from error
+    os.makedirs(runtime_dir(), mode=0o700, exist_ok=True)
+    with open(key.stem + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one starter per serve; the others wait, then connect
+        try:
+            return _connect(path), path
+        except OSError as error:
+            if error.errno not in NOT_LISTENING:
+                raise ServeError(f"connecting to lfm serve at {path}: {error}") from error
+        if os.path.lexists(path):
+            os.unlink(path)  # a dead server's socket: nobody accepts on it
+        return _start(key, path), path
+
+
+def _start(key: ServeKey, path: str) -> socket.socket:
+    log = key.stem + ".log"
+    env = dict(os.environ, LFM_IN_SERVE="1")
+    with open(log, "ab") as out:
+        out.write(f"--- {time.ctime()} pid {os.getpid()} starts lfm serve\n".encode())
+        out.flush()
+        try:
+            process = subprocess.Popen(
+                key.command(path), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                cwd=runtime_dir(), env=env, start_new_session=True,
+            )
+        except OSError as error:
+            raise ServeError(f"could not start lfm serve ({key.binary}): {error}") from error
+    # Reap it when it exits (idle), so no zombie stays behind this process.
+    threading.Thread(target=process.wait, name="lfm-serve-reaper", daemon=True).start()
+    with open(key.stem + ".pid", "w") as handle:
+        handle.write(f"{process.pid}\n")
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        status = process.poll()
+        if status is not None:
+            raise ServeError(
+                f"lfm serve exited with status {status} before listening on {path}; "
+                f"its log ({log}):\n{_log_tail(log)}"
+            )
+        try:
+            return _connect(path)
+        except OSError:
+            time.sleep(0.02)
+    process.kill()
+    raise ServeError(f"lfm serve did not listen on {path} within {START_TIMEOUT:.0f} s; log: {log}")
+
+
+class Connection:
+    """One client connection to a serve: requests go out with fresh ids, a reader thread
+    hands each reply to the callback registered under its id."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, key: ServeKey, on_close: Callable[["Connection"], None]):
+        self.key = key
+        self.sock, self.path = open_serve(key)
+        self._on_close = on_close
+        self._lock = threading.Lock()
+        self._pending: Dict[int, Callback] = {}
+        self.closed = False
+        self._reader = threading.Thread(target=self._read, name="lfm-serve-reader", daemon=True)
+        self._reader.start()
+
+    def send(self, fields: Dict[str, Any], callback: Callback) -> bool:
+        """Send one call; False when this connection is closed or breaks as it is sent (the
+        caller takes another: a serve that lost the connection kills its calls, so this one
+        cannot be running there)."""
+        call_id = next(self._ids)
+        line = (json.dumps(dict(fields, id=call_id)) + "\n").encode()
+        with self._lock:
+            if self.closed:
+                return False
+            self._pending[call_id] = callback
+            try:
+                self.sock.sendall(line)
+                return True
+            except OSError as error:
+                self._pending.pop(call_id, None)
+                broken = error
+        self._fail(f"{self._name()} closed the connection (sending failed: {broken})")
+        return False
+
+    def _read(self) -> None:
+        buffer = b""
+        idle = idle_timeout()
+        self.sock.settimeout(idle)
+        while True:
+            try:
+                data = self.sock.recv(1 << 20)
+            except socket.timeout:
+                if self._close_if_idle():
+                    return
+                continue
+            except OSError as error:
+                self._fail(f"{self._name()} closed the connection ({error})")
+                return
+            if not data:
+                self._fail(f"{self._name()} closed the connection")
+                return
+            buffer += data
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                self._dispatch(line)
+
+    def _dispatch(self, line: bytes) -> None:
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            return  # not ours to answer: every reply line is JSON
+        with self._lock:
+            callback = self._pending.pop(reply.get("id"), None)
+        if callback is not None:
+            callback(reply, None)
+
+    def _close_if_idle(self) -> bool:
+        with self._lock:
+            if self._pending or self.closed:
+                return self.closed
+            self.closed = True
+        self._on_close(self)
+        self.sock.close()
+        return True
+
+    def _name(self) -> str:
+        try:
+            with open(self.key.stem + ".pid") as handle:
+                pid = handle.read().strip()
+        except OSError:
+            pid = "?"
+        return f"lfm serve (pid {pid}, socket {self.path})"
+
+    def _gone_error(self, why: str) -> ServeError:
+        log = self.key.stem + ".log"
+        return ServeError(f"{why}; the call is lost. The serve's log ({log}) ends:\n{_log_tail(log)}")
+
+    def _fail(self, why: str) -> None:
+        """The serve is gone: fail every call in flight, and let the next open a new one."""
+        with self._lock:
+            self.closed = True
+            pending, self._pending = self._pending, {}
+        self._on_close(self)
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        for callback in pending.values():
+            callback(None, self._gone_error(why + f" while {len(pending)} call(s) ran"))
+
+
+class Calls:
+    """This process's connections, one per serve key."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._connections: Dict[ServeKey, Connection] = {}
+
+    def send(self, key: ServeKey, fields: Dict[str, Any], callback: Callback) -> None:
+        for _ in range(3):  # a connection that closes between lookup and send: take a new one
+            if self._connection(key).send(fields, callback):
+                return
+        raise ServeError(f"could not keep a connection to lfm serve for {key.stem}")
+
+    def _connection(self, key: ServeKey) -> Connection:
+        with self._lock:
+            connection = self._connections.get(key)
+            if connection is None or connection.closed:
+                connection = Connection(key, self._forget)
+                self._connections[key] = connection
+            return connection
+
+    def _forget(self, connection: Connection) -> None:
+        with self._lock:
+            if self._connections.get(connection.key) is connection:
+                del self._connections[connection.key]
+
+
+CALLS = Calls()
+
+
+def _forget_after_fork() -> None:
+    # A forked child has the connections' sockets but not their reader threads.
+    global CALLS
+    CALLS = Calls()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)

@@ -1,0 +1,158 @@
+"""`LfmHighThroughputExecutor`: Parsl's HighThroughputExecutor with every app run in the
+worker node's `lfm serve` (through HTEX's `task_executor` hook, Parsl >= 2025.10.06).
+
+    from lfm.parsl import LfmHighThroughputExecutor, report_of
+    config = Config(executors=[LfmHighThroughputExecutor(label="lfm", ...)])
+    future = app(x, parsl_resource_specification={"memory": 2000, "cores": 1})
+
+`parsl_resource_specification` keys: `cores`, `memory` and `disk` (MB when numbers, as in
+Parsl's WorkQueue and TaskVine executors; or lfm sizes like "2G"), `running_time_min`, and
+lfm's own `wall`, `processes`, `category` (default: the app's function name), `pack`, `auto`;
+`priority` goes to HTEX as before. The app's future resolves to the raw value or fails with
+the app's exception (or lfm.LimitExceeded); `report_of(app_future)` is the call's Report."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any, Callable, Dict, Optional
+
+from parsl.app.errors import wrap_error
+from parsl.executors.errors import InvalidResourceSpecification
+from parsl.executors.high_throughput.executor import HighThroughputExecutor
+from parsl.serialize import pack_apply_message, unpack_apply_message
+
+from . import calls
+from .calls import Options
+from .errors import Report
+from .executor import call
+
+LFM_KEYS = {
+    "cores", "memory", "disk", "running_time_min", "wall", "processes", "category", "pack",
+    "auto",
+}
+MB_KEYS = ("memory", "disk")
+
+
+class LfmResult:
+    """What the worker sends back for a call that returned: its value and its Report."""
+
+    def __init__(self, value: Any, report: Optional[Report]):
+        self.value = value
+        self.report = report
+
+
+def options_from_spec(func: Callable, spec: Dict[str, Any]) -> Options:
+    """lfm options for one app: an @lfm.task's own, under the resource specification's."""
+    overrides: Dict[str, Any] = {}
+    for key in ("cores", "wall", "processes", "category", "pack", "auto"):
+        if spec.get(key) is not None:
+            overrides[key] = spec[key]
+    for key in MB_KEYS:
+        value = spec.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            overrides[key] = f"{value}M"
+        elif value is not None:
+            overrides[key] = value
+    if spec.get("running_time_min") is not None and "wall" not in overrides:
+        minutes = spec["running_time_min"]
+        if isinstance(minutes, bool) or not isinstance(minutes, (int, float)):
+            raise ValueError(f"running_time_min: minutes as a number, not {minutes!r}")
+        overrides["wall"] = minutes * 60
+    inner = user_function(func)
+    options = calls.options_of(inner).merged(**overrides)
+    if options.category is None:
+        options = options.merged(category=getattr(inner, "__name__", None))
+    return options
+
+
+def user_function(func: Callable) -> Callable:
+    """The app's own function under Parsl's wrap_error (which turns exceptions into values:
+    lfm runs the function itself, so the Report sees its exception)."""
+    code = getattr(func, "__code__", None)
+    if code is not None and _where(code) == _WRAP_ERROR and hasattr(func, "__wrapped__"):
+        return func.__wrapped__
+    return func
+
+
+def _where(code: Any) -> tuple:
+    return (code.co_filename, code.co_firstlineno, code.co_name)
+
+
+# functools.wraps gives wrap_error's wrapper the app's name and module, and dill sends it by
+# value (a new code object): where its code comes from tells it.
+_WRAP_ERROR = _where(wrap_error(lambda: None).__code__)
+
+
+def execute_task(buffer: bytes, options: Dict[str, Any]) -> LfmResult:
+    """On the worker (HTEX's task_executor): run the app in this node's lfm serve. An
+    exception (the app's, or lfm.LimitExceeded) propagates with `.report` attached."""
+    func, args, kwargs = unpack_apply_message(buffer)
+    kwargs.pop("parsl_resource_specification", None)
+    done = call(calls.unwrapped(user_function(func)), args, kwargs, Options(**options))
+    return LfmResult(done.result(), done.report)
+
+
+def report_of(app_future: Any) -> Optional[Report]:
+    """The Report of an app run by LfmHighThroughputExecutor (None before it ran)."""
+    exec_future = app_future.task_record.get("exec_fu")
+    return getattr(exec_future, "report", None)
+
+
+class LfmFuture(Future):
+    """The executor-level future: the raw value (or exception) and the call's Report."""
+
+    report: Optional[Report] = None
+    parsl_executor_task_id: Optional[int] = None
+
+
+class LfmHighThroughputExecutor(HighThroughputExecutor):
+    """A HighThroughputExecutor whose workers run each app in their node's lfm serve: the app
+    is limited and measured on its own, and an app that exceeds its memory fails alone with
+    lfm.LimitExceeded while the worker pool goes on."""
+
+    def validate_resource_spec(self, resource_specification: dict) -> None:
+        spec = dict(resource_specification or {})
+        super().validate_resource_spec({k: v for k, v in spec.items() if k not in LFM_KEYS})
+        lfm_spec = {k: v for k, v in spec.items() if k in LFM_KEYS}
+        try:
+            options_from_spec(lambda: None, lfm_spec)
+        except (TypeError, ValueError) as error:
+            key = str(error).split(":", 1)[0]
+            raise InvalidResourceSpecification({key}, str(error)) from None
+
+    def monitor_resources(self) -> bool:
+        # lfm measures every call itself (the Report); Parsl's psutil sampling would measure
+        # the long-lived worker instead.
+        return False
+
+    def submit(self, func: Callable, resource_specification: dict, *args: Any, **kwargs: Any):
+        spec = dict(resource_specification or {})
+        self.validate_resource_spec(spec)
+        kwargs.pop("parsl_resource_specification", None)
+        options = options_from_spec(func, {k: v for k, v in spec.items() if k in LFM_KEYS})
+        buffer = pack_apply_message(func, args, kwargs, buffer_threshold=1 << 20)
+        context: Dict[str, Any] = {
+            "task_executor": {"f": f"{__name__}.execute_task", "k": {"options": options.__dict__}}
+        }
+        # Only HTEX's own keys: it exports every resource_spec key as a PARSL_* variable.
+        if "priority" in spec:
+            context["resource_spec"] = {"priority": spec["priority"]}
+        inner = self.submit_payload(context, buffer)
+        outer = LfmFuture()
+        outer.parsl_executor_task_id = inner.parsl_executor_task_id
+        inner.add_done_callback(lambda done: _settle(outer, done))
+        return outer
+
+
+def _settle(outer: LfmFuture, inner: Future) -> None:
+    error = inner.exception()
+    if error is not None:
+        outer.report = getattr(error, "report", None)
+        outer.set_exception(error)
+        return
+    result = inner.result()
+    if not isinstance(result, LfmResult):
+        outer.set_exception(TypeError(f"lfm's task executor returned {type(result).__name__}"))
+        return
+    outer.report = result.report
+    outer.set_result(result.value)

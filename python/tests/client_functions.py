@@ -1,0 +1,57 @@
+"""Functions the client tests send by name (this module is importable where the serve runs)."""
+
+import os
+import threading
+import time
+
+
+def double(x):
+    return 2 * x
+
+
+def allocate(mib):
+    data = bytearray(b"\x01") * (mib << 20)
+    return len(data)
+
+
+def raise_key_error(key):
+    raise KeyError(key)
+
+
+class Unpicklable(Exception):
+    def __init__(self, a, b):  # pickles as Unpicklable(message): a TypeError when unpickled
+        super().__init__(f"{a}/{b}")
+
+
+def raise_unpicklable():
+    raise Unpicklable(1, 2)
+
+
+def return_lock():
+    return threading.Lock()
+
+
+def sleep_then(seconds, value):
+    time.sleep(seconds)
+    return value
+
+
+def parent_pid():
+    """The zygote's pid: the same for calls of one serve."""
+    return os.getppid()
+
+
+def segfault():
+    import ctypes
+
+    ctypes.string_at(0)
+
+
+def overlap(directory):
+    """How many calls run at once: each leaves a marker while it runs."""
+    marker = os.path.join(directory, f"running-{os.getpid()}")
+    open(marker, "w").close()
+    time.sleep(0.3)
+    seen = len([n for n in os.listdir(directory) if n.startswith("running-")])
+    os.unlink(marker)
+    return seen

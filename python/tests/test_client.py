@@ -1,0 +1,219 @@
+"""lfm.Executor and @lfm.task against a real lfm serve (LFM_BIN): values, reports, limits,
+remote exceptions, and every way a call can fail without hanging."""
+
+import inspect
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+import client_functions as fns
+import lfm
+from conftest import serve_pids
+from lfm import node
+
+
+@pytest.fixture(scope="module")
+def executor():
+    with lfm.Executor(max_workers=2, memory="300M") as ex:
+        yield ex
+
+
+def test_values_come_back_with_their_report(executor):
+    futures = [executor.submit(fns.double, n) for n in range(4)]
+    assert [f.result() for f in futures] == [0, 2, 4, 6]
+    report = futures[0].report
+    assert report["format"] == "lfm-report/2"
+    assert report["exit"]["type"] == "normal"
+    assert report["limits"]["memory_bytes"] == 300 << 20
+    assert report["memory"]["peak_bytes"] > 0
+
+
+def test_importable_functions_go_by_name_the_others_by_cloudpickle(executor):
+    by_name = executor.submit(fns.double, 1)
+    by_name.result()
+    assert by_name.report["function"] == {"target": "client_functions:double", "mode": "slice"}
+    offset = 5
+    closure = executor.submit(lambda x: x + offset, 1)
+    assert closure.result() == 6
+    assert closure.report["function"]["mode"] == "pickle"
+
+
+def test_map_keeps_the_order(executor):
+    assert list(executor.map(fns.double, range(6))) == [0, 2, 4, 6, 8, 10]
+
+
+def test_a_call_over_its_memory_fails_with_limit_exceeded_and_the_next_runs(executor):
+    future = executor.submit(fns.allocate, 600)
+    with pytest.raises(lfm.LimitExceeded) as raised:
+        future.result()
+    assert "memory" in raised.value.limits
+    assert "limit exceeded: memory (limit 300 MiB" in str(raised.value)
+    assert raised.value.report is future.report
+    assert future.report["exit"]["type"] == "limits"
+    assert executor.submit(fns.allocate, 10).result() == 10 << 20
+
+
+def test_the_remote_exception_is_raised_itself_with_the_remote_traceback(executor):
+    future = executor.submit(fns.raise_key_error, "missing")
+    with pytest.raises(KeyError) as raised:
+        future.result()
+    assert raised.value.args == ("missing",)
+    cause = raised.value.__cause__
+    assert isinstance(cause, lfm.RemoteTraceback)
+    assert "in raise_key_error" in cause.traceback
+    assert raised.value.report["exit"]["type"] == "exception"
+
+
+def test_an_exception_that_does_not_unpickle_comes_back_as_remote_error(executor):
+    with pytest.raises(lfm.RemoteError) as raised:
+        executor.submit(fns.raise_unpicklable).result()
+    assert raised.value.type_name == "client_functions.Unpicklable"
+    assert "1/2" in str(raised.value)
+    assert "in raise_unpicklable" in raised.value.__cause__.traceback
+
+
+def test_an_unpicklable_argument_fails_the_future_naming_it(executor):
+    future = executor.submit(fns.double, threading.Lock())
+    with pytest.raises(lfm.SerializationError, match="arguments of double"):
+        future.result()
+
+
+def test_an_unpicklable_result_fails_the_future_naming_it(executor):
+    with pytest.raises(TypeError, match="cannot pickle '_thread.lock'"):
+        executor.submit(fns.return_lock).result()
+
+
+def test_a_segfault_is_a_call_error_and_the_serve_keeps_serving(executor):
+    with pytest.raises(lfm.CallError) as raised:
+        executor.submit(fns.segfault).result()
+    assert raised.value.reason == "signal"
+    assert executor.submit(fns.double, 21).result() == 42
+
+
+def test_max_workers_bounds_the_calls_in_flight(tmp_path):
+    with lfm.Executor(max_workers=1) as one:
+        assert set(one.map(fns.overlap, [str(tmp_path)] * 3)) == {1}
+
+
+def test_shutdown_can_cancel_the_calls_still_waiting():
+    ex = lfm.Executor(max_workers=1)
+    first = ex.submit(fns.sleep_then, 1, "first")
+    waiting = [ex.submit(fns.double, n) for n in range(3)]
+    ex.shutdown(wait=True, cancel_futures=True)
+    assert first.result() == "first"
+    assert all(f.cancelled() for f in waiting)
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        ex.submit(fns.double, 1)
+
+
+@lfm.task(memory="200M", wall="30s", category="tripled")
+def tripled(x):
+    """Triple x."""
+    return 3 * x
+
+
+def test_a_task_returns_the_raw_value_and_keeps_its_signature():
+    assert tripled(4) == 12
+    assert tripled.__name__ == "tripled" and tripled.__doc__ == "Triple x."
+    assert list(inspect.signature(tripled).parameters) == ["x"]
+    assert tripled(5, parsl_resource_specification={"cores": 1}) == 15
+
+
+def test_a_task_raises_limit_exceeded_with_its_report():
+    hog = lfm.task(memory="100M")(fns.allocate)
+    with pytest.raises(lfm.LimitExceeded) as raised:
+        hog(300)
+    assert raised.value.report["limits"]["memory_bytes"] == 100 << 20
+
+
+def test_a_task_submitted_to_an_executor_keeps_its_own_limits(executor):
+    future = executor.submit(tripled, 2)
+    assert future.result() == 6
+    assert future.report["limits"]["memory_bytes"] == 200 << 20
+    assert future.report["category"] == "tripled"
+
+
+def test_bad_options_name_the_field():
+    with pytest.raises(TypeError, match="memory"):
+        lfm.task(memory=[1])
+    with pytest.raises(ValueError, match="cores"):
+        lfm.Executor(cores=-1)
+    with pytest.raises(ValueError, match="max_workers"):
+        lfm.Executor(max_workers=0)
+
+
+def test_no_binary_fails_the_future_naming_the_cause(monkeypatch):
+    monkeypatch.setenv("LFM_BIN", "/nonexistent/lfm")
+    with lfm.Executor() as ex:
+        future = ex.submit(fns.double, 1)
+        with pytest.raises(lfm.BinaryNotFound, match="LFM_BIN=/nonexistent/lfm"):
+            future.result()
+
+
+def test_a_serve_that_cannot_start_fails_the_future_with_its_log(monkeypatch, tmp_path):
+    broken = tmp_path / "lfm"
+    broken.write_text("#!/bin/sh\necho 'no cgroup for you' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("LFM_BIN", str(broken))
+    with pytest.raises(lfm.ServeError) as raised:
+        lfm.task(fns.double)(1)
+    assert "exited with status 3" in str(raised.value)
+    assert "no cgroup for you" in str(raised.value)
+
+
+def test_a_serve_that_dies_mid_call_fails_the_call_and_the_next_starts_a_fresh_one():
+    with lfm.Executor() as ex:
+        zygote = ex.submit(fns.parent_pid).result()
+        key = node.ServeKey.here()
+        with open(key.stem + ".pid") as handle:
+            serve = int(handle.read())
+        long_call = ex.submit(fns.sleep_then, 60, "never")
+        os.kill(serve, signal.SIGKILL)
+        with pytest.raises(lfm.ServeError, match="closed the connection"):
+            long_call.result(timeout=60)
+        assert ex.submit(fns.parent_pid).result() != zygote
+
+
+CLIENT = textwrap.dedent(
+    """
+    import lfm, client_functions
+    print(lfm.task(client_functions.parent_pid)())
+    """
+)
+
+
+def test_clients_on_the_node_share_one_serve():
+    def zygote_of_a_new_client():
+        done = subprocess.run(
+            [sys.executable, "-c", CLIENT], capture_output=True, text=True, check=True,
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+        )
+        return int(done.stdout)
+
+    assert zygote_of_a_new_client() == zygote_of_a_new_client()
+
+
+def test_an_idle_serve_exits_by_itself(tmp_path):
+    """With one-second idle timeouts the serve a short-lived client started is gone soon
+    after it: the wait is bounded only so that a failure cannot hang the suite."""
+    env = dict(os.environ, LFM_IDLE_TIMEOUT="1", XDG_RUNTIME_DIR=str(tmp_path))
+    subprocess.run(
+        [sys.executable, "-c", CLIENT], env=env, check=True, capture_output=True,
+        cwd=os.path.dirname(os.path.abspath(__file__)),
+    )
+    (pid_file,) = (tmp_path / "lfm").glob("serve-*.pid")
+    pid = int(pid_file.read_text())
+    deadline = 60
+    while os.path.exists(f"/proc/{pid}") and deadline > 0:
+        with open(f"/proc/{pid}/stat") as handle:
+            if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        threading.Event().wait(0.1)
+        deadline -= 0.1
+    assert not os.path.exists(f"/proc/{pid}") or deadline > 0, "the idle serve did not exit"
+    assert not list((tmp_path / "lfm").glob("serve-*.sock")), "its socket is removed"

@@ -1,0 +1,70 @@
+"""LfmPlugin on a real Dask LocalCluster (2 worker processes)."""
+
+import os
+
+import pytest
+
+dask = pytest.importorskip("dask")
+distributed = pytest.importorskip("distributed")
+
+import client_functions as fns  # noqa: E402
+import lfm  # noqa: E402
+from lfm.dask import LfmPlugin, reports  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+        resources={"memory": 4e9, "cores": 2},
+    )
+    with cluster, distributed.Client(cluster) as client:
+        client.register_plugin(LfmPlugin())
+        yield client
+
+
+def test_annotated_tasks_run_in_lfm_with_limits_from_resources(client):
+    with dask.annotate(executor="lfm"):
+        futures = [client.submit(fns.double, n, resources={"memory": 200e6}) for n in range(4)]
+    assert client.gather(futures) == [0, 2, 4, 6]
+    report = reports(client)[futures[0].key]
+    assert report["limits"]["memory_bytes"] == 200_000_000
+    assert report["function"]["target"] == "pickle:double"
+    assert report["category"] == "double"
+
+
+def test_the_lfm_annotation_sets_any_limit(client):
+    with dask.annotate(executor="lfm", lfm={"memory": "150M", "wall": "1m", "category": "c"}):
+        future = client.submit(fns.double, 3, pure=False)
+    assert future.result() == 6
+    report = reports(client)[future.key]
+    assert report["limits"]["memory_bytes"] == 150 << 20
+    assert report["limits"]["wall_seconds"] == 60
+    assert report["category"] == "c"
+
+
+def test_a_failing_task_raises_its_own_exception(client):
+    with dask.annotate(executor="lfm"):
+        future = client.submit(fns.raise_key_error, "gone")
+    with pytest.raises(KeyError):
+        future.result()
+    assert reports(client)[future.key]["exit"]["type"] == "exception"
+
+
+def test_a_task_over_its_memory_fails_alone_and_the_workers_survive(client):
+    pids = client.run(os.getpid)
+    with dask.annotate(executor="lfm"):
+        hog = client.submit(fns.allocate, 400, resources={"memory": 200e6})
+        with pytest.raises(lfm.LimitExceeded):
+            hog.result()
+        after = [client.submit(fns.double, n, pure=False) for n in range(4)]
+    assert client.gather(after) == [0, 2, 4, 6]
+    assert reports(client)[hog.key]["exit"]["type"] == "limits"
+    assert client.run(os.getpid) == pids, "no worker was restarted"
+
+
+def test_dependencies_reach_the_task_in_lfm(client):
+    with dask.annotate(executor="lfm"):
+        first = client.submit(fns.double, 5, pure=False)
+        second = client.submit(fns.double, first)
+    assert second.result() == 20

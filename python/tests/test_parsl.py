@@ -1,0 +1,107 @@
+"""LfmHighThroughputExecutor on a real Parsl HTEX (LocalProvider, 2 workers)."""
+
+import os
+
+import pytest
+
+parsl = pytest.importorskip("parsl")
+
+from parsl import python_app  # noqa: E402
+from parsl.config import Config  # noqa: E402
+from parsl.executors.errors import InvalidResourceSpecification  # noqa: E402
+from parsl.providers import LocalProvider  # noqa: E402
+
+import client_functions as fns  # noqa: E402
+import lfm  # noqa: E402
+from lfm.parsl import LfmHighThroughputExecutor, report_of  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def dfk(tmp_path_factory):
+    executor = LfmHighThroughputExecutor(
+        label="lfm", cores_per_worker=1, max_workers_per_node=2, encrypted=False,
+        provider=LocalProvider(init_blocks=1, max_blocks=1),
+    )
+    run_dir = str(tmp_path_factory.mktemp("parsl"))
+    with parsl.load(Config(executors=[executor], strategy="none", run_dir=run_dir)) as dfk:
+        yield dfk
+
+
+def app(fn):
+    return python_app(fn, executors=["lfm"])
+
+
+def children(pid):
+    found = set()
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                if int(handle.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.add(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def worker_pool():
+    """The HTEX worker pool's pid and its workers' pids."""
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if any(arg.endswith(b"process_worker_pool.py") for arg in argv):
+            return int(entry), children(int(entry))
+    raise AssertionError("no process_worker_pool.py running")
+
+
+def test_apps_resolve_to_raw_values_with_a_report(dfk):
+    futures = [app(fns.double)(n, parsl_resource_specification={"memory": 200}) for n in range(4)]
+    assert [f.result() for f in futures] == [0, 2, 4, 6]
+    report = report_of(futures[0])
+    assert report["limits"]["memory_bytes"] == 200 << 20
+    assert report["function"] == {"target": "client_functions:double", "mode": "slice"}
+    assert report["category"] == "double"
+
+
+def test_resource_spec_keys_become_limits(dfk):
+    spec = {"cores": 1, "memory": "300M", "disk": 100, "running_time_min": 2, "category": "c"}
+    future = app(fns.double)(1, parsl_resource_specification=spec)
+    assert future.result() == 2
+    limits = report_of(future)["limits"]
+    assert limits["cores"] == 1 and limits["memory_bytes"] == 300 << 20
+    assert limits["disk_bytes"] == 100 << 20 and limits["wall_seconds"] == 120
+    assert report_of(future)["category"] == "c"
+
+
+def test_a_failing_app_is_a_failed_future_with_its_exception(dfk):
+    future = app(fns.raise_key_error)("gone")
+    with pytest.raises(KeyError):
+        future.result()
+    assert report_of(future)["exit"]["type"] == "exception"
+
+
+def test_an_app_over_its_memory_fails_alone_and_the_worker_pool_survives(dfk):
+    assert app(fns.double)(1).result() == 2
+    before = worker_pool()
+    future = app(fns.allocate)(400, parsl_resource_specification={"memory": 200})
+    with pytest.raises(lfm.LimitExceeded):
+        future.result()
+    assert report_of(future)["exit"]["type"] == "limits"
+    assert [app(fns.double)(n).result() for n in range(4)] == [0, 2, 4, 6]
+    assert worker_pool() == before, "no worker was lost or restarted"
+
+
+def test_an_lfm_task_keeps_its_own_limits_under_the_spec(dfk):
+    task = lfm.task(memory="150M", category="t")(fns.allocate)
+    future = app(task)(10)
+    assert future.result() == 10 << 20
+    assert report_of(future)["limits"]["memory_bytes"] == 150 << 20
+
+
+def test_a_bad_resource_spec_names_the_key(dfk):
+    with pytest.raises(InvalidResourceSpecification, match="gpus"):
+        app(fns.double)(1, parsl_resource_specification={"gpus": 1}).result()
+    with pytest.raises(InvalidResourceSpecification, match="running_time_min"):
+        app(fns.double)(1, parsl_resource_specification={"running_time_min": "soon"}).result()
