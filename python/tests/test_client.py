@@ -217,3 +217,15 @@ def test_an_idle_serve_exits_by_itself(tmp_path):
         deadline -= 0.1
     assert not os.path.exists(f"/proc/{pid}") or deadline > 0, "the idle serve did not exit"
     assert not list((tmp_path / "lfm").glob("serve-*.sock")), "its socket is removed"
+
+
+def test_auto_sizes_from_history_and_retries_a_call_that_outgrows_it():
+    grow = lfm.task(category="client-grow", auto=True)(fns.allocate)
+    with lfm.Executor(max_workers=1) as ex:
+        for _ in range(10):  # greedy bucketing sizes from its tenth run on
+            ex.submit(grow, 20).result()
+        big = ex.submit(grow, 300)
+        assert big.result() == 300 << 20
+    assert big.report["limits_from_sizing"] == ["memory"]
+    (first,) = big.retries[:1]
+    assert first["memory_bytes"] < 300 << 20 <= big.report["limits"]["memory_bytes"]
