@@ -229,3 +229,19 @@ def test_auto_sizes_from_history_and_retries_a_call_that_outgrows_it():
     assert big.report["limits_from_sizing"] == ["memory"]
     (first,) = big.retries[:1]
     assert first["memory_bytes"] < 300 << 20 <= big.report["limits"]["memory_bytes"]
+
+
+def test_pack_runs_the_function_from_its_pack_built_once(tmp_path):
+    with lfm.Executor(pack=True) as ex:
+        first = ex.submit(fns.module_file)
+        assert first.result() != os.path.realpath(fns.__file__)
+        assert first.result().endswith(os.path.join("app", "client_functions.py"))
+        assert ex.submit(fns.module_file).result() == first.result()
+    packs = os.listdir(lfm.packs.cache_dir())
+    assert len([p for p in packs if p.endswith(".tar.zst")]) == 1
+
+
+def test_pack_refuses_a_lambda_naming_why():
+    with lfm.Executor(pack=True) as ex:
+        with pytest.raises(lfm.LfmError, match="module-level function"):
+            ex.submit(lambda: 1).result()
