@@ -17,6 +17,7 @@ from .errors import (
 )
 from .executor import Executor, Future
 from .task import task
+from . import packs  # noqa: E402  (lfm.packs.cache_dir: where pack=True keeps its packs)
 
 __all__ = [
     "BinaryNotFound", "CallError", "Executor", "Future", "LfmError", "LimitExceeded",

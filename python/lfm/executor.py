@@ -6,7 +6,7 @@ import collections
 import concurrent.futures as cf
 import os
 import threading
-from typing import Any, Callable, Deque, Dict, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from . import calls, node
 from .calls import Options, Size
@@ -14,9 +14,12 @@ from .errors import Report
 
 
 class Future(cf.Future):
-    """A concurrent.futures.Future that also carries the call's Report once it is done."""
+    """A concurrent.futures.Future that also carries the call's Report once it is done, and
+    for an auto call run again larger, the earlier attempts killed for memory (`retries`:
+    [{memory_bytes, peak_bytes}], docs/serve.md)."""
 
     report: Optional[Report] = None
+    retries: List[Dict[str, Any]] = []
 
 
 def run_call(
@@ -33,6 +36,7 @@ def run_call(
     def done(reply: Optional[Dict[str, Any]], error: Optional[BaseException]) -> None:
         if reply is not None:
             ok, value, future.report = calls.outcome(reply)
+            future.retries = list(reply.get("retries") or [])
             error = None if ok else value
         if error is not None:
             future.set_exception(error)

@@ -55,3 +55,8 @@ def overlap(directory):
     seen = len([n for n in os.listdir(directory) if n.startswith("running-")])
     os.unlink(marker)
     return seen
+
+
+def module_file():
+    """Where this module was loaded from: the tests directory, or a pack's copy."""
+    return os.path.realpath(__file__)

@@ -217,3 +217,31 @@ def test_an_idle_serve_exits_by_itself(tmp_path):
         deadline -= 0.1
     assert not os.path.exists(f"/proc/{pid}") or deadline > 0, "the idle serve did not exit"
     assert not list((tmp_path / "lfm").glob("serve-*.sock")), "its socket is removed"
+
+
+def test_auto_sizes_from_history_and_retries_a_call_that_outgrows_it():
+    grow = lfm.task(category="client-grow", auto=True)(fns.allocate)
+    with lfm.Executor(max_workers=1) as ex:
+        for _ in range(10):  # greedy bucketing sizes from its tenth run on
+            ex.submit(grow, 20).result()
+        big = ex.submit(grow, 300)
+        assert big.result() == 300 << 20
+    assert big.report["limits_from_sizing"] == ["memory"]
+    (first,) = big.retries[:1]
+    assert first["memory_bytes"] < 300 << 20 <= big.report["limits"]["memory_bytes"]
+
+
+def test_pack_runs_the_function_from_its_pack_built_once(tmp_path):
+    with lfm.Executor(pack=True) as ex:
+        first = ex.submit(fns.module_file)
+        assert first.result() != os.path.realpath(fns.__file__)
+        assert first.result().endswith(os.path.join("app", "client_functions.py"))
+        assert ex.submit(fns.module_file).result() == first.result()
+    packs = os.listdir(lfm.packs.cache_dir())
+    assert len([p for p in packs if p.endswith(".tar.zst")]) == 1
+
+
+def test_pack_refuses_a_lambda_naming_why():
+    with lfm.Executor(pack=True) as ex:
+        with pytest.raises(lfm.LfmError, match="module-level function"):
+            ex.submit(lambda: 1).result()

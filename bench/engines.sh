@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Per-task overhead of lfm inside Parsl HTEX (LfmHighThroughputExecutor vs HighThroughputExecutor)
+# and Dask (LfmPlugin's "lfm" executor vs the worker's threads), on noop and 100 ms tasks,
+# 2 workers, in one run. Usage: bash bench/engines.sh   (from the repository root;
+# ROUNDS, NOOP_TASKS, SLEEP_TASKS to change the counts)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=target/bench-venv-engines
+if [ ! -f "$VENV/.complete" ] || ! cmp -s python/requirements-test.txt "$VENV/.complete"; then
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r python/requirements-test.txt
+  cp python/requirements-test.txt "$VENV/.complete"
+fi
+cargo build --release -q
+export LFM_BIN=$PWD/target/release/lfm
+# The client from the source tree; Parsl's interchange and worker pool from the venv's bin/.
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+export PATH=$PWD/$VENV/bin:$PATH
+# The bench's own node-local serves, not a user's.
+export XDG_RUNTIME_DIR=$(mktemp -d)
+trap 'rm -rf "$XDG_RUNTIME_DIR"' EXIT
+"$VENV/bin/python" bench/engines_bench.py
