@@ -680,7 +680,13 @@ fn auto_requests_are_sized_from_history_and_retried_larger_after_running_out() {
     assert!(last > first, "retried larger: {big}");
     let rows = common::lfm_in(
         setup.dir.path().to_str().unwrap(),
-        &["history", "--history", history.to_str().unwrap(), "--format", "json"],
+        &[
+            "history",
+            "--history",
+            history.to_str().unwrap(),
+            "--format",
+            "json",
+        ],
     );
     let rows: Vec<Value> = serde_json::from_slice(&rows.stdout).unwrap();
     assert_eq!(rows.len(), 11 + retries.len(), "every attempt is recorded");
@@ -699,7 +705,13 @@ fn a_plain_request_is_not_recorded_but_a_record_request_is() {
     assert!(replies.iter().all(|r| r["ok"] == true), "{replies:?}");
     let rows = common::lfm_in(
         setup.dir.path().to_str().unwrap(),
-        &["history", "--history", history.to_str().unwrap(), "--format", "json"],
+        &[
+            "history",
+            "--history",
+            history.to_str().unwrap(),
+            "--format",
+            "json",
+        ],
     );
     let rows: Vec<Value> = serde_json::from_slice(&rows.stdout).unwrap();
     assert_eq!(rows.len(), 1, "{rows:?}");

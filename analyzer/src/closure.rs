@@ -1012,30 +1012,15 @@ impl<'p, 'm> Walk<'p, 'm> {
                 }
                 Found::Module(id) => {
                     let local = &project.modules[id as usize];
-                    if self.seen.contains(self.numbers.of_module(id, optional)) {
-                        // Already reached this way: only the path through it is new.
-                        match steps.next() {
-                            Some(step) => {
-                                found = find_member(project, id, step, &mut Vec::new());
-                                continue;
-                            }
-                            None => {
-                                let chain = chain.then(&local.name).then(WHOLE_MODULE_STEP);
-                                self.enqueue(Work::Whole {
-                                    module: id,
-                                    chain,
-                                    optional,
-                                });
-                                return;
-                            }
-                        }
+                    // Already reached this way: only the path through it is new.
+                    if !self.seen.contains(self.numbers.of_module(id, optional)) {
+                        let reason = || Why {
+                            file: local.display.as_str(),
+                            line: 0,
+                            chain: chain.to_steps(),
+                        };
+                        self.reach_local(id, &reason, chain, optional, Contexts::TOP_LEVEL);
                     }
-                    let reason = || Why {
-                        file: local.display.as_str(),
-                        line: 0,
-                        chain: chain.to_steps(),
-                    };
-                    self.reach_local(id, &reason, chain, optional, Contexts::TOP_LEVEL);
                     match steps.next() {
                         Some(step) => found = find_member(project, id, step, &mut Vec::new()),
                         None => {
