@@ -245,3 +245,9 @@ def test_pack_refuses_a_lambda_naming_why():
     with lfm.Executor(pack=True) as ex:
         with pytest.raises(lfm.LfmError, match="module-level function"):
             ex.submit(lambda: 1).result()
+
+
+def test_a_call_over_its_wall_time_fails_with_limit_exceeded():
+    with pytest.raises(lfm.LimitExceeded, match="wall time") as raised:
+        lfm.task(wall="1s")(fns.sleep_then)(60, "late")
+    assert "wall_time" in raised.value.limits
