@@ -251,3 +251,11 @@ def test_a_call_over_its_wall_time_fails_with_limit_exceeded():
     with pytest.raises(lfm.LimitExceeded, match="wall time") as raised:
         lfm.task(wall="1s")(fns.sleep_then)(60, "late")
     assert "wall_time" in raised.value.limits
+
+
+def test_analyze_returns_the_spec_and_a_missing_target_names_the_error(tmp_path):
+    spec = lfm.analyze(fns.__file__ + ":double")
+    assert spec["format"].startswith("lfm-spec/")
+    assert [t["target"] for t in spec["targets"]] == ["client_functions:double"]
+    with pytest.raises(lfm.LfmError, match="exited with 3"):
+        lfm.analyze(str(tmp_path / "missing.py:f"))
