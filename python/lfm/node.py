@@ -159,6 +159,21 @@ def _log_tail(path: str, size: int = 2000) -> str:
 
 
 NOT_LISTENING = (errno.ENOENT, errno.ECONNREFUSED)
+# The serves this process started, by socket: how one that died ended can then be told.
+_STARTED: Dict[str, "subprocess.Popen[bytes]"] = {}
+
+
+def _how_it_ended(path: str) -> str:
+    process = _STARTED.get(path)
+    if process is None:
+        return ""
+    try:
+        status = process.wait(timeout=2)
+    except subprocess.TimeoutExpired:
+        return ", still running"
+    if status < 0:
+        return f", killed by signal {-status}"
+    return f", exited with status {status}"
 
 
 def open_serve(key: ServeKey) -> Tuple[socket.socket, str]:
@@ -197,6 +212,7 @@ def _start(key: ServeKey, path: str) -> socket.socket:
             raise ServeError(f"could not start lfm serve ({key.binary}): {error}") from error
     # Reap it when it exits (idle), so no zombie stays behind this process.
     threading.Thread(target=process.wait, name="lfm-serve-reaper", daemon=True).start()
+    _STARTED[path] = process
     with open(key.stem + ".pid", "w") as handle:
         handle.write(f"{process.pid}\n")
     deadline = time.monotonic() + START_TIMEOUT
@@ -301,7 +317,10 @@ class Connection:
 
     def _gone_error(self, why: str) -> ServeError:
         log = self.key.stem + ".log"
-        return ServeError(f"{why}; the call is lost. The serve's log ({log}) ends:\n{_log_tail(log)}")
+        ended = _how_it_ended(self.path)
+        return ServeError(
+            f"{why}{ended}; the call is lost. The serve's log ({log}) ends:\n{_log_tail(log)}"
+        )
 
     def _fail(self, why: str) -> None:
         """The serve is gone: fail every call in flight, and let the next open a new one."""

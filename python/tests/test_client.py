@@ -174,8 +174,10 @@ def test_a_serve_that_dies_mid_call_fails_the_call_and_the_next_starts_a_fresh_o
             serve = int(handle.read())
         long_call = ex.submit(fns.sleep_then, 60, "never")
         os.kill(serve, signal.SIGKILL)
-        with pytest.raises(lfm.ServeError, match="closed the connection"):
+        with pytest.raises(lfm.ServeError, match="closed the connection") as raised:
             long_call.result(timeout=60)
+        assert f"pid {serve}" in str(raised.value)
+        assert "killed by signal 9" in str(raised.value)
         assert ex.submit(fns.parent_pid).result() != zygote
 
 
