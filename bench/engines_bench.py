@@ -89,7 +89,7 @@ def load() -> str:
 
 
 def main():
-    print(f"load average at start: {load()}")
+    print(f"load average at start: {load()}; lfm serve --backend {os.environ.get('LFM_BACKEND', 'auto')}")
     print(f"{WORKERS} workers, median of {ROUNDS} rounds; tasks per batch: "
           + ", ".join(f"{kind} {n}" for kind, n in TASKS.items()))
     print(f"{'engine':8} {'task':7} {'tasks':>5} {'plain s':>8} {'lfm s':>8} "

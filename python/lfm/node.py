@@ -105,12 +105,14 @@ class ServeKey:
     roots: Tuple[str, ...]
     pack: Optional[str] = None
     preload: Tuple[str, ...] = ()
+    backend: str = "auto"
 
     @staticmethod
     def here(pack: Optional[str] = None, preload: Tuple[str, ...] = ()) -> "ServeKey":
         # A pack holds what its function needs: nothing more is preloaded from it.
         modules = tuple(preload) if pack else preloads(preload)
-        return ServeKey(find_binary(), sys.executable, tuple(source_roots()), pack, modules)
+        roots = tuple(source_roots())
+        return ServeKey(find_binary(), sys.executable, roots, pack, modules, backend())
 
     @property
     def stem(self) -> str:
@@ -123,9 +125,21 @@ class ServeKey:
         argv += ["--pack", self.pack] if self.pack else ["--python", self.python]
         if self.preload:
             argv += ["--preload", ",".join(self.preload)]
+        argv += ["--backend", self.backend]
         for root in self.roots:
             argv += ["--root", root]
         return argv
+
+
+BACKENDS = ("auto", "cgroup2", "cgroup1", "rlimit")
+
+
+def backend() -> str:
+    """How the serve contains calls: LFM_BACKEND, else auto (lfm serve --backend)."""
+    name = os.environ.get("LFM_BACKEND", "auto")
+    if name not in BACKENDS:
+        raise ValueError(f"LFM_BACKEND: one of {', '.join(BACKENDS)}, not {name!r}")
+    return name
 
 
 def slots() -> int:

@@ -261,3 +261,13 @@ def test_analyze_returns_the_spec_and_a_missing_target_names_the_error(tmp_path)
     assert [t["target"] for t in spec["targets"]] == ["client_functions:double"]
     with pytest.raises(lfm.LfmError, match="exited with 3"):
         lfm.analyze(str(tmp_path / "missing.py:f"))
+
+
+def test_lfm_backend_chooses_the_serves_backend(monkeypatch):
+    monkeypatch.setenv("LFM_BACKEND", "rlimit")
+    future = lfm.Executor().submit(fns.double, 2)
+    assert future.result() == 4
+    assert future.report["backend"] == "rlimit"
+    monkeypatch.setenv("LFM_BACKEND", "cgroup3")
+    with pytest.raises(ValueError, match="LFM_BACKEND"):
+        lfm.Executor().submit(fns.double, 2).result()
