@@ -53,7 +53,7 @@ def dask_ways():
     from lfm.dask import LfmPlugin
 
     cluster = LocalCluster(n_workers=WORKERS, threads_per_worker=1, processes=True,
-                           dashboard_address=None)
+                           dashboard_address=":0")
     with cluster, Client(cluster) as client:
         client.register_plugin(LfmPlugin())
 

@@ -15,7 +15,7 @@ from lfm.dask import LfmPlugin, reports  # noqa: E402
 @pytest.fixture(scope="module")
 def client():
     cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
         resources={"memory": 4e9, "cores": 2},
     )
     with cluster, distributed.Client(cluster) as client:
@@ -72,7 +72,7 @@ def test_dependencies_reach_the_task_in_lfm(client):
 
 def test_with_default_true_plain_submits_with_resources_run_in_lfm():
     cluster = distributed.LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
         resources={"memory": 1e9},
     )
     with cluster, distributed.Client(cluster) as client:
