@@ -20,4 +20,6 @@ export PATH=$PWD/$VENV/bin:$PATH
 # The bench's own node-local serves, not a user's.
 export XDG_RUNTIME_DIR=$(mktemp -d)
 trap 'rm -rf "$XDG_RUNTIME_DIR"' EXIT
+# BACKEND=rlimit (or cgroup1, cgroup2) to choose how the serve contains calls.
+export LFM_BACKEND=${BACKEND:-auto}
 "$VENV/bin/python" bench/engines_bench.py

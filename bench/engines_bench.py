@@ -53,7 +53,7 @@ def dask_ways():
     from lfm.dask import LfmPlugin
 
     cluster = LocalCluster(n_workers=WORKERS, threads_per_worker=1, processes=True,
-                           dashboard_address=None)
+                           dashboard_address=":0")
     with cluster, Client(cluster) as client:
         client.register_plugin(LfmPlugin())
 
@@ -83,7 +83,13 @@ def measure(ways):
     return {key: statistics.median(values) for key, values in times.items()}
 
 
+def load() -> str:
+    with open("/proc/loadavg") as handle:
+        return " ".join(handle.read().split()[:3])
+
+
 def main():
+    print(f"load average at start: {load()}; lfm serve --backend {os.environ.get('LFM_BACKEND', 'auto')}")
     print(f"{WORKERS} workers, median of {ROUNDS} rounds; tasks per batch: "
           + ", ".join(f"{kind} {n}" for kind, n in TASKS.items()))
     print(f"{'engine':8} {'task':7} {'tasks':>5} {'plain s':>8} {'lfm s':>8} "
@@ -97,6 +103,7 @@ def main():
             print(f"{engine:8} {kind:7} {tasks:>5} {plain:>8.2f} {lfm:>8.2f} "
                   f"{per_plain * 1e3:>8.1f} ms {per_lfm * 1e3:>6.1f} ms "
                   f"{(per_lfm - per_plain) * 1e3:>11.1f} ms {(lfm / plain - 1) * 100:>8.1f}%")
+    print(f"load average at end: {load()}")
 
 
 if __name__ == "__main__":

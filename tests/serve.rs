@@ -678,17 +678,7 @@ fn auto_requests_are_sized_from_history_and_retried_larger_after_running_out() {
     assert!(first < 300.0 * MIB, "sized below its need at first: {big}");
     let last = big["report"]["limits"]["memory_bytes"].as_f64().unwrap();
     assert!(last > first, "retried larger: {big}");
-    let rows = common::lfm_in(
-        setup.dir.path().to_str().unwrap(),
-        &[
-            "history",
-            "--history",
-            history.to_str().unwrap(),
-            "--format",
-            "json",
-        ],
-    );
-    let rows: Vec<Value> = serde_json::from_slice(&rows.stdout).unwrap();
+    let rows = history_rows(&setup, &history);
     assert_eq!(rows.len(), 11 + retries.len(), "every attempt is recorded");
 }
 
@@ -703,17 +693,15 @@ fn a_plain_request_is_not_recorded_but_a_record_request_is() {
         &[call("plain", "add", json!([1, 2]), json!({})), recorded],
     );
     assert!(replies.iter().all(|r| r["ok"] == true), "{replies:?}");
-    let rows = common::lfm_in(
-        setup.dir.path().to_str().unwrap(),
-        &[
-            "history",
-            "--history",
-            history.to_str().unwrap(),
-            "--format",
-            "json",
-        ],
-    );
-    let rows: Vec<Value> = serde_json::from_slice(&rows.stdout).unwrap();
+    let rows = history_rows(&setup, &history);
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["category"], "add");
+}
+
+/// The rows `lfm history` shows of a history file.
+fn history_rows(setup: &Setup, history: &Path) -> Vec<Value> {
+    let dir = setup.dir.path().to_str().unwrap();
+    let history = history.to_str().unwrap();
+    let output = common::lfm_in(dir, &["history", "--history", history, "--format", "json"]);
+    serde_json::from_slice(&output.stdout).unwrap()
 }

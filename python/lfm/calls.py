@@ -183,8 +183,8 @@ def _limits_message(report: Optional[Report]) -> Optional[str]:
         if key == "memory":
             peak = (report.get("memory") or {}).get("peak_bytes", 0)
             parts.append(f"memory (limit {limit / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB)")
-        elif key == "wall":
-            parts.append(f"wall time (limit {limit} s)")
+        elif key in ("wall", "wall_time"):
+            parts.append(f"wall time (limit {limit:g} s)")
         else:
             parts.append(f"{key} (limit {limit})")
     return f"{name}: limit exceeded: {', '.join(parts)}"

@@ -24,6 +24,9 @@ from .calls import Options
 from .executor import call
 
 TOPIC = "lfm-report"
+# Unpickling a task imports dask's task classes (and their imports: ~200 modules, ~150 ms a
+# call on a 2-core VM): the zygote imports them once.
+PRELOAD = ("dask._task_spec",)
 
 
 def options_for(worker: Any, run_spec: Any) -> Options:
@@ -58,7 +61,7 @@ class LfmTask:
     def __call__(self, data: dict) -> Any:
         func = getattr(self.run_spec, "func", None)
         name = getattr(calls.unwrapped(func), "__qualname__", None) if func else None
-        done = call(self.run_spec, (data,), {}, self.options, name)
+        done = call(self.run_spec, (data,), {}, self.options, name, PRELOAD)
         key = getattr(self.run_spec, "key", None)
         self.worker.log_event(TOPIC, {"key": str(key), "report": done.report})
         return done.result()

@@ -29,6 +29,7 @@ def run_call(
     options: Options,
     future: Future,
     name: Optional[str] = None,
+    preload: Tuple[str, ...] = (),
 ) -> None:
     """Send one call to the node's serve; `future` gets its value or exception, and Report."""
     from . import packs  # only pack=True needs lfm pack
@@ -45,7 +46,7 @@ def run_call(
 
     try:
         pack = packs.pack_for(calls.unwrapped(fn)) if options.pack else None
-        key = node.ServeKey.here(pack)
+        key = node.ServeKey.here(pack, preload)
         fields = calls.request(fn, args, kwargs, options, key.roots, name)
         node.CALLS.send(key, fields, done)
     except Exception as error:  # no binary, no serve, unpicklable: the future says why
@@ -59,12 +60,14 @@ def call(
     kwargs: Dict[str, Any],
     options: Options,
     name: Optional[str] = None,
+    preload: Tuple[str, ...] = (),
 ) -> Future:
     """Run one call in the node's serve and wait for it: a done Future (value or exception,
-    and the Report)."""
+    and the Report). `preload`: modules the serve's zygote should have imported (part of
+    which serve is used)."""
     future = Future()
     future.set_running_or_notify_cancel()
-    run_call(fn, args, kwargs, options, future, name)
+    run_call(fn, args, kwargs, options, future, name, preload)
     cf.wait([future])
     return future
 

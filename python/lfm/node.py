@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import hashlib
 import itertools
 import json
@@ -53,18 +54,27 @@ def runtime_dir() -> str:
 
 def source_roots() -> List[str]:
     """This process's own source directories on sys.path: not the stdlib nor site-packages,
-    which the interpreter has anyway. The serve finds by-name functions and the modules of
-    pickled arguments on them."""
+    which the interpreter has anyway, nor Dask's per-worker scratch directories (each worker
+    puts its own on sys.path: they would give every worker a serve of its own). The serve
+    finds by-name functions and the modules of pickled arguments on them."""
+    return list(_source_roots(tuple(sys.path), os.getcwd()))
+
+
+@functools.lru_cache(maxsize=16)
+def _source_roots(path: Tuple[str, ...], cwd: str) -> Tuple[str, ...]:
     installed = {os.path.realpath(p) for p in _installed_dirs()}
     roots: List[str] = []
-    for entry in sys.path:
-        path = os.path.realpath(entry or os.getcwd())
-        if not os.path.isdir(path) or path in roots:
+    for entry in path:
+        real = os.path.realpath(entry or cwd)
+        if not os.path.isdir(real) or real in roots or DASK_SCRATCH in real.split(os.sep):
             continue
-        if any(path == d or path.startswith(d + os.sep) for d in installed):
+        if any(real == d or real.startswith(d + os.sep) for d in installed):
             continue
-        roots.append(path)
-    return roots
+        roots.append(real)
+    return tuple(roots)
+
+
+DASK_SCRATCH = "dask-scratch-space"
 
 
 def _installed_dirs() -> List[str]:
@@ -75,6 +85,17 @@ def _installed_dirs() -> List[str]:
     return [d for d in dirs if d]
 
 
+# What every call of the client may need and the zygote imports once, instead of each forked
+# call: cloudpickle reconstructs pickled functions.
+DEFAULT_PRELOAD = ("cloudpickle",)
+
+
+def preloads(extra: Tuple[str, ...] = ()) -> Tuple[str, ...]:
+    """DEFAULT_PRELOAD, what the caller needs, and LFM_PRELOAD (comma-separated modules)."""
+    from_env = tuple(m.strip() for m in os.environ.get("LFM_PRELOAD", "").split(",") if m.strip())
+    return tuple(sorted(set(DEFAULT_PRELOAD + tuple(extra) + from_env)))
+
+
 @dataclass(frozen=True)
 class ServeKey:
     """What makes two clients able to share a serve."""
@@ -83,10 +104,15 @@ class ServeKey:
     python: str
     roots: Tuple[str, ...]
     pack: Optional[str] = None
+    preload: Tuple[str, ...] = ()
+    backend: str = "auto"
 
     @staticmethod
-    def here(pack: Optional[str] = None) -> "ServeKey":
-        return ServeKey(find_binary(), sys.executable, tuple(source_roots()), pack)
+    def here(pack: Optional[str] = None, preload: Tuple[str, ...] = ()) -> "ServeKey":
+        # A pack holds what its function needs: nothing more is preloaded from it.
+        modules = tuple(preload) if pack else preloads(preload)
+        roots = tuple(source_roots())
+        return ServeKey(find_binary(), sys.executable, roots, pack, modules, backend())
 
     @property
     def stem(self) -> str:
@@ -97,9 +123,23 @@ class ServeKey:
         argv = [self.binary, "serve", "--socket", socket_path]
         argv += ["--idle-timeout", f"{idle_timeout()}s", "--slots", str(slots())]
         argv += ["--pack", self.pack] if self.pack else ["--python", self.python]
+        if self.preload:
+            argv += ["--preload", ",".join(self.preload)]
+        argv += ["--backend", self.backend]
         for root in self.roots:
             argv += ["--root", root]
         return argv
+
+
+BACKENDS = ("auto", "cgroup2", "cgroup1", "rlimit")
+
+
+def backend() -> str:
+    """How the serve contains calls: LFM_BACKEND, else auto (lfm serve --backend)."""
+    name = os.environ.get("LFM_BACKEND", "auto")
+    if name not in BACKENDS:
+        raise ValueError(f"LFM_BACKEND: one of {', '.join(BACKENDS)}, not {name!r}")
+    return name
 
 
 def slots() -> int:
@@ -133,6 +173,21 @@ def _log_tail(path: str, size: int = 2000) -> str:
 
 
 NOT_LISTENING = (errno.ENOENT, errno.ECONNREFUSED)
+# The serves this process started, by socket: how one that died ended can then be told.
+_STARTED: Dict[str, "subprocess.Popen[bytes]"] = {}
+
+
+def _how_it_ended(path: str) -> str:
+    process = _STARTED.get(path)
+    if process is None:
+        return ""
+    try:
+        status = process.wait(timeout=2)
+    except subprocess.TimeoutExpired:
+        return ", still running"
+    if status < 0:
+        return f", killed by signal {-status}"
+    return f", exited with status {status}"
 
 
 def open_serve(key: ServeKey) -> Tuple[socket.socket, str]:
@@ -171,6 +226,7 @@ def _start(key: ServeKey, path: str) -> socket.socket:
             raise ServeError(f"could not start lfm serve ({key.binary}): {error}") from error
     # Reap it when it exits (idle), so no zombie stays behind this process.
     threading.Thread(target=process.wait, name="lfm-serve-reaper", daemon=True).start()
+    _STARTED[path] = process
     with open(key.stem + ".pid", "w") as handle:
         handle.write(f"{process.pid}\n")
     deadline = time.monotonic() + START_TIMEOUT
@@ -275,7 +331,10 @@ class Connection:
 
     def _gone_error(self, why: str) -> ServeError:
         log = self.key.stem + ".log"
-        return ServeError(f"{why}; the call is lost. The serve's log ({log}) ends:\n{_log_tail(log)}")
+        ended = _how_it_ended(self.path)
+        return ServeError(
+            f"{why}{ended}; the call is lost. The serve's log ({log}) ends:\n{_log_tail(log)}"
+        )
 
     def _fail(self, why: str) -> None:
         """The serve is gone: fail every call in flight, and let the next open a new one."""

@@ -174,8 +174,10 @@ def test_a_serve_that_dies_mid_call_fails_the_call_and_the_next_starts_a_fresh_o
             serve = int(handle.read())
         long_call = ex.submit(fns.sleep_then, 60, "never")
         os.kill(serve, signal.SIGKILL)
-        with pytest.raises(lfm.ServeError, match="closed the connection"):
+        with pytest.raises(lfm.ServeError, match="closed the connection") as raised:
             long_call.result(timeout=60)
+        assert f"pid {serve}" in str(raised.value)
+        assert "killed by signal 9" in str(raised.value)
         assert ex.submit(fns.parent_pid).result() != zygote
 
 
@@ -245,3 +247,27 @@ def test_pack_refuses_a_lambda_naming_why():
     with lfm.Executor(pack=True) as ex:
         with pytest.raises(lfm.LfmError, match="module-level function"):
             ex.submit(lambda: 1).result()
+
+
+def test_a_call_over_its_wall_time_fails_with_limit_exceeded():
+    with pytest.raises(lfm.LimitExceeded, match="wall time") as raised:
+        lfm.task(wall="1s")(fns.sleep_then)(60, "late")
+    assert "wall_time" in raised.value.limits
+
+
+def test_analyze_returns_the_spec_and_a_missing_target_names_the_error(tmp_path):
+    spec = lfm.analyze(fns.__file__ + ":double")
+    assert spec["format"].startswith("lfm-spec/")
+    assert [t["target"] for t in spec["targets"]] == ["client_functions:double"]
+    with pytest.raises(lfm.LfmError, match="exited with 3"):
+        lfm.analyze(str(tmp_path / "missing.py:f"))
+
+
+def test_lfm_backend_chooses_the_serves_backend(monkeypatch):
+    monkeypatch.setenv("LFM_BACKEND", "rlimit")
+    future = lfm.Executor().submit(fns.double, 2)
+    assert future.result() == 4
+    assert future.report["backend"] == "rlimit"
+    monkeypatch.setenv("LFM_BACKEND", "cgroup3")
+    with pytest.raises(ValueError, match="LFM_BACKEND"):
+        lfm.Executor().submit(fns.double, 2).result()

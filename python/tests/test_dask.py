@@ -15,7 +15,7 @@ from lfm.dask import LfmPlugin, reports  # noqa: E402
 @pytest.fixture(scope="module")
 def client():
     cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
         resources={"memory": 4e9, "cores": 2},
     )
     with cluster, distributed.Client(cluster) as client:
@@ -68,3 +68,23 @@ def test_dependencies_reach_the_task_in_lfm(client):
         first = client.submit(fns.double, 5, pure=False)
         second = client.submit(fns.double, first)
     assert second.result() == 20
+
+
+def test_with_default_true_plain_submits_with_resources_run_in_lfm():
+    cluster = distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
+        resources={"memory": 1e9},
+    )
+    with cluster, distributed.Client(cluster) as client:
+        client.register_plugin(LfmPlugin(default=True))
+        future = client.submit(fns.double, 8, resources={"memory": 120e6})
+        assert future.result() == 16
+        assert reports(client)[future.key]["limits"]["memory_bytes"] == 120_000_000
+
+
+def test_the_workers_of_a_node_share_one_serve(client):
+    workers = list(client.scheduler_info()["workers"])
+    with dask.annotate(executor="lfm"):
+        zygotes = [client.submit(fns.parent_pid, workers=[w], pure=False) for w in workers]
+    assert len(workers) == 2
+    assert len(set(client.gather(zygotes))) == 1

@@ -72,7 +72,7 @@ def dask_engine():
     from lfm.dask import LfmPlugin
 
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                           dashboard_address=None)
+                           dashboard_address=":0")
     with cluster, Client(cluster) as client:
         client.register_plugin(LfmPlugin())
 
