@@ -99,7 +99,7 @@ fn write_table(
         writeln!(out, "{resource}:")?;
         writeln!(
             out,
-            "  {:32} {:>7} {:>8} {:>8} {:>11} {:>9}",
+            "  {:36} {:>7} {:>8} {:>8} {:>11} {:>9}",
             "strategy", "tasks", "retries", "waste", "throughput", "/ oracle"
         )?;
         let outcomes: Vec<Outcome> = serde_json::from_value(outcomes.clone()).unwrap_or_default();
@@ -110,7 +110,7 @@ fn write_table(
         for o in &outcomes {
             writeln!(
                 out,
-                "  {:32} {:>7} {:>7.1}% {:>7.1}% {:>11.3} {:>8.2}x",
+                "  {:36} {:>7} {:>7.1}% {:>7.1}% {:>11.3} {:>8.2}x",
                 o.strategy,
                 o.tasks,
                 o.retry_percent,
