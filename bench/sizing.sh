@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Every sizing strategy on the bioblast trace (Tovar et al.'s BLAST workflow, 7,754 tasks):
-# waste, retries and modelled throughput per resource, next to the oracle and the whole node.
+# waste, retries and modelled throughput per resource for every strategy (fixed, max-seen,
+# min-waste, max-throughput, greedy/exhaustive bucketing deterministic and probabilistic,
+# quantized bucketing), next to the oracle and the best fixed ladder in hindsight.
 # Usage: bash bench/sizing.sh   (from the repository root)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use lfm_monitor::sizing::simulate::{combine, oracle, Outcome};
+use lfm_monitor::sizing::simulate::{best_ladder, combine, oracle, Outcome};
 use lfm_monitor::sizing::trace::Trace;
 use lfm_monitor::sizing::{simulate, Resource, Strategy, STRATEGIES};
 
@@ -57,7 +57,8 @@ pub fn simulate_trace(args: SimulateArgs) -> i32 {
     0
 }
 
-/// Every strategy, then the oracle and the whole node, each category sized on its own.
+/// Every strategy, then the oracle, the best ladder in hindsight and the whole node, each
+/// category sized on its own.
 fn resource_outcomes(
     trace: &Trace,
     name: &str,
@@ -82,6 +83,14 @@ fn resource_outcomes(
         .map(|&s| per(&|tasks| simulate(tasks, s, resource), s.name()))
         .collect();
     outcomes.push(per(&|tasks| oracle(tasks, resource), "oracle"));
+    // The best static ladder in hindsight, when every category has one.
+    let ladders: Option<Vec<Outcome>> = categories
+        .iter()
+        .map(|(_, tasks)| best_ladder(tasks, resource))
+        .collect();
+    if let Some(parts) = ladders {
+        outcomes.push(combine("best-ladder", &parts, resource.node));
+    }
     if !strategies.contains(&Strategy::Fixed) {
         outcomes.push(per(
             &|tasks| simulate(tasks, Strategy::Fixed, resource),
@@ -110,7 +119,7 @@ fn write_table(
         for o in &outcomes {
             writeln!(
                 out,
-                "  {:36} {:>7} {:>7.1}% {:>7.1}% {:>11.3} {:>8.2}x",
+                "  {:36} {:>7} {:>7.1}% {:>7.1}% {:>11.3} {:>8.3}x",
                 o.strategy,
                 o.tasks,
                 o.retry_percent,

@@ -47,7 +47,10 @@ impl Method {
     /// The deterministic variants take the smallest bucket above the previous allocation; the
     /// others draw one by probability (cctools' quantized mode draws too).
     pub fn deterministic(self) -> bool {
-        matches!(self, Method::DeterministicGreedy | Method::DeterministicExhaustive)
+        matches!(
+            self,
+            Method::DeterministicGreedy | Method::DeterministicExhaustive
+        )
     }
 
     pub fn buckets(self, sorted: &[Point]) -> Vec<Bucket> {

@@ -247,9 +247,7 @@ impl Sizer {
             return self.resource.node;
         };
         let sorted = &self.sorted;
-        let buckets = self
-            .buckets
-            .get_or_insert_with(|| method.buckets(sorted));
+        let buckets = self.buckets.get_or_insert_with(|| method.buckets(sorted));
         if method.deterministic() {
             bucketing::smallest_above(buckets, previous)
         } else {

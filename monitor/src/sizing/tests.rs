@@ -3,7 +3,7 @@
 
 use super::bucketing::{self, Random};
 use super::histogram::Histogram;
-use super::simulate::{oracle, simulate, TaskUse};
+use super::simulate::{best_ladder, oracle, simulate, TaskUse};
 use super::*;
 
 fn memory() -> Resource {
@@ -154,8 +154,14 @@ fn exhaustive_candidates_are_powers_of_two_then_equal_steps_snapped_to_points() 
     assert_eq!(values(&two), vec![6.0, 30.0, 60.0]);
     // Deterministic cost sum_i p_i (v_0 + ... + v_i - E_i):
     //   k = 1: 34/55 * (6 + 60 - 1320/34) = 16.8;  k = 2: 24/55 * 6 + 10/55 * 36 = 504/55.
-    assert_close(bucketing::exhaustive_cost(&one, &one_means, true), 924.0 / 55.0);
-    assert_close(bucketing::exhaustive_cost(&two, &two_means, true), 504.0 / 55.0);
+    assert_close(
+        bucketing::exhaustive_cost(&one, &one_means, true),
+        924.0 / 55.0,
+    );
+    assert_close(
+        bucketing::exhaustive_cost(&two, &two_means, true),
+        504.0 / 55.0,
+    );
     // k = 2 is the cheapest of 1..=10 here.
     let best = bucketing::exhaustive(&points, true);
     assert_eq!(values(&best), vec![6.0, 30.0, 60.0]);
@@ -286,6 +292,8 @@ fn on_synthetic_workloads_adaptive_strategies_beat_the_whole_node_and_no_one_bea
             .collect();
         let best = oracle(&tasks, resource);
         assert_eq!(best.waste_percent, 0.0);
+        let ladder = best_ladder(&tasks, resource).unwrap();
+        assert!(ladder.throughput <= best.throughput + 1e-9, "{name}");
         let whole = simulate(&tasks, Strategy::Fixed, resource);
         for &(strategy_name, strategy) in STRATEGIES.iter().filter(|(_, s)| *s != Strategy::Fixed) {
             let outcome = simulate(&tasks, strategy, resource);
@@ -304,20 +312,69 @@ fn on_synthetic_workloads_adaptive_strategies_beat_the_whole_node_and_no_one_bea
                 "{name}/{strategy_name}"
             );
         }
-        // Two clusters far apart: a first allocation sized for the small one wastes less than
-        // giving every task the largest seen.
-        if name == "bimodal" {
-            let waste = |s| simulate(&tasks, s, resource).waste_percent;
-            assert!(
-                waste(Strategy::MinWaste) < waste(Strategy::MaxSeen),
-                "{name}"
-            );
-            assert!(
-                waste(Strategy::GreedyBucketing) < waste(Strategy::MaxSeen),
-                "{name}"
-            );
+        if name == "bimodal" || name == "trimodal" {
+            clusters_favour_the_deterministic_bucketing(name, &tasks, resource);
         }
     }
+}
+
+/// Clusters far apart: a first allocation sized for the smallest cluster (the deterministic
+/// bucketings start at their smallest bucket, a failed attempt there costs little) wastes
+/// less than giving every task the largest seen (max-seen, quantized's single bucket), than
+/// cctools' 250 MB histogram, and than drawing the larger clusters' buckets at random.
+fn clusters_favour_the_deterministic_bucketing(name: &str, tasks: &[TaskUse], resource: Resource) {
+    let waste = |s| simulate(tasks, s, resource).waste_percent;
+    let largest_seen = waste(Strategy::MaxSeen).min(waste(Strategy::QuantizedBucketing));
+    for (deterministic, probabilistic) in [
+        (
+            Strategy::GreedyBucketing,
+            Strategy::GreedyBucketingProbabilistic,
+        ),
+        (
+            Strategy::ExhaustiveBucketing,
+            Strategy::ExhaustiveBucketingProbabilistic,
+        ),
+    ] {
+        let det = waste(deterministic);
+        assert!(det < waste(Strategy::MinWaste), "{name}/{deterministic:?}");
+        assert!(det < waste(probabilistic), "{name}/{deterministic:?}");
+        assert!(det < largest_seen, "{name}/{deterministic:?}");
+    }
+    assert!(
+        waste(Strategy::MinWaste) < waste(Strategy::MaxSeen),
+        "{name}"
+    );
+    // Quantized's one bucket is the largest value itself, max-seen pads it to a bucket.
+    assert!(
+        waste(Strategy::QuantizedBucketing) < waste(Strategy::MaxSeen),
+        "{name}"
+    );
+}
+
+#[test]
+fn the_best_ladder_is_the_cheapest_fixed_sequence_of_allocations() {
+    let tasks: Vec<TaskUse> = [10.0, 10.0, 10.0, 12.0, 40.0]
+        .iter()
+        .map(|&used| TaskUse { used, time: None })
+        .collect();
+    // Ladders ending at 40: {40} costs 5*40 = 200; {10, 40}: 5*10 + 2*40 = 130;
+    // {12, 40}: 5*12 + 1*40 = 100; {10, 12, 40}: 50 + 2*12 + 40 = 114. Best: 12 then 40.
+    let ladder = best_ladder(&tasks, memory()).unwrap();
+    assert_eq!(ladder.allocated, 100.0);
+    assert_eq!(ladder.used, 82.0);
+    assert_eq!((ladder.retries, ladder.retried_tasks), (1, 1));
+    // With wall times the 40 task weighs 10 (the others 1): W = 14, W(>10) = 11, W(>12) = 10; {40}: 560; {10, 40}: 140 + 440 = 580;
+    // {12, 40}: 168 + 400 = 568; {10, 12, 40}: 140 + 132 + 400 = 672. Best: 40 alone.
+    let timed: Vec<TaskUse> = tasks
+        .iter()
+        .map(|t| TaskUse {
+            used: t.used,
+            time: Some(if t.used == 40.0 { 10.0 } else { 1.0 }),
+        })
+        .collect();
+    let ladder = best_ladder(&timed, memory()).unwrap();
+    assert_eq!(ladder.allocated, 560.0);
+    assert_eq!(ladder.retries, 0);
 }
 
 #[test]

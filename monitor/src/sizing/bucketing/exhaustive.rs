@@ -39,7 +39,13 @@ fn candidates(sorted: &[Point], sums: &Sums, k: usize) -> (Vec<Bucket>, Vec<f64>
         0
     };
     let powers = (0..steps).map(|i| 2f64.powi(i));
-    let linear = (1..=k).map(|j| if j == k { max } else { max * j as f64 / k as f64 });
+    let linear = (1..=k).map(|j| {
+        if j == k {
+            max
+        } else {
+            max * j as f64 / k as f64
+        }
+    });
     let total = sums.mass(0, sorted.len() - 1);
     let (mut buckets, mut means) = (Vec::new(), Vec::new());
     let mut start = 0;

@@ -12,7 +12,14 @@ pub fn greedy(sorted: &[Point], deterministic: bool) -> Vec<Bucket> {
     }
     let sums = Sums::new(sorted);
     let mut breaks = Vec::new();
-    split(sorted, &sums, 0, sorted.len() - 1, deterministic, &mut breaks);
+    split(
+        sorted,
+        &sums,
+        0,
+        sorted.len() - 1,
+        deterministic,
+        &mut breaks,
+    );
     breaks.push(sorted.len() - 1);
     breaks.sort_unstable();
     let values: Vec<f64> = breaks.iter().map(|&i| sorted[i].0).collect();
