@@ -379,9 +379,9 @@ pub struct MonitorArgs {
     /// Category name recorded in the report; the run is then recorded in the history.
     #[arg(long)]
     pub category: Option<String>,
-    /// Limits the user did not give come from the category's history; a run killed for
-    /// memory is retried at the strategy's next allocation. Needs --category (call: the
-    /// function's name by default).
+    /// Memory, cores and (with --sandbox) disk limits the user did not give come from the
+    /// category's history; a run that ran out of one is retried at the strategy's next
+    /// allocation. Needs --category (call: the function's name by default).
     #[arg(long)]
     pub auto: bool,
     /// With --auto: how many larger attempts after the first.

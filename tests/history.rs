@@ -71,20 +71,212 @@ fn auto_retries_a_run_that_outgrows_its_history_at_a_larger_allocation() {
         String::from_utf8_lossy(&output.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(report["limits_from_sizing"], serde_json::json!(["memory"]));
+    assert_eq!(
+        report["limits_from_sizing"],
+        serde_json::json!(["memory", "cores"])
+    );
     let all = rows(history, "grow");
-    assert_eq!(all.len(), 22, "20 runs and two attempts");
-    let (first, second) = (&all[20], &all[21]);
-    assert_eq!(first["exit"], "limits", "{first}");
-    assert_eq!(first["exceeded"], "memory");
-    assert_eq!(first["sized"], true);
+    let attempts = &all[20..];
+    assert!(
+        attempts.len() >= 2,
+        "20 runs, then two attempts or more: {attempts:?}"
+    );
+    let (last, failed) = attempts.split_last().unwrap();
+    let first = &failed[0];
     let sized = first["memory_limit_mb"].as_f64().unwrap();
     assert!(
         (295.0..=320.0).contains(&sized),
         "first attempt sized at {sized} MiB from 300 MiB runs"
     );
-    assert_eq!(second["exit"], "normal", "{second}");
-    assert!(second["memory_limit_mb"].as_f64().unwrap() >= 600.0);
+    // Each attempt killed for memory at its sized limit, the next one larger; the last ends.
+    let mut previous = 0.0;
+    for attempt in failed {
+        assert_eq!(attempt["exit"], "limits", "{attempt}");
+        assert_eq!(attempt["exceeded"], "memory");
+        assert_eq!(attempt["sized"], true);
+        let limit = attempt["memory_limit_mb"].as_f64().unwrap();
+        assert!(limit > previous, "{attempts:?}");
+        previous = limit;
+    }
+    assert_eq!(last["exit"], "normal", "{last}");
+    assert!(last["memory_limit_mb"].as_f64().unwrap() >= 600.0);
+}
+
+/// `lfm size --format json` for a category.
+fn size(history: &str, category: &str) -> serde_json::Value {
+    let output = lfm_in(
+        "/",
+        &[
+            "size",
+            "--history",
+            history,
+            "--category",
+            category,
+            "--format",
+            "json",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn auto_sizes_the_sandbox_disk_and_retries_a_run_that_writes_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.sqlite");
+    let w = workload();
+    // Ten runs writing 4 MiB each in their own sandbox (at once: each holds a second): enough
+    // points for bucketing to leave its sampling phase.
+    let runs: Vec<_> = (0..10)
+        .map(|i| {
+            let sandbox = dir.path().join(format!("s{i}"));
+            std::fs::create_dir(&sandbox).unwrap();
+            Command::new(env!("CARGO_BIN_EXE_lfm"))
+                .args(["run", "--quiet", "--category", "writer", "--history"])
+                .arg(&history)
+                .arg("--sandbox")
+                .arg(&sandbox)
+                .arg("--")
+                .arg(&w)
+                .args(["write", "out.bin", "4"])
+                .current_dir("/")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut run in runs {
+        assert!(run.wait().unwrap().success());
+    }
+    let history = history.to_str().unwrap();
+    let advice = size(history, "writer");
+    let disk = &advice["resources"]["disk"];
+    assert_eq!(disk["points"], 10, "{advice}");
+    let first = disk["allocation"].as_f64().unwrap();
+    assert!(
+        (4.0..5.0).contains(&first),
+        "sized from 4 MiB writes: {advice}"
+    );
+
+    // A run that writes 12 MiB: killed at the sized disk limit, retried larger until it fits.
+    let sandbox = dir.path().join("big");
+    std::fs::create_dir(&sandbox).unwrap();
+    let (sandbox, w) = (sandbox.to_str().unwrap(), w.to_str().unwrap());
+    let output = lfm_in(
+        "/",
+        &[
+            "run",
+            "--quiet",
+            "--category",
+            "writer",
+            "--history",
+            history,
+            "--auto",
+            "--memory",
+            "512M",
+            "--sandbox",
+            sandbox,
+            "--report",
+            "-",
+            "--",
+            w,
+            "write",
+            "out.bin",
+            "12",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    // Memory was given: only cores and disk came from sizing.
+    assert_eq!(
+        report["limits_from_sizing"],
+        serde_json::json!(["cores", "disk"])
+    );
+    assert!(report["limits"]["disk_bytes"].as_f64().unwrap() >= 12.0 * 1_048_576.0);
+    let all = rows(history, "writer");
+    let attempts = &all[10..];
+    assert!(attempts.len() >= 2, "{attempts:?}");
+    let (last, failed) = attempts.split_last().unwrap();
+    for attempt in failed {
+        assert_eq!(attempt["exit"], "limits", "{attempt}");
+        assert_eq!(attempt["exceeded"], "disk", "{attempt}");
+        assert_eq!(attempt["sized"], true);
+    }
+    assert_eq!(last["exit"], "normal", "{last}");
+    // The first attempt's limit is what `lfm size` advised (the row holds what the sandbox
+    // used when the limit refused a write: at most the limit).
+    assert!(
+        failed[0]["disk_mb"].as_f64().unwrap() <= first + 1e-6,
+        "{}",
+        failed[0]
+    );
+}
+
+#[test]
+fn auto_sizes_cores_as_lfm_size_advises_in_whole_cores() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.sqlite");
+    let history = history.to_str().unwrap();
+    let w = workload();
+    let w = w.to_str().unwrap();
+    for _ in 0..10 {
+        let output = lfm_in(
+            "/",
+            &[
+                "run",
+                "--quiet",
+                "--category",
+                "spin",
+                "--history",
+                history,
+                "--",
+                w,
+                "busy",
+                "2",
+                "200",
+            ],
+        );
+        assert!(output.status.success());
+    }
+    let advised = size(history, "spin")["resources"]["cores"]["allocation"]
+        .as_f64()
+        .unwrap();
+    // The workload prints its own CPU seconds on stdout: the report goes to a file.
+    let path = dir.path().join("report.json");
+    let output = lfm_in(
+        "/",
+        &[
+            "run",
+            "--quiet",
+            "--category",
+            "spin",
+            "--history",
+            history,
+            "--auto",
+            "--memory",
+            "512M",
+            "--report",
+            path.to_str().unwrap(),
+            "--",
+            w,
+            "busy",
+            "2",
+            "200",
+        ],
+    );
+    assert!(output.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(report["limits_from_sizing"], serde_json::json!(["cores"]));
+    let cores = report["limits"]["cores"].as_f64().unwrap();
+    assert_eq!(cores, advised);
+    assert!(cores >= 1.0 && cores.fract() == 0.0, "{cores}");
 }
 
 #[test]

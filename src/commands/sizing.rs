@@ -3,8 +3,9 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use lfm_monitor::sizing::auto::{self, Sized};
 use lfm_monitor::sizing::history::{default_path, History, Row};
-use lfm_monitor::sizing::{node_memory_mb, sizer_from_history, Resource, Strategy};
+use lfm_monitor::sizing::Strategy;
 use lfm_monitor::Report;
 
 use crate::cli::{HistoryArgs, HistoryFormat, SimulateFormat, SizeArgs};
@@ -25,18 +26,6 @@ pub fn record(path: Option<&PathBuf>, report: &Report) {
     if let Err(error) = open(path).and_then(|h| h.record(report, sized)) {
         eprintln!("lfm: warning: not recorded: {error}");
     }
-}
-
-/// The memory limit (bytes) sizing gives the next run of `category`: the first attempt, or
-/// after an attempt at `failed` MiB ran out, the next one.
-pub fn memory_allocation(rows: &[Row], strategy: Strategy, failed: Option<f64>) -> u64 {
-    let resource = Resource::memory_mb(node_memory_mb());
-    let mut sizer = sizer_from_history(rows, strategy, resource, "memory", |r| Some(r.memory_mb));
-    let mib = match failed {
-        None => sizer.first_allocation(),
-        Some(failed) => sizer.retry_allocation(failed),
-    };
-    (mib * 1_048_576.0) as u64
 }
 
 pub fn history(args: HistoryArgs) -> i32 {
@@ -111,31 +100,62 @@ pub fn size(args: SizeArgs) -> i32 {
             return EXIT_FAILED;
         }
     };
-    let resource = Resource::memory_mb(node_memory_mb());
-    let mut sizer = sizer_from_history(&rows, strategy, resource, "memory", |r| Some(r.memory_mb));
-    let memory = sizer.first_allocation();
+    let mut resources = serde_json::Map::new();
+    for resource in [Sized::Memory, Sized::Cores, Sized::Disk] {
+        // Disk is measured only in a sandbox: no sandboxed run, nothing to size it from.
+        if resource == Sized::Disk && rows.iter().all(|r| r.disk_mb.is_none()) {
+            continue;
+        }
+        resources.insert(resource.name().into(), advice(&rows, strategy, resource));
+    }
+    let memory = &resources["memory"];
     let advice = serde_json::json!({
         "category": args.category,
         "strategy": strategy.name(),
         "runs": rows.len(),
-        "points": sizer.points(),
-        "memory_mb": memory,
-        "node_memory_mb": resource.node,
-        "why": if memory >= resource.node {
-            "not enough history for this strategy yet: the whole node".to_string()
-        } else {
-            format!("{} over {} normally ended runs", strategy.name(), sizer.points())
-        },
+        "points": memory["points"],
+        "memory_mb": memory["allocation"],
+        "node_memory_mb": memory["node"],
+        "why": memory["why"],
+        "resources": resources,
     });
     match args.format {
         SimulateFormat::Json => println!("{advice}"),
-        SimulateFormat::Table => println!(
-            "{}: memory {:.0} MiB ({}; node {:.0} MiB)",
-            args.category,
-            memory,
-            advice["why"].as_str().unwrap_or_default(),
-            resource.node
-        ),
+        SimulateFormat::Table => {
+            for (name, a) in &resources {
+                println!(
+                    "{}: {name} {} {} ({}; node {:.0})",
+                    args.category,
+                    a["allocation"],
+                    a["unit"].as_str().unwrap_or_default(),
+                    a["why"].as_str().unwrap_or_default(),
+                    a["node"].as_f64().unwrap_or_default()
+                );
+            }
+        }
     }
     0
+}
+
+/// One resource's next allocation, and why.
+fn advice(rows: &[Row], strategy: Strategy, resource: Sized) -> serde_json::Value {
+    let node = auto::node(resource, Some(std::path::Path::new(".")));
+    let sizer = resource.sizer(rows, strategy, node);
+    let points = sizer.points();
+    let allocation = resource.allocation(rows, strategy, node, None);
+    let name = strategy.name();
+    let why = match (sizer.warming_up(), allocation >= node) {
+        (false, _) => format!("{name} over {points} normally ended runs"),
+        (true, true) => {
+            format!("{name} has not enough history yet ({points} points): the whole node")
+        }
+        (true, false) => format!("{name} is still sampling ({points} points): its default"),
+    };
+    serde_json::json!({
+        "allocation": (allocation * 1000.0).round() / 1000.0,
+        "unit": resource.unit(),
+        "node": node.floor(),
+        "points": points,
+        "why": why,
+    })
 }

@@ -32,6 +32,11 @@ pub struct Row {
     pub memory_limit_mb: Option<f64>,
     /// The limits came from sizing (`--auto`).
     pub sized: bool,
+    /// The cores limit of the run, if any (from the stored Report).
+    pub cores_limit: Option<f64>,
+    /// The share of the run's CPU periods in which the kernel held it back at its cores limit
+    /// (the Report's cpu_throttling), where the kernel enforced one.
+    pub throttled: Option<f64>,
 }
 
 pub struct History {
@@ -160,7 +165,9 @@ impl History {
             .connection
             .prepare(
                 "SELECT id, category, time, exit, exceeded, memory_mb, cores, disk_mb, wall_time,
-                        memory_limit_mb, sized
+                        memory_limit_mb, sized, json_extract(report, '$.limits.cores'),
+                        json_extract(report, '$.cpu_throttling.throttled_periods')
+                          * 1.0 / json_extract(report, '$.cpu_throttling.periods')
                  FROM runs WHERE ?1 IS NULL OR category = ?1 ORDER BY id",
             )
             .map_err(fail)?;
@@ -178,6 +185,8 @@ impl History {
                     wall_time: r.get(8)?,
                     memory_limit_mb: r.get(9)?,
                     sized: r.get(10)?,
+                    cores_limit: r.get(11)?,
+                    throttled: r.get(12)?,
                 })
             })
             .map_err(fail)?;
@@ -188,4 +197,18 @@ impl History {
 /// Whether a run's end says its memory was enough (it ended on its own or raised).
 pub fn ended_normally(row: &Row) -> bool {
     matches!(row.exit.as_str(), "normal" | "exception")
+}
+
+/// A run held back at its cores limit in at least this share of its CPU periods wanted more
+/// than the limit: its measured cores are what the limit allowed.
+pub const THROTTLED: f64 = 0.1;
+
+/// The cores a run needed: its measured peak, or, when the kernel throttled it at its limit
+/// (see [`THROTTLED`]), one core more than the limit, so that the next allocation climbs until
+/// the category runs unthrottled.
+pub fn cores_needed(row: &Row) -> f64 {
+    match (row.cores_limit, row.throttled) {
+        (Some(limit), Some(share)) if share >= THROTTLED => row.cores.max(limit + 1.0),
+        _ => row.cores,
+    }
 }

@@ -9,6 +9,7 @@
 //! scheduler would; [`simulate`] replays a trace through one. It knows nothing of where the
 //! history is stored.
 
+pub mod auto;
 mod bucketing;
 mod histogram;
 pub mod history;
@@ -236,6 +237,17 @@ impl Sizer {
     /// Points recorded so far (normally ended runs).
     pub fn points(&self) -> usize {
         self.points.len()
+    }
+
+    /// Whether the strategy is still in its warm-up (the node, or bucketing's sampling
+    /// default), rather than answering from the history.
+    pub fn warming_up(&self) -> bool {
+        match self.strategy {
+            Strategy::Fixed => true,
+            Strategy::MaxSeen => self.points.is_empty(),
+            Strategy::MinWaste | Strategy::MaxThroughput => self.first.is_none(),
+            _ => self.points.len() < bucketing::SAMPLING_POINTS,
+        }
     }
 
     fn bucketing_allocation(&mut self, previous: f64) -> f64 {
