@@ -149,6 +149,13 @@ pub struct ServeArgs {
     /// lfm's cache (the runner and per-call directories; default ~/.cache/lfm).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// The history every call is recorded in (default: $LFM_HISTORY, else
+    /// ~/.local/share/lfm/history-HOST.sqlite).
+    #[arg(long, value_name = "PATH", conflicts_with = "no_history")]
+    pub history: Option<PathBuf>,
+    /// Record nothing (requests cannot ask for "auto" then).
+    #[arg(long)]
+    pub no_history: bool,
 }
 
 const CALL_EXAMPLES: &str = "\

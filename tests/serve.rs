@@ -98,6 +98,12 @@ impl Setup {
             .args(["serve", "--python", self.python, "--backend", self.backend])
             .args(["--cache-dir"])
             .arg(self.dir.path().join("cache"))
+            // Never the user's own history: a test names one, or none.
+            .args(if extra.contains(&"--history") {
+                &[][..]
+            } else {
+                &["--no-history"][..]
+            })
             .args(extra)
             .current_dir(self.dir.path())
             .stdin(Stdio::piped())
@@ -323,6 +329,127 @@ fn a_call_is_measured_by_what_it_allocates_not_by_the_zygote() {
         (peak("alloc") - 100.0).abs() <= 3.0,
         "100 MiB call measured {:.1} MiB while the zygote holds 300 MiB",
         peak("alloc")
+    );
+}
+
+/// The history's rows of a category, as `lfm history --format json` prints them.
+fn history_rows(history: &Path, category: &str) -> Vec<Value> {
+    let output = common::lfm_in(
+        "/",
+        &[
+            "history",
+            "--history",
+            history.to_str().unwrap(),
+            "--category",
+            category,
+            "--format",
+            "json",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn serve_records_every_call_and_auto_retries_a_call_that_outgrows_its_history() {
+    for setup in setups() {
+        let name = setup.name;
+        let history = setup.dir.path().join("history.sqlite");
+        let with_history = ["--history", history.to_str().unwrap()];
+        let hold = |id: String, mib: u64| {
+            json!({"id": id, "function": "faults.py:alloc_hold", "import_module": true,
+                   "args": [mib, 0.2]})
+        };
+        // Twelve calls of 30 MiB: past bucketing's ten sampling points.
+        let requests: Vec<Value> = (0..12).map(|i| hold(format!("h{i}"), 30)).collect();
+        let replies = setup.serve_all(&with_history, &requests);
+        assert!(
+            replies.iter().all(|r| r["ok"] == true),
+            "{name}: {replies:?}"
+        );
+        let rows = history_rows(&history, "alloc_hold");
+        assert_eq!(
+            rows.len(),
+            12,
+            "{name}: the category is the function's name"
+        );
+        assert!(rows
+            .iter()
+            .all(|r| r["exit"] == "normal" && r["sized"] == false));
+
+        // A 60 MiB call sized from them: killed at its sized memory, run again larger.
+        let mut request = hold("auto".into(), 60);
+        request["auto"] = true.into();
+        request["max_retries"] = 6.into();
+        let replies = setup.serve_all(&with_history, &[request.clone()]);
+        let reply = by_id(&replies, "auto");
+        assert_eq!(reply["ok"], true, "{name}: {reply}");
+        assert_eq!(
+            reply["report"]["limits_from_sizing"],
+            json!(["memory", "cores", "disk"]),
+            "{name}"
+        );
+        let attempts = reply["attempts"].as_u64().unwrap() as usize;
+        assert!(attempts >= 2, "{name}: {attempts} attempts");
+        let rows = history_rows(&history, "alloc_hold");
+        assert_eq!(rows.len(), 12 + attempts, "{name}: every attempt recorded");
+        let (last, failed) = rows[12..].split_last().unwrap();
+        let first = failed[0]["memory_limit_mb"].as_f64().unwrap();
+        assert!(
+            first < 60.0,
+            "{name}: first attempt sized at {first} MiB from 30 MiB calls"
+        );
+        for attempt in failed {
+            assert_eq!(attempt["exit"], "limits", "{name}: {attempt}");
+            assert_eq!(attempt["exceeded"], "memory", "{name}: {attempt}");
+            assert_eq!(attempt["sized"], true);
+        }
+        assert_eq!(last["exit"], "normal", "{name}: {last}");
+
+        // Without a history nothing is recorded, and "auto" is refused, saying why.
+        let replies = setup.serve_all(&[], &[hold("plain".into(), 1), request]);
+        assert_eq!(by_id(&replies, "plain")["ok"], true, "{name}");
+        let refused = by_id(&replies, "auto");
+        assert_eq!(refused["error"]["reason"], "refused", "{name}: {refused}");
+        assert!(refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--no-history"));
+        assert_eq!(
+            history_rows(&history, "alloc_hold").len(),
+            12 + attempts,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_auto_request_is_malformed_and_names_the_field() {
+    let setup = setup("rlimit", "rlimit", false);
+    let mut unknown = call("s", "noop", json!([]), json!({}));
+    unknown["auto"] = true.into();
+    unknown["strategy"] = "best".into();
+    let mut retries = call("r", "noop", json!([]), json!({}));
+    retries["auto"] = true.into();
+    retries["max_retries"] = (-1).into();
+    let mut auto = call("a", "noop", json!([]), json!({}));
+    auto["auto"] = "yes".into();
+    let replies = setup.serve_all(&[], &[unknown, retries, auto]);
+    let message = |id: &str| {
+        let reply = by_id(&replies, id);
+        assert_eq!(reply["error"]["reason"], "malformed", "{reply}");
+        reply["error"]["message"].as_str().unwrap().to_string()
+    };
+    assert!(message("s").contains("known: fixed"), "{}", message("s"));
+    assert!(message("r").contains("max_retries"), "{}", message("r"));
+    assert!(
+        message("a").contains("\"auto\" is true or false"),
+        "{}",
+        message("a")
     );
 }
 

@@ -13,7 +13,9 @@ use std::time::Duration;
 use lfm_monitor::limits::{parse_duration, parse_positive, parse_size, LimitError};
 use lfm_monitor::report::FunctionCall;
 use lfm_monitor::serve::zygote::ZygoteConfig;
-use lfm_monitor::serve::{CallSpec, Reply, Server, ServerOptions};
+use lfm_monitor::serve::{Auto, CallSpec, Reply, Server, ServerOptions};
+use lfm_monitor::sizing::history::default_path;
+use lfm_monitor::sizing::{Strategy, DEFAULT_STRATEGY};
 use lfm_monitor::Limits;
 
 use crate::cli::ServeArgs;
@@ -22,6 +24,8 @@ use crate::commands::run::backend_choice;
 
 const EXIT_FAILED: i32 = 1;
 const EXIT_USAGE: i32 = 2;
+/// As `lfm run --max-retries`.
+const DEFAULT_MAX_RETRIES: u32 = 3;
 
 /// What the transport threads tell the main loop.
 enum Input {
@@ -102,11 +106,13 @@ fn start(
         }),
         work_dir: work_dir.to_path_buf(),
     };
+    let history = (!args.no_history).then(|| args.history.clone().unwrap_or_else(default_path));
     Server::start(ServerOptions {
         zygote,
         backend: backend_choice(args.backend),
         slots: args.slots as usize,
         preloaded: args.preload.clone(),
+        history,
     })
     .map_err(call::failed)
 }
@@ -310,6 +316,7 @@ fn parse_request(targets: &mut Targets, client: u64, line: &str) -> Result<CallS
         _ => return Err(bad("\"args_pickle\" must be a base64 string".into())),
     };
     let limits = parse_limits(&request["limits"]).map_err(|e| bad(e.to_string()))?;
+    let auto = parse_auto(&request).map_err(bad)?;
     let result_format = match request["result"].as_str().unwrap_or("json") {
         "json" => "json",
         "pickle" => "pickle",
@@ -336,7 +343,32 @@ fn parse_request(targets: &mut Targets, client: u64, line: &str) -> Result<CallS
         args,
         result_format: result_format.into(),
         limits,
+        auto,
     })
+}
+
+/// `"auto": true`, with optional `"strategy"` and `"max_retries"` (docs/serve.md).
+fn parse_auto(request: &serde_json::Value) -> Result<Option<Auto>, String> {
+    match &request["auto"] {
+        serde_json::Value::Null | serde_json::Value::Bool(false) => return Ok(None),
+        serde_json::Value::Bool(true) => {}
+        other => return Err(format!("\"auto\" is true or false, not {other}")),
+    }
+    let strategy = match &request["strategy"] {
+        serde_json::Value::Null => DEFAULT_STRATEGY,
+        serde_json::Value::String(name) => {
+            Strategy::parse(name).map_err(|e| format!("\"strategy\": {e}"))?
+        }
+        other => return Err(format!("\"strategy\" is a name, not {other}")),
+    };
+    let max_retries = match &request["max_retries"] {
+        serde_json::Value::Null => DEFAULT_MAX_RETRIES,
+        value => value
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| format!("\"max_retries\" is a count, not {value}"))?,
+    };
+    Ok(Some(Auto::new(strategy, max_retries)))
 }
 
 /// `{"memory": "2G" | bytes, "cores": 1.5, "wall": "10m" | seconds, "processes": 64, "disk": "1G"}`.
