@@ -49,8 +49,13 @@ pub enum Command {
 
 #[derive(Args)]
 pub struct HistoryArgs {
+    /// Show this category; with --import, record every imported row under it.
     #[arg(long)]
     pub category: Option<String>,
+    /// Seed the history from a trace (CSV with bioblast's columns: category, cores, memory
+    /// MiB, disk MiB, wall_time s): each row a normally ended run.
+    #[arg(long, value_name = "TRACE.csv")]
+    pub import: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = HistoryFormat::Table)]
     pub format: HistoryFormat,
     /// The history file (default: $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
@@ -83,11 +88,14 @@ Examples:
   lfm simulate --trace bioblast.csv --resource memory,cores,disk --format json
   lfm simulate --trace bioblast.csv --strategy min-waste
 
-The trace is CSV with a header: a `category` column, one column per resource (memory and disk
-in MB, cores), and optionally `wall_time` (seconds; tasks weigh by it, else 1 each). Tasks are
-replayed in file order, each category sized on its own, exactly as --auto decides online; the
-node is the largest value of the trace. Strategies: fixed, max-seen, min-waste, max-throughput,
-greedy-bucketing, greedy-bucketing-probabilistic (docs/sizing.md).";
+The trace is CSV with a header: a `category` column (without one, every row is one category),
+one column per resource (memory and disk in MB, cores), and optionally `wall_time` (seconds;
+tasks weigh by it, else 1 each). Tasks are replayed in file order, each category sized on its
+own, exactly as --auto decides online; the node is the largest value of the trace. Strategies:
+fixed, max-seen, min-waste, max-throughput, greedy-bucketing, greedy-bucketing-probabilistic,
+exhaustive-bucketing, exhaustive-bucketing-probabilistic, quantized-bucketing
+(docs/sizing.md). After them: the oracle (every task given its peak) and best-ladder (the
+cheapest fixed sequence of allocations, chosen knowing the whole trace).";
 
 #[derive(Args)]
 pub struct SimulateArgs {

@@ -306,3 +306,127 @@ fn a_foreign_or_damaged_history_is_an_error_naming_it_and_left_alone() {
     );
     assert_eq!(output.status.code(), Some(2));
 }
+
+#[test]
+fn a_trace_seeds_the_history_under_its_categories_or_one_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.sqlite");
+    let history = history.to_str().unwrap();
+    let trace = dir.path().join("t.csv");
+    let mut csv = String::from("category,cores,memory,disk,cpu_time,wall_time\n");
+    for i in 0..12 {
+        csv.push_str(&format!(
+            "{},1,{},20,0,{}\n",
+            if i < 8 { "a" } else { "b" },
+            100 + i,
+            i
+        ));
+    }
+    std::fs::write(&trace, &csv).unwrap();
+    let import = |extra: &[&str]| {
+        let mut args = vec!["history", "--history", history, "--import"];
+        args.push(trace.to_str().unwrap());
+        args.extend_from_slice(extra);
+        lfm_in("/", &args)
+    };
+    let output = import(&[]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        said.contains("imported 12 rows") && said.contains("a 8, b 4"),
+        "{said}"
+    );
+    let a = rows(history, "a");
+    assert_eq!(a.len(), 8);
+    assert_eq!(a[3]["memory_mb"], 103.0);
+    assert_eq!(a[3]["disk_mb"], 20.0);
+    assert_eq!(a[3]["wall_time"], 3.0);
+    assert_eq!(a[3]["cores"], 1.0);
+    assert_eq!(a[3]["exit"], "normal");
+    assert_eq!(a[3]["sized"], false);
+
+    // Under one category: twelve points, past bucketing's sampling, so sizing answers from
+    // them: deterministic greedy keeps 100..=111 (evenly spread, the newest largest) in one
+    // bucket, 111, rather than pay a failed attempt for the upper half.
+    assert!(import(&["--category", "c"]).status.success());
+    assert_eq!(rows(history, "c").len(), 12);
+    let advice = size(history, "c");
+    assert_eq!(advice["resources"]["memory"]["points"], 12, "{advice}");
+    assert_eq!(advice["memory_mb"], 111.0, "{advice}");
+    assert_eq!(advice["resources"]["disk"]["allocation"], 20.0, "{advice}");
+}
+
+#[test]
+fn a_bad_trace_row_is_named_and_nothing_of_it_is_imported() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.sqlite");
+    let history = history.to_str().unwrap();
+    let trace = dir.path().join("t.csv");
+    let import = |csv: &str| {
+        std::fs::write(&trace, csv).unwrap();
+        lfm_in(
+            "/",
+            &[
+                "history",
+                "--history",
+                history,
+                "--import",
+                trace.to_str().unwrap(),
+            ],
+        )
+    };
+    let stderr = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let output = import("category,cores,memory\na,1,100\na,1,-5\n");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("t.csv:3: column 3 (memory): -5 is negative"),
+        "{}",
+        stderr(&output)
+    );
+    let output = import("category,cores,memory\na,1,100\na,one,100\n");
+    assert!(
+        stderr(&output).contains("t.csv:3: column 2 (cores): \"one\" is not a number"),
+        "{}",
+        stderr(&output)
+    );
+    let output = import("category,memory\na,100\n");
+    assert!(
+        stderr(&output).contains("no \"cores\" column"),
+        "{}",
+        stderr(&output)
+    );
+    // Nothing of the bad traces was recorded, not even their good first rows.
+    assert!(rows(history, "a").is_empty());
+}
+
+#[test]
+fn bioblast_imports_with_its_three_categories() {
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/data/traces/bioblast.csv"
+    );
+    if !std::path::Path::new(trace).exists() {
+        eprintln!("SKIPPED: {trace} is not here (it ships in shared/data/traces)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.sqlite");
+    let history = history.to_str().unwrap();
+    let output = lfm_in("/", &["history", "--history", history, "--import", trace]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(said.contains("imported 7754 rows"), "{said}");
+    assert!(
+        said.contains("Analysis 7504, Split 124, Join 126"),
+        "{said}"
+    );
+    assert_eq!(rows(history, "Split").len(), 124);
+}

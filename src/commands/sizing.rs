@@ -4,7 +4,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use lfm_monitor::sizing::auto::{self, Sized};
-use lfm_monitor::sizing::history::{default_path, History, Row};
+use lfm_monitor::sizing::history::{default_path, imports, History, Row};
+use lfm_monitor::sizing::trace::Trace;
 use lfm_monitor::sizing::Strategy;
 use lfm_monitor::Report;
 
@@ -29,6 +30,9 @@ pub fn record(path: Option<&PathBuf>, report: &Report) {
 }
 
 pub fn history(args: HistoryArgs) -> i32 {
+    if let Some(trace) = &args.import {
+        return import(&args, trace);
+    }
     let rows = match open(args.history.as_ref()).and_then(|h| h.rows(args.category.as_deref())) {
         Ok(rows) => rows,
         Err(error) => {
@@ -47,6 +51,39 @@ pub fn history(args: HistoryArgs) -> i32 {
     if written.is_err() {
         return EXIT_FAILED;
     }
+    0
+}
+
+/// `lfm history --import TRACE`: all rows or none; a bad row is an error naming its line.
+fn import(args: &HistoryArgs, path: &std::path::Path) -> i32 {
+    let imported = Trace::read(path)
+        .and_then(|trace| imports(&trace, path, args.category.as_deref()))
+        .and_then(|rows| {
+            let history = open(args.history.as_ref())?;
+            history.import(&rows)?;
+            Ok((rows, history.path().to_path_buf()))
+        });
+    let (rows, into) = match imported {
+        Ok(done) => done,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return EXIT_FAILED;
+        }
+    };
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for row in &rows {
+        match counts.iter_mut().find(|(c, _)| *c == row.category) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((&row.category, 1)),
+        }
+    }
+    let counts: Vec<String> = counts.iter().map(|(c, n)| format!("{c} {n}")).collect();
+    println!(
+        "imported {} rows into {} ({})",
+        rows.len(),
+        into.display(),
+        counts.join(", ")
+    );
     0
 }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::trace::Trace;
 use crate::report::Report;
 
 const SCHEMA: &str = "lfm-history/1";
@@ -210,5 +211,95 @@ pub fn cores_needed(row: &Row) -> f64 {
     match (row.cores_limit, row.throttled) {
         (Some(limit), Some(share)) if share >= THROTTLED => row.cores.max(limit + 1.0),
         _ => row.cores,
+    }
+}
+
+/// A trace row as `lfm history --import` records it: a normally ended run of its category.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Imported {
+    pub category: String,
+    pub memory_mb: f64,
+    pub cores: f64,
+    pub disk_mb: Option<f64>,
+    pub wall_time: f64,
+    /// `FILE:LINE`, kept as the row's Report (`{"imported_from": ...}`).
+    pub source: String,
+}
+
+/// A trace's rows for the history: every row under `category` when given, else under its own.
+/// `memory` (MiB) and `cores` are required, `disk` (MiB) and `wall_time` (s) optional; a
+/// negative value is an error naming its line and column.
+pub fn imports(
+    trace: &Trace,
+    path: &Path,
+    category: Option<&str>,
+) -> Result<Vec<Imported>, String> {
+    let at = |name: &str| {
+        trace
+            .column(name)
+            .map_err(|e| format!("{}: {e}", path.display()))
+    };
+    let (memory, cores) = (at("memory")?, at("cores")?);
+    let (disk, wall) = (at("disk").ok(), at("wall_time").ok());
+    let mut out = Vec::with_capacity(trace.rows.len());
+    for ((name, values), line) in trace.rows.iter().zip(&trace.lines) {
+        for column in [Some(memory), Some(cores), disk, wall]
+            .into_iter()
+            .flatten()
+        {
+            if values[column] < 0.0 {
+                return Err(format!(
+                    "{}:{line}: column {} ({}): {} is negative",
+                    path.display(),
+                    column + 1,
+                    trace.columns[column],
+                    values[column]
+                ));
+            }
+        }
+        out.push(Imported {
+            category: category.unwrap_or(name).to_string(),
+            memory_mb: values[memory],
+            cores: values[cores],
+            disk_mb: disk.map(|d| values[d]),
+            wall_time: wall.map_or(0.0, |w| values[w]),
+            source: format!("{}:{line}", path.display()),
+        });
+    }
+    Ok(out)
+}
+
+impl History {
+    /// Append imported rows, all or none (one transaction), in order.
+    pub fn import(&self, rows: &[Imported]) -> Result<(), String> {
+        let fail = |e: rusqlite::Error| format!("history {}: {e}", self.path.display());
+        let transaction = self.connection.unchecked_transaction().map_err(fail)?;
+        {
+            let mut insert = transaction
+                .prepare(
+                    "INSERT INTO runs (category, time, exit, exceeded, memory_mb, cores, disk_mb,
+                         wall_time, memory_limit_mb, sized, report)
+                     VALUES (?1, ?2, 'normal', '', ?3, ?4, ?5, ?6, NULL, 0, ?7)",
+                )
+                .map_err(fail)?;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            for row in rows {
+                let report = serde_json::json!({ "imported_from": row.source }).to_string();
+                insert
+                    .execute(params![
+                        row.category,
+                        now,
+                        row.memory_mb,
+                        row.cores,
+                        row.disk_mb,
+                        row.wall_time,
+                        report
+                    ])
+                    .map_err(fail)?;
+            }
+        }
+        transaction.commit().map_err(fail)
     }
 }

@@ -282,10 +282,16 @@ pub fn sizer_from_history(
     let mut sizer = Sizer::new(strategy, resource);
     for row in rows {
         let Some(used) = value(row) else { continue };
+        // Wall time weighs a run in the histogram strategies, as in `simulate` (1 without).
+        let time = if row.wall_time > 0.0 {
+            row.wall_time
+        } else {
+            1.0
+        };
         if history::ended_normally(row) {
-            sizer.record(used, 1.0, false);
+            sizer.record(used, time, false);
         } else if row.exceeded.split(',').any(|r| r == name) {
-            sizer.record(used, 1.0, true);
+            sizer.record(used, time, true);
         }
     }
     sizer
