@@ -9,4 +9,6 @@ cd "$(dirname "$0")/.."
 cargo build --release -q
 TRACE=../shared/data/traces/bioblast.csv
 [ -f "$TRACE" ] || { echo "no $TRACE (the trace ships in shared/data/traces)"; exit 1; }
-time ./target/release/lfm simulate --trace "$TRACE" --resource memory,cores,disk
+time ./target/release/lfm simulate --trace "$TRACE" --resource memory,cores,disk \
+    --plot target/sizing-bioblast.svg
+echo "allocation vs use per task: target/sizing-bioblast.svg"

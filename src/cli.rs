@@ -110,6 +110,10 @@ pub struct SimulateArgs {
     pub resources: Vec<String>,
     #[arg(long, value_enum, default_value_t = SimulateFormat::Table)]
     pub format: SimulateFormat,
+    /// Also draw each task's use and every strategy's first allocation, one panel per
+    /// resource, to this SVG file.
+    #[arg(long, value_name = "OUT.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]

@@ -29,11 +29,19 @@ pub struct Outcome {
 }
 
 pub fn simulate(tasks: &[TaskUse], strategy: Strategy, resource: Resource) -> Outcome {
+    replay(tasks, strategy, resource).0
+}
+
+/// [`simulate`], and each task's first allocation (what the strategy decided before knowing
+/// the task; a retry followed where it is below the task's use).
+pub fn replay(tasks: &[TaskUse], strategy: Strategy, resource: Resource) -> (Outcome, Vec<f64>) {
     let mut sizer = Sizer::new(strategy, resource);
     let mut totals = Totals::default();
+    let mut firsts = Vec::with_capacity(tasks.len());
     for task in tasks {
         let weight = task.time.filter(|t| *t > 0.0).unwrap_or(1.0);
         let mut allocation = sizer.first_allocation();
+        firsts.push(allocation);
         let mut retried = false;
         // A task larger than the node is given the node: it cannot be given more.
         while task.used > allocation && allocation < resource.node {
@@ -48,7 +56,10 @@ pub fn simulate(tasks: &[TaskUse], strategy: Strategy, resource: Resource) -> Ou
         totals.retried_tasks += usize::from(retried);
         sizer.record(task.used, weight, false);
     }
-    totals.outcome(strategy.name(), tasks.len(), resource.node)
+    (
+        totals.outcome(strategy.name(), tasks.len(), resource.node),
+        firsts,
+    )
 }
 
 /// Every task given exactly its peak, the first time: the lower bound of any strategy.
