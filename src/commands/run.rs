@@ -7,7 +7,7 @@ use lfm_monitor::limits::{parse_duration, parse_positive, parse_size, LimitError
 use lfm_monitor::report::ExitKind;
 use lfm_monitor::{BackendChoice, Limits, Report, RunError, RunOptions};
 
-use lfm_monitor::sizing::auto::{self, Sized};
+use lfm_monitor::sizing::auto::{self, AutoLimit};
 use lfm_monitor::sizing::Strategy;
 
 use crate::cli::{BackendArg, MonitorArgs, RunArgs, SummaryFormat};
@@ -91,7 +91,7 @@ pub fn run_sized(args: &MonitorArgs, mut options: RunOptions) -> Result<Report, 
     };
     let history = args.history.as_ref();
     let category = options.category.clone();
-    let allocation = |resource: Sized, failed: Option<f64>| -> Result<f64, Failure> {
+    let allocation = |resource: AutoLimit, failed: Option<f64>| -> Result<f64, Failure> {
         let rows = sizing::open(history)
             .and_then(|h| h.rows(category.as_deref()))
             .map_err(Failure::Usage)?;

@@ -29,7 +29,10 @@ pub fn simulate_trace(args: SimulateArgs) -> i32 {
     // The plot's file must be writable before the replay's seconds are spent.
     if let Some(path) = &args.plot {
         if let Err(error) = std::fs::File::create(path) {
-            eprintln!("error: cannot write the plot to {}: {error}", path.display());
+            eprintln!(
+                "error: cannot write the plot to {}: {error}",
+                path.display()
+            );
             return EXIT_USAGE;
         }
     }

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use lfm_monitor::sizing::auto::{self, Sized};
+use lfm_monitor::sizing::auto::{self, AutoLimit};
 use lfm_monitor::sizing::history::{default_path, imports, History, Row};
 use lfm_monitor::sizing::trace::Trace;
 use lfm_monitor::sizing::Strategy;
@@ -138,9 +138,9 @@ pub fn size(args: SizeArgs) -> i32 {
         }
     };
     let mut resources = serde_json::Map::new();
-    for resource in [Sized::Memory, Sized::Cores, Sized::Disk] {
+    for resource in [AutoLimit::Memory, AutoLimit::Cores, AutoLimit::Disk] {
         // Disk is measured only in a sandbox: no sandboxed run, nothing to size it from.
-        if resource == Sized::Disk && rows.iter().all(|r| r.disk_mb.is_none()) {
+        if resource == AutoLimit::Disk && rows.iter().all(|r| r.disk_mb.is_none()) {
             continue;
         }
         resources.insert(resource.name().into(), advice(&rows, strategy, resource));
@@ -175,7 +175,7 @@ pub fn size(args: SizeArgs) -> i32 {
 }
 
 /// One resource's next allocation, and why.
-fn advice(rows: &[Row], strategy: Strategy, resource: Sized) -> serde_json::Value {
+fn advice(rows: &[Row], strategy: Strategy, resource: AutoLimit) -> serde_json::Value {
     let node = auto::node(resource, Some(std::path::Path::new(".")));
     let sizer = resource.sizer(rows, strategy, node);
     let points = sizer.points();

@@ -195,7 +195,7 @@ impl Server {
             let Some(mut spec) = self.queue.pop_front() else {
                 return;
             };
-            // Sized as it starts, not as it was queued: from every call recorded until now.
+            // AutoLimit as it starts, not as it was queued: from every call recorded until now.
             if let Err(message) = self.size(&mut spec) {
                 self.replies.push(Reply::refused(&spec, &message));
                 continue;

@@ -2,7 +2,7 @@
 //! and a larger attempt after a call ran out of one (as `lfm run --auto`, docs/sizing.md).
 
 use crate::report::Report;
-use crate::sizing::auto::{self, Sized};
+use crate::sizing::auto::{self, AutoLimit};
 use crate::sizing::Strategy;
 
 use super::{CallSpec, Server};
@@ -14,7 +14,7 @@ pub struct Auto {
     /// Larger attempts allowed after the first.
     pub max_retries: u32,
     /// The limits sizing gives (filled when the call is submitted).
-    pub sized: Vec<Sized>,
+    pub sized: Vec<AutoLimit>,
     /// Attempts that ran out before this one.
     pub attempts: u32,
 }
@@ -51,7 +51,7 @@ impl Server {
         &self,
         spec: &CallSpec,
         auto: &Auto,
-        resource: Sized,
+        resource: AutoLimit,
         failed: Option<f64>,
     ) -> Result<f64, String> {
         let history = self

@@ -13,7 +13,7 @@ const MIB: f64 = 1_048_576.0;
 
 /// A resource `--auto` sizes, by its Report name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sized {
+pub enum AutoLimit {
     /// MiB, from the Report's headline memory.
     Memory,
     /// Whole cores, from the measured peak, raised where the kernel throttled the run.
@@ -22,47 +22,47 @@ pub enum Sized {
     Disk,
 }
 
-impl Sized {
+impl AutoLimit {
     pub fn name(self) -> &'static str {
         match self {
-            Sized::Memory => "memory",
-            Sized::Cores => "cores",
-            Sized::Disk => "disk",
+            AutoLimit::Memory => "memory",
+            AutoLimit::Cores => "cores",
+            AutoLimit::Disk => "disk",
         }
     }
 
     /// What a history row says the run used of this resource (None: not measured).
     pub fn used(self, row: &Row) -> Option<f64> {
         match self {
-            Sized::Memory => Some(row.memory_mb),
-            Sized::Cores => Some(cores_needed(row)),
-            Sized::Disk => row.disk_mb,
+            AutoLimit::Memory => Some(row.memory_mb),
+            AutoLimit::Cores => Some(cores_needed(row)),
+            AutoLimit::Disk => row.disk_mb,
         }
     }
 
     /// The limit in `limits`, in this resource's unit (MiB or cores).
     pub fn limit(self, limits: &Limits) -> Option<f64> {
         match self {
-            Sized::Memory => limits.memory_bytes.map(|b| b as f64 / MIB),
-            Sized::Cores => limits.cores,
-            Sized::Disk => limits.disk_bytes.map(|b| b as f64 / MIB),
+            AutoLimit::Memory => limits.memory_bytes.map(|b| b as f64 / MIB),
+            AutoLimit::Cores => limits.cores,
+            AutoLimit::Disk => limits.disk_bytes.map(|b| b as f64 / MIB),
         }
     }
 
     pub fn set(self, limits: &mut Limits, value: f64) {
         match self {
-            Sized::Memory => limits.memory_bytes = Some((value * MIB) as u64),
-            Sized::Cores => limits.cores = Some(value),
-            Sized::Disk => limits.disk_bytes = Some((value * MIB) as u64),
+            AutoLimit::Memory => limits.memory_bytes = Some((value * MIB) as u64),
+            AutoLimit::Cores => limits.cores = Some(value),
+            AutoLimit::Disk => limits.disk_bytes = Some((value * MIB) as u64),
         }
     }
 
     /// A Sizer of this resource that has seen `rows`.
     pub fn sizer(self, rows: &[Row], strategy: Strategy, node: f64) -> Sizer {
         let resource = match self {
-            Sized::Memory => Resource::memory_mb(node),
-            Sized::Cores => Resource::cores(node),
-            Sized::Disk => Resource::disk_mb(node),
+            AutoLimit::Memory => Resource::memory_mb(node),
+            AutoLimit::Cores => Resource::cores(node),
+            AutoLimit::Disk => Resource::disk_mb(node),
         };
         sizer_from_history(rows, strategy, resource, self.name(), |r| self.used(r))
     }
@@ -83,7 +83,7 @@ impl Sized {
             Some(failed) => sizer.retry_allocation(failed),
         };
         match self {
-            Sized::Cores => value.ceil().clamp(1.0, node.max(1.0)),
+            AutoLimit::Cores => value.ceil().clamp(1.0, node.max(1.0)),
             _ => value,
         }
     }
@@ -91,7 +91,7 @@ impl Sized {
     /// The unit of this resource's allocations.
     pub fn unit(self) -> &'static str {
         match self {
-            Sized::Cores => "cores",
+            AutoLimit::Cores => "cores",
             _ => "MiB",
         }
     }
@@ -99,11 +99,11 @@ impl Sized {
 
 /// The whole node of each resource: this machine's memory and CPUs, and the space left on the
 /// sandbox's filesystem.
-pub fn node(resource: Sized, sandbox: Option<&Path>) -> f64 {
+pub fn node(resource: AutoLimit, sandbox: Option<&Path>) -> f64 {
     match resource {
-        Sized::Memory => super::node_memory_mb(),
-        Sized::Cores => std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64),
-        Sized::Disk => sandbox.and_then(free_mb).unwrap_or(1024.0),
+        AutoLimit::Memory => super::node_memory_mb(),
+        AutoLimit::Cores => std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64),
+        AutoLimit::Disk => sandbox.and_then(free_mb).unwrap_or(1024.0),
     }
 }
 
@@ -117,18 +117,18 @@ fn free_mb(path: &Path) -> Option<f64> {
 
 /// The limits `--auto` sizes for a run: memory and cores unless given, disk unless given and
 /// only with a sandbox (where disk is measured).
-pub fn to_size(limits: &Limits, sandbox: Option<&Path>) -> Vec<Sized> {
-    [Sized::Memory, Sized::Cores, Sized::Disk]
+pub fn to_size(limits: &Limits, sandbox: Option<&Path>) -> Vec<AutoLimit> {
+    [AutoLimit::Memory, AutoLimit::Cores, AutoLimit::Disk]
         .into_iter()
         .filter(|r| r.limit(limits).is_none())
-        .filter(|r| *r != Sized::Disk || sandbox.is_some())
+        .filter(|r| *r != AutoLimit::Disk || sandbox.is_some())
         .collect()
 }
 
 /// The sized resources a run ran out of, when retrying can help: every exceeded limit is a
 /// sized one (a limit the user gave stays as given). Empty otherwise.
-pub fn exhausted(limits_exceeded: &BTreeMap<String, f64>, sized: &[Sized]) -> Vec<Sized> {
-    let exceeded: Vec<Option<Sized>> = limits_exceeded
+pub fn exhausted(limits_exceeded: &BTreeMap<String, f64>, sized: &[AutoLimit]) -> Vec<AutoLimit> {
+    let exceeded: Vec<Option<AutoLimit>> = limits_exceeded
         .keys()
         .map(|name| sized.iter().copied().find(|r| r.name() == name))
         .collect();
@@ -186,20 +186,20 @@ mod tests {
         let strategy = Strategy::MaxSeen;
         // Max-seen: 1.2 + floor(1/3) = 1.2, rounded up to the bucket: 2 cores.
         let rows = vec![row("normal", "", 1.2, None, None)];
-        assert_eq!(Sized::Cores.allocation(&rows, strategy, 8.0, None), 2.0);
+        assert_eq!(AutoLimit::Cores.allocation(&rows, strategy, 8.0, None), 2.0);
         // The same runs, throttled at 2: 3 (and max-seen rounds 3 + 0 to 3).
         let throttled = vec![row("normal", "", 2.0, Some(2.0), Some(0.5))];
         assert_eq!(
-            Sized::Cores.allocation(&throttled, strategy, 8.0, None),
+            AutoLimit::Cores.allocation(&throttled, strategy, 8.0, None),
             3.0
         );
         // A tiny measured use still gets a whole core.
         let idle = vec![row("normal", "", 0.01, None, None); 12];
         let greedy = Strategy::GreedyBucketing;
-        assert_eq!(Sized::Cores.allocation(&idle, greedy, 8.0, None), 1.0);
+        assert_eq!(AutoLimit::Cores.allocation(&idle, greedy, 8.0, None), 1.0);
         // Never more than the node.
         assert_eq!(
-            Sized::Cores.allocation(&idle, Strategy::Fixed, 2.0, None),
+            AutoLimit::Cores.allocation(&idle, Strategy::Fixed, 2.0, None),
             2.0
         );
     }
@@ -207,30 +207,36 @@ mod tests {
     #[test]
     fn only_limits_not_given_are_sized_and_disk_only_in_a_sandbox() {
         let none = Limits::default();
-        assert_eq!(to_size(&none, None), vec![Sized::Memory, Sized::Cores]);
+        assert_eq!(
+            to_size(&none, None),
+            vec![AutoLimit::Memory, AutoLimit::Cores]
+        );
         let sandbox = Path::new("/tmp/x");
         assert_eq!(
             to_size(&none, Some(sandbox)),
-            vec![Sized::Memory, Sized::Cores, Sized::Disk]
+            vec![AutoLimit::Memory, AutoLimit::Cores, AutoLimit::Disk]
         );
         let given = Limits {
             memory_bytes: Some(1 << 30),
             cores: Some(1.0),
             ..Limits::default()
         };
-        assert_eq!(to_size(&given, Some(sandbox)), vec![Sized::Disk]);
+        assert_eq!(to_size(&given, Some(sandbox)), vec![AutoLimit::Disk]);
     }
 
     #[test]
     fn a_run_is_retried_only_when_every_limit_it_broke_was_sized() {
-        let sized = [Sized::Memory, Sized::Disk];
+        let sized = [AutoLimit::Memory, AutoLimit::Disk];
         let broke = |names: &[&str]| -> BTreeMap<String, f64> {
             names.iter().map(|n| (n.to_string(), 1.0)).collect()
         };
-        assert_eq!(exhausted(&broke(&["memory"]), &sized), vec![Sized::Memory]);
+        assert_eq!(
+            exhausted(&broke(&["memory"]), &sized),
+            vec![AutoLimit::Memory]
+        );
         assert_eq!(
             exhausted(&broke(&["disk", "memory"]), &sized),
-            vec![Sized::Disk, Sized::Memory]
+            vec![AutoLimit::Disk, AutoLimit::Memory]
         );
         // The user's cores limit broke too: a larger memory would not help.
         assert!(exhausted(&broke(&["cores", "memory"]), &sized).is_empty());
