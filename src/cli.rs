@@ -58,8 +58,13 @@ pub struct CompletionsArgs {
 
 #[derive(Args)]
 pub struct HistoryArgs {
+    /// Show this category; with --import, record every imported row under it.
     #[arg(long)]
     pub category: Option<String>,
+    /// Seed the history from a trace (CSV with bioblast's columns: category, cores, memory
+    /// MiB, disk MiB, wall_time s): each row a normally ended run.
+    #[arg(long, value_name = "TRACE.csv")]
+    pub import: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = HistoryFormat::Table)]
     pub format: HistoryFormat,
     /// The history file (default: $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
@@ -92,11 +97,14 @@ Examples:
   lfm simulate --trace bioblast.csv --resource memory,cores,disk --format json
   lfm simulate --trace bioblast.csv --strategy min-waste
 
-The trace is CSV with a header: a `category` column, one column per resource (memory and disk
-in MB, cores), and optionally `wall_time` (seconds; tasks weigh by it, else 1 each). Tasks are
-replayed in file order, each category sized on its own, exactly as --auto decides online; the
-node is the largest value of the trace. Strategies: fixed, max-seen, min-waste, max-throughput,
-greedy-bucketing, greedy-bucketing-probabilistic (docs/sizing.md).";
+The trace is CSV with a header: a `category` column (without one, every row is one category),
+one column per resource (memory and disk in MB, cores), and optionally `wall_time` (seconds;
+tasks weigh by it, else 1 each). Tasks are replayed in file order, each category sized on its
+own, exactly as --auto decides online; the node is the largest value of the trace. Strategies:
+fixed, max-seen, min-waste, max-throughput, greedy-bucketing, greedy-bucketing-probabilistic,
+exhaustive-bucketing, exhaustive-bucketing-probabilistic, quantized-bucketing
+(docs/sizing.md). After them: the oracle (every task given its peak) and best-ladder (the
+cheapest fixed sequence of allocations, chosen knowing the whole trace).";
 
 #[derive(Args)]
 pub struct SimulateArgs {
@@ -111,6 +119,10 @@ pub struct SimulateArgs {
     pub resources: Vec<String>,
     #[arg(long, value_enum, default_value_t = SimulateFormat::Table)]
     pub format: SimulateFormat,
+    /// Also draw each task's use and every strategy's first allocation, one panel per
+    /// resource, to this SVG file.
+    #[arg(long, value_name = "OUT.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -161,16 +173,13 @@ pub struct ServeArgs {
     /// With --socket: exit after this long with no client connected and no call running.
     #[arg(long, value_name = "DURATION", requires = "socket")]
     pub idle_timeout: Option<String>,
-    /// For "auto" requests: the sizing strategy (docs/sizing.md).
-    #[arg(long, default_value = "greedy-bucketing", value_name = "S")]
-    pub strategy: String,
-    /// For "auto" requests: how many larger attempts after one killed for memory.
-    #[arg(long, default_value_t = 3, value_name = "N")]
-    pub max_retries: u32,
-    /// Where "auto" and "record" requests are recorded (default: $LFM_HISTORY, else
+    /// The history every call is recorded in (default: $LFM_HISTORY, else
     /// ~/.local/share/lfm/history-HOST.sqlite).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", conflicts_with = "no_history")]
     pub history: Option<PathBuf>,
+    /// Record nothing (requests cannot ask for "auto" then).
+    #[arg(long)]
+    pub no_history: bool,
 }
 
 const CALL_EXAMPLES: &str = "\
@@ -412,9 +421,9 @@ pub struct MonitorArgs {
     /// Category name recorded in the report; the run is then recorded in the history.
     #[arg(long)]
     pub category: Option<String>,
-    /// Limits the user did not give come from the category's history; a run killed for
-    /// memory is retried at the strategy's next allocation. Needs --category (call: the
-    /// function's name by default).
+    /// Memory, cores and (with --sandbox) disk limits the user did not give come from the
+    /// category's history; a run that ran out of one is retried at the strategy's next
+    /// allocation. Needs --category (call: the function's name by default).
     #[arg(long)]
     pub auto: bool,
     /// With --auto: how many larger attempts after the first.

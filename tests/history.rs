@@ -71,20 +71,212 @@ fn auto_retries_a_run_that_outgrows_its_history_at_a_larger_allocation() {
         String::from_utf8_lossy(&output.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(report["limits_from_sizing"], serde_json::json!(["memory"]));
+    assert_eq!(
+        report["limits_from_sizing"],
+        serde_json::json!(["memory", "cores"])
+    );
     let all = rows(history, "grow");
-    assert_eq!(all.len(), 22, "20 runs and two attempts");
-    let (first, second) = (&all[20], &all[21]);
-    assert_eq!(first["exit"], "limits", "{first}");
-    assert_eq!(first["exceeded"], "memory");
-    assert_eq!(first["sized"], true);
+    let attempts = &all[20..];
+    assert!(
+        attempts.len() >= 2,
+        "20 runs, then two attempts or more: {attempts:?}"
+    );
+    let (last, failed) = attempts.split_last().unwrap();
+    let first = &failed[0];
     let sized = first["memory_limit_mb"].as_f64().unwrap();
     assert!(
         (295.0..=320.0).contains(&sized),
         "first attempt sized at {sized} MiB from 300 MiB runs"
     );
-    assert_eq!(second["exit"], "normal", "{second}");
-    assert!(second["memory_limit_mb"].as_f64().unwrap() >= 600.0);
+    // Each attempt killed for memory at its sized limit, the next one larger; the last ends.
+    let mut previous = 0.0;
+    for attempt in failed {
+        assert_eq!(attempt["exit"], "limits", "{attempt}");
+        assert_eq!(attempt["exceeded"], "memory");
+        assert_eq!(attempt["sized"], true);
+        let limit = attempt["memory_limit_mb"].as_f64().unwrap();
+        assert!(limit > previous, "{attempts:?}");
+        previous = limit;
+    }
+    assert_eq!(last["exit"], "normal", "{last}");
+    assert!(last["memory_limit_mb"].as_f64().unwrap() >= 600.0);
+}
+
+/// `lfm size --format json` for a category.
+fn size(history: &str, category: &str) -> serde_json::Value {
+    let output = lfm_in(
+        "/",
+        &[
+            "size",
+            "--history",
+            history,
+            "--category",
+            category,
+            "--format",
+            "json",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn auto_sizes_the_sandbox_disk_and_retries_a_run_that_writes_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.sqlite");
+    let w = workload();
+    // Ten runs writing 4 MiB each in their own sandbox (at once: each holds a second): enough
+    // points for bucketing to leave its sampling phase.
+    let runs: Vec<_> = (0..10)
+        .map(|i| {
+            let sandbox = dir.path().join(format!("s{i}"));
+            std::fs::create_dir(&sandbox).unwrap();
+            Command::new(env!("CARGO_BIN_EXE_lfm"))
+                .args(["run", "--quiet", "--category", "writer", "--history"])
+                .arg(&history)
+                .arg("--sandbox")
+                .arg(&sandbox)
+                .arg("--")
+                .arg(&w)
+                .args(["write", "out.bin", "4"])
+                .current_dir("/")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut run in runs {
+        assert!(run.wait().unwrap().success());
+    }
+    let history = history.to_str().unwrap();
+    let advice = size(history, "writer");
+    let disk = &advice["resources"]["disk"];
+    assert_eq!(disk["points"], 10, "{advice}");
+    let first = disk["allocation"].as_f64().unwrap();
+    assert!(
+        (4.0..5.0).contains(&first),
+        "sized from 4 MiB writes: {advice}"
+    );
+
+    // A run that writes 12 MiB: killed at the sized disk limit, retried larger until it fits.
+    let sandbox = dir.path().join("big");
+    std::fs::create_dir(&sandbox).unwrap();
+    let (sandbox, w) = (sandbox.to_str().unwrap(), w.to_str().unwrap());
+    let output = lfm_in(
+        "/",
+        &[
+            "run",
+            "--quiet",
+            "--category",
+            "writer",
+            "--history",
+            history,
+            "--auto",
+            "--memory",
+            "512M",
+            "--sandbox",
+            sandbox,
+            "--report",
+            "-",
+            "--",
+            w,
+            "write",
+            "out.bin",
+            "12",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    // Memory was given: only cores and disk came from sizing.
+    assert_eq!(
+        report["limits_from_sizing"],
+        serde_json::json!(["cores", "disk"])
+    );
+    assert!(report["limits"]["disk_bytes"].as_f64().unwrap() >= 12.0 * 1_048_576.0);
+    let all = rows(history, "writer");
+    let attempts = &all[10..];
+    assert!(attempts.len() >= 2, "{attempts:?}");
+    let (last, failed) = attempts.split_last().unwrap();
+    for attempt in failed {
+        assert_eq!(attempt["exit"], "limits", "{attempt}");
+        assert_eq!(attempt["exceeded"], "disk", "{attempt}");
+        assert_eq!(attempt["sized"], true);
+    }
+    assert_eq!(last["exit"], "normal", "{last}");
+    // The first attempt's limit is what `lfm size` advised (the row holds what the sandbox
+    // used when the limit refused a write: at most the limit).
+    assert!(
+        failed[0]["disk_mb"].as_f64().unwrap() <= first + 1e-6,
+        "{}",
+        failed[0]
+    );
+}
+
+#[test]
+fn auto_sizes_cores_as_lfm_size_advises_in_whole_cores() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.sqlite");
+    let history = history.to_str().unwrap();
+    let w = workload();
+    let w = w.to_str().unwrap();
+    for _ in 0..10 {
+        let output = lfm_in(
+            "/",
+            &[
+                "run",
+                "--quiet",
+                "--category",
+                "spin",
+                "--history",
+                history,
+                "--",
+                w,
+                "busy",
+                "2",
+                "200",
+            ],
+        );
+        assert!(output.status.success());
+    }
+    let advised = size(history, "spin")["resources"]["cores"]["allocation"]
+        .as_f64()
+        .unwrap();
+    // The workload prints its own CPU seconds on stdout: the report goes to a file.
+    let path = dir.path().join("report.json");
+    let output = lfm_in(
+        "/",
+        &[
+            "run",
+            "--quiet",
+            "--category",
+            "spin",
+            "--history",
+            history,
+            "--auto",
+            "--memory",
+            "512M",
+            "--report",
+            path.to_str().unwrap(),
+            "--",
+            w,
+            "busy",
+            "2",
+            "200",
+        ],
+    );
+    assert!(output.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(report["limits_from_sizing"], serde_json::json!(["cores"]));
+    let cores = report["limits"]["cores"].as_f64().unwrap();
+    assert_eq!(cores, advised);
+    assert!(cores >= 1.0 && cores.fract() == 0.0, "{cores}");
 }
 
 #[test]
@@ -113,4 +305,128 @@ fn a_foreign_or_damaged_history_is_an_error_naming_it_and_left_alone() {
         ],
     );
     assert_eq!(output.status.code(), Some(2));
+}
+
+#[test]
+fn a_trace_seeds_the_history_under_its_categories_or_one_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.sqlite");
+    let history = history.to_str().unwrap();
+    let trace = dir.path().join("t.csv");
+    let mut csv = String::from("category,cores,memory,disk,cpu_time,wall_time\n");
+    for i in 0..12 {
+        csv.push_str(&format!(
+            "{},1,{},20,0,{}\n",
+            if i < 8 { "a" } else { "b" },
+            100 + i,
+            i
+        ));
+    }
+    std::fs::write(&trace, &csv).unwrap();
+    let import = |extra: &[&str]| {
+        let mut args = vec!["history", "--history", history, "--import"];
+        args.push(trace.to_str().unwrap());
+        args.extend_from_slice(extra);
+        lfm_in("/", &args)
+    };
+    let output = import(&[]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        said.contains("imported 12 rows") && said.contains("a 8, b 4"),
+        "{said}"
+    );
+    let a = rows(history, "a");
+    assert_eq!(a.len(), 8);
+    assert_eq!(a[3]["memory_mb"], 103.0);
+    assert_eq!(a[3]["disk_mb"], 20.0);
+    assert_eq!(a[3]["wall_time"], 3.0);
+    assert_eq!(a[3]["cores"], 1.0);
+    assert_eq!(a[3]["exit"], "normal");
+    assert_eq!(a[3]["sized"], false);
+
+    // Under one category: twelve points, past bucketing's sampling, so sizing answers from
+    // them: deterministic greedy keeps 100..=111 (evenly spread, the newest largest) in one
+    // bucket, 111, rather than pay a failed attempt for the upper half.
+    assert!(import(&["--category", "c"]).status.success());
+    assert_eq!(rows(history, "c").len(), 12);
+    let advice = size(history, "c");
+    assert_eq!(advice["resources"]["memory"]["points"], 12, "{advice}");
+    assert_eq!(advice["memory_mb"], 111.0, "{advice}");
+    assert_eq!(advice["resources"]["disk"]["allocation"], 20.0, "{advice}");
+}
+
+#[test]
+fn a_bad_trace_row_is_named_and_nothing_of_it_is_imported() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.sqlite");
+    let history = history.to_str().unwrap();
+    let trace = dir.path().join("t.csv");
+    let import = |csv: &str| {
+        std::fs::write(&trace, csv).unwrap();
+        lfm_in(
+            "/",
+            &[
+                "history",
+                "--history",
+                history,
+                "--import",
+                trace.to_str().unwrap(),
+            ],
+        )
+    };
+    let stderr = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let output = import("category,cores,memory\na,1,100\na,1,-5\n");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("t.csv:3: column 3 (memory): -5 is negative"),
+        "{}",
+        stderr(&output)
+    );
+    let output = import("category,cores,memory\na,1,100\na,one,100\n");
+    assert!(
+        stderr(&output).contains("t.csv:3: column 2 (cores): \"one\" is not a number"),
+        "{}",
+        stderr(&output)
+    );
+    let output = import("category,memory\na,100\n");
+    assert!(
+        stderr(&output).contains("no \"cores\" column"),
+        "{}",
+        stderr(&output)
+    );
+    // Nothing of the bad traces was recorded, not even their good first rows.
+    assert!(rows(history, "a").is_empty());
+}
+
+#[test]
+fn bioblast_imports_with_its_three_categories() {
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/data/traces/bioblast.csv"
+    );
+    if !std::path::Path::new(trace).exists() {
+        eprintln!("SKIPPED: {trace} is not here (it ships in shared/data/traces)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.sqlite");
+    let history = history.to_str().unwrap();
+    let output = lfm_in("/", &["history", "--history", history, "--import", trace]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(said.contains("imported 7754 rows"), "{said}");
+    assert!(
+        said.contains("Analysis 7504, Split 124, Join 126"),
+        "{said}"
+    );
+    assert_eq!(rows(history, "Split").len(), 124);
 }

@@ -98,6 +98,12 @@ impl Setup {
             .args(["serve", "--python", self.python, "--backend", self.backend])
             .args(["--cache-dir"])
             .arg(self.dir.path().join("cache"))
+            // Never the user's own history: a test names one, or none.
+            .args(if extra.contains(&"--history") {
+                &[][..]
+            } else {
+                &["--no-history"][..]
+            })
             .args(extra)
             .current_dir(self.dir.path())
             .stdin(Stdio::piped())
@@ -323,6 +329,137 @@ fn a_call_is_measured_by_what_it_allocates_not_by_the_zygote() {
         (peak("alloc") - 100.0).abs() <= 3.0,
         "100 MiB call measured {:.1} MiB while the zygote holds 300 MiB",
         peak("alloc")
+    );
+}
+
+/// The history's rows of a category, as `lfm history --format json` prints them.
+fn history_rows(history: &Path, category: &str) -> Vec<Value> {
+    let output = common::lfm_in(
+        "/",
+        &[
+            "history",
+            "--history",
+            history.to_str().unwrap(),
+            "--category",
+            category,
+            "--format",
+            "json",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn serve_records_every_call_and_auto_retries_a_call_that_outgrows_its_history() {
+    for setup in setups() {
+        let name = setup.name;
+        let history = setup.dir.path().join("history.sqlite");
+        let with_history = ["--history", history.to_str().unwrap()];
+        let hold = |id: String, mib: u64| {
+            json!({"id": id, "function": "faults.py:alloc_hold", "import_module": true,
+                   "args": [mib, 0.2]})
+        };
+        // Twelve calls of 30 MiB: past bucketing's ten sampling points.
+        let requests: Vec<Value> = (0..12).map(|i| hold(format!("h{i}"), 30)).collect();
+        let replies = setup.serve_all(&with_history, &requests);
+        assert!(
+            replies.iter().all(|r| r["ok"] == true),
+            "{name}: {replies:?}"
+        );
+        let rows = history_rows(&history, "alloc_hold");
+        assert_eq!(
+            rows.len(),
+            12,
+            "{name}: the category is the function's name"
+        );
+        assert!(rows
+            .iter()
+            .all(|r| r["exit"] == "normal" && r["sized"] == false));
+
+        // A 60 MiB call sized from them: killed at its sized memory, run again larger.
+        let mut request = hold("auto".into(), 60);
+        request["auto"] = true.into();
+        request["max_retries"] = 6.into();
+        let replies = setup.serve_all(&with_history, &[request.clone()]);
+        let reply = by_id(&replies, "auto");
+        assert_eq!(reply["ok"], true, "{name}: {reply}");
+        assert_eq!(
+            reply["report"]["limits_from_sizing"],
+            json!(["memory", "cores", "disk"]),
+            "{name}"
+        );
+        let attempts = reply["attempts"].as_u64().unwrap() as usize;
+        assert!(attempts >= 2, "{name}: {attempts} attempts");
+        let retries = reply["retries"].as_array().unwrap();
+        assert_eq!(retries.len(), attempts - 1, "{name}: {reply}");
+        let limit = |r: &Value| r["limits"]["memory_bytes"].as_f64().unwrap();
+        assert!(retries
+            .iter()
+            .all(|r| r["limits_exceeded"]["memory"].is_number()));
+        assert!(
+            limit(&retries[0]) < limit(&reply["report"]),
+            "{name}: retried larger"
+        );
+        let rows = history_rows(&history, "alloc_hold");
+        assert_eq!(rows.len(), 12 + attempts, "{name}: every attempt recorded");
+        let (last, failed) = rows[12..].split_last().unwrap();
+        let first = failed[0]["memory_limit_mb"].as_f64().unwrap();
+        assert!(
+            first < 60.0,
+            "{name}: first attempt sized at {first} MiB from 30 MiB calls"
+        );
+        for attempt in failed {
+            assert_eq!(attempt["exit"], "limits", "{name}: {attempt}");
+            assert_eq!(attempt["exceeded"], "memory", "{name}: {attempt}");
+            assert_eq!(attempt["sized"], true);
+        }
+        assert_eq!(last["exit"], "normal", "{name}: {last}");
+
+        // Without a history nothing is recorded, and "auto" is refused, saying why.
+        let replies = setup.serve_all(&[], &[hold("plain".into(), 1), request]);
+        assert_eq!(by_id(&replies, "plain")["ok"], true, "{name}");
+        let refused = by_id(&replies, "auto");
+        assert_eq!(refused["error"]["reason"], "refused", "{name}: {refused}");
+        assert!(refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--no-history"));
+        assert_eq!(
+            history_rows(&history, "alloc_hold").len(),
+            12 + attempts,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_auto_request_is_malformed_and_names_the_field() {
+    let setup = setup("rlimit", "rlimit", false);
+    let mut unknown = call("s", "noop", json!([]), json!({}));
+    unknown["auto"] = true.into();
+    unknown["strategy"] = "best".into();
+    let mut retries = call("r", "noop", json!([]), json!({}));
+    retries["auto"] = true.into();
+    retries["max_retries"] = (-1).into();
+    let mut auto = call("a", "noop", json!([]), json!({}));
+    auto["auto"] = "yes".into();
+    let replies = setup.serve_all(&[], &[unknown, retries, auto]);
+    let message = |id: &str| {
+        let reply = by_id(&replies, id);
+        assert_eq!(reply["error"]["reason"], "malformed", "{reply}");
+        reply["error"]["message"].as_str().unwrap().to_string()
+    };
+    assert!(message("s").contains("known: fixed"), "{}", message("s"));
+    assert!(message("r").contains("max_retries"), "{}", message("r"));
+    assert!(
+        message("a").contains("\"auto\" is true or false"),
+        "{}",
+        message("a")
     );
 }
 
@@ -640,68 +777,4 @@ fn idle_timeout_needs_a_socket() {
     let setup = setup("auto", "auto", false);
     let output = setup.command(&["--idle-timeout", "1s"]).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
-}
-
-/// `"auto": true`: sized from the category's history once it has enough runs, every attempt
-/// recorded, and a call killed at its sized memory run again larger until it fits.
-#[test]
-fn auto_requests_are_sized_from_history_and_retried_larger_after_running_out() {
-    let setup = setup("auto", "auto", false);
-    let history = setup.dir.path().join("history.sqlite");
-    let auto = |id: String, mib: u64| {
-        let mut request = call(&id, "alloc", json!([mib]), json!({}));
-        request["auto"] = true.into();
-        request["category"] = "alloc".into();
-        request
-    };
-    // Ten small runs: greedy bucketing needs ten points before it leaves its default.
-    let mut requests: Vec<Value> = (0..10).map(|n| auto(format!("small{n}"), 20)).collect();
-    requests.push(auto("big".into(), 300));
-    let mut server = setup.start(&["--history", history.to_str().unwrap()]);
-    let mut replies = Vec::new();
-    for request in &requests {
-        // One at a time: each run is in the history before the next is sized.
-        server.send(request);
-        let mut line = String::new();
-        server.stdout.read_line(&mut line).unwrap();
-        replies.push(serde_json::from_str::<Value>(&line).unwrap());
-    }
-    drop(server.child.stdin.take());
-    assert!(server.child.wait().unwrap().success());
-    for reply in &replies {
-        assert_eq!(reply["ok"], true, "{reply}");
-        assert_eq!(reply["report"]["limits_from_sizing"], json!(["memory"]));
-    }
-    let big = replies.last().unwrap();
-    let retries = big["retries"].as_array().expect("the big call was retried");
-    let first = retries[0]["memory_bytes"].as_f64().unwrap();
-    assert!(first < 300.0 * MIB, "sized below its need at first: {big}");
-    let last = big["report"]["limits"]["memory_bytes"].as_f64().unwrap();
-    assert!(last > first, "retried larger: {big}");
-    let rows = history_rows(&setup, &history);
-    assert_eq!(rows.len(), 11 + retries.len(), "every attempt is recorded");
-}
-
-#[test]
-fn a_plain_request_is_not_recorded_but_a_record_request_is() {
-    let setup = setup("auto", "auto", false);
-    let history = setup.dir.path().join("history.sqlite");
-    let mut recorded = call("recorded", "add", json!([1, 2]), json!({}));
-    recorded["record"] = true.into();
-    let replies = setup.serve_all(
-        &["--history", history.to_str().unwrap()],
-        &[call("plain", "add", json!([1, 2]), json!({})), recorded],
-    );
-    assert!(replies.iter().all(|r| r["ok"] == true), "{replies:?}");
-    let rows = history_rows(&setup, &history);
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!(rows[0]["category"], "add");
-}
-
-/// The rows `lfm history` shows of a history file.
-fn history_rows(setup: &Setup, history: &Path) -> Vec<Value> {
-    let dir = setup.dir.path().to_str().unwrap();
-    let history = history.to_str().unwrap();
-    let output = common::lfm_in(dir, &["history", "--history", history, "--format", "json"]);
-    serde_json::from_slice(&output.stdout).unwrap()
 }

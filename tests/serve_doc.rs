@@ -34,7 +34,7 @@ fn serve_example_matches_a_real_reply() {
         return;
     }
     let mut child = Command::new(env!("CARGO_BIN_EXE_lfm"))
-        .args(["serve", "--backend", "cgroup1"])
+        .args(["serve", "--backend", "cgroup1", "--no-history"])
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/serve"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -32,15 +32,27 @@ fn bioblast_memory_every_strategy_beats_the_whole_node() {
         "min-waste",
         "max-throughput",
         "greedy-bucketing",
+        "greedy-bucketing-probabilistic",
+        "exhaustive-bucketing",
+        "exhaustive-bucketing-probabilistic",
+        "quantized-bucketing",
     ] {
         let waste = get(strategy)["waste_percent"].as_f64().unwrap();
         assert!(waste < whole, "{strategy}: {waste} vs {whole}");
     }
-    // The default's choice (docs/sizing.md): the lowest waste on bioblast memory.
+    // The default's choice (docs/sizing.md): the lowest waste of every strategy on bioblast
+    // memory (the oracle and the best ladder in hindsight are references, not strategies).
     let default = get("greedy-bucketing")["waste_percent"].as_f64().unwrap();
-    for o in outcomes.iter().filter(|o| o["strategy"] != "oracle") {
+    let references = ["oracle", "best-ladder"];
+    for o in outcomes
+        .iter()
+        .filter(|o| !references.contains(&o["strategy"].as_str().unwrap()))
+    {
         assert!(default <= o["waste_percent"].as_f64().unwrap(), "{o}");
     }
+    // No fixed ladder, even chosen in hindsight, reaches the oracle on this trace.
+    let ladder = get("best-ladder")["waste_percent"].as_f64().unwrap();
+    assert!(ladder > 0.0 && ladder <= default, "{ladder} vs {default}");
 }
 
 #[test]
@@ -75,4 +87,74 @@ fn bad_traces_and_strategies_are_named() {
     ]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("no \"gpus\" column"));
+}
+
+#[test]
+fn plot_draws_use_and_every_strategy_per_resource() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    let mut csv = String::from("category,cores,memory\n");
+    for i in 0..40 {
+        let (category, memory) = if i % 4 == 0 {
+            ("b", 900 + i)
+        } else {
+            ("a", 100 + i)
+        };
+        csv.push_str(&format!("{category},{},{memory}\n", 1 + i % 2));
+    }
+    std::fs::write(&trace, csv).unwrap();
+    let svg = dir.path().join("out.svg");
+    let output = lfm(&[
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--resource",
+        "memory,cores",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg"), "{}", &text[..100.min(text.len())]);
+    // Text elements hold their string on a line of its own.
+    let lines = |wanted: &str| text.lines().filter(|l| l.trim() == wanted).count();
+    for resource in ["memory", "cores"] {
+        assert_eq!(lines(&format!("{resource}: allocation vs use per task")), 1);
+    }
+    let strategies = [
+        "fixed",
+        "max-seen",
+        "min-waste",
+        "max-throughput",
+        "greedy-bucketing",
+        "greedy-bucketing-probabilistic",
+        "exhaustive-bucketing",
+        "exhaustive-bucketing-probabilistic",
+        "quantized-bucketing",
+        "use",
+    ];
+    for label in strategies {
+        assert_eq!(lines(label), 2, "{label}: one legend entry per resource");
+    }
+    // A series is a polyline through one point per task: the use and every strategy, per
+    // resource (axis ticks and legend samples have two points).
+    let series = text
+        .split("<polyline")
+        .skip(1)
+        .filter(|p| {
+            let points = p
+                .split("points=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            points.split_whitespace().count() == 40
+        })
+        .count();
+    assert_eq!(series, 2 * strategies.len());
 }

@@ -144,8 +144,6 @@ def request(
         fields["category"] = options.category
     if options.auto:
         fields["auto"] = True
-    elif options.category is not None:
-        fields["record"] = True  # a category is named for its history
     return fields
 
 

@@ -15,8 +15,8 @@ from .errors import Report
 
 class Future(cf.Future):
     """A concurrent.futures.Future that also carries the call's Report once it is done, and
-    for an auto call run again larger, the earlier attempts killed for memory (`retries`:
-    [{memory_bytes, peak_bytes}], docs/serve.md)."""
+    for an auto call run again larger, the earlier attempts that ran out (`retries`:
+    [{limits, limits_exceeded, peak_memory_bytes}], docs/serve.md)."""
 
     report: Optional[Report] = None
     retries: List[Dict[str, Any]] = []

@@ -7,6 +7,7 @@ use lfm_monitor::limits::{parse_duration, parse_positive, parse_size, LimitError
 use lfm_monitor::report::ExitKind;
 use lfm_monitor::{BackendChoice, Limits, Report, RunError, RunOptions};
 
+use lfm_monitor::sizing::auto::{self, AutoLimit};
 use lfm_monitor::sizing::Strategy;
 
 use crate::cli::{BackendArg, MonitorArgs, RunArgs, SummaryFormat};
@@ -71,9 +72,10 @@ pub enum Failure {
     Run(RunError),
 }
 
-/// Run once, or with --auto: a memory limit from the category's history when none was given,
-/// and after a run killed for memory, again at the strategy's next allocation (at most
-/// --max-retries more). Every attempt of a category is recorded in the history.
+/// Run once, or with --auto: the memory, cores and (with a sandbox) disk limits not given come
+/// from the category's history; after a run that ran out of a sized limit, again with that
+/// limit at the strategy's next allocation (at most --max-retries more). Every attempt of a
+/// category is recorded in the history.
 pub fn run_sized(args: &MonitorArgs, mut options: RunOptions) -> Result<Report, Failure> {
     let strategy = Strategy::parse(&args.strategy).map_err(Failure::Usage)?;
     if args.auto && options.category.is_none() {
@@ -81,38 +83,44 @@ pub fn run_sized(args: &MonitorArgs, mut options: RunOptions) -> Result<Report, 
             "--auto sizes from a category's history: give --category".into(),
         ));
     }
-    let sized = args.auto && options.limits.memory_bytes.is_none();
+    let sandbox = options.sandbox.clone();
+    let sized = if args.auto {
+        auto::to_size(&options.limits, sandbox.as_deref())
+    } else {
+        Vec::new()
+    };
     let history = args.history.as_ref();
     let category = options.category.clone();
-    let rows = |failed: Option<f64>| -> Result<u64, Failure> {
+    let allocation = |resource: AutoLimit, failed: Option<f64>| -> Result<f64, Failure> {
         let rows = sizing::open(history)
             .and_then(|h| h.rows(category.as_deref()))
             .map_err(Failure::Usage)?;
-        Ok(sizing::memory_allocation(&rows, strategy, failed))
+        let node = auto::node(resource, sandbox.as_deref());
+        Ok(resource.allocation(&rows, strategy, node, failed))
     };
-    if sized {
-        options.limits.memory_bytes = Some(rows(None)?);
+    for &resource in &sized {
+        resource.set(&mut options.limits, allocation(resource, None)?);
     }
     let mut attempt = 0;
     loop {
         let mut report = lfm_monitor::run(&options).map_err(Failure::Run)?;
-        if sized {
-            report.limits_from_sizing = vec!["memory".into()];
-        }
+        report.limits_from_sizing = sized.iter().map(|r| r.name().to_string()).collect();
         sizing::record(history, &report);
-        let ran_out =
-            report.exit.kind == ExitKind::Limits && report.limits_exceeded.contains_key("memory");
-        if !(sized && ran_out && attempt < args.max_retries) {
+        let ran_out = auto::exhausted(&report.limits_exceeded, &sized);
+        if ran_out.is_empty() || attempt >= args.max_retries {
             return Ok(report);
         }
         attempt += 1;
-        let failed = options.limits.memory_bytes.unwrap_or(0) as f64 / 1_048_576.0;
-        let next = rows(Some(failed))?;
-        eprintln!(
-            "lfm: killed at its sized memory limit of {failed:.0} MiB; retry {attempt} at {:.0} MiB",
-            next as f64 / 1_048_576.0
-        );
-        options.limits.memory_bytes = Some(next);
+        for resource in ran_out {
+            let failed = resource.limit(&options.limits).unwrap_or(0.0);
+            let next = allocation(resource, Some(failed))?;
+            eprintln!(
+                "lfm: ran out of its sized {} limit of {failed:.1} {unit}; retry {attempt} at {next:.1} {unit}",
+                resource.name(),
+                unit = resource.unit()
+            );
+            resource.set(&mut options.limits, next);
+        }
     }
 }
 

@@ -13,16 +13,19 @@ use std::time::Duration;
 use lfm_monitor::limits::{parse_duration, parse_positive, parse_size, LimitError};
 use lfm_monitor::report::FunctionCall;
 use lfm_monitor::serve::zygote::ZygoteConfig;
-use lfm_monitor::serve::{CallSpec, Reply, Server, ServerOptions};
+use lfm_monitor::serve::{Auto, CallSpec, Reply, Server, ServerOptions};
+use lfm_monitor::sizing::history::default_path;
+use lfm_monitor::sizing::{Strategy, DEFAULT_STRATEGY};
 use lfm_monitor::Limits;
 
 use crate::cli::ServeArgs;
 use crate::commands::call::{self, Interpreter};
 use crate::commands::run::backend_choice;
-use crate::commands::serve_sizing::Sizing;
 
 const EXIT_FAILED: i32 = 1;
 const EXIT_USAGE: i32 = 2;
+/// As `lfm run --max-retries`.
+const DEFAULT_MAX_RETRIES: u32 = 3;
 
 /// What the transport threads tell the main loop.
 enum Input {
@@ -43,14 +46,6 @@ pub fn serve(args: ServeArgs) -> i32 {
             .transpose()?;
         Ok((grace, idle))
     });
-    let strategy = match lfm_monitor::sizing::Strategy::parse(&args.strategy) {
-        Ok(strategy) => strategy,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return EXIT_USAGE;
-        }
-    };
-    let sizing = Sizing::new(strategy, args.max_retries, args.history.clone());
     let (grace, idle) = match durations {
         Ok((grace, idle)) => (
             Duration::from_secs_f64(grace),
@@ -77,7 +72,7 @@ pub fn serve(args: ServeArgs) -> i32 {
         }
     };
     let code = match start(&args, &mut targets, &work_dir) {
-        Ok(server) => run_loop(server, targets, sizing, &args, (grace, idle)),
+        Ok(server) => run_loop(server, targets, &args, (grace, idle)),
         Err((code, message)) => {
             eprintln!("error: {message}");
             code
@@ -122,11 +117,13 @@ fn start(
         }),
         work_dir: work_dir.to_path_buf(),
     };
+    let history = (!args.no_history).then(|| args.history.clone().unwrap_or_else(default_path));
     Server::start(ServerOptions {
         zygote,
         backend: backend_choice(args.backend),
         slots: args.slots as usize,
         preloaded: args.preload.clone(),
+        history,
     })
     .map_err(call::failed)
 }
@@ -175,7 +172,6 @@ impl Targets {
 fn run_loop(
     mut server: Server,
     mut targets: Targets,
-    mut sizing: Sizing,
     args: &ServeArgs,
     (grace, idle): (Duration, Option<Duration>),
 ) -> i32 {
@@ -211,40 +207,29 @@ fn run_loop(
         wait(&server, &wake_read);
         for input in inputs.try_iter() {
             match input {
-                Input::Line(client, line) => {
-                    submit(&mut server, &mut targets, &mut sizing, client, &line)
-                }
+                Input::Line(client, line) => submit(&mut server, &mut targets, client, &line),
                 Input::Connected(client, stream) => {
                     clients.insert(client, stream);
                 }
                 Input::Gone(client) => {
                     clients.remove(&client);
                     server.abandon_client(client);
-                    sizing.forget_client(client);
                 }
                 Input::StdinClosed => ending = true,
             }
         }
-        let replies = server.step();
-        deliver(sizing.finish(replies, &mut server), &mut clients);
+        deliver(server.step(), &mut clients);
         if terminated.load(std::sync::atomic::Ordering::SeqCst) || (ending && !server.busy()) {
             break;
         }
         if let Some(idle) = idle {
-            if idle_over(
-                &mut idle_since,
-                &mut draining,
-                idle,
-                &clients,
-                &server,
-                args,
-            ) {
+            let quiet = clients.is_empty() && !server.busy();
+            if idle_over(&mut idle_since, &mut draining, idle, quiet, args) {
                 break;
             }
         }
     }
-    let replies = server.shutdown(grace);
-    deliver(sizing.finish(replies, &mut server), &mut clients);
+    deliver(server.shutdown(grace), &mut clients);
     // A draining server already unlinked its socket: the path may be a newer server's now.
     if let Some(path) = args.socket.as_ref().filter(|_| !draining) {
         let _ = std::fs::remove_file(path);
@@ -259,11 +244,10 @@ fn idle_over(
     since: &mut std::time::Instant,
     draining: &mut bool,
     idle: Duration,
-    clients: &HashMap<u64, Arc<Mutex<UnixStream>>>,
-    server: &Server,
+    quiet: bool,
     args: &ServeArgs,
 ) -> bool {
-    if !clients.is_empty() || server.busy() {
+    if !quiet {
         *since = std::time::Instant::now();
         return false;
     }
@@ -303,23 +287,11 @@ fn wait(server: &Server, wake: &OwnedFd) {
     }
 }
 
-fn submit(
-    server: &mut Server,
-    targets: &mut Targets,
-    sizing: &mut Sizing,
-    client: u64,
-    line: &str,
-) {
+fn submit(server: &mut Server, targets: &mut Targets, client: u64, line: &str) {
     if line.trim().is_empty() {
         return;
     }
-    let sized = parse_request(targets, client, line).and_then(|(mut spec, auto, record)| {
-        match sizing.prepare(&mut spec, auto, record) {
-            Ok(()) => Ok(spec),
-            Err(message) => Err(Reply::malformed(client, spec.id.clone(), &message)),
-        }
-    });
-    match sized {
+    match parse_request(targets, client, line) {
         Ok(spec) => server.submit(spec),
         Err(reply) => server_reply_now(server, reply),
     }
@@ -329,13 +301,8 @@ fn server_reply_now(server: &mut Server, reply: Reply) {
     server.push_reply(reply);
 }
 
-/// A request line (docs/serve.md) into a call and its `auto` and `record` flags, or the
-/// error reply naming what is wrong.
-fn parse_request(
-    targets: &mut Targets,
-    client: u64,
-    line: &str,
-) -> Result<(CallSpec, bool, bool), Reply> {
+/// A request line (docs/serve.md) into a call, or the error reply naming what is wrong.
+fn parse_request(targets: &mut Targets, client: u64, line: &str) -> Result<CallSpec, Reply> {
     let request: serde_json::Value = serde_json::from_str(line).map_err(|e| {
         Reply::malformed(client, serde_json::Value::Null, &format!("not JSON: {e}"))
     })?;
@@ -344,12 +311,6 @@ fn parse_request(
     if !request.is_object() {
         return Err(bad("a request is a JSON object".into()));
     }
-    let flag = |key: &str| match &request[key] {
-        serde_json::Value::Null => Ok(false),
-        serde_json::Value::Bool(value) => Ok(*value),
-        _ => Err(bad(format!("\"{key}\" must be true or false"))),
-    };
-    let (auto, record) = (flag("auto")?, flag("record")?);
     let import_module = request["import_module"].as_bool().unwrap_or(false);
     let (target, function) = match (&request["function"], &request["function_pickle"]) {
         (serde_json::Value::String(name), serde_json::Value::Null) => {
@@ -407,12 +368,13 @@ fn parse_request(
         _ => return Err(bad("\"args_pickle\" must be a base64 string".into())),
     };
     let limits = parse_limits(&request["limits"]).map_err(|e| bad(e.to_string()))?;
+    let auto = parse_auto(&request).map_err(bad)?;
     let result_format = match request["result"].as_str().unwrap_or("json") {
         "json" => "json",
         "pickle" => "pickle",
         other => return Err(bad(format!("\"result\" is json or pickle, not {other:?}"))),
     };
-    let spec = CallSpec {
+    Ok(CallSpec {
         client,
         id,
         target,
@@ -433,8 +395,32 @@ fn parse_request(
         args,
         result_format: result_format.into(),
         limits,
+        auto,
+    })
+}
+
+/// `"auto": true`, with optional `"strategy"` and `"max_retries"` (docs/serve.md).
+fn parse_auto(request: &serde_json::Value) -> Result<Option<Auto>, String> {
+    match &request["auto"] {
+        serde_json::Value::Null | serde_json::Value::Bool(false) => return Ok(None),
+        serde_json::Value::Bool(true) => {}
+        other => return Err(format!("\"auto\" is true or false, not {other}")),
+    }
+    let strategy = match &request["strategy"] {
+        serde_json::Value::Null => DEFAULT_STRATEGY,
+        serde_json::Value::String(name) => {
+            Strategy::parse(name).map_err(|e| format!("\"strategy\": {e}"))?
+        }
+        other => return Err(format!("\"strategy\" is a name, not {other}")),
     };
-    Ok((spec, auto, record))
+    let max_retries = match &request["max_retries"] {
+        serde_json::Value::Null => DEFAULT_MAX_RETRIES,
+        value => value
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| format!("\"max_retries\" is a count, not {value}"))?,
+    };
+    Ok(Some(Auto::new(strategy, max_retries)))
 }
 
 /// `{"memory": "2G" | bytes, "cores": 1.5, "wall": "10m" | seconds, "processes": 64, "disk": "1G"}`.

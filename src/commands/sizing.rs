@@ -3,8 +3,10 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use lfm_monitor::sizing::history::{default_path, History, Row};
-use lfm_monitor::sizing::{node_memory_mb, sizer_from_history, Resource, Strategy};
+use lfm_monitor::sizing::auto::{self, AutoLimit};
+use lfm_monitor::sizing::history::{default_path, imports, History, Row};
+use lfm_monitor::sizing::trace::Trace;
+use lfm_monitor::sizing::Strategy;
 use lfm_monitor::Report;
 
 use crate::cli::{HistoryArgs, HistoryFormat, SimulateFormat, SizeArgs};
@@ -27,19 +29,10 @@ pub fn record(path: Option<&PathBuf>, report: &Report) {
     }
 }
 
-/// The memory limit (bytes) sizing gives the next run of `category`: the first attempt, or
-/// after an attempt at `failed` MiB ran out, the next one.
-pub fn memory_allocation(rows: &[Row], strategy: Strategy, failed: Option<f64>) -> u64 {
-    let resource = Resource::memory_mb(node_memory_mb());
-    let mut sizer = sizer_from_history(rows, strategy, resource, "memory", |r| Some(r.memory_mb));
-    let mib = match failed {
-        None => sizer.first_allocation(),
-        Some(failed) => sizer.retry_allocation(failed),
-    };
-    (mib * 1_048_576.0) as u64
-}
-
 pub fn history(args: HistoryArgs) -> i32 {
+    if let Some(trace) = &args.import {
+        return import(&args, trace);
+    }
     let rows = match open(args.history.as_ref()).and_then(|h| h.rows(args.category.as_deref())) {
         Ok(rows) => rows,
         Err(error) => {
@@ -58,6 +51,39 @@ pub fn history(args: HistoryArgs) -> i32 {
     if written.is_err() {
         return EXIT_FAILED;
     }
+    0
+}
+
+/// `lfm history --import TRACE`: all rows or none; a bad row is an error naming its line.
+fn import(args: &HistoryArgs, path: &std::path::Path) -> i32 {
+    let imported = Trace::read(path)
+        .and_then(|trace| imports(&trace, path, args.category.as_deref()))
+        .and_then(|rows| {
+            let history = open(args.history.as_ref())?;
+            history.import(&rows)?;
+            Ok((rows, history.path().to_path_buf()))
+        });
+    let (rows, into) = match imported {
+        Ok(done) => done,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return EXIT_FAILED;
+        }
+    };
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for row in &rows {
+        match counts.iter_mut().find(|(c, _)| *c == row.category) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((&row.category, 1)),
+        }
+    }
+    let counts: Vec<String> = counts.iter().map(|(c, n)| format!("{c} {n}")).collect();
+    println!(
+        "imported {} rows into {} ({})",
+        rows.len(),
+        into.display(),
+        counts.join(", ")
+    );
     0
 }
 
@@ -111,31 +137,62 @@ pub fn size(args: SizeArgs) -> i32 {
             return EXIT_FAILED;
         }
     };
-    let resource = Resource::memory_mb(node_memory_mb());
-    let mut sizer = sizer_from_history(&rows, strategy, resource, "memory", |r| Some(r.memory_mb));
-    let memory = sizer.first_allocation();
+    let mut resources = serde_json::Map::new();
+    for resource in [AutoLimit::Memory, AutoLimit::Cores, AutoLimit::Disk] {
+        // Disk is measured only in a sandbox: no sandboxed run, nothing to size it from.
+        if resource == AutoLimit::Disk && rows.iter().all(|r| r.disk_mb.is_none()) {
+            continue;
+        }
+        resources.insert(resource.name().into(), advice(&rows, strategy, resource));
+    }
+    let memory = &resources["memory"];
     let advice = serde_json::json!({
         "category": args.category,
         "strategy": strategy.name(),
         "runs": rows.len(),
-        "points": sizer.points(),
-        "memory_mb": memory,
-        "node_memory_mb": resource.node,
-        "why": if memory >= resource.node {
-            "not enough history for this strategy yet: the whole node".to_string()
-        } else {
-            format!("{} over {} normally ended runs", strategy.name(), sizer.points())
-        },
+        "points": memory["points"],
+        "memory_mb": memory["allocation"],
+        "node_memory_mb": memory["node"],
+        "why": memory["why"],
+        "resources": resources,
     });
     match args.format {
         SimulateFormat::Json => println!("{advice}"),
-        SimulateFormat::Table => println!(
-            "{}: memory {:.0} MiB ({}; node {:.0} MiB)",
-            args.category,
-            memory,
-            advice["why"].as_str().unwrap_or_default(),
-            resource.node
-        ),
+        SimulateFormat::Table => {
+            for (name, a) in &resources {
+                println!(
+                    "{}: {name} {} {} ({}; node {:.0})",
+                    args.category,
+                    a["allocation"],
+                    a["unit"].as_str().unwrap_or_default(),
+                    a["why"].as_str().unwrap_or_default(),
+                    a["node"].as_f64().unwrap_or_default()
+                );
+            }
+        }
     }
     0
+}
+
+/// One resource's next allocation, and why.
+fn advice(rows: &[Row], strategy: Strategy, resource: AutoLimit) -> serde_json::Value {
+    let node = auto::node(resource, Some(std::path::Path::new(".")));
+    let sizer = resource.sizer(rows, strategy, node);
+    let points = sizer.points();
+    let allocation = resource.allocation(rows, strategy, node, None);
+    let name = strategy.name();
+    let why = match (sizer.warming_up(), allocation >= node) {
+        (false, _) => format!("{name} over {points} normally ended runs"),
+        (true, true) => {
+            format!("{name} has not enough history yet ({points} points): the whole node")
+        }
+        (true, false) => format!("{name} is still sampling ({points} points): its default"),
+    };
+    serde_json::json!({
+        "allocation": (allocation * 1000.0).round() / 1000.0,
+        "unit": resource.unit(),
+        "node": node.floor(),
+        "points": points,
+        "why": why,
+    })
 }

@@ -120,7 +120,7 @@ if [ -x /usr/bin/python3 ]; then
     printf '%s\n' \
         '{"id": "alloc64", "function": "faults.py:alloc", "args": [64], "import_module": true}' \
         '{"id": "oom", "function": "faults.py:alloc", "args": [300], "import_module": true, "limits": {"memory": "100M"}}' |
-        (cd "$(dirname "$faults")" && "$lfm" serve --python /usr/bin/python3 --cache-dir "$reports/cache") >"$replies"
+        (cd "$(dirname "$faults")" && "$lfm" serve --python /usr/bin/python3 --no-history --cache-dir "$reports/cache") >"$replies"
     while read -r reply; do
         printf '{"check": "serve", "status": 0, "report": null, "reply": %s}\n' "$reply"
     done <"$replies"

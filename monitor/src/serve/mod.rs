@@ -7,6 +7,7 @@
 //! into one reply. It knows nothing of transports (stdin, sockets) or of how targets are found.
 
 mod reply;
+mod sizing;
 pub mod zygote;
 
 use std::collections::{HashMap, VecDeque};
@@ -21,6 +22,7 @@ use crate::report::FunctionCall;
 use crate::supervisor::{self, Ending, MonitorOptions, RunMonitor};
 
 pub use reply::Reply;
+pub use sizing::Auto;
 use zygote::{Event, Zygote, ZygoteConfig};
 
 /// One call as the transport parsed it and the target resolver completed it.
@@ -39,6 +41,9 @@ pub struct CallSpec {
     pub result_format: String,
     pub limits: Limits,
     pub category: Option<String>,
+    /// `"auto": true`: limits not given come from the category's history, and a call that
+    /// ran out of one is run again larger.
+    pub auto: Option<Auto>,
 }
 
 pub struct ServerOptions {
@@ -47,6 +52,8 @@ pub struct ServerOptions {
     pub slots: usize,
     /// Modules the zygote imports before forking (named in each call's import log).
     pub preloaded: Vec<String>,
+    /// The history every call is recorded in (and `auto` sizes from); none: not recorded.
+    pub history: Option<PathBuf>,
 }
 
 struct Running {
@@ -68,10 +75,18 @@ pub struct Server {
     replies: Vec<Reply>,
     /// Zygote restarts after a crash, for the notes of later calls.
     pub restarts: u64,
+    history: Option<crate::sizing::history::History>,
 }
 
 impl Server {
     pub fn start(options: ServerOptions) -> Result<Server> {
+        // A damaged or foreign history stops the server before it takes a call.
+        let history = options
+            .history
+            .as_deref()
+            .map(crate::sizing::history::History::open)
+            .transpose()
+            .map_err(anyhow::Error::msg)?;
         supervisor::become_subreaper();
         std::fs::create_dir_all(&options.zygote.work_dir)
             .with_context(|| format!("creating {}", options.zygote.work_dir.display()))?;
@@ -84,6 +99,7 @@ impl Server {
             running: HashMap::new(),
             replies: Vec::new(),
             restarts: 0,
+            history,
         })
     }
 
@@ -176,9 +192,14 @@ impl Server {
 
     fn dispatch(&mut self) {
         while self.running.len() < self.options.slots.max(1) {
-            let Some(spec) = self.queue.pop_front() else {
+            let Some(mut spec) = self.queue.pop_front() else {
                 return;
             };
+            // AutoLimit as it starts, not as it was queued: from every call recorded until now.
+            if let Err(message) = self.size(&mut spec) {
+                self.replies.push(Reply::refused(&spec, &message));
+                continue;
+            }
             if self.zygote.is_none() {
                 self.restart_zygote();
             }
@@ -306,13 +327,18 @@ impl Server {
         report.function = Some(running.spec.function.clone());
         report.imports =
             crate::imports::read(&running.dir.join("imports.log"), &self.options.preloaded);
+        let applied = crate::outcome::apply(&mut report, outcome.as_ref());
+        self.record(&running.spec, &mut report);
         if !running.abandoned {
-            self.replies.push(Reply::finished(
-                &running.spec,
-                report,
-                outcome.as_ref(),
-                &running.dir,
-            ));
+            match self.retry(&running.spec, &report) {
+                Some(again) => self.queue.push_front(again),
+                None => self.replies.push(Reply::finished(
+                    &running.spec,
+                    report,
+                    applied,
+                    &running.dir,
+                )),
+            }
         }
         let _ = std::fs::remove_dir_all(&running.dir);
     }
@@ -334,6 +360,7 @@ impl Server {
         running.monitor.kill();
         let mut report = running.monitor.finish(Ending::default());
         report.function = Some(running.spec.function.clone());
+        self.record(&running.spec, &mut report);
         if !running.abandoned {
             self.replies
                 .push(Reply::failed(&running.spec, report, "zygote", reason));

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use base64::Engine;
 
-use crate::outcome::{self, Outcome};
+use crate::outcome::Outcome;
 use crate::report::{ExitKind, Report};
 
 use super::CallSpec;
@@ -58,14 +58,9 @@ impl Reply {
         }
     }
 
-    /// The call ran: its value or why it has none, its Report, and the tail of its output.
-    pub fn finished(
-        spec: &CallSpec,
-        mut report: Report,
-        outcome: Option<&serde_json::Value>,
-        dir: &Path,
-    ) -> Reply {
-        let applied = outcome::apply(&mut report, outcome);
+    /// The call ran: its value or why it has none (`applied`: its outcome, already applied to
+    /// the Report), its Report, and the tail of its output.
+    pub fn finished(spec: &CallSpec, report: Report, applied: Outcome, dir: &Path) -> Reply {
         let mut message = serde_json::json!({
             "format": PROTOCOL_FORMAT,
             "id": spec.id,
@@ -99,6 +94,10 @@ impl Reply {
             }
         }
         message["report"] = serde_json::to_value(&report).unwrap_or_default();
+        if let Some(auto) = &spec.auto {
+            message["attempts"] = (auto.attempts + 1).into();
+            message["retries"] = auto.retries.clone().into();
+        }
         Reply {
             client: spec.client,
             message,

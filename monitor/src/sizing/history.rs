@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::trace::Trace;
 use crate::report::Report;
 
 const SCHEMA: &str = "lfm-history/1";
@@ -32,6 +33,11 @@ pub struct Row {
     pub memory_limit_mb: Option<f64>,
     /// The limits came from sizing (`--auto`).
     pub sized: bool,
+    /// The cores limit of the run, if any (from the stored Report).
+    pub cores_limit: Option<f64>,
+    /// The share of the run's CPU periods in which the kernel held it back at its cores limit
+    /// (the Report's cpu_throttling), where the kernel enforced one.
+    pub throttled: Option<f64>,
 }
 
 pub struct History {
@@ -160,7 +166,9 @@ impl History {
             .connection
             .prepare(
                 "SELECT id, category, time, exit, exceeded, memory_mb, cores, disk_mb, wall_time,
-                        memory_limit_mb, sized
+                        memory_limit_mb, sized, json_extract(report, '$.limits.cores'),
+                        json_extract(report, '$.cpu_throttling.throttled_periods')
+                          * 1.0 / json_extract(report, '$.cpu_throttling.periods')
                  FROM runs WHERE ?1 IS NULL OR category = ?1 ORDER BY id",
             )
             .map_err(fail)?;
@@ -178,6 +186,8 @@ impl History {
                     wall_time: r.get(8)?,
                     memory_limit_mb: r.get(9)?,
                     sized: r.get(10)?,
+                    cores_limit: r.get(11)?,
+                    throttled: r.get(12)?,
                 })
             })
             .map_err(fail)?;
@@ -188,4 +198,108 @@ impl History {
 /// Whether a run's end says its memory was enough (it ended on its own or raised).
 pub fn ended_normally(row: &Row) -> bool {
     matches!(row.exit.as_str(), "normal" | "exception")
+}
+
+/// A run held back at its cores limit in at least this share of its CPU periods wanted more
+/// than the limit: its measured cores are what the limit allowed.
+pub const THROTTLED: f64 = 0.1;
+
+/// The cores a run needed: its measured peak, or, when the kernel throttled it at its limit
+/// (see [`THROTTLED`]), one core more than the limit, so that the next allocation climbs until
+/// the category runs unthrottled.
+pub fn cores_needed(row: &Row) -> f64 {
+    match (row.cores_limit, row.throttled) {
+        (Some(limit), Some(share)) if share >= THROTTLED => row.cores.max(limit + 1.0),
+        _ => row.cores,
+    }
+}
+
+/// A trace row as `lfm history --import` records it: a normally ended run of its category.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Imported {
+    pub category: String,
+    pub memory_mb: f64,
+    pub cores: f64,
+    pub disk_mb: Option<f64>,
+    pub wall_time: f64,
+    /// `FILE:LINE`, kept as the row's Report (`{"imported_from": ...}`).
+    pub source: String,
+}
+
+/// A trace's rows for the history: every row under `category` when given, else under its own.
+/// `memory` (MiB) and `cores` are required, `disk` (MiB) and `wall_time` (s) optional; a
+/// negative value is an error naming its line and column.
+pub fn imports(
+    trace: &Trace,
+    path: &Path,
+    category: Option<&str>,
+) -> Result<Vec<Imported>, String> {
+    let at = |name: &str| {
+        trace
+            .column(name)
+            .map_err(|e| format!("{}: {e}", path.display()))
+    };
+    let (memory, cores) = (at("memory")?, at("cores")?);
+    let (disk, wall) = (at("disk").ok(), at("wall_time").ok());
+    let mut out = Vec::with_capacity(trace.rows.len());
+    for ((name, values), line) in trace.rows.iter().zip(&trace.lines) {
+        for column in [Some(memory), Some(cores), disk, wall]
+            .into_iter()
+            .flatten()
+        {
+            if values[column] < 0.0 {
+                return Err(format!(
+                    "{}:{line}: column {} ({}): {} is negative",
+                    path.display(),
+                    column + 1,
+                    trace.columns[column],
+                    values[column]
+                ));
+            }
+        }
+        out.push(Imported {
+            category: category.unwrap_or(name).to_string(),
+            memory_mb: values[memory],
+            cores: values[cores],
+            disk_mb: disk.map(|d| values[d]),
+            wall_time: wall.map_or(0.0, |w| values[w]),
+            source: format!("{}:{line}", path.display()),
+        });
+    }
+    Ok(out)
+}
+
+impl History {
+    /// Append imported rows, all or none (one transaction), in order.
+    pub fn import(&self, rows: &[Imported]) -> Result<(), String> {
+        let fail = |e: rusqlite::Error| format!("history {}: {e}", self.path.display());
+        let transaction = self.connection.unchecked_transaction().map_err(fail)?;
+        {
+            let mut insert = transaction
+                .prepare(
+                    "INSERT INTO runs (category, time, exit, exceeded, memory_mb, cores, disk_mb,
+                         wall_time, memory_limit_mb, sized, report)
+                     VALUES (?1, ?2, 'normal', '', ?3, ?4, ?5, ?6, NULL, 0, ?7)",
+                )
+                .map_err(fail)?;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            for row in rows {
+                let report = serde_json::json!({ "imported_from": row.source }).to_string();
+                insert
+                    .execute(params![
+                        row.category,
+                        now,
+                        row.memory_mb,
+                        row.cores,
+                        row.disk_mb,
+                        row.wall_time,
+                        report
+                    ])
+                    .map_err(fail)?;
+            }
+        }
+        transaction.commit().map_err(fail)
+    }
 }

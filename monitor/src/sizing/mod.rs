@@ -2,12 +2,14 @@
 //!
 //! Each [`Strategy`] is implemented from its source: `fixed` and `max-seen` and the two
 //! histogram strategies `min-waste` and `max-throughput` of Tovar et al. (TPDS 2018, cctools
-//! `category.c`), and `greedy-bucketing` (deterministic and probabilistic) of Phung & Thain
-//! (IPDPS 2024, cctools `bucketing_greedy.c`). A [`Sizer`] is fed finished runs in order and
+//! `category.c`), greedy and exhaustive bucketing (deterministic and probabilistic) of Phung &
+//! Thain (IPDPS 2024) and quantized bucketing (Phung et al., WORKS 2021), as cctools
+//! `bucketing*.c` do them. A [`Sizer`] is fed finished runs in order and
 //! answers with a first allocation and, after an exhaustion, a larger one, exactly as an online
 //! scheduler would; [`simulate`] replays a trace through one. It knows nothing of where the
 //! history is stored.
 
+pub mod auto;
 mod bucketing;
 mod histogram;
 pub mod history;
@@ -69,10 +71,19 @@ pub enum Strategy {
     MinWaste,
     /// Tovar et al.: a₁ = argmax [(a_max/a)·P(r≤a) + P(r>a)] / [τ̄ + T>(a)].
     MaxThroughput,
-    /// Phung & Thain, greedy bucket splits; the smallest bucket above the last allocation.
+    /// Phung & Thain, greedy bucket splits (det_greedy's cost); the smallest bucket above the
+    /// last allocation.
     GreedyBucketing,
-    /// The same buckets, one drawn by its probability (a fixed seed: replays are exact).
+    /// Greedy splits with the probabilistic cost, a bucket drawn by its probability (a fixed
+    /// seed: replays are exact).
     GreedyBucketingProbabilistic,
+    /// Phung & Thain, the best of 1..=10 buckets at fixed delimiters (det_exhaust's cost); the
+    /// smallest bucket above the last allocation.
+    ExhaustiveBucketing,
+    /// The same with the probabilistic cost, a bucket drawn by its probability.
+    ExhaustiveBucketingProbabilistic,
+    /// Equal-count buckets (cctools' default: one, i.e. the largest value seen), drawn.
+    QuantizedBucketing,
 }
 
 pub const STRATEGIES: &[(&str, Strategy)] = &[
@@ -85,6 +96,12 @@ pub const STRATEGIES: &[(&str, Strategy)] = &[
         "greedy-bucketing-probabilistic",
         Strategy::GreedyBucketingProbabilistic,
     ),
+    ("exhaustive-bucketing", Strategy::ExhaustiveBucketing),
+    (
+        "exhaustive-bucketing-probabilistic",
+        Strategy::ExhaustiveBucketingProbabilistic,
+    ),
+    ("quantized-bucketing", Strategy::QuantizedBucketing),
 ];
 
 impl Strategy {
@@ -97,6 +114,19 @@ impl Strategy {
                 let known: Vec<&str> = STRATEGIES.iter().map(|(n, _)| *n).collect();
                 format!("unknown strategy {name:?} (known: {})", known.join(", "))
             })
+    }
+
+    /// The bucketing method of a bucketing strategy.
+    fn bucketing(self) -> Option<bucketing::Method> {
+        use bucketing::Method;
+        Some(match self {
+            Strategy::GreedyBucketing => Method::DeterministicGreedy,
+            Strategy::GreedyBucketingProbabilistic => Method::Greedy,
+            Strategy::ExhaustiveBucketing => Method::DeterministicExhaustive,
+            Strategy::ExhaustiveBucketingProbabilistic => Method::Exhaustive,
+            Strategy::QuantizedBucketing => Method::Quantized,
+            _ => return None,
+        })
     }
 
     pub fn name(self) -> &'static str {
@@ -116,12 +146,15 @@ pub struct Sizer {
     resource: Resource,
     /// Normally ended runs: (peak used, wall time or 1).
     points: Vec<(f64, f64)>,
+    /// The same runs as bucketing points (value, sequence number), sorted by value.
+    sorted: Vec<bucketing::Point>,
     /// Largest value seen, exhausted runs included (it never goes down).
     max_seen: f64,
     first: Option<f64>,
     completions_since_update: usize,
     random: bucketing::Random,
-    /// The greedy buckets of the current points (made again after each new point).
+    /// The buckets of the current points (made again after each new point, cctools'
+    /// update epoch 1).
     buckets: Option<Vec<bucketing::Bucket>>,
 }
 
@@ -131,6 +164,7 @@ impl Sizer {
             strategy,
             resource,
             points: Vec::new(),
+            sorted: Vec::new(),
             max_seen: 0.0,
             first: None,
             completions_since_update: 0,
@@ -149,9 +183,7 @@ impl Sizer {
                 .resource
                 .round_up(self.max_seen + (self.resource.bucket / 3.0).floor()),
             Strategy::MinWaste | Strategy::MaxThroughput => self.first.unwrap_or(node),
-            Strategy::GreedyBucketing | Strategy::GreedyBucketingProbabilistic => {
-                self.bucketing_allocation(0.0)
-            }
+            _ => self.bucketing_allocation(0.0),
         };
         value.min(node)
     }
@@ -171,9 +203,7 @@ impl Sizer {
                     node
                 }
             }
-            Strategy::GreedyBucketing | Strategy::GreedyBucketingProbabilistic => {
-                self.bucketing_allocation(failed)
-            }
+            _ => self.bucketing_allocation(failed),
         };
         if next > failed {
             next.min(node)
@@ -190,6 +220,7 @@ impl Sizer {
             return;
         }
         self.points.push((used, time));
+        bucketing::insert(&mut self.sorted, (used, self.points.len() as f64));
         self.buckets = None;
         self.completions_since_update += 1;
         let histogram = matches!(self.strategy, Strategy::MinWaste | Strategy::MaxThroughput);
@@ -208,19 +239,33 @@ impl Sizer {
         self.points.len()
     }
 
+    /// Whether the strategy is still in its warm-up (the node, or bucketing's sampling
+    /// default), rather than answering from the history.
+    pub fn warming_up(&self) -> bool {
+        match self.strategy {
+            Strategy::Fixed => true,
+            Strategy::MaxSeen => self.points.is_empty(),
+            Strategy::MinWaste | Strategy::MaxThroughput => self.first.is_none(),
+            _ => self.points.len() < bucketing::SAMPLING_POINTS,
+        }
+    }
+
     fn bucketing_allocation(&mut self, previous: f64) -> f64 {
         let default = self.resource.default;
         if self.points.len() < bucketing::SAMPLING_POINTS {
             return bucketing::grow(default, previous);
         }
-        let points = &self.points;
-        let buckets = self
-            .buckets
-            .get_or_insert_with(|| bucketing::greedy(points));
-        match self.strategy {
-            Strategy::GreedyBucketing => bucketing::smallest_above(buckets, previous),
-            _ => bucketing::draw_above(buckets, previous, &mut self.random),
+        let Some(method) = self.strategy.bucketing() else {
+            return self.resource.node;
+        };
+        let sorted = &self.sorted;
+        let buckets = self.buckets.get_or_insert_with(|| method.buckets(sorted));
+        if method.deterministic() {
+            bucketing::smallest_above(buckets, previous)
+        } else {
+            bucketing::draw_above(buckets, previous, &mut self.random)
         }
+        // Above the top bucket: grow as in the sampling phase.
         .unwrap_or_else(|| bucketing::grow(default, previous.max(bucketing::top(buckets))))
     }
 }
@@ -237,10 +282,16 @@ pub fn sizer_from_history(
     let mut sizer = Sizer::new(strategy, resource);
     for row in rows {
         let Some(used) = value(row) else { continue };
+        // Wall time weighs a run in the histogram strategies, as in `simulate` (1 without).
+        let time = if row.wall_time > 0.0 {
+            row.wall_time
+        } else {
+            1.0
+        };
         if history::ended_normally(row) {
-            sizer.record(used, 1.0, false);
+            sizer.record(used, time, false);
         } else if row.exceeded.split(',').any(|r| r == name) {
-            sizer.record(used, 1.0, true);
+            sizer.record(used, time, true);
         }
     }
     sizer

@@ -29,11 +29,19 @@ pub struct Outcome {
 }
 
 pub fn simulate(tasks: &[TaskUse], strategy: Strategy, resource: Resource) -> Outcome {
+    replay(tasks, strategy, resource).0
+}
+
+/// [`simulate`], and each task's first allocation (what the strategy decided before knowing
+/// the task; a retry followed where it is below the task's use).
+pub fn replay(tasks: &[TaskUse], strategy: Strategy, resource: Resource) -> (Outcome, Vec<f64>) {
     let mut sizer = Sizer::new(strategy, resource);
     let mut totals = Totals::default();
+    let mut firsts = Vec::with_capacity(tasks.len());
     for task in tasks {
         let weight = task.time.filter(|t| *t > 0.0).unwrap_or(1.0);
         let mut allocation = sizer.first_allocation();
+        firsts.push(allocation);
         let mut retried = false;
         // A task larger than the node is given the node: it cannot be given more.
         while task.used > allocation && allocation < resource.node {
@@ -48,7 +56,10 @@ pub fn simulate(tasks: &[TaskUse], strategy: Strategy, resource: Resource) -> Ou
         totals.retried_tasks += usize::from(retried);
         sizer.record(task.used, weight, false);
     }
-    totals.outcome(strategy.name(), tasks.len(), resource.node)
+    (
+        totals.outcome(strategy.name(), tasks.len(), resource.node),
+        firsts,
+    )
 }
 
 /// Every task given exactly its peak, the first time: the lower bound of any strategy.
@@ -60,6 +71,72 @@ pub fn oracle(tasks: &[TaskUse], resource: Resource) -> Outcome {
         totals.used += task.used.min(resource.node) * weight;
     }
     totals.outcome("oracle", tasks.len(), resource.node)
+}
+
+/// Distinct values beyond which [`best_ladder`] (quadratic in them) is not computed.
+pub const LADDER_VALUES: usize = 5000;
+
+/// The cheapest fixed ladder of allocations l₁ < l₂ < … < the largest use (each task tried at
+/// l₁, then l₂, … until one fits), chosen knowing the whole trace: what the best static
+/// bucketing could reach. Adaptive strategies may beat it only where use drifts over time.
+/// None when the trace has more than [`LADDER_VALUES`] distinct values.
+pub fn best_ladder(tasks: &[TaskUse], resource: Resource) -> Option<Outcome> {
+    let ladder = ladder_levels(tasks, resource.node)?;
+    let mut totals = Totals::default();
+    for task in tasks {
+        let weight = task.time.filter(|t| *t > 0.0).unwrap_or(1.0);
+        let used = task.used.min(resource.node);
+        let fails = ladder.iter().take_while(|&&level| level < used).count();
+        totals.allocated += ladder[..=fails].iter().sum::<f64>() * weight;
+        totals.used += used * weight;
+        totals.retries += fails;
+        totals.retried_tasks += usize::from(fails > 0);
+    }
+    Some(totals.outcome("best-ladder", tasks.len(), resource.node))
+}
+
+/// The levels of [`best_ladder`]. A ladder's cost is Σᵢ lᵢ·W(> lᵢ₋₁), W the weight of the
+/// tasks above a value, so the cheapest ladder ending at each distinct value follows from
+/// those ending below it (dynamic programming over the sorted distinct values).
+fn ladder_levels(tasks: &[TaskUse], node: f64) -> Option<Vec<f64>> {
+    let mut weighted: Vec<(f64, f64)> = tasks
+        .iter()
+        .map(|t| (t.used.min(node), t.time.filter(|t| *t > 0.0).unwrap_or(1.0)))
+        .collect();
+    weighted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut values: Vec<(f64, f64)> = Vec::new(); // (value, weight of tasks above it)
+    let total: f64 = weighted.iter().map(|w| w.1).sum();
+    let mut at_most = 0.0;
+    for (value, weight) in weighted {
+        at_most += weight;
+        match values.last_mut() {
+            Some(last) if last.0 == value => last.1 = total - at_most,
+            _ => values.push((value, total - at_most)),
+        }
+    }
+    if values.is_empty() || values.len() > LADDER_VALUES {
+        return None;
+    }
+    // best[i]: (cost of the cheapest ladder whose top is values[i], the level below it).
+    let mut best: Vec<(f64, Option<usize>)> = Vec::with_capacity(values.len());
+    for i in 0..values.len() {
+        let mut cell = (values[i].0 * total, None);
+        for (p, &(cost, _)) in best.iter().enumerate() {
+            let c = cost + values[i].0 * values[p].1;
+            if c < cell.0 {
+                cell = (c, Some(p));
+            }
+        }
+        best.push(cell);
+    }
+    let mut levels = vec![];
+    let mut at = Some(values.len() - 1);
+    while let Some(i) = at {
+        levels.push(values[i].0);
+        at = best[i].1;
+    }
+    levels.reverse();
+    Some(levels)
 }
 
 #[derive(Default)]

@@ -1,14 +1,20 @@
-//! Traces of finished tasks: CSV with a header naming at least `category` and the resources
-//! (bioblast's columns: category, cores, memory (MB), disk (MB), cpu_time, wall_time).
+//! Traces of finished tasks: CSV with a header naming the resources and usually `category`
+//! (bioblast's columns: category, cores, memory (MB), disk (MB), cpu_time, wall_time). Without
+//! a `category` column every row is of one category, named [`ONE_CATEGORY`].
 
 use std::path::Path;
 
 use super::simulate::TaskUse;
 
+/// The category of every row of a trace without a `category` column.
+pub const ONE_CATEGORY: &str = "trace";
+
 /// One row: its category, and each column's value by header name.
 pub struct Trace {
     pub columns: Vec<String>,
     pub rows: Vec<(String, Vec<f64>)>,
+    /// Each row's line in the file (1-based), for errors about a row's values.
+    pub lines: Vec<usize>,
 }
 
 impl Trace {
@@ -22,11 +28,9 @@ impl Trace {
             .next()
             .ok_or_else(|| format!("{}: empty trace", path.display()))?;
         let columns: Vec<String> = header.split(',').map(|c| c.trim().to_string()).collect();
-        let category = columns
-            .iter()
-            .position(|c| c == "category")
-            .ok_or_else(|| format!("{}:1: no `category` column in {header:?}", path.display()))?;
+        let category = columns.iter().position(|c| c == "category");
         let mut rows = Vec::new();
+        let mut lines_of_rows = Vec::new();
         for (index, line) in lines {
             let fields: Vec<&str> = line.split(',').map(str::trim).collect();
             if fields.len() != columns.len() {
@@ -41,7 +45,7 @@ impl Trace {
             let mut values = Vec::with_capacity(fields.len());
             for (column, field) in fields.iter().enumerate() {
                 // Text columns: the category, and the exit type of `lfm history --format csv`.
-                if column == category || columns[column] == "exit" {
+                if Some(column) == category || columns[column] == "exit" {
                     values.push(0.0);
                     continue;
                 }
@@ -56,24 +60,21 @@ impl Trace {
                 })?;
                 values.push(value);
             }
-            rows.push((fields[category].to_string(), values));
+            let name = category.map_or(ONE_CATEGORY, |c| fields[c]);
+            rows.push((name.to_string(), values));
+            lines_of_rows.push(index + 1);
         }
-        Ok(Trace { columns, rows })
+        Ok(Trace {
+            columns,
+            rows,
+            lines: lines_of_rows,
+        })
     }
 
     /// Each category's tasks for `resource`, in arrival order, with wall times when the trace
     /// has a non-zero `wall_time` column.
     pub fn tasks(&self, resource: &str) -> Result<Vec<(String, Vec<TaskUse>)>, String> {
-        let column = self
-            .columns
-            .iter()
-            .position(|c| c == resource)
-            .ok_or_else(|| {
-                format!(
-                    "the trace has no {resource:?} column (it has {})",
-                    self.columns.join(", ")
-                )
-            })?;
+        let column = self.column(resource)?;
         let wall = self.columns.iter().position(|c| c == "wall_time");
         let mut categories: Vec<(String, Vec<TaskUse>)> = Vec::new();
         for (category, values) in &self.rows {
@@ -87,5 +88,15 @@ impl Trace {
             }
         }
         Ok(categories)
+    }
+
+    /// The index of a column, or an error naming the columns there are.
+    pub fn column(&self, name: &str) -> Result<usize, String> {
+        self.columns.iter().position(|c| c == name).ok_or_else(|| {
+            format!(
+                "the trace has no {name:?} column (it has {})",
+                self.columns.join(", ")
+            )
+        })
     }
 }

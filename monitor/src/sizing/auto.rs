@@ -1,0 +1,246 @@
+//! `--auto`: the limits a run did not give, from its category's history, and after a run ran
+//! out of one of them the next allocation of that one (the others keep their value, as cctools'
+//! bucketing manager does).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::history::{cores_needed, Row};
+use super::{sizer_from_history, Resource, Sizer, Strategy};
+use crate::limits::Limits;
+
+const MIB: f64 = 1_048_576.0;
+
+/// A resource `--auto` sizes, by its Report name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AutoLimit {
+    /// MiB, from the Report's headline memory.
+    Memory,
+    /// Whole cores, from the measured peak, raised where the kernel throttled the run.
+    Cores,
+    /// MiB of the sandbox, from the Report's disk (runs with `--sandbox` only).
+    Disk,
+}
+
+impl AutoLimit {
+    pub fn name(self) -> &'static str {
+        match self {
+            AutoLimit::Memory => "memory",
+            AutoLimit::Cores => "cores",
+            AutoLimit::Disk => "disk",
+        }
+    }
+
+    /// What a history row says the run used of this resource (None: not measured).
+    pub fn used(self, row: &Row) -> Option<f64> {
+        match self {
+            AutoLimit::Memory => Some(row.memory_mb),
+            AutoLimit::Cores => Some(cores_needed(row)),
+            AutoLimit::Disk => row.disk_mb,
+        }
+    }
+
+    /// The limit in `limits`, in this resource's unit (MiB or cores).
+    pub fn limit(self, limits: &Limits) -> Option<f64> {
+        match self {
+            AutoLimit::Memory => limits.memory_bytes.map(|b| b as f64 / MIB),
+            AutoLimit::Cores => limits.cores,
+            AutoLimit::Disk => limits.disk_bytes.map(|b| b as f64 / MIB),
+        }
+    }
+
+    pub fn set(self, limits: &mut Limits, value: f64) {
+        match self {
+            AutoLimit::Memory => limits.memory_bytes = Some((value * MIB) as u64),
+            AutoLimit::Cores => limits.cores = Some(value),
+            AutoLimit::Disk => limits.disk_bytes = Some((value * MIB) as u64),
+        }
+    }
+
+    /// A Sizer of this resource that has seen `rows`.
+    pub fn sizer(self, rows: &[Row], strategy: Strategy, node: f64) -> Sizer {
+        let resource = match self {
+            AutoLimit::Memory => Resource::memory_mb(node),
+            AutoLimit::Cores => Resource::cores(node),
+            AutoLimit::Disk => Resource::disk_mb(node),
+        };
+        sizer_from_history(rows, strategy, resource, self.name(), |r| self.used(r))
+    }
+
+    /// The allocation sizing gives the next run: its first attempt, or after an attempt at
+    /// `failed` ran out, the next one. Cores are whole: a limit below the measured fraction
+    /// of a core would only throttle.
+    pub fn allocation(
+        self,
+        rows: &[Row],
+        strategy: Strategy,
+        node: f64,
+        failed: Option<f64>,
+    ) -> f64 {
+        let mut sizer = self.sizer(rows, strategy, node);
+        let value = match failed {
+            None => sizer.first_allocation(),
+            Some(failed) => sizer.retry_allocation(failed),
+        };
+        match self {
+            AutoLimit::Cores => value.ceil().clamp(1.0, node.max(1.0)),
+            _ => value,
+        }
+    }
+
+    /// The unit of this resource's allocations.
+    pub fn unit(self) -> &'static str {
+        match self {
+            AutoLimit::Cores => "cores",
+            _ => "MiB",
+        }
+    }
+}
+
+/// The whole node of each resource: this machine's memory and CPUs, and the space left on the
+/// sandbox's filesystem.
+pub fn node(resource: AutoLimit, sandbox: Option<&Path>) -> f64 {
+    match resource {
+        AutoLimit::Memory => super::node_memory_mb(),
+        AutoLimit::Cores => std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64),
+        AutoLimit::Disk => sandbox.and_then(free_mb).unwrap_or(1024.0),
+    }
+}
+
+fn free_mb(path: &Path) -> Option<f64> {
+    // The sandbox may not exist yet: its nearest existing ancestor is on the same filesystem
+    // (or the one it will be created on).
+    let existing = path.ancestors().find(|p| p.exists())?;
+    let stat = nix::sys::statvfs::statvfs(existing).ok()?;
+    Some(stat.blocks_available() as f64 * stat.fragment_size() as f64 / MIB)
+}
+
+/// The limits `--auto` sizes for a run: memory and cores unless given, disk unless given and
+/// only with a sandbox (where disk is measured).
+pub fn to_size(limits: &Limits, sandbox: Option<&Path>) -> Vec<AutoLimit> {
+    [AutoLimit::Memory, AutoLimit::Cores, AutoLimit::Disk]
+        .into_iter()
+        .filter(|r| r.limit(limits).is_none())
+        .filter(|r| *r != AutoLimit::Disk || sandbox.is_some())
+        .collect()
+}
+
+/// The sized resources a run ran out of, when retrying can help: every exceeded limit is a
+/// sized one (a limit the user gave stays as given). Empty otherwise.
+pub fn exhausted(limits_exceeded: &BTreeMap<String, f64>, sized: &[AutoLimit]) -> Vec<AutoLimit> {
+    let exceeded: Vec<Option<AutoLimit>> = limits_exceeded
+        .keys()
+        .map(|name| sized.iter().copied().find(|r| r.name() == name))
+        .collect();
+    if exceeded.iter().any(Option::is_none) {
+        return Vec::new();
+    }
+    exceeded.into_iter().flatten().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(
+        exit: &str,
+        exceeded: &str,
+        cores: f64,
+        limit: Option<f64>,
+        throttled: Option<f64>,
+    ) -> Row {
+        Row {
+            id: 0,
+            category: "c".into(),
+            time: 0.0,
+            exit: exit.into(),
+            exceeded: exceeded.into(),
+            memory_mb: 100.0,
+            cores,
+            disk_mb: None,
+            wall_time: 1.0,
+            memory_limit_mb: None,
+            sized: false,
+            cores_limit: limit,
+            throttled,
+        }
+    }
+
+    #[test]
+    fn a_run_throttled_at_its_cores_limit_needed_a_core_more() {
+        // Held back in 40% of its periods at 2 cores: it measured 1.98, it wanted more.
+        assert_eq!(
+            cores_needed(&row("normal", "", 1.98, Some(2.0), Some(0.4))),
+            3.0
+        );
+        // Throttled in 5% of them (a burst): its measured peak stands.
+        assert_eq!(
+            cores_needed(&row("normal", "", 1.5, Some(2.0), Some(0.05))),
+            1.5
+        );
+        assert_eq!(cores_needed(&row("normal", "", 0.7, None, None)), 0.7);
+    }
+
+    #[test]
+    fn cores_are_sized_in_whole_cores_and_climb_past_throttling() {
+        let strategy = Strategy::MaxSeen;
+        // Max-seen: 1.2 + floor(1/3) = 1.2, rounded up to the bucket: 2 cores.
+        let rows = vec![row("normal", "", 1.2, None, None)];
+        assert_eq!(AutoLimit::Cores.allocation(&rows, strategy, 8.0, None), 2.0);
+        // The same runs, throttled at 2: 3 (and max-seen rounds 3 + 0 to 3).
+        let throttled = vec![row("normal", "", 2.0, Some(2.0), Some(0.5))];
+        assert_eq!(
+            AutoLimit::Cores.allocation(&throttled, strategy, 8.0, None),
+            3.0
+        );
+        // A tiny measured use still gets a whole core.
+        let idle = vec![row("normal", "", 0.01, None, None); 12];
+        let greedy = Strategy::GreedyBucketing;
+        assert_eq!(AutoLimit::Cores.allocation(&idle, greedy, 8.0, None), 1.0);
+        // Never more than the node.
+        assert_eq!(
+            AutoLimit::Cores.allocation(&idle, Strategy::Fixed, 2.0, None),
+            2.0
+        );
+    }
+
+    #[test]
+    fn only_limits_not_given_are_sized_and_disk_only_in_a_sandbox() {
+        let none = Limits::default();
+        assert_eq!(
+            to_size(&none, None),
+            vec![AutoLimit::Memory, AutoLimit::Cores]
+        );
+        let sandbox = Path::new("/tmp/x");
+        assert_eq!(
+            to_size(&none, Some(sandbox)),
+            vec![AutoLimit::Memory, AutoLimit::Cores, AutoLimit::Disk]
+        );
+        let given = Limits {
+            memory_bytes: Some(1 << 30),
+            cores: Some(1.0),
+            ..Limits::default()
+        };
+        assert_eq!(to_size(&given, Some(sandbox)), vec![AutoLimit::Disk]);
+    }
+
+    #[test]
+    fn a_run_is_retried_only_when_every_limit_it_broke_was_sized() {
+        let sized = [AutoLimit::Memory, AutoLimit::Disk];
+        let broke = |names: &[&str]| -> BTreeMap<String, f64> {
+            names.iter().map(|n| (n.to_string(), 1.0)).collect()
+        };
+        assert_eq!(
+            exhausted(&broke(&["memory"]), &sized),
+            vec![AutoLimit::Memory]
+        );
+        assert_eq!(
+            exhausted(&broke(&["disk", "memory"]), &sized),
+            vec![AutoLimit::Disk, AutoLimit::Memory]
+        );
+        // The user's cores limit broke too: a larger memory would not help.
+        assert!(exhausted(&broke(&["cores", "memory"]), &sized).is_empty());
+        assert!(exhausted(&broke(&["wall_time"]), &sized).is_empty());
+        assert!(exhausted(&broke(&[]), &sized).is_empty());
+    }
+}
