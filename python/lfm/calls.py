@@ -32,7 +32,8 @@ LIMIT_KEYS = ("memory", "cores", "wall", "processes", "disk")
 @dataclass(frozen=True)
 class Options:
     """What a call asks of lfm: its limits, its category, and whether sizing picks the memory
-    (`auto`) or a pack carries the function (`pack`)."""
+    (`auto`, run again larger at most `max_retries` times: default the serve's, 3) or a pack
+    carries the function (`pack`)."""
 
     memory: Size = None
     cores: Size = None
@@ -42,6 +43,7 @@ class Options:
     category: Optional[str] = None
     pack: bool = False
     auto: bool = False
+    max_retries: Optional[int] = None
 
     def __post_init__(self) -> None:
         for key in LIMIT_KEYS:
@@ -54,6 +56,10 @@ class Options:
                 raise ValueError(f"{key}: must be positive, not {value!r}")
         if self.category is not None and not isinstance(self.category, str):
             raise TypeError(f"category: a string, not {self.category!r}")
+        retries = self.max_retries
+        if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
+                                    or retries < 0):
+            raise ValueError(f"max_retries: a count (0 or more), not {retries!r}")
 
     def limits(self) -> Dict[str, Any]:
         return {k: getattr(self, k) for k in LIMIT_KEYS if getattr(self, k) is not None}
@@ -144,6 +150,8 @@ def request(
         fields["category"] = options.category
     if options.auto:
         fields["auto"] = True
+        if options.max_retries is not None:
+            fields["max_retries"] = options.max_retries
     return fields
 
 

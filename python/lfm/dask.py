@@ -7,7 +7,7 @@ tasks annotated with it run in the worker node's `lfm serve`, limited and measur
     future = client.submit(train, data, resources={"memory": 2e9})   # with LfmPlugin(default=True)
 
 Limits come from the `lfm` annotation (lfm options: memory, cores, wall, processes, disk,
-category, pack, auto) over the task's `resources` (`memory` in bytes, `cores`: Dask schedules
+category, pack, auto, max_retries) over the task's `resources` (`memory` in bytes, `cores`: Dask schedules
 on them, lfm enforces them; workers must declare them) over an @lfm.task's own. Each Report
 goes to the scheduler's event log under "lfm-report" ({"key", "report"}): `reports(client)`.
 """

@@ -24,7 +24,7 @@ def task(fn: F) -> F: ...
 def task(
     fn: None = None, *, memory: Size = ..., cores: Size = ..., wall: Size = ...,
     processes: Size = ..., disk: Size = ..., category: Optional[str] = ...,
-    pack: bool = ..., auto: bool = ...,
+    pack: bool = ..., auto: bool = ..., max_retries: Optional[int] = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -39,6 +39,7 @@ def task(
     category: Optional[str] = None,
     pack: bool = False,
     auto: bool = False,
+    max_retries: Optional[int] = None,
 ) -> Any:
     """Run each call of the function in the node's `lfm serve` under these limits.
 
@@ -47,7 +48,7 @@ def task(
     Parsl's `parsl_resource_specification` keyword, if an engine passes one, is dropped."""
     options = Options(
         memory=memory, cores=cores, wall=wall, processes=processes, disk=disk,
-        category=category, pack=pack, auto=auto,
+        category=category, pack=pack, auto=auto, max_retries=max_retries,
     )
 
     def decorate(function: F) -> F:

@@ -145,6 +145,8 @@ def test_bad_options_name_the_field():
         lfm.Executor(cores=-1)
     with pytest.raises(ValueError, match="max_workers"):
         lfm.Executor(max_workers=0)
+    with pytest.raises(ValueError, match="max_retries"):
+        lfm.task(auto=True, max_retries=-1)
 
 
 def test_no_binary_fails_the_future_naming_the_cause(monkeypatch):
@@ -222,7 +224,7 @@ def test_an_idle_serve_exits_by_itself(tmp_path):
 
 
 def test_auto_sizes_from_history_and_retries_a_call_that_outgrows_it():
-    grow = lfm.task(category="client-grow", auto=True)(fns.allocate)
+    grow = lfm.task(category="client-grow", auto=True, max_retries=5)(fns.allocate)
     with lfm.Executor(max_workers=1) as ex:
         for _ in range(10):  # greedy bucketing sizes from its tenth run on
             ex.submit(grow, 20).result()

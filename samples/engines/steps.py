@@ -32,7 +32,7 @@ def oversized(mib):
     return int(np.ones(mib << 17).sum())  # mib MiB of float64
 
 
-@lfm.task(wall="2m", category="grow", auto=True)
+@lfm.task(wall="2m", category="grow", auto=True, max_retries=5)
 def grow(mib):
     """No memory declared: sized from the history of its category, retried larger when a
     call outgrows the size the history suggests."""
