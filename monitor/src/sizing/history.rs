@@ -15,6 +15,8 @@ use crate::report::Report;
 
 const SCHEMA: &str = "lfm-history/1";
 const MIB: f64 = 1_048_576.0;
+/// How long a write waits for the other lfm processes writing the same history.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One finished run or call, as sizing reads it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -68,9 +70,7 @@ impl History {
             std::fs::create_dir_all(dir).map_err(|e| format!("history {}: {e}", dir.display()))?;
         }
         let connection = Connection::open(path).map_err(fail)?;
-        connection
-            .busy_timeout(Duration::from_secs(60))
-            .map_err(fail)?;
+        connection.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
         let history = History {
             connection,
             path: path.to_path_buf(),
@@ -83,9 +83,7 @@ impl History {
 
     fn prepare(&self) -> Result<(), String> {
         let c = &self.connection;
-        let wal: String = c
-            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-            .map_err(|e| format!("not an SQLite database, or damaged ({e})"))?;
+        let wal = self.switch_to_wal()?;
         if wal != "wal" {
             return Err(format!("cannot switch to WAL mode (got {wal})"));
         }
@@ -121,6 +119,28 @@ impl History {
             Some(SCHEMA) => Ok(()),
             Some(other) => Err(format!("schema {other}, this lfm reads {SCHEMA}")),
             None => Err("not an lfm history (no schema version)".into()),
+        }
+    }
+
+    /// `PRAGMA journal_mode=WAL` needs the database to itself for a moment, and SQLite answers
+    /// "database is locked" at once there rather than call the busy handler: while other lfm
+    /// processes create or write the same file, it is tried again until the busy timeout.
+    fn switch_to_wal(&self) -> Result<String, String> {
+        let started = std::time::Instant::now();
+        loop {
+            match self
+                .connection
+                .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            {
+                Ok(mode) => return Ok(mode),
+                Err(e) if is_busy(&e) && started.elapsed() < BUSY_TIMEOUT => {
+                    std::thread::sleep(retry_pause());
+                }
+                Err(e) if is_busy(&e) => {
+                    return Err(format!("still locked after {BUSY_TIMEOUT:?} ({e})"))
+                }
+                Err(e) => return Err(format!("not an SQLite database, or damaged ({e})")),
+            }
         }
     }
 
@@ -302,4 +322,21 @@ impl History {
         }
         transaction.commit().map_err(fail)
     }
+}
+
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+/// 5-20 ms, different in each process, so that processes which collided do not again.
+fn retry_pause() -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let spread = (nanos ^ std::process::id().wrapping_mul(2_654_435_761)) % 15;
+    Duration::from_millis(5 + u64::from(spread))
 }
