@@ -710,20 +710,26 @@ fn ten_thousand_calls_leave_no_process_cgroup_or_descriptor_behind() {
         growth < 4096,
         "the zygote grew by {growth} KiB over 9,800 calls"
     );
-    assert_eq!(
-        children_of(zygote),
-        Vec::<i32>::new(),
-        "calls still running"
-    );
-    assert_eq!(
-        run_cgroups_of(server_pid),
-        Vec::<String>::new(),
-        "call cgroups left"
+    // Between calls one spare child waits, set up in its own cgroup, for the next call.
+    let waiting = children_of(zygote);
+    assert!(waiting.len() <= 1, "calls still running: {waiting:?}");
+    let cgroups = run_cgroups_of(server_pid);
+    assert!(
+        cgroups.len() <= waiting.len() * cgroup_hierarchies(backend),
+        "call cgroups left: {cgroups:?}"
     );
     stdin.flush().unwrap();
     drop(stdin);
     assert!(server.child.wait().unwrap().success());
     assert_no_leftovers(&setup);
+}
+
+/// How many cgroup directories one call has (v1: one per joined hierarchy, memory and cpuacct).
+fn cgroup_hierarchies(backend: &str) -> usize {
+    match backend {
+        "cgroup1" => 2,
+        _ => 0,
+    }
 }
 
 /// The server's stdin, shared by the test and its writer thread.

@@ -27,6 +27,59 @@ pub struct ProcessSample {
 
 /// Every live descendant of `root` (not `root` itself), with its counters.
 pub fn descendants(root: i32) -> Vec<ProcessSample> {
+    if has_children_files() {
+        return descendants_by_children(root);
+    }
+    descendants_by_scan(root)
+}
+
+/// Whether the kernel lists each thread's children (/proc/PID/task/TID/children,
+/// CONFIG_PROC_CHILDREN): following them from the root costs the size of the run's tree,
+/// where a scan of /proc reads every process on the node, each sample.
+fn has_children_files() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        let pid = std::process::id();
+        std::path::Path::new(&format!("/proc/{pid}/task/{pid}/children")).exists()
+    })
+}
+
+/// Children of every thread of `pid` (a child belongs to the thread that forked it).
+fn children_of(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new(); // gone since it was listed
+    };
+    let mut children = Vec::new();
+    for task in tasks.flatten() {
+        let Ok(text) = fs::read_to_string(task.path().join("children")) else {
+            continue;
+        };
+        children.extend(
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok()),
+        );
+    }
+    children
+}
+
+fn descendants_by_children(root: i32) -> Vec<ProcessSample> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = children_of(root);
+    while let Some(pid) = stack.pop() {
+        if !seen.insert(pid) {
+            continue;
+        }
+        let Some((_, start_ticks, cpu_ticks, zombie)) = read_stat(pid) else {
+            continue; // exited and reaped between the two reads
+        };
+        stack.extend(children_of(pid));
+        out.push(sample(pid, start_ticks, cpu_ticks, zombie));
+    }
+    out
+}
+
+fn descendants_by_scan(root: i32) -> Vec<ProcessSample> {
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -166,5 +219,37 @@ mod tests {
             .any(|p| p.pid == child.id() as i32 && p.start_ticks > 0));
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn following_children_files_finds_what_a_scan_finds() {
+        if !has_children_files() {
+            eprintln!("SKIP: this kernel has no /proc/PID/task/TID/children");
+            return;
+        }
+        // A shell with two children of its own.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 5 & sleep 5 & wait"])
+            .spawn()
+            .unwrap();
+        let root = child.id() as i32;
+        let pids = |found: Vec<ProcessSample>| {
+            let mut pids: Vec<i32> = found.iter().map(|p| p.pid).collect();
+            pids.sort();
+            pids
+        };
+        let mut by_children = Vec::new();
+        for _ in 0..100 {
+            by_children = pids(descendants_by_children(root));
+            if by_children.len() >= 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let by_scan = pids(descendants_by_scan(root));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(by_children.len(), 2, "{by_children:?}");
+        assert_eq!(by_children, by_scan);
     }
 }

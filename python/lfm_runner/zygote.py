@@ -1,10 +1,16 @@
 """The zygote of `lfm serve`: imports once, forks one child per call.
 
 lfm starts it with a control socket (SOCK_SEQPACKET) on the fd its config names. Messages are
-JSON; lfm sends `{"op": "call", "id": N, "request": PATH, "dir": DIR}` with the call's
-`cgroup.procs` descriptors attached (SCM_RIGHTS), and `{"op": "exit"}`. The zygote answers
-`{"op": "ready"}` once, then `{"op": "started", "id", "pid"}` for every fork and
+JSON; lfm sends `{"op": "call", "id": N, "request": PATH, "dir": DIR, "rlimits": [...]}` with
+the call's `cgroup.procs` descriptors attached (SCM_RIGHTS), and `{"op": "exit"}`. The zygote
+answers `{"op": "ready"}` once, then `{"op": "started", "id", "pid"}` for every fork and
 `{"op": "exited", "id", "pid", "status", "user", "system", "maxrss"}` when a child is reaped.
+
+A spare is a call forked before its request exists: `{"op": "spare", "id", "dir", "rlimits"}`
+(with descriptors) forks a child that does all of a call's setup, cgroups included, then waits;
+`{"op": "go", "id", "request": PATH}` hands it the request, `{"op": "drop", "id"}` sends it away. Joining a cgroup v1 costs the child
+an RCU grace period (~10 ms), which a spare pays between calls instead of during one. A spare
+whose zygote dies reads end-of-file and leaves without running anything.
 
 A child puts itself into the call's cgroups before any user code runs (writing its pid to each
 descriptor lfm opened, checking every write), leaves the zygote's state behind (signals, fds,
@@ -80,8 +86,8 @@ def reseed():
         numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
 
 
-def child(message, fds, control):
-    """In the forked child: never returns."""
+def child(message, fds, control, go=None):
+    """In the forked child: never returns. `go`: a spare's pipe, the request's path comes on it."""
     code = EXIT_CHILD_SETUP_FAILED
     try:
         try:
@@ -104,7 +110,8 @@ def child(message, fds, control):
         os.chdir(os.path.join(directory, "sandbox"))
         reseed()
         gc.enable()
-        with open(message["request"]) as handle:
+        path = message["request"] if go is None else wait_for_go(go)
+        with open(path) as handle:
             request = json.load(handle)
         calls.run(request)
         code = 0
@@ -119,6 +126,21 @@ def child(message, fds, control):
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def wait_for_go(go):
+    """The request's path, once lfm has one for this spare; none (the zygote died, or lfm
+    dropped the spare): leave quietly."""
+    data = b""
+    while True:
+        chunk = os.read(go, 1 << 16)
+        if not chunk:
+            break
+        data += chunk
+    os.close(go)
+    if not data:
+        os._exit(0)
+    return json.loads(data)["request"]
 
 
 def reap(control, running):
@@ -146,6 +168,7 @@ def serve(control):
     selector.register(control, selectors.EVENT_READ, "control")
     selector.register(wakeup_read, selectors.EVENT_READ, "child")
     running = {}
+    spares = {}  # id -> the write end of the spare's pipe
     while True:
         for key, _ in selector.select():
             if key.data == "child":
@@ -160,19 +183,51 @@ def serve(control):
             message, fds = receive(control)
             if message is None or message.get("op") == "exit":
                 return 0
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:
-                selector.close()
-                os.close(wakeup_read)
-                os.close(wakeup_write)
-                child(message, fds, control)
-            for fd in fds:
-                os.close(fd)
+            if message.get("op") in ("go", "drop"):
+                go(spares, message)
+                continue
+            pid = fork_call(message, fds, control, selector, (wakeup_read, wakeup_write), spares)
             running[pid] = message["id"]
             send(control, {"op": "started", "id": message["id"], "pid": pid})
         reap(control, running)
+
+
+def fork_call(message, fds, control, selector, wakeup, spares):
+    """Fork the child of a call (`op` call) or of a spare (`op` spare); the child's pid."""
+    go_read = None
+    if message.get("op") == "spare":
+        go_read, go_write = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        selector.close()
+        for fd in wakeup + tuple(spares.values()):
+            os.close(fd)
+        if go_read is not None:
+            os.close(go_write)
+        child(message, fds, control, go_read)
+    for fd in fds:
+        os.close(fd)
+    if go_read is not None:
+        os.close(go_read)
+        spares[message["id"]] = go_write
+    return pid
+
+
+def go(spares, message):
+    """Hand a spare its request (`go`), or send it away (`drop`: it exits without running
+    anything); an unknown id (a spare already gone) is ignored."""
+    write_end = spares.pop(message.get("id"), None)
+    if write_end is None:
+        return
+    try:
+        if message["op"] == "go":
+            os.write(write_end, json.dumps({"request": message["request"]}).encode())
+    except OSError:
+        pass  # the spare died: its exit reports the call
+    finally:
+        os.close(write_end)
 
 
 def main(config_path):

@@ -4,6 +4,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 RUNNER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lfm_runner_main.py")
 
@@ -71,3 +72,53 @@ def test_a_failing_preload_is_reported(tmp_path):
     assert failed["op"] == "failed"
     assert "no_such_module_here" in failed["error"]["message"]
     assert process.wait(10) == 1
+
+
+def test_a_spare_does_its_setup_first_and_runs_the_request_it_is_handed(tmp_path):
+    process, sock = start(tmp_path)
+    assert message(sock)["op"] == "ready"
+    body = "import os\ndef f():\n    return os.getcwd()\n"
+    request = call_request(tmp_path, "s1", body)
+    spare = {"op": "spare", "id": 8, "dir": request["dir"], "rlimits": []}
+    sock.send(json.dumps(spare).encode())
+    started = message(sock)
+    assert started["op"] == "started" and started["id"] == 8
+    # It sets itself up (into its sandbox) and waits: nothing runs before "go".
+    sandbox = str(tmp_path / "s1" / "sandbox")
+    for _ in range(200):
+        if os.readlink(f"/proc/{started['pid']}/cwd") == sandbox:
+            break
+        time.sleep(0.01)
+    assert os.readlink(f"/proc/{started['pid']}/cwd") == sandbox
+    time.sleep(0.1)
+    assert not (tmp_path / "s1" / "result").exists()
+    sock.send(json.dumps({"op": "go", "id": 8, "request": request["request"]}).encode())
+    exited = message(sock)
+    assert exited["op"] == "exited" and exited["id"] == 8 and exited["status"] == 0
+    assert json.loads((tmp_path / "s1" / "result").read_text()) == str(tmp_path / "s1" / "sandbox")
+    sock.send(b'{"op": "exit"}')
+    assert process.wait(10) == 0
+
+
+def test_a_dropped_spare_and_the_spare_of_a_dead_zygote_leave_without_running(tmp_path):
+    process, sock = start(tmp_path)
+    assert message(sock)["op"] == "ready"
+    body = "def f():\n    open('ran', 'w')\n"
+    pids = []
+    for id_, name in ((1, "d1"), (2, "d2")):
+        request = call_request(tmp_path, name, body)
+        sock.send(json.dumps({"op": "spare", "id": id_, "dir": request["dir"]}).encode())
+        pids.append(message(sock)["pid"])
+    sock.send(b'{"op": "drop", "id": 1}')
+    exited = message(sock)
+    assert exited["id"] == 1 and exited["status"] == 0
+    process.kill()
+    process.wait(10)
+    for _ in range(100):  # the second spare is not the test's child: poll until it is gone
+        if not os.path.exists(f"/proc/{pids[1]}") or open(f"/proc/{pids[1]}/stat").read().split()[2] == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the spare outlived its zygote")
+    assert not (tmp_path / "d1" / "sandbox" / "ran").exists()
+    assert not (tmp_path / "d2" / "sandbox" / "ran").exists()

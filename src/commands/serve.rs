@@ -219,6 +219,10 @@ fn run_loop(
             }
         }
         deliver(server.step(), &mut clients);
+        // After the replies are out: the next call's child is set up between calls.
+        if !ending {
+            server.prepare_spare();
+        }
         if terminated.load(std::sync::atomic::Ordering::SeqCst) || (ending && !server.busy()) {
             break;
         }

@@ -8,6 +8,7 @@
 
 mod reply;
 mod sizing;
+mod spare;
 pub mod zygote;
 
 use std::collections::{HashMap, VecDeque};
@@ -76,6 +77,10 @@ pub struct Server {
     /// Zygote restarts after a crash, for the notes of later calls.
     pub restarts: u64,
     history: Option<crate::sizing::history::History>,
+    /// A child set up for the next call ([`Server::prepare_spare`]).
+    spare: Option<spare::Spare>,
+    /// The limits of the last call started: a spare is made for them.
+    last_limits: Option<Limits>,
 }
 
 impl Server {
@@ -100,6 +105,8 @@ impl Server {
             replies: Vec::new(),
             restarts: 0,
             history,
+            spare: None,
+            last_limits: None,
         })
     }
 
@@ -162,6 +169,7 @@ impl Server {
     /// Stop taking calls: running ones get `grace` to finish, then are killed; queued ones
     /// are refused. Returns the last replies; the zygote is stopped.
     pub fn shutdown(&mut self, grace: Duration) -> Vec<Reply> {
+        self.drop_spare();
         for spec in std::mem::take(&mut self.queue) {
             self.replies
                 .push(Reply::refused(&spec, "the server is shutting down"));
@@ -203,6 +211,10 @@ impl Server {
             if self.zygote.is_none() {
                 self.restart_zygote();
             }
+            self.last_limits = Some(spec.limits.clone());
+            let Some(spec) = self.start_in_spare(spec) else {
+                continue;
+            };
             if let Err(error) = self.start_call(spec) {
                 self.replies.push(error);
             }
@@ -271,6 +283,7 @@ impl Server {
 
     fn handle(&mut self, event: Event) {
         match event {
+            Event::Started { id, pid } if self.spare_started(id, pid) => {}
             Event::Started { id, pid } => {
                 if let Some(running) = self.running.get_mut(&id) {
                     running.pid = Some(pid);
@@ -282,6 +295,7 @@ impl Server {
                     }
                 }
             }
+            Event::Exited { id: Some(id), .. } if self.spare_exited(id) => {}
             Event::Exited {
                 id: Some(id),
                 status,
@@ -348,6 +362,7 @@ impl Server {
         if let Some(zygote) = self.zygote.take() {
             zygote.reap();
         }
+        self.drop_spare();
         for id in self.running.keys().copied().collect::<Vec<_>>() {
             self.fail(id, "the zygote died during the call; it was restarted");
         }

@@ -164,13 +164,43 @@ impl Zygote {
     ) -> Result<()> {
         let message = serde_json::json!({
             "op": "call", "id": id, "request": request, "dir": dir, "rlimits": rlimits,
-        })
-        .to_string();
+        });
+        self.send(&message, join_fds)
+            .context("sending a call to the zygote")
+    }
+
+    /// Ask for a spare: a call's child, set up as [`Zygote::call_with_rlimits`] sets one up,
+    /// that waits for its request ([`Zygote::go`]).
+    pub fn spare(
+        &self,
+        id: u64,
+        dir: &Path,
+        join_fds: &[RawFd],
+        rlimits: &[(libc::__rlimit_resource_t, libc::rlim_t)],
+    ) -> Result<()> {
+        let message = serde_json::json!({"op": "spare", "id": id, "dir": dir, "rlimits": rlimits});
+        self.send(&message, join_fds)
+            .context("asking the zygote for a spare")
+    }
+
+    /// Hand spare `id` its request.
+    pub fn go(&self, id: u64, request: &Path) -> Result<()> {
+        let message = serde_json::json!({"op": "go", "id": id, "request": request});
+        self.send(&message, &[])
+            .context("starting a spare call in the zygote")
+    }
+
+    /// Send spare `id` away: it exits without running anything.
+    pub fn drop_spare(&self, id: u64) {
+        let _ = self.send(&serde_json::json!({"op": "drop", "id": id}), &[]);
+    }
+
+    fn send(&self, message: &serde_json::Value, fds: &[RawFd]) -> Result<()> {
+        let message = message.to_string();
         let iov = [IoSlice::new(message.as_bytes())];
-        let rights = [ControlMessage::ScmRights(join_fds)];
-        let control: &[ControlMessage] = if join_fds.is_empty() { &[] } else { &rights };
-        sendmsg::<()>(self.fd(), &iov, control, MsgFlags::empty(), None)
-            .context("sending a call to the zygote")?;
+        let rights = [ControlMessage::ScmRights(fds)];
+        let control: &[ControlMessage] = if fds.is_empty() { &[] } else { &rights };
+        sendmsg::<()>(self.fd(), &iov, control, MsgFlags::empty(), None)?;
         Ok(())
     }
 

@@ -131,6 +131,12 @@ impl RunMonitor {
         self.root_included = true;
     }
 
+    /// The run is another one than it was created for (a spare call taken by a request).
+    pub fn relabel(&mut self, command: Vec<String>, category: Option<String>) {
+        self.options.command = command;
+        self.options.category = category;
+    }
+
     /// The clock starts now; `group` is the run's own process group, if it has one.
     pub fn started(&mut self, group: Option<i32>) {
         self.group = group;
