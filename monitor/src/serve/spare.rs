@@ -23,14 +23,18 @@ pub(super) struct Spare {
 }
 
 impl Server {
-    /// Make a spare for the next call when none is waiting, the server is idle enough (no
-    /// queue) and a call showed which limits to expect. Failing is harmless: calls then fork
+    /// Make a spare for the next call when none is waiting and the limits to expect are
+    /// known: the first queued call's, else the last started one's. With every slot busy it
+    /// is set up while they run, ready when one frees. Failing is harmless: calls then fork
     /// as they come.
     pub fn prepare_spare(&mut self) {
-        let ready = self.spare.is_none()
-            && self.queue.is_empty()
-            && self.options.backend != BackendChoice::Auto;
-        let (Some(limits), Some(zygote), true) = (&self.last_limits, &self.zygote, ready) else {
+        let ready = self.spare.is_none() && self.options.backend != BackendChoice::Auto;
+        let expected = self
+            .queue
+            .front()
+            .map(|next| &next.limits)
+            .or(self.last_limits.as_ref());
+        let (Some(limits), Some(zygote), true) = (expected, &self.zygote, ready) else {
             return;
         };
         self.next_id += 1;
