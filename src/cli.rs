@@ -356,6 +356,7 @@ Examples:
   lfm run --memory 2G --cores 1.5 --wall 10m --report r.json -- python job.py
   lfm run --sandbox ./work --series ts.jsonl -- ./simulate --steps 100
   lfm run --summary-format resource-monitor --report r.json -- cmd
+  lfm run --gpus 1 --gpu-memory 10G -- python train.py   one GPU of its own, limited
   lfm run --backend rlimit -- cmd        force a backend (default: auto)
   lfm run -- cmd                         measure only, no limits
 
@@ -367,6 +368,8 @@ Exit codes:
   the command's own exit code when it ended normally
   128+N  the command died of signal N
   125    a limit was exceeded (the report's limits_exceeded says which)
+  69     --gpus: the node has fewer GPUs than asked (or none)
+  75     --gpus: too few GPUs were free within --gpu-wait-timeout
   126    the command is not executable
   127    the command was not found
   70     the monitor itself failed
@@ -399,6 +402,26 @@ pub struct MonitorArgs {
     /// more address space than they use and fail under it; prefer --memory.
     #[arg(long, value_name = "SIZE")]
     pub address_space: Option<String>,
+    /// GPUs the run holds alone on the node (no other lfm run gets them meanwhile), exported
+    /// as CUDA_VISIBLE_DEVICES and measured with NVML (docs/gpu.md). Devices come from NVML,
+    /// or from LFM_GPUS (indices or UUIDs) where set.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub gpus: Option<u64>,
+    /// GPU memory limit of the run's processes (e.g. 10G), enforced by sampling: the run is
+    /// killed at the first sample over it.
+    #[arg(
+        long,
+        value_name = "SIZE",
+        requires = "gpus",
+        allow_negative_numbers = true
+    )]
+    pub gpu_memory: Option<String>,
+    /// How long to wait for enough free GPUs before failing (default: fail at once).
+    #[arg(long, value_name = "DURATION", requires = "gpus", default_value = "0s")]
+    pub gpu_wait_timeout: String,
+    /// A process of the run on a GPU it was not given: `note` it in the report, or `kill` it.
+    #[arg(long, value_enum, requires = "gpus", default_value_t = GpuViolationArg::Note)]
+    pub gpu_violation: GpuViolationArg,
     /// Working directory of the command (created if missing); its size is the disk measure.
     /// `--sandbox .` measures the current directory. Without it, disk is not measured.
     #[arg(long, value_name = "DIR")]
@@ -455,6 +478,12 @@ pub enum SummaryFormat {
     Lfm,
     /// cctools resource_monitor's summary: its field names, units and [value, "unit"] pairs.
     ResourceMonitor,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum GpuViolationArg {
+    Note,
+    Kill,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::time::Duration;
 
+use lfm_monitor::gpu::{GpuError, GpuRequest, ViolationPolicy};
 use lfm_monitor::limits::{parse_duration, parse_positive, parse_size, LimitError};
 use lfm_monitor::report::ExitKind;
 use lfm_monitor::{BackendChoice, Limits, Report, RunError, RunOptions};
@@ -10,7 +11,7 @@ use lfm_monitor::{BackendChoice, Limits, Report, RunError, RunOptions};
 use lfm_monitor::sizing::auto::{self, AutoLimit};
 use lfm_monitor::sizing::Strategy;
 
-use crate::cli::{BackendArg, MonitorArgs, RunArgs, SummaryFormat};
+use crate::cli::{BackendArg, GpuViolationArg, MonitorArgs, RunArgs, SummaryFormat};
 use crate::commands::sizing;
 
 pub const EXIT_LIMITS: i32 = 125;
@@ -18,6 +19,10 @@ pub const EXIT_NOT_EXECUTABLE: i32 = 126;
 pub const EXIT_NOT_FOUND: i32 = 127;
 pub const EXIT_MONITOR_FAILED: i32 = 70;
 pub const EXIT_USAGE: i32 = 2;
+/// EX_UNAVAILABLE: the node lacks the GPUs asked for.
+pub const EXIT_NO_GPUS: i32 = 69;
+/// EX_TEMPFAIL: the GPUs exist but others held them past --gpu-wait-timeout.
+pub const EXIT_GPUS_BUSY: i32 = 75;
 
 pub fn run(args: RunArgs) -> i32 {
     let command = args.command;
@@ -49,6 +54,7 @@ pub fn run(args: RunArgs) -> i32 {
                     eprintln!("hint: try --backend rlimit, which needs no cgroup access");
                     EXIT_MONITOR_FAILED
                 }
+                RunError::Gpu(error) => gpu_exit_code(&error),
             };
         }
     };
@@ -64,6 +70,15 @@ pub fn run(args: RunArgs) -> i32 {
         ExitKind::Error => EXIT_MONITOR_FAILED,
         ExitKind::Signal => 128 + report.exit.signal.unwrap_or(0),
         ExitKind::Normal | ExitKind::Exception => report.exit.status.unwrap_or(0),
+    }
+}
+
+pub fn gpu_exit_code(error: &GpuError) -> i32 {
+    match error {
+        GpuError::NoDevices { .. } | GpuError::TooFew { .. } => EXIT_NO_GPUS,
+        GpuError::Busy { .. } => EXIT_GPUS_BUSY,
+        GpuError::BadList { .. } => EXIT_USAGE,
+        GpuError::Ledger { .. } => EXIT_MONITOR_FAILED,
     }
 }
 
@@ -151,6 +166,7 @@ pub fn run_options(
     limits: Limits,
     grace: Duration,
 ) -> RunOptions {
+    let limits_gpus = limits.gpus;
     RunOptions {
         command,
         limits,
@@ -159,6 +175,30 @@ pub fn run_options(
         series: args.series.clone(),
         grace,
         category: args.category.clone(),
+        gpu: gpu_request(args, &limits_gpus),
+    }
+}
+
+/// What `--gpus` asks for; the wait was checked by [`parse_limits`].
+fn gpu_request(args: &MonitorArgs, gpus: &Option<u64>) -> Option<GpuRequest> {
+    let count = (*gpus)?;
+    Some(GpuRequest {
+        count,
+        wait: Duration::from_secs_f64(
+            parse_duration_or_zero("--gpu-wait-timeout", &args.gpu_wait_timeout).unwrap_or(0.0),
+        ),
+        violation: match args.gpu_violation {
+            GpuViolationArg::Note => ViolationPolicy::Note,
+            GpuViolationArg::Kill => ViolationPolicy::Kill,
+        },
+    })
+}
+
+/// A duration where zero means "not at all" (`--gpu-wait-timeout 0`).
+fn parse_duration_or_zero(flag: &'static str, text: &str) -> Result<f64, LimitError> {
+    match text.trim().trim_end_matches(['s', 'm', 'h']).parse::<f64>() {
+        Ok(zero) if zero == 0.0 => Ok(0.0),
+        _ => parse_duration(flag, text),
     }
 }
 
@@ -203,7 +243,14 @@ pub fn parse_limits(args: &MonitorArgs) -> Result<(Limits, Duration), LimitError
             .as_deref()
             .map(|v| parse_size("--address-space", v))
             .transpose()?,
+        gpus: args.gpus,
+        gpu_memory_bytes: args
+            .gpu_memory
+            .as_deref()
+            .map(|v| parse_size("--gpu-memory", v))
+            .transpose()?,
     };
+    parse_duration_or_zero("--gpu-wait-timeout", &args.gpu_wait_timeout)?;
     let grace = Duration::from_secs_f64(parse_duration("--grace", &args.grace)?);
     Ok((limits, grace))
 }

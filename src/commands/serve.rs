@@ -448,7 +448,7 @@ fn parse_limits(value: &serde_json::Value) -> Result<Limits, LimitError> {
         processes: text("processes")
             .map(|v| parse_positive("limits.processes", &v).map(|n| n.ceil() as u64))
             .transpose()?,
-        address_space_bytes: None,
+        ..Limits::default()
     })
 }
 
