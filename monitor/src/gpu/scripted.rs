@@ -4,7 +4,7 @@
 //!
 //! A process "uses" a device by writing `<memory_bytes> [<utilization_percent>]` to
 //! `<usage_dir>/<device uuid>/<its pid>`; the entry lasts while the process lives, as a
-//! driver frees a dead process's memory.
+//! driver frees a dead process's memory. Each entry listed is marked `<pid>.seen`.
 
 use std::path::{Path, PathBuf};
 
@@ -109,6 +109,8 @@ impl GpuDriver for Scripted {
             let memory_bytes = fields.next().flatten().map(|b| b as u64);
             utilization += fields.next().flatten().unwrap_or(0.0);
             reading.processes.push(GpuProcess { pid, memory_bytes });
+            // Tells a workload it was seen: tests then wait for this, not for time to pass.
+            let _ = std::fs::write(dir.join(format!("{pid}.seen")), "");
         }
         reading.processes.sort_by_key(|p| p.pid);
         reading.utilization_percent = Some(utilization.min(100.0));
