@@ -221,6 +221,23 @@ pub struct Gpu {
     pub violations: Vec<GpuViolation>,
 }
 
+impl Gpu {
+    /// `GPU-... memory 2048.0 MiB peak, util 85% avg`, or that it was not measured.
+    fn words(&self) -> String {
+        match (self.memory_peak_bytes, self.utilization_average_percent) {
+            (Some(bytes), utilization) => format!(
+                "{} memory {:.1} MiB peak{}",
+                self.visible_devices,
+                bytes as f64 / MB,
+                utilization
+                    .map(|u| format!(", util {u:.0}% avg"))
+                    .unwrap_or_default()
+            ),
+            (None, _) => format!("{} (not measured)", self.visible_devices),
+        }
+    }
+}
+
 /// A process where it should not be: the run's on a device it was not given
 /// (`other-device`), or another's on the run's device (`foreign-process`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -300,6 +317,9 @@ impl Report {
                 disk.files
             ));
         }
+        if let Some(gpu) = &self.gpu {
+            line.push_str(&format!(" | gpu {}", gpu.words()));
+        }
         for note in &self.notes {
             line.push_str(&format!("\nlfm: note: {note}"));
         }
@@ -378,11 +398,21 @@ impl Report {
         if let Some(category) = &self.category {
             summary["category"] = json!(category);
         }
+        // resource_monitor copies the GPU limit here; lfm gives what was measured: the
+        // devices the run's processes used (and their memory), absent when unmeasured.
+        if let Some(gpu) = &self.gpu {
+            if let Some(used) = gpu.devices_used {
+                summary["gpus"] = json!([used, "gpus"]);
+            }
+            if let Some(bytes) = gpu.memory_peak_bytes {
+                summary["gpu_memory"] = json!([mb(bytes), "MB"]);
+            }
+        }
         if !self.limits_exceeded.is_empty() {
             let mut exceeded = serde_json::Map::new();
             for (resource, limit) in &self.limits_exceeded {
                 let value = match resource.as_str() {
-                    "memory" | "disk" => json!([mb(*limit as u64), "MB"]),
+                    "memory" | "disk" | "gpu_memory" => json!([mb(*limit as u64), "MB"]),
                     "cores" => json!([limit, "cores"]),
                     "wall_time" => json!([limit, "s"]),
                     "max_concurrent_processes" => json!([limit, "procs"]),

@@ -16,18 +16,20 @@ const LIBRARY_NAMES: [&str; 2] = ["libnvidia-ml.so.1", "libnvidia-ml.so"];
 
 impl Nvml {
     pub fn load() -> Result<Nvml, String> {
-        let mut last = String::new();
         for name in LIBRARY_NAMES {
             match nvml_wrapper::Nvml::builder()
                 .lib_path(std::ffi::OsStr::new(name))
                 .init()
             {
                 Ok(nvml) => return Ok(Nvml { nvml }),
-                Err(NvmlError::LibloadingError(e)) => last = format!("{name} not loadable: {e}"),
+                Err(NvmlError::LibloadingError(_)) => continue,
                 Err(e) => return Err(format!("NVML ({name}) failed to start: {e}")),
             }
         }
-        Err(format!("NVML library not found: {last}"))
+        Err(format!(
+            "no NVML: neither {} could be loaded",
+            LIBRARY_NAMES.join(" nor ")
+        ))
     }
 }
 
