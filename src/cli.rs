@@ -404,9 +404,10 @@ pub struct MonitorArgs {
     pub address_space: Option<String>,
     /// GPUs the run holds alone on the node (no other lfm run gets them meanwhile), exported
     /// as CUDA_VISIBLE_DEVICES and measured with NVML (docs/gpu.md). Devices come from NVML,
-    /// or from LFM_GPUS (indices or UUIDs) where set.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub gpus: Option<u64>,
+    /// or from LFM_GPUS (indices or UUIDs) where set. `auto` (with --auto): as many as the
+    /// category's history says.
+    #[arg(long, value_name = "N|auto")]
+    pub gpus: Option<String>,
     /// GPU memory limit of the run's processes (e.g. 10G), enforced by sampling: the run is
     /// killed at the first sample over it.
     #[arg(

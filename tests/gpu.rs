@@ -400,3 +400,58 @@ fn eight_concurrent_runs_never_share_a_device() {
     }
     assert_eq!(std::fs::read_dir(&marks).unwrap().count(), 0);
 }
+
+#[test]
+fn auto_sizes_gpu_memory_like_memory_and_retries_a_run_killed_over_it() {
+    let node = Node::with(2);
+    let history = node.path("history.sqlite");
+    let history = history.to_str().unwrap();
+    let auto = ["--category", "train", "--history", history, "--auto"];
+    let mut args = vec!["--gpus", "1", "--memory", "1G", "--cores", "1"];
+    args.extend(auto);
+    // 3000 MiB: bucketing starts at 1000 MiB and doubles until the run fits.
+    let (output, report) = node.run(&args, &["-", "3145728000", "40", "exit"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(report["limits"]["gpu_memory_bytes"], 4000u64 << 20);
+    assert_eq!(
+        report["limits_from_sizing"],
+        serde_json::json!(["gpu_memory"])
+    );
+    let message = stderr(&output);
+    assert!(
+        message.contains("ran out of its sized gpu_memory limit of 1000.0 MiB"),
+        "{message}"
+    );
+
+    // Two devices used: `--gpus auto` under max-seen gives the next run two.
+    let mut args = vec!["--gpus", "2", "--gpu-memory", "8G"];
+    args.extend(auto);
+    let (output, _) = node.run(&args, &["-", "1000", "40", "exit"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let mut args = vec![
+        "--gpus",
+        "auto",
+        "--strategy",
+        "max-seen",
+        "--gpu-memory",
+        "8G",
+    ];
+    args.extend(auto);
+    let (output, report) = node.run(&args, &["-", "1000", "40", "exit"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(report["limits"]["gpus"], 2);
+    assert_eq!(report["gpu"]["visible_devices"], "GPU-0,GPU-1");
+
+    let size = node.lfm(&[
+        "size",
+        "--category",
+        "train",
+        "--history",
+        history,
+        "--format",
+        "json",
+    ]);
+    let advice: serde_json::Value = serde_json::from_slice(&size.stdout).unwrap();
+    assert_eq!(advice["resources"]["gpus"]["unit"], "GPUs");
+    assert_eq!(advice["resources"]["gpu_memory"]["unit"], "MiB");
+}

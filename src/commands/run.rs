@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use lfm_monitor::gpu::{GpuError, GpuRequest, ViolationPolicy};
+use lfm_monitor::gpu::{GpuError, GpuPolicy, ViolationPolicy};
 use lfm_monitor::limits::{parse_duration, parse_positive, parse_size, LimitError};
 use lfm_monitor::report::ExitKind;
 use lfm_monitor::{BackendChoice, Limits, Report, RunError, RunOptions};
@@ -93,6 +93,11 @@ pub enum Failure {
 /// category is recorded in the history.
 pub fn run_sized(args: &MonitorArgs, mut options: RunOptions) -> Result<Report, Failure> {
     let strategy = Strategy::parse(&args.strategy).map_err(Failure::Usage)?;
+    if gpus_auto(args) && !args.auto {
+        return Err(Failure::Usage(
+            "--gpus auto sizes from the history: give --auto (and --category)".into(),
+        ));
+    }
     if args.auto && options.category.is_none() {
         return Err(Failure::Usage(
             "--auto sizes from a category's history: give --category".into(),
@@ -100,7 +105,7 @@ pub fn run_sized(args: &MonitorArgs, mut options: RunOptions) -> Result<Report, 
     }
     let sandbox = options.sandbox.clone();
     let sized = if args.auto {
-        auto::to_size(&options.limits, sandbox.as_deref())
+        auto::to_size(&options.limits, sandbox.as_deref(), gpus_auto(args))
     } else {
         Vec::new()
     };
@@ -166,7 +171,6 @@ pub fn run_options(
     limits: Limits,
     grace: Duration,
 ) -> RunOptions {
-    let limits_gpus = limits.gpus;
     RunOptions {
         command,
         limits,
@@ -175,15 +179,18 @@ pub fn run_options(
         series: args.series.clone(),
         grace,
         category: args.category.clone(),
-        gpu: gpu_request(args, &limits_gpus),
+        gpu: gpu_policy(args),
     }
 }
 
-/// What `--gpus` asks for; the wait was checked by [`parse_limits`].
-fn gpu_request(args: &MonitorArgs, gpus: &Option<u64>) -> Option<GpuRequest> {
-    let count = (*gpus)?;
-    Some(GpuRequest {
-        count,
+/// `--gpus auto`: the count comes from the history.
+fn gpus_auto(args: &MonitorArgs) -> bool {
+    args.gpus.as_deref() == Some("auto")
+}
+
+/// How the run's GPUs are had and kept; the wait was checked by [`parse_limits`].
+fn gpu_policy(args: &MonitorArgs) -> GpuPolicy {
+    GpuPolicy {
         wait: Duration::from_secs_f64(
             parse_duration_or_zero("--gpu-wait-timeout", &args.gpu_wait_timeout).unwrap_or(0.0),
         ),
@@ -191,7 +198,19 @@ fn gpu_request(args: &MonitorArgs, gpus: &Option<u64>) -> Option<GpuRequest> {
             GpuViolationArg::Note => ViolationPolicy::Note,
             GpuViolationArg::Kill => ViolationPolicy::Kill,
         },
-    })
+    }
+}
+
+/// A whole number of at least one (`--gpus 2`).
+fn parse_count(flag: &'static str, text: &str) -> Result<u64, LimitError> {
+    let value = parse_positive(flag, text)?;
+    if value.fract() != 0.0 {
+        return Err(LimitError::BadNumber {
+            flag,
+            value: text.to_string(),
+        });
+    }
+    Ok(value as u64)
 }
 
 /// A duration where zero means "not at all" (`--gpu-wait-timeout 0`).
@@ -243,7 +262,12 @@ pub fn parse_limits(args: &MonitorArgs) -> Result<(Limits, Duration), LimitError
             .as_deref()
             .map(|v| parse_size("--address-space", v))
             .transpose()?,
-        gpus: args.gpus,
+        gpus: args
+            .gpus
+            .as_deref()
+            .filter(|&g| g != "auto")
+            .map(|v| parse_count("--gpus", v))
+            .transpose()?,
         gpu_memory_bytes: args
             .gpu_memory
             .as_deref()

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Instant;
 
 use super::{
-    node_devices, Claim, Device, DeviceReading, GpuDriver, GpuError, GpuRequest, Ledger,
+    node_devices, Claim, Device, DeviceReading, GpuDriver, GpuError, GpuPolicy, Ledger,
     ViolationPolicy, DEVICES_ENV,
 };
 use crate::report::{Gpu, GpuViolation};
@@ -46,31 +46,31 @@ struct Utilization {
     peak: Option<f64>,
 }
 
-/// Claim the request's devices on the node's ledger (waiting up to `request.wait`) and meter
-/// them. The driver is loaded here, only for runs that ask for GPUs.
-pub fn assign(request: &GpuRequest, ledger: &Ledger) -> Result<GpuMeter, GpuError> {
+/// Claim `count` devices on the node's ledger (waiting up to `policy.wait`) and meter them.
+/// The driver is loaded here, only for runs that ask for GPUs.
+pub fn assign(count: u64, policy: &GpuPolicy, ledger: &Ledger) -> Result<GpuMeter, GpuError> {
     let driver = super::driver();
     let list = std::env::var(DEVICES_ENV).ok();
     let devices = node_devices(&driver, list.as_deref()).map_err(|e| match e {
         GpuError::NoDevices { reason, .. } => GpuError::NoDevices {
-            asked: request.count,
+            asked: count,
             reason,
         },
         other => other,
     })?;
-    if (devices.len() as u64) < request.count {
+    if (devices.len() as u64) < count {
         let which = match &list {
             Some(list) => format!("{DEVICES_ENV}={list}"),
             None => format!("{} lists {}", source_name(&driver), devices.len()),
         };
         return Err(GpuError::TooFew {
-            asked: request.count,
+            asked: count,
             present: devices.len(),
             which,
         });
     }
-    let claim = ledger.claim(&devices, request.count as usize, request.wait)?;
-    Ok(GpuMeter::new(claim, driver, request.violation))
+    let claim = ledger.claim(&devices, count as usize, policy.wait)?;
+    Ok(GpuMeter::new(claim, driver, policy.violation))
 }
 
 fn source_name(driver: &Result<Box<dyn GpuDriver>, String>) -> &'static str {

@@ -99,10 +99,10 @@ pub enum GpuError {
     Ledger { path: String, reason: String },
 }
 
-/// What a run asks for: how many devices, how long to wait for them, what a violation does.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GpuRequest {
-    pub count: u64,
+/// How a run given GPUs (`Limits::gpus`) gets and keeps them: how long it waits for free
+/// devices, and what a violation does.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuPolicy {
     pub wait: Duration,
     pub violation: ViolationPolicy,
 }

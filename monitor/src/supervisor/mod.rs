@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::backend::{Backend, BackendChoice};
-use crate::gpu::{self, GpuError, GpuRequest};
+use crate::gpu::{self, GpuError, GpuPolicy};
 use crate::limits::Limits;
 use crate::report::Report;
 
@@ -35,8 +35,8 @@ pub struct RunOptions {
     /// After forwarding SIGINT/SIGTERM, how long the tree gets before SIGKILL.
     pub grace: Duration,
     pub category: Option<String>,
-    /// GPUs to hold alone on the node for the run (`--gpus`).
-    pub gpu: Option<GpuRequest>,
+    /// How the run gets and keeps the GPUs of `limits.gpus`.
+    pub gpu: GpuPolicy,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,8 +109,12 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
         })?;
     }
     // Devices first: a run that cannot have them fails before anything starts.
-    let gpus = match &options.gpu {
-        Some(request) => Some(gpu::meter::assign(request, &gpu::Ledger::of_node())?),
+    let gpus = match options.limits.gpus {
+        Some(count) => Some(gpu::meter::assign(
+            count,
+            &options.gpu,
+            &gpu::Ledger::of_node(),
+        )?),
         None => None,
     };
     become_subreaper();
