@@ -158,6 +158,13 @@ pub struct ServeArgs {
     /// Cores a slot's math libraries use (OPENBLAS/OMP/MKL threads, set before imports).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub cores_per_slot: u32,
+    /// GPUs each call holds alone while it runs (exported to it as CUDA_VISIBLE_DEVICES); a
+    /// request's `limits.gpus` overrides it. Calls wait in the queue while too few are free.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub gpus_per_slot: u64,
+    /// A call's process on a GPU it was not given: `note` it in the report, or `kill` it.
+    #[arg(long, value_enum, default_value_t = GpuViolationArg::Note)]
+    pub gpu_violation: GpuViolationArg,
     /// Listen on this Unix socket (mode 0600 in a 0700 directory) instead of stdin/stdout.
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,

@@ -455,3 +455,147 @@ fn auto_sizes_gpu_memory_like_memory_and_retries_a_run_killed_over_it() {
     assert_eq!(advice["resources"]["gpus"]["unit"], "GPUs");
     assert_eq!(advice["resources"]["gpu_memory"]["unit"], "MiB");
 }
+
+const CALLS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/gpu/gpu_calls.py"
+);
+
+fn python_available() -> bool {
+    let ok = Command::new("python3")
+        .arg("-c")
+        .arg("pass")
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("SKIPPED: no python3");
+    }
+    ok
+}
+
+#[test]
+fn lfm_call_gives_a_function_its_gpu_and_measures_it() {
+    if !python_available() {
+        return;
+    }
+    let node = Node::with(2);
+    let report = node.path("report.json");
+    let target = format!("{CALLS}:use");
+    let output = node.lfm(&[
+        "call",
+        &target,
+        "--args",
+        "[5000000, 30]",
+        "--gpus",
+        "1",
+        "--backend",
+        "rlimit",
+        "--quiet",
+        "--report",
+        report.to_str().unwrap(),
+        "--history",
+        node.path("history.sqlite").to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "\"GPU-0\"");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    assert_eq!(report["gpu"]["memory_peak_bytes"], 5000000);
+    assert_eq!(report["gpu"]["utilization_peak_percent"], 30.0);
+}
+
+/// `lfm serve` with EXTRA flags, every request sent at once; the replies by id.
+fn serve(node: &Node, extra: &[&str], requests: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    use std::io::Write;
+    let mut server = node
+        .command(&[
+            "serve",
+            "--python",
+            "python3",
+            "--backend",
+            "rlimit",
+            "--no-history",
+        ])
+        .args(extra)
+        .arg("--cache-dir")
+        .arg(node.path("cache"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    for request in requests {
+        writeln!(stdin, "{request}").unwrap();
+    }
+    drop(stdin);
+    let output = server.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let replies: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    requests
+        .iter()
+        .map(|q| replies.iter().find(|r| r["id"] == q["id"]).unwrap().clone())
+        .collect()
+}
+
+#[test]
+fn serve_slots_hold_different_devices_at_once() {
+    if !python_available() {
+        return;
+    }
+    let node = Node::with(2);
+    let marks = node.path("marks");
+    std::fs::create_dir(&marks).unwrap();
+    let function = format!("{CALLS}:meet");
+    let request = |id: &str| serde_json::json!({"id": id, "function": function, "args": [marks.to_str().unwrap(), 2]});
+    let replies = serve(
+        &node,
+        &["--slots", "2", "--gpus-per-slot", "1"],
+        &[request("a"), request("b")],
+    );
+    let mut got: Vec<&str> = replies
+        .iter()
+        .map(|r| r["result"].as_str().unwrap())
+        .collect();
+    got.sort();
+    assert_eq!(got, ["GPU-0", "GPU-1"], "{replies:?}");
+    for reply in &replies {
+        assert_eq!(reply["result"], reply["report"]["gpu"]["visible_devices"]);
+    }
+}
+
+/// One slot: each call is alone, so only its own monitor lists its process.
+#[test]
+fn serve_measures_each_calls_gpu_memory_and_enforces_its_limit() {
+    if !python_available() {
+        return;
+    }
+    let node = Node::with(2);
+    let function = format!("{CALLS}:use");
+    let replies = serve(
+        &node,
+        &["--gpus-per-slot", "1"],
+        &[
+            serde_json::json!({"id": "a", "function": function, "args": [1000, 10]}),
+            serde_json::json!({"id": "over", "function": function, "args": [5000000, 20],
+                               "limits": {"gpu_memory": "1M"}}),
+            serde_json::json!({"id": "three", "function": function, "args": [1, 1],
+                               "limits": {"gpus": 3}}),
+        ],
+    );
+    let a = &replies[0];
+    assert_eq!(a["ok"], true, "{a}");
+    assert_eq!(a["report"]["gpu"]["memory_peak_bytes"], 1000);
+    assert_eq!(a["report"]["limits"]["gpus"], 1);
+    let over = &replies[1];
+    assert_eq!(over["error"]["reason"], "limits", "{over}");
+    assert_eq!(over["report"]["limits_exceeded"]["gpu_memory"], 1048576.0);
+    let three = &replies[2];
+    assert_eq!(three["error"]["reason"], "refused", "{three}");
+    assert!(three["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("only 2 GPU(s)"));
+}

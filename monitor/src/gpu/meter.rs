@@ -247,7 +247,9 @@ impl GpuMeter {
             devices: self.claim.devices.clone(),
             wait_seconds: self.claim.waited.as_secs_f64(),
             memory_peak_bytes: self.memory_peak,
-            utilization_average_percent: (u.seconds > 0.0).then(|| u.weighted_sum / u.seconds),
+            // A mean never exceeds the peak; the clamp drops float noise of the weighting.
+            utilization_average_percent: (u.seconds > 0.0)
+                .then(|| (u.weighted_sum / u.seconds).min(u.peak.unwrap_or(0.0))),
             utilization_peak_percent: u.peak,
             devices_used: measured.then_some(self.used.len() as u64),
             violations: self.violations.into_values().collect(),
