@@ -88,12 +88,15 @@ class Executor(cf.Executor):
         category: Optional[str] = None,
         pack: bool = False,
         auto: bool = False,
+        gpus: Optional[int] = None,
+        gpu_memory: Size = None,
     ):
         if max_workers is not None and (not isinstance(max_workers, int) or max_workers < 1):
             raise ValueError(f"max_workers: a positive integer, not {max_workers!r}")
         self.max_workers = max_workers or os.cpu_count() or 1
         self.options = Options(
-            memory=memory, cores=cores, wall=wall, category=category, pack=pack, auto=auto
+            memory=memory, cores=cores, wall=wall, category=category, pack=pack, auto=auto,
+            gpus=gpus, gpu_memory=gpu_memory,
         )
         self._lock = threading.Lock()
         self._running = 0
