@@ -212,6 +212,7 @@ impl GpuMeter {
 
     /// The Report's `gpu` section, and the notes that name each violation.
     pub fn finish(self) -> (Gpu, Vec<String>) {
+        let visible_devices = self.visible_devices();
         let mut notes = self.notes;
         if self.unaccounted {
             notes.push("the GPU driver gave no memory figure for some of the run's processes: gpu.memory_peak_bytes leaves them out".into());
@@ -237,13 +238,7 @@ impl GpuMeter {
                 .map(|d| d.name())
                 .unwrap_or("none")
                 .into(),
-            visible_devices: self
-                .claim
-                .devices
-                .iter()
-                .map(Device::visible_name)
-                .collect::<Vec<_>>()
-                .join(","),
+            visible_devices,
             devices: self.claim.devices.clone(),
             wait_seconds: self.claim.waited.as_secs_f64(),
             memory_peak_bytes: self.memory_peak,
