@@ -130,6 +130,10 @@ impl Ledger {
         if fd < 0 {
             return Err(self.error(&path, std::io::Error::last_os_error()));
         }
+        // Readable by every user whatever the creator's umask (fails, harmlessly, when the
+        // file is another user's).
+        // SAFETY: fchmod on the descriptor just opened.
+        unsafe { libc::fchmod(fd, 0o644) };
         // SAFETY: fd is a fresh descriptor nothing else owns.
         Ok(unsafe { File::from_raw_fd(fd) })
     }
