@@ -599,3 +599,43 @@ fn serve_measures_each_calls_gpu_memory_and_enforces_its_limit() {
         .unwrap()
         .contains("only 2 GPU(s)"));
 }
+
+#[test]
+fn bad_gpu_input_is_refused_naming_the_flag_or_variable() {
+    let node = Node::with(2);
+    for (args, message) in [
+        (vec!["--gpus", "0"], "greater than zero"),
+        (vec!["--gpus", "1.5"], "--gpus: \"1.5\" is not a number"),
+        (vec!["--gpus", "many"], "--gpus: \"many\" is not a number"),
+        (
+            vec!["--gpus", "1", "--gpu-memory", "2X"],
+            "--gpu-memory: \"2X\" is not a size",
+        ),
+        (
+            vec!["--gpus", "1", "--gpu-wait-timeout", "soon"],
+            "--gpu-wait-timeout",
+        ),
+        (vec!["--gpu-memory", "1G"], "--gpus"),
+        (vec!["--gpus", "auto"], "--gpus auto sizes from the history"),
+    ] {
+        let mut full = vec!["run"];
+        full.extend(args.iter().copied());
+        full.extend(["--", "true"]);
+        let output = node.lfm(&full);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains(message),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+    let mut command = node.command(&["run", "--gpus", "1", "--", "true"]);
+    let output = command.env("LFM_GPUS", "GPU-0,GPU-9").output().unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("LFM_GPUS=\"GPU-0,GPU-9\": no device \"GPU-9\""));
+}

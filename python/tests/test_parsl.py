@@ -109,7 +109,7 @@ def test_an_lfm_task_keeps_its_own_limits_under_the_spec(dfk):
 
 
 def test_a_bad_resource_spec_names_the_key(dfk):
-    with pytest.raises(InvalidResourceSpecification, match="gpus"):
-        app(fns.double)(1, parsl_resource_specification={"gpus": 1}).result()
+    with pytest.raises(InvalidResourceSpecification, match="num_nodes"):
+        app(fns.double)(1, parsl_resource_specification={"num_nodes": 2}).result()
     with pytest.raises(InvalidResourceSpecification, match="running_time_min"):
         app(fns.double)(1, parsl_resource_specification={"running_time_min": "soon"}).result()
