@@ -216,7 +216,7 @@ fn parse_count(flag: &'static str, text: &str) -> Result<u64, LimitError> {
 /// A duration where zero means "not at all" (`--gpu-wait-timeout 0`).
 fn parse_duration_or_zero(flag: &'static str, text: &str) -> Result<f64, LimitError> {
     match text.trim().trim_end_matches(['s', 'm', 'h']).parse::<f64>() {
-        Ok(zero) if zero == 0.0 => Ok(0.0),
+        Ok(0.0) => Ok(0.0),
         _ => parse_duration(flag, text),
     }
 }
