@@ -639,3 +639,16 @@ fn bad_gpu_input_is_refused_naming_the_flag_or_variable() {
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(stderr(&output).contains("LFM_GPUS=\"GPU-0,GPU-9\": no device \"GPU-9\""));
 }
+
+#[test]
+fn the_resource_monitor_summary_carries_measured_gpus_not_the_limit() {
+    let node = Node::with(3);
+    let (output, summary) = node.run(
+        &["--gpus", "3", "--summary-format", "resource-monitor"],
+        &["GPU-1", "104857600", "50", "exit"],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    // Three held, one used.
+    assert_eq!(summary["gpus"], serde_json::json!([1, "gpus"]));
+    assert_eq!(summary["gpu_memory"], serde_json::json!([100.0, "MB"]));
+}
