@@ -194,6 +194,7 @@ Examples:
   lfm call workflow.py:train --args '[3]' --kwargs '{\"alpha\": 0.1}' --memory 2G --report r.json
   lfm call mypkg.stages:train --pack train.tar.zst --args-file args.pkl --result-file out.pkl
   lfm call workflow.py:train --env ~/envs/sci --import-module
+  lfm call train.py:fit --gpus 1 --auto      a GPU of its own, GPU memory sized from history
   lfm call workflow.py:train --show-slice       print the statements a call executes
 
 By default only the function's slice runs: the module-level statements that bind the names it
@@ -207,6 +208,8 @@ Exit codes:
   2      bad command line or arguments
   3      the target was not found
   4      the value is not JSON: pass --result-file to get a pickle
+  69     --gpus: the node has fewer GPUs than asked (or none)
+  75     --gpus: too few GPUs were free within --gpu-wait-timeout
   125    a limit was exceeded
   128+N  the interpreter died of signal N
   70     lfm failed

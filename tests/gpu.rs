@@ -40,6 +40,8 @@ impl Node {
             .env("LFM_GPU_MODEL", self.path("model.json"))
             .env("LFM_GPU_LEDGER", self.path("ledger"))
             .env("LFM_TEST_USAGE", self.path("usage"))
+            // Calls are recorded: never in the user's own history.
+            .env("LFM_HISTORY", self.path("history.sqlite"))
             .env_remove("LFM_GPUS");
         command
     }
@@ -651,4 +653,20 @@ fn the_resource_monitor_summary_carries_measured_gpus_not_the_limit() {
     // Three held, one used.
     assert_eq!(summary["gpus"], serde_json::json!([1, "gpus"]));
     assert_eq!(summary["gpu_memory"], serde_json::json!([100.0, "MB"]));
+}
+
+#[test]
+fn lfm_call_fails_like_lfm_run_when_the_node_has_too_few_gpus() {
+    if !python_available() {
+        return;
+    }
+    let node = Node::with(1);
+    let target = format!("{CALLS}:visible");
+    let output = node.lfm(&["call", &target, "--gpus", "2", "--no-import-log"]);
+    assert_eq!(output.status.code(), Some(69), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("--gpus 2: this node has only 1 GPU(s)"),
+        "{}",
+        stderr(&output)
+    );
 }
