@@ -158,6 +158,13 @@ pub struct ServeArgs {
     /// Cores a slot's math libraries use (OPENBLAS/OMP/MKL threads, set before imports).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub cores_per_slot: u32,
+    /// GPUs each call holds alone while it runs (exported to it as CUDA_VISIBLE_DEVICES); a
+    /// request's `limits.gpus` overrides it. Calls wait in the queue while too few are free.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub gpus_per_slot: u64,
+    /// A call's process on a GPU it was not given: `note` it in the report, or `kill` it.
+    #[arg(long, value_enum, default_value_t = GpuViolationArg::Note)]
+    pub gpu_violation: GpuViolationArg,
     /// Listen on this Unix socket (mode 0600 in a 0700 directory) instead of stdin/stdout.
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
@@ -187,6 +194,7 @@ Examples:
   lfm call workflow.py:train --args '[3]' --kwargs '{\"alpha\": 0.1}' --memory 2G --report r.json
   lfm call mypkg.stages:train --pack train.tar.zst --args-file args.pkl --result-file out.pkl
   lfm call workflow.py:train --env ~/envs/sci --import-module
+  lfm call train.py:fit --gpus 1 --auto      a GPU of its own, GPU memory sized from history
   lfm call workflow.py:train --show-slice       print the statements a call executes
 
 By default only the function's slice runs: the module-level statements that bind the names it
@@ -200,6 +208,8 @@ Exit codes:
   2      bad command line or arguments
   3      the target was not found
   4      the value is not JSON: pass --result-file to get a pickle
+  69     --gpus: the node has fewer GPUs than asked (or none)
+  75     --gpus: too few GPUs were free within --gpu-wait-timeout
   125    a limit was exceeded
   128+N  the interpreter died of signal N
   70     lfm failed
@@ -356,6 +366,7 @@ Examples:
   lfm run --memory 2G --cores 1.5 --wall 10m --report r.json -- python job.py
   lfm run --sandbox ./work --series ts.jsonl -- ./simulate --steps 100
   lfm run --summary-format resource-monitor --report r.json -- cmd
+  lfm run --gpus 1 --gpu-memory 10G -- python train.py   one GPU of its own, limited
   lfm run --backend rlimit -- cmd        force a backend (default: auto)
   lfm run -- cmd                         measure only, no limits
 
@@ -367,6 +378,8 @@ Exit codes:
   the command's own exit code when it ended normally
   128+N  the command died of signal N
   125    a limit was exceeded (the report's limits_exceeded says which)
+  69     --gpus: the node has fewer GPUs than asked (or none)
+  75     --gpus: too few GPUs were free within --gpu-wait-timeout
   126    the command is not executable
   127    the command was not found
   70     the monitor itself failed
@@ -399,6 +412,27 @@ pub struct MonitorArgs {
     /// more address space than they use and fail under it; prefer --memory.
     #[arg(long, value_name = "SIZE")]
     pub address_space: Option<String>,
+    /// GPUs the run holds alone on the node (no other lfm run gets them meanwhile), exported
+    /// as CUDA_VISIBLE_DEVICES and measured with NVML (docs/gpu.md). Devices come from NVML,
+    /// or from LFM_GPUS (indices or UUIDs) where set. `auto` (with --auto): as many as the
+    /// category's history says.
+    #[arg(long, value_name = "N|auto")]
+    pub gpus: Option<String>,
+    /// GPU memory limit of the run's processes (e.g. 10G), enforced by sampling: the run is
+    /// killed at the first sample over it.
+    #[arg(
+        long,
+        value_name = "SIZE",
+        requires = "gpus",
+        allow_negative_numbers = true
+    )]
+    pub gpu_memory: Option<String>,
+    /// How long to wait for enough free GPUs before failing (default: fail at once).
+    #[arg(long, value_name = "DURATION", requires = "gpus", default_value = "0s")]
+    pub gpu_wait_timeout: String,
+    /// A process of the run on a GPU it was not given: `note` it in the report, or `kill` it.
+    #[arg(long, value_enum, requires = "gpus", default_value_t = GpuViolationArg::Note)]
+    pub gpu_violation: GpuViolationArg,
     /// Working directory of the command (created if missing); its size is the disk measure.
     /// `--sandbox .` measures the current directory. Without it, disk is not measured.
     #[arg(long, value_name = "DIR")]
@@ -455,6 +489,12 @@ pub enum SummaryFormat {
     Lfm,
     /// cctools resource_monitor's summary: its field names, units and [value, "unit"] pairs.
     ResourceMonitor,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum GpuViolationArg {
+    Note,
+    Kill,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]

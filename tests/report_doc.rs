@@ -19,8 +19,10 @@ fn json_blocks(doc: &str) -> Vec<serde_json::Value> {
 fn report_examples_match_real_output() {
     let doc =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/report.md")).unwrap();
-    let blocks = json_blocks(&doc);
-    assert_eq!(blocks.len(), 2);
+    let mut blocks = json_blocks(&doc);
+    assert_eq!(blocks.len(), 3);
+    // In document order: the GPU section's example, the Report, the resource_monitor summary.
+    gpu_example_matches_a_scripted_run(&blocks.remove(0));
     let report: lfm_monitor::Report =
         serde_json::from_value(blocks[0].clone()).expect("example is a Report");
     assert_eq!(report.format, lfm_monitor::report::REPORT_FORMAT);
@@ -59,4 +61,49 @@ fn report_examples_match_real_output() {
         common::key_paths(&run(&["--summary-format", "resource-monitor"])),
         common::key_paths(&blocks[1])
     );
+}
+
+/// The GPU example: a run on the scripted device model (docs/gpu.md) has the same fields.
+fn gpu_example_matches_a_scripted_run(example: &serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model.json");
+    let text = r#"{"format": "lfm-gpu-model/1", "devices": [{"uuid": "GPU-0", "name": "Scripted GPU", "memory_total_bytes": 17179869184}]}"#;
+    std::fs::write(&model, text).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/gpu/use-gpu.sh");
+    let report_path = dir.path().join("report.json");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lfm"))
+        .args([
+            "run",
+            "--quiet",
+            "--backend",
+            "rlimit",
+            "--gpus",
+            "1",
+            "--gpu-memory",
+            "10G",
+        ])
+        .arg("--report")
+        .arg(&report_path)
+        .args(["--", "sh", script, "-", "2147483648", "85", "exit"])
+        .env("LFM_GPU_MODEL", &model)
+        .env("LFM_GPU_LEDGER", dir.path().join("ledger"))
+        .env("LFM_TEST_USAGE", dir.path().join("usage"))
+        .env_remove("LFM_GPUS")
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
+    for key in ["gpu", "limits"] {
+        assert_eq!(
+            common::key_paths(&report[key]),
+            common::key_paths(&example[key]),
+            "{key}"
+        );
+    }
 }

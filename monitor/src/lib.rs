@@ -8,6 +8,7 @@
 //! nothing of the analyzer, packs or the command line.
 
 pub mod backend;
+pub mod gpu;
 pub mod imports;
 pub mod limits;
 pub mod outcome;

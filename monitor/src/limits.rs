@@ -14,6 +14,12 @@ pub struct Limits {
     pub processes: Option<u64>,
     /// RLIMIT_AS: opt-in only, it breaks numpy/OpenBLAS/JVM which reserve huge address space.
     pub address_space_bytes: Option<u64>,
+    /// GPUs the run holds alone on the node (absent from Reports of runs without).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u64>,
+    /// GPU memory of the run's processes, enforced by sampling: no kernel control exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_bytes: Option<u64>,
 }
 
 impl Limits {

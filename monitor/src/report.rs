@@ -48,6 +48,9 @@ pub struct Report {
     pub bytes_written: u64,
     pub max_concurrent_processes: u64,
     pub total_processes: u64,
+    /// Only for runs given GPUs (`--gpus`): which, and what the run did on them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<Gpu>,
     pub sampling: Sampling,
     /// What the backend could not do as asked, and problems that did not stop the run.
     #[serde(default)]
@@ -197,6 +200,56 @@ pub struct Disk {
     pub largest_file_bytes: u64,
 }
 
+/// A run's GPUs (docs/report.md, "GPUs"). Figures the driver could not give are null.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Gpu {
+    /// Where the figures come from: `nvml`, `scripted`, or `none` (no driver: null figures).
+    pub source: String,
+    /// The devices the run held, no other lfm run on the node holding them at the same time.
+    pub devices: Vec<crate::gpu::Device>,
+    /// CUDA_VISIBLE_DEVICES as the run got it.
+    pub visible_devices: String,
+    /// How long the run waited for free devices.
+    pub wait_seconds: f64,
+    /// Largest sampled sum of the GPU memory of the run's processes, on any device.
+    pub memory_peak_bytes: Option<u64>,
+    /// Utilisation of the run's devices (mean over them), time-weighted over the run.
+    pub utilization_average_percent: Option<f64>,
+    pub utilization_peak_percent: Option<f64>,
+    /// Devices on which a process of the run was seen.
+    pub devices_used: Option<u64>,
+    pub violations: Vec<GpuViolation>,
+}
+
+impl Gpu {
+    /// `GPU-... memory 2048.0 MiB peak, util 85% avg`, or that it was not measured.
+    fn words(&self) -> String {
+        match (self.memory_peak_bytes, self.utilization_average_percent) {
+            (Some(bytes), utilization) => format!(
+                "{} memory {:.1} MiB peak{}",
+                self.visible_devices,
+                bytes as f64 / MB,
+                utilization
+                    .map(|u| format!(", util {u:.0}% avg"))
+                    .unwrap_or_default()
+            ),
+            (None, _) => format!("{} (not measured)", self.visible_devices),
+        }
+    }
+}
+
+/// A process where it should not be: the run's on a device it was not given
+/// (`other-device`), or another's on the run's device (`foreign-process`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GpuViolation {
+    pub kind: String,
+    pub pid: i32,
+    pub process: String,
+    pub device: String,
+    /// `noted`, or `killed` (`--gpu-violation kill`, the run's own processes only).
+    pub action: String,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Sampling {
     pub samples: u64,
@@ -216,6 +269,10 @@ pub struct SeriesSample {
     pub bytes_written: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_utilization_percent: Option<f64>,
 }
 
 const MB: f64 = 1_048_576.0;
@@ -223,7 +280,7 @@ const MB: f64 = 1_048_576.0;
 /// A limit as people write it: MiB for bytes, s for time.
 fn limit_text(resource: &str, limit: f64) -> String {
     match resource {
-        "memory" | "disk" => format!("{:.1} MiB", limit / MB),
+        "memory" | "disk" | "gpu_memory" => format!("{:.1} MiB", limit / MB),
         "wall_time" => format!("{limit}s"),
         _ => format!("{limit}"),
     }
@@ -259,6 +316,9 @@ impl Report {
                 mib(disk.bytes),
                 disk.files
             ));
+        }
+        if let Some(gpu) = &self.gpu {
+            line.push_str(&format!(" | gpu {}", gpu.words()));
         }
         for note in &self.notes {
             line.push_str(&format!("\nlfm: note: {note}"));
@@ -338,11 +398,21 @@ impl Report {
         if let Some(category) = &self.category {
             summary["category"] = json!(category);
         }
+        // resource_monitor copies the GPU limit here; lfm gives what was measured: the
+        // devices the run's processes used (and their memory), absent when unmeasured.
+        if let Some(gpu) = &self.gpu {
+            if let Some(used) = gpu.devices_used {
+                summary["gpus"] = json!([used, "gpus"]);
+            }
+            if let Some(bytes) = gpu.memory_peak_bytes {
+                summary["gpu_memory"] = json!([mb(bytes), "MB"]);
+            }
+        }
         if !self.limits_exceeded.is_empty() {
             let mut exceeded = serde_json::Map::new();
             for (resource, limit) in &self.limits_exceeded {
                 let value = match resource.as_str() {
-                    "memory" | "disk" => json!([mb(*limit as u64), "MB"]),
+                    "memory" | "disk" | "gpu_memory" => json!([mb(*limit as u64), "MB"]),
                     "cores" => json!([limit, "cores"]),
                     "wall_time" => json!([limit, "s"]),
                     "max_concurrent_processes" => json!([limit, "procs"]),

@@ -26,7 +26,7 @@ from .errors import (
 )
 
 Size = Union[str, int, float, None]
-LIMIT_KEYS = ("memory", "cores", "wall", "processes", "disk")
+LIMIT_KEYS = ("memory", "cores", "wall", "processes", "disk", "gpus", "gpu_memory")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,8 @@ class Options:
     wall: Size = None
     processes: Size = None
     disk: Size = None
+    gpus: Optional[int] = None
+    gpu_memory: Size = None
     category: Optional[str] = None
     pack: bool = False
     auto: bool = False
@@ -54,6 +56,8 @@ class Options:
                 raise TypeError(f"{key}: a number or a string like '2G' / '10m', not {value!r}")
             if isinstance(value, (int, float)) and value <= 0:
                 raise ValueError(f"{key}: must be positive, not {value!r}")
+        if self.gpus is not None and (isinstance(self.gpus, bool) or not isinstance(self.gpus, int)):
+            raise TypeError(f"gpus: a whole number of devices, not {self.gpus!r}")
         if self.category is not None and not isinstance(self.category, str):
             raise TypeError(f"category: a string, not {self.category!r}")
         retries = self.max_retries
@@ -189,6 +193,9 @@ def _limits_message(report: Optional[Report]) -> Optional[str]:
         if key == "memory":
             peak = (report.get("memory") or {}).get("peak_bytes", 0)
             parts.append(f"memory (limit {limit / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB)")
+        elif key == "gpu_memory":
+            peak = (report.get("gpu") or {}).get("memory_peak_bytes") or 0
+            parts.append(f"gpu_memory (limit {limit / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB)")
         elif key in ("wall", "wall_time"):
             parts.append(f"wall time (limit {limit:g} s)")
         else:

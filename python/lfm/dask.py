@@ -7,14 +7,16 @@ tasks annotated with it run in the worker node's `lfm serve`, limited and measur
     future = client.submit(train, data, resources={"memory": 2e9})   # with LfmPlugin(default=True)
 
 Limits come from the `lfm` annotation (lfm options: memory, cores, wall, processes, disk,
-category, pack, auto, max_retries) over the task's `resources` (`memory` in bytes, `cores`: Dask schedules
-on them, lfm enforces them; workers must declare them) over an @lfm.task's own. Each Report
+gpus, gpu_memory, category, pack, auto, max_retries) over the task's `resources` (`memory` in bytes,
+`cores`, `GPU` as Dask's GPU examples name it: Dask schedules on them, lfm enforces them and
+gives the task devices of its own; workers must declare them) over an @lfm.task's own. Each Report
 goes to the scheduler's event log under "lfm-report" ({"key", "report"}): `reports(client)`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import math
 from typing import Any, Callable, Dict, Optional
 
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -41,6 +43,10 @@ def options_for(worker: Any, run_spec: Any) -> Options:
         overrides["memory"] = int(resources["memory"])
     if resources.get("cores") is not None:
         overrides["cores"] = resources["cores"]
+    # Dask counts GPUs as any resource (`resources={"GPU": 1}`); lfm needs whole devices.
+    gpus = resources.get("gpu", resources.get("gpus"))
+    if gpus is not None:
+        overrides["gpus"] = max(1, math.ceil(float(gpus)))
     annotations = (getattr(state, "annotations", None) or {}).get("lfm") or {}
     if not isinstance(annotations, dict):
         raise TypeError(f"the lfm annotation is a dict of lfm options, not {annotations!r}")

@@ -89,13 +89,15 @@ class Executor(cf.Executor):
         pack: bool = False,
         auto: bool = False,
         max_retries: Optional[int] = None,
+        gpus: Optional[int] = None,
+        gpu_memory: Size = None,
     ):
         if max_workers is not None and (not isinstance(max_workers, int) or max_workers < 1):
             raise ValueError(f"max_workers: a positive integer, not {max_workers!r}")
         self.max_workers = max_workers or os.cpu_count() or 1
         self.options = Options(
             memory=memory, cores=cores, wall=wall, category=category, pack=pack, auto=auto,
-            max_retries=max_retries,
+            max_retries=max_retries, gpus=gpus, gpu_memory=gpu_memory,
         )
         self._lock = threading.Lock()
         self._running = 0

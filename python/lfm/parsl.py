@@ -6,8 +6,9 @@ worker node's `lfm serve` (through HTEX's `task_executor` hook, Parsl >= 2025.10
     future = app(x, parsl_resource_specification={"memory": 2000, "cores": 1})
 
 `parsl_resource_specification` keys: `cores`, `memory` and `disk` (MB when numbers, as in
-Parsl's WorkQueue and TaskVine executors; or lfm sizes like "2G"), `running_time_min`, and
-lfm's own `wall`, `processes`, `category` (default: the app's function name), `pack`, `auto`,
+Parsl's WorkQueue and TaskVine executors; or lfm sizes like "2G"), `gpus` (devices the app
+holds alone on its node, docs/gpu.md), `running_time_min`, and lfm's own `wall`, `processes`,
+`gpu_memory` (MB or a size), `category` (default: the app's function name), `pack`, `auto`,
 `max_retries`;
 `priority` goes to HTEX as before. The app's future resolves to the raw value or fails with
 the app's exception (or lfm.LimitExceeded); `report_of(app_future)` is the call's Report."""
@@ -29,9 +30,9 @@ from .executor import call
 
 LFM_KEYS = {
     "cores", "memory", "disk", "running_time_min", "wall", "processes", "category", "pack",
-    "auto", "max_retries",
+    "auto", "max_retries", "gpus", "gpu_memory",
 }
-MB_KEYS = ("memory", "disk")
+MB_KEYS = ("memory", "disk", "gpu_memory")
 
 
 class LfmResult:
@@ -45,7 +46,7 @@ class LfmResult:
 def options_from_spec(func: Callable, spec: Dict[str, Any]) -> Options:
     """lfm options for one app: an @lfm.task's own, under the resource specification's."""
     overrides: Dict[str, Any] = {}
-    for key in ("cores", "wall", "processes", "category", "pack", "auto", "max_retries"):
+    for key in ("cores", "wall", "processes", "category", "pack", "auto", "max_retries", "gpus"):
         if spec.get(key) is not None:
             overrides[key] = spec[key]
     for key in MB_KEYS:

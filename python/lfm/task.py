@@ -23,7 +23,8 @@ def task(fn: F) -> F: ...
 @overload
 def task(
     fn: None = None, *, memory: Size = ..., cores: Size = ..., wall: Size = ...,
-    processes: Size = ..., disk: Size = ..., category: Optional[str] = ...,
+    processes: Size = ..., disk: Size = ..., gpus: Optional[int] = ...,
+    gpu_memory: Size = ..., category: Optional[str] = ...,
     pack: bool = ..., auto: bool = ..., max_retries: Optional[int] = ...,
 ) -> Callable[[F], F]: ...
 
@@ -36,6 +37,8 @@ def task(
     wall: Size = None,
     processes: Size = None,
     disk: Size = None,
+    gpus: Optional[int] = None,
+    gpu_memory: Size = None,
     category: Optional[str] = None,
     pack: bool = False,
     auto: bool = False,
@@ -47,8 +50,8 @@ def task(
     a limit was hit, or the function's own exception with the remote traceback as its cause.
     Parsl's `parsl_resource_specification` keyword, if an engine passes one, is dropped."""
     options = Options(
-        memory=memory, cores=cores, wall=wall, processes=processes, disk=disk,
-        category=category, pack=pack, auto=auto, max_retries=max_retries,
+        memory=memory, cores=cores, wall=wall, processes=processes, disk=disk, gpus=gpus,
+        gpu_memory=gpu_memory, category=category, pack=pack, auto=auto, max_retries=max_retries,
     )
 
     def decorate(function: F) -> F:

@@ -113,6 +113,9 @@ def child(message, fds, control, go=None):
         path = message["request"] if go is None else wait_for_go(go)
         with open(path) as handle:
             request = json.load(handle)
+        # The call's own devices (CUDA_VISIBLE_DEVICES): CUDA reads it when user code first
+        # initialises it, which is after this (the zygote must not initialise CUDA itself).
+        os.environ.update(request.get("env") or {})
         calls.run(request)
         code = 0
     except BaseException as error:  # noqa: BLE001 - report anything, then leave

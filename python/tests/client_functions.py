@@ -60,3 +60,8 @@ def overlap(directory):
 def module_file():
     """Where this module was loaded from: the tests directory, or a pack's copy."""
     return os.path.realpath(__file__)
+
+
+def visible_devices():
+    """The GPUs lfm gave the call (docs/gpu.md)."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES")

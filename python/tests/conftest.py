@@ -20,6 +20,13 @@ os.environ.setdefault("LFM_IDLE_TIMEOUT", "5")
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [PYTHON_DIR, HERE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 )
+# Calls given GPUs run on two scripted devices (docs/gpu.md) with their own ledger: every
+# serve inherits this; runs without GPUs never read it.
+with open(os.path.join(_RUNTIME, "gpu-model.json"), "w") as _model:
+    _model.write('{"format": "lfm-gpu-model/1", "devices": [{"uuid": "GPU-0"}, {"uuid": "GPU-1"}]}')
+os.environ["LFM_GPU_MODEL"] = os.path.join(_RUNTIME, "gpu-model.json")
+os.environ["LFM_GPU_LEDGER"] = os.path.join(_RUNTIME, "gpu-ledger")
+os.environ.pop("LFM_GPUS", None)
 # Parsl's interchange and worker pool are scripts in the venv's bin/.
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 

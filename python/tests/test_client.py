@@ -274,3 +274,17 @@ def test_lfm_backend_chooses_the_serves_backend(monkeypatch):
     monkeypatch.setenv("LFM_BACKEND", "cgroup3")
     with pytest.raises(ValueError, match="LFM_BACKEND"):
         lfm.Executor().submit(fns.double, 2).result()
+
+
+def test_gpus_give_a_call_a_device_of_its_own():
+    with lfm.Executor(max_workers=2, gpus=1) as executor:
+        futures = [executor.submit(fns.visible_devices) for _ in range(2)]
+        for future in futures:
+            assert future.result() in ("GPU-0", "GPU-1")
+            assert future.report["gpu"]["visible_devices"] == future.result()
+            assert future.report["limits"]["gpus"] == 1
+
+
+def test_gpus_must_be_whole_devices():
+    with pytest.raises(TypeError, match="gpus"):
+        lfm.task(gpus=0.5)(fns.double)

@@ -16,7 +16,7 @@ from lfm.dask import LfmPlugin, reports  # noqa: E402
 def client():
     cluster = distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-        resources={"memory": 4e9, "cores": 2},
+        resources={"memory": 4e9, "cores": 2, "GPU": 2},
     )
     with cluster, distributed.Client(cluster) as client:
         client.register_plugin(LfmPlugin())
@@ -41,6 +41,15 @@ def test_the_lfm_annotation_sets_any_limit(client):
     assert report["limits"]["memory_bytes"] == 150 << 20
     assert report["limits"]["wall_seconds"] == 60
     assert report["category"] == "c"
+
+
+def test_a_gpu_resource_gives_the_task_a_device_of_its_own(client):
+    with dask.annotate(executor="lfm"):
+        future = client.submit(fns.visible_devices, resources={"GPU": 1}, pure=False)
+    assert future.result() in ("GPU-0", "GPU-1")
+    report = reports(client)[future.key]
+    assert report["limits"]["gpus"] == 1
+    assert report["gpu"]["visible_devices"] == future.result()
 
 
 def test_a_failing_task_raises_its_own_exception(client):

@@ -75,6 +75,14 @@ def test_resource_spec_keys_become_limits(dfk):
     assert report_of(future)["category"] == "c"
 
 
+def test_gpus_in_the_resource_spec_give_the_app_a_device(dfk):
+    future = app(fns.visible_devices)(parsl_resource_specification={"gpus": 1})
+    assert future.result() in ("GPU-0", "GPU-1")
+    report = report_of(future)
+    assert report["limits"]["gpus"] == 1
+    assert report["gpu"]["visible_devices"] == future.result()
+
+
 def test_a_failing_app_is_a_failed_future_with_its_exception(dfk):
     future = app(fns.raise_key_error)("gone")
     with pytest.raises(KeyError):
@@ -101,7 +109,7 @@ def test_an_lfm_task_keeps_its_own_limits_under_the_spec(dfk):
 
 
 def test_a_bad_resource_spec_names_the_key(dfk):
-    with pytest.raises(InvalidResourceSpecification, match="gpus"):
-        app(fns.double)(1, parsl_resource_specification={"gpus": 1}).result()
+    with pytest.raises(InvalidResourceSpecification, match="num_nodes"):
+        app(fns.double)(1, parsl_resource_specification={"num_nodes": 2}).result()
     with pytest.raises(InvalidResourceSpecification, match="running_time_min"):
         app(fns.double)(1, parsl_resource_specification={"running_time_min": "soon"}).result()

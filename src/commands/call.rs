@@ -89,6 +89,9 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Failure> {
         .get_or_insert_with(|| located.qualname.clone());
     let mut report = run::run_sized(&args.monitor, options).map_err(|failure| match failure {
         run::Failure::Usage(message) => (EXIT_USAGE, message),
+        run::Failure::Run(lfm_monitor::RunError::Gpu(error)) => {
+            (run::gpu_exit_code(&error), error.to_string())
+        }
         run::Failure::Run(error) => (EXIT_MONITOR_FAILED, error.to_string()),
     })?;
     report.function = Some(FunctionCall {

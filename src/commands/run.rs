@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::time::Duration;
 
+use lfm_monitor::gpu::{GpuError, GpuPolicy, ViolationPolicy};
 use lfm_monitor::limits::{parse_duration, parse_positive, parse_size, LimitError};
 use lfm_monitor::report::ExitKind;
 use lfm_monitor::{BackendChoice, Limits, Report, RunError, RunOptions};
@@ -10,7 +11,7 @@ use lfm_monitor::{BackendChoice, Limits, Report, RunError, RunOptions};
 use lfm_monitor::sizing::auto::{self, AutoLimit};
 use lfm_monitor::sizing::Strategy;
 
-use crate::cli::{BackendArg, MonitorArgs, RunArgs, SummaryFormat};
+use crate::cli::{BackendArg, GpuViolationArg, MonitorArgs, RunArgs, SummaryFormat};
 use crate::commands::sizing;
 
 pub const EXIT_LIMITS: i32 = 125;
@@ -18,6 +19,10 @@ pub const EXIT_NOT_EXECUTABLE: i32 = 126;
 pub const EXIT_NOT_FOUND: i32 = 127;
 pub const EXIT_MONITOR_FAILED: i32 = 70;
 pub const EXIT_USAGE: i32 = 2;
+/// EX_UNAVAILABLE: the node lacks the GPUs asked for.
+pub const EXIT_NO_GPUS: i32 = 69;
+/// EX_TEMPFAIL: the GPUs exist but others held them past --gpu-wait-timeout.
+pub const EXIT_GPUS_BUSY: i32 = 75;
 
 pub fn run(args: RunArgs) -> i32 {
     let command = args.command;
@@ -49,6 +54,7 @@ pub fn run(args: RunArgs) -> i32 {
                     eprintln!("hint: try --backend rlimit, which needs no cgroup access");
                     EXIT_MONITOR_FAILED
                 }
+                RunError::Gpu(error) => gpu_exit_code(&error),
             };
         }
     };
@@ -67,6 +73,15 @@ pub fn run(args: RunArgs) -> i32 {
     }
 }
 
+pub fn gpu_exit_code(error: &GpuError) -> i32 {
+    match error {
+        GpuError::NoDevices { .. } | GpuError::TooFew { .. } => EXIT_NO_GPUS,
+        GpuError::Busy { .. } => EXIT_GPUS_BUSY,
+        GpuError::BadList { .. } => EXIT_USAGE,
+        GpuError::Ledger { .. } => EXIT_MONITOR_FAILED,
+    }
+}
+
 pub enum Failure {
     Usage(String),
     Run(RunError),
@@ -78,6 +93,11 @@ pub enum Failure {
 /// category is recorded in the history.
 pub fn run_sized(args: &MonitorArgs, mut options: RunOptions) -> Result<Report, Failure> {
     let strategy = Strategy::parse(&args.strategy).map_err(Failure::Usage)?;
+    if gpus_auto(args) && !args.auto {
+        return Err(Failure::Usage(
+            "--gpus auto sizes from the history: give --auto (and --category)".into(),
+        ));
+    }
     if args.auto && options.category.is_none() {
         return Err(Failure::Usage(
             "--auto sizes from a category's history: give --category".into(),
@@ -85,7 +105,7 @@ pub fn run_sized(args: &MonitorArgs, mut options: RunOptions) -> Result<Report, 
     }
     let sandbox = options.sandbox.clone();
     let sized = if args.auto {
-        auto::to_size(&options.limits, sandbox.as_deref())
+        auto::to_size(&options.limits, sandbox.as_deref(), gpus_auto(args))
     } else {
         Vec::new()
     };
@@ -159,6 +179,45 @@ pub fn run_options(
         series: args.series.clone(),
         grace,
         category: args.category.clone(),
+        gpu: gpu_policy(args),
+    }
+}
+
+/// `--gpus auto`: the count comes from the history.
+fn gpus_auto(args: &MonitorArgs) -> bool {
+    args.gpus.as_deref() == Some("auto")
+}
+
+/// How the run's GPUs are had and kept; the wait was checked by [`parse_limits`].
+fn gpu_policy(args: &MonitorArgs) -> GpuPolicy {
+    GpuPolicy {
+        wait: Duration::from_secs_f64(
+            parse_duration_or_zero("--gpu-wait-timeout", &args.gpu_wait_timeout).unwrap_or(0.0),
+        ),
+        violation: match args.gpu_violation {
+            GpuViolationArg::Note => ViolationPolicy::Note,
+            GpuViolationArg::Kill => ViolationPolicy::Kill,
+        },
+    }
+}
+
+/// A whole number of at least one (`--gpus 2`).
+fn parse_count(flag: &'static str, text: &str) -> Result<u64, LimitError> {
+    let value = parse_positive(flag, text)?;
+    if value.fract() != 0.0 {
+        return Err(LimitError::BadNumber {
+            flag,
+            value: text.to_string(),
+        });
+    }
+    Ok(value as u64)
+}
+
+/// A duration where zero means "not at all" (`--gpu-wait-timeout 0`).
+fn parse_duration_or_zero(flag: &'static str, text: &str) -> Result<f64, LimitError> {
+    match text.trim().trim_end_matches(['s', 'm', 'h']).parse::<f64>() {
+        Ok(0.0) => Ok(0.0),
+        _ => parse_duration(flag, text),
     }
 }
 
@@ -203,7 +262,19 @@ pub fn parse_limits(args: &MonitorArgs) -> Result<(Limits, Duration), LimitError
             .as_deref()
             .map(|v| parse_size("--address-space", v))
             .transpose()?,
+        gpus: args
+            .gpus
+            .as_deref()
+            .filter(|&g| g != "auto")
+            .map(|v| parse_count("--gpus", v))
+            .transpose()?,
+        gpu_memory_bytes: args
+            .gpu_memory
+            .as_deref()
+            .map(|v| parse_size("--gpu-memory", v))
+            .transpose()?,
     };
+    parse_duration_or_zero("--gpu-wait-timeout", &args.gpu_wait_timeout)?;
     let grace = Duration::from_secs_f64(parse_duration("--grace", &args.grace)?);
     Ok((limits, grace))
 }

@@ -10,6 +10,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lfm_monitor::gpu::{GpuPolicy, ViolationPolicy};
 use lfm_monitor::limits::{parse_duration, parse_positive, parse_size, LimitError};
 use lfm_monitor::report::FunctionCall;
 use lfm_monitor::serve::zygote::ZygoteConfig;
@@ -18,7 +19,7 @@ use lfm_monitor::sizing::history::default_path;
 use lfm_monitor::sizing::{Strategy, DEFAULT_STRATEGY};
 use lfm_monitor::Limits;
 
-use crate::cli::ServeArgs;
+use crate::cli::{GpuViolationArg, ServeArgs};
 use crate::commands::call::{self, Interpreter};
 use crate::commands::run::backend_choice;
 
@@ -124,6 +125,14 @@ fn start(
         slots: args.slots as usize,
         preloaded: args.preload.clone(),
         history,
+        gpus_per_slot: args.gpus_per_slot,
+        gpu: GpuPolicy {
+            wait: Duration::ZERO,
+            violation: match args.gpu_violation {
+                GpuViolationArg::Note => ViolationPolicy::Note,
+                GpuViolationArg::Kill => ViolationPolicy::Kill,
+            },
+        },
     })
     .map_err(call::failed)
 }
@@ -452,7 +461,13 @@ fn parse_limits(value: &serde_json::Value) -> Result<Limits, LimitError> {
         processes: text("processes")
             .map(|v| parse_positive("limits.processes", &v).map(|n| n.ceil() as u64))
             .transpose()?,
-        address_space_bytes: None,
+        gpus: text("gpus")
+            .map(|v| parse_positive("limits.gpus", &v).map(|n| n.ceil() as u64))
+            .transpose()?,
+        gpu_memory_bytes: text("gpu_memory")
+            .map(|v| parse_size("limits.gpu_memory", &v))
+            .transpose()?,
+        ..Limits::default()
     })
 }
 

@@ -138,9 +138,21 @@ pub fn size(args: SizeArgs) -> i32 {
         }
     };
     let mut resources = serde_json::Map::new();
-    for resource in [AutoLimit::Memory, AutoLimit::Cores, AutoLimit::Disk] {
-        // Disk is measured only in a sandbox: no sandboxed run, nothing to size it from.
-        if resource == AutoLimit::Disk && rows.iter().all(|r| r.disk_mb.is_none()) {
+    for resource in [
+        AutoLimit::Memory,
+        AutoLimit::Cores,
+        AutoLimit::Disk,
+        AutoLimit::GpuMemory,
+        AutoLimit::Gpus,
+    ] {
+        // Disk is measured only in a sandbox, GPUs only in runs given them: no such run,
+        // nothing to size them from.
+        let measured = |r: &Row| match resource {
+            AutoLimit::Disk => r.disk_mb.is_some(),
+            AutoLimit::GpuMemory | AutoLimit::Gpus => r.gpus.is_some(),
+            _ => true,
+        };
+        if !rows.iter().any(measured) {
             continue;
         }
         resources.insert(resource.name().into(), advice(&rows, strategy, resource));

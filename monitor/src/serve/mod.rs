@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::backend::BackendChoice;
+use crate::gpu::{meter::GpuMeter, GpuError, GpuPolicy, Ledger};
 use crate::limits::Limits;
 use crate::report::FunctionCall;
 use crate::supervisor::{self, Ending, MonitorOptions, RunMonitor};
@@ -55,6 +56,10 @@ pub struct ServerOptions {
     pub preloaded: Vec<String>,
     /// The history every call is recorded in (and `auto` sizes from); none: not recorded.
     pub history: Option<PathBuf>,
+    /// GPUs each call holds while it runs, unless its request says (0: none).
+    pub gpus_per_slot: u64,
+    /// How calls' GPUs are kept; a call waits in the queue, not in the ledger, for busy ones.
+    pub gpu: GpuPolicy,
 }
 
 struct Running {
@@ -203,7 +208,20 @@ impl Server {
             let Some(mut spec) = self.queue.pop_front() else {
                 return;
             };
-            // AutoLimit as it starts, not as it was queued: from every call recorded until now.
+            // Devices first: a call that must wait for them keeps its place unsized.
+            let gpus = match self.claim_gpus(&mut spec) {
+                Ok(gpus) => gpus,
+                Err(GpuError::Busy { .. }) => {
+                    // Held by other lfm processes: the next step tries again.
+                    self.queue.push_front(spec);
+                    return;
+                }
+                Err(error) => {
+                    self.replies.push(Reply::refused(&spec, &error.to_string()));
+                    continue;
+                }
+            };
+            // Sized as it starts, not as it was queued: from every call recorded until now.
             if let Err(message) = self.size(&mut spec) {
                 self.replies.push(Reply::refused(&spec, &message));
                 continue;
@@ -212,22 +230,37 @@ impl Server {
                 self.restart_zygote();
             }
             self.last_limits = Some(spec.limits.clone());
-            let Some(spec) = self.start_in_spare(spec) else {
+            let Some((spec, gpus)) = self.start_in_spare(spec, gpus) else {
                 continue;
             };
-            if let Err(error) = self.start_call(spec) {
+            if let Err(error) = self.start_call(spec, gpus) {
                 self.replies.push(error);
             }
         }
     }
 
-    fn start_call(&mut self, spec: CallSpec) -> Result<(), Reply> {
+    /// The call's GPUs (its request's `gpus`, else `--gpus-per-slot`), held until it ends.
+    fn claim_gpus(&self, spec: &mut CallSpec) -> Result<Option<GpuMeter>, GpuError> {
+        let per_slot = (self.options.gpus_per_slot > 0).then_some(self.options.gpus_per_slot);
+        let Some(count) = spec.limits.gpus.or(per_slot) else {
+            return Ok(None);
+        };
+        spec.limits.gpus = Some(count);
+        let policy = GpuPolicy {
+            wait: Duration::ZERO,
+            ..self.options.gpu.clone()
+        };
+        crate::gpu::meter::assign(count, &policy, &Ledger::of_node()).map(Some)
+    }
+
+    fn start_call(&mut self, spec: CallSpec, gpus: Option<GpuMeter>) -> Result<(), Reply> {
         self.next_id += 1;
         let id = self.next_id;
         let dir = self.options.zygote.work_dir.join(format!("call-{id}"));
-        let prepared = prepare_call_dir(&dir, &spec)
+        let visible = gpus.as_ref().map(GpuMeter::visible_devices);
+        let prepared = prepare_call_dir(&dir, &spec, visible)
             .and_then(|request| self.create_monitor(&spec, &dir).map(|m| (request, m)));
-        let (request, monitor) = match prepared {
+        let (request, mut monitor) = match prepared {
             Ok(prepared) => prepared,
             Err(error) => {
                 let _ = std::fs::remove_dir_all(&dir);
@@ -235,6 +268,9 @@ impl Server {
             }
         };
         self.settle_backend(&monitor);
+        if let Some(meter) = gpus {
+            monitor.attach_gpus(meter);
+        }
         let rlimits = supervisor::child_rlimits(&spec.limits, monitor.backend());
         let zygote = self.zygote.as_ref().expect("dispatch restarts the zygote");
         if let Err(error) =
@@ -396,7 +432,12 @@ impl Server {
 
 /// The call's directory: `sandbox/` (its working directory, the disk measure) and the
 /// runner's request; the child writes stdout, stderr, result and outcome.json beside them.
-fn prepare_call_dir(dir: &std::path::Path, spec: &CallSpec) -> Result<PathBuf> {
+/// `visible_devices` is the call's CUDA_VISIBLE_DEVICES, set by the child before user code.
+fn prepare_call_dir(
+    dir: &std::path::Path,
+    spec: &CallSpec,
+    visible_devices: Option<String>,
+) -> Result<PathBuf> {
     std::fs::create_dir_all(dir.join("sandbox"))
         .with_context(|| format!("creating {}", dir.display()))?;
     let mut request = serde_json::json!({
@@ -411,6 +452,9 @@ fn prepare_call_dir(dir: &std::path::Path, spec: &CallSpec) -> Result<PathBuf> {
     // A caller that takes pickles can re-raise the exception itself, not only its text.
     if spec.result_format == "pickle" {
         request["exception_file"] = dir.join("exception").to_string_lossy().into();
+    }
+    if let Some(visible) = visible_devices {
+        request["env"] = serde_json::json!({ "CUDA_VISIBLE_DEVICES": visible });
     }
     let path = dir.join("request.json");
     std::fs::write(&path, request.to_string())

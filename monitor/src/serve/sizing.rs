@@ -42,7 +42,7 @@ impl Server {
         let Some(mut auto) = spec.auto.take_if(|a| a.attempts == 0) else {
             return Ok(());
         };
-        auto.sized = auto::to_size(&spec.limits, Some(&self.options.zygote.work_dir));
+        auto.sized = auto::to_size(&spec.limits, Some(&self.options.zygote.work_dir), false);
         for &resource in &auto.sized {
             let value = self.allocation(spec, &auto, resource, None)?;
             resource.set(&mut spec.limits, value);

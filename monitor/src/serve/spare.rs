@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::backend::BackendChoice;
+use crate::gpu::meter::GpuMeter;
 use crate::limits::Limits;
 use crate::supervisor::{self, Ending, MonitorOptions, RunMonitor};
 
@@ -107,9 +108,13 @@ impl Server {
         }
     }
 
-    /// Start `spec` in the spare when it has the same limits; `spec` back otherwise (and a
-    /// spare made for other limits is dropped).
-    pub(super) fn start_in_spare(&mut self, spec: CallSpec) -> Option<CallSpec> {
+    /// Start `spec` (with its devices) in the spare when it has the same limits; both back
+    /// otherwise (and a spare made for other limits is dropped).
+    pub(super) fn start_in_spare(
+        &mut self,
+        spec: CallSpec,
+        gpus: Option<GpuMeter>,
+    ) -> Option<(CallSpec, Option<GpuMeter>)> {
         let usable = self
             .spare
             .as_ref()
@@ -118,30 +123,34 @@ impl Server {
             if self.spare.as_ref().is_some_and(|s| s.pid.is_some()) {
                 self.drop_spare();
             }
-            return Some(spec);
+            return Some((spec, gpus));
         }
         let Some(mut spare) = self.spare.take() else {
-            return Some(spec);
+            return Some((spec, gpus));
         };
         let zygote = self.zygote.as_ref().expect("a spare lives in a zygote");
-        let request = match prepare_call_dir(&spare.dir, &spec) {
+        let visible = gpus.as_ref().map(GpuMeter::visible_devices);
+        let request = match prepare_call_dir(&spare.dir, &spec, visible) {
             Ok(request) => request,
             Err(_) => {
                 self.spare = Some(spare);
                 self.drop_spare();
-                return Some(spec);
+                return Some((spec, gpus));
             }
         };
         if zygote.go(spare.id, &request).is_err() {
             self.spare = Some(spare);
             self.drop_spare();
-            return Some(spec);
+            return Some((spec, gpus));
         }
         let pid = spare.pid.expect("checked above");
         spare.monitor.relabel(
             vec!["serve".into(), spec.function.target.clone()],
             spec.category.clone(),
         );
+        if let Some(meter) = gpus {
+            spare.monitor.attach_gpus(meter);
+        }
         spare.monitor.started(Some(pid));
         let next_sample = Instant::now() + spare.monitor.interval();
         self.running.insert(

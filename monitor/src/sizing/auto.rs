@@ -20,6 +20,10 @@ pub enum AutoLimit {
     Cores,
     /// MiB of the sandbox, from the Report's disk (runs with `--sandbox` only).
     Disk,
+    /// MiB of GPU memory, from the Report's `gpu.memory_peak_bytes`, sized like memory.
+    GpuMemory,
+    /// Whole devices, from the Report's `gpu.devices_used`, in buckets of 1 as cores.
+    Gpus,
 }
 
 impl AutoLimit {
@@ -28,6 +32,8 @@ impl AutoLimit {
             AutoLimit::Memory => "memory",
             AutoLimit::Cores => "cores",
             AutoLimit::Disk => "disk",
+            AutoLimit::GpuMemory => "gpu_memory",
+            AutoLimit::Gpus => "gpus",
         }
     }
 
@@ -37,6 +43,8 @@ impl AutoLimit {
             AutoLimit::Memory => Some(row.memory_mb),
             AutoLimit::Cores => Some(cores_needed(row)),
             AutoLimit::Disk => row.disk_mb,
+            AutoLimit::GpuMemory => row.gpu_memory_mb,
+            AutoLimit::Gpus => row.gpus,
         }
     }
 
@@ -46,6 +54,8 @@ impl AutoLimit {
             AutoLimit::Memory => limits.memory_bytes.map(|b| b as f64 / MIB),
             AutoLimit::Cores => limits.cores,
             AutoLimit::Disk => limits.disk_bytes.map(|b| b as f64 / MIB),
+            AutoLimit::GpuMemory => limits.gpu_memory_bytes.map(|b| b as f64 / MIB),
+            AutoLimit::Gpus => limits.gpus.map(|n| n as f64),
         }
     }
 
@@ -54,14 +64,16 @@ impl AutoLimit {
             AutoLimit::Memory => limits.memory_bytes = Some((value * MIB) as u64),
             AutoLimit::Cores => limits.cores = Some(value),
             AutoLimit::Disk => limits.disk_bytes = Some((value * MIB) as u64),
+            AutoLimit::GpuMemory => limits.gpu_memory_bytes = Some((value * MIB) as u64),
+            AutoLimit::Gpus => limits.gpus = Some(value.ceil().max(1.0) as u64),
         }
     }
 
     /// A Sizer of this resource that has seen `rows`.
     pub fn sizer(self, rows: &[Row], strategy: Strategy, node: f64) -> Sizer {
         let resource = match self {
-            AutoLimit::Memory => Resource::memory_mb(node),
-            AutoLimit::Cores => Resource::cores(node),
+            AutoLimit::Memory | AutoLimit::GpuMemory => Resource::memory_mb(node),
+            AutoLimit::Cores | AutoLimit::Gpus => Resource::cores(node),
             AutoLimit::Disk => Resource::disk_mb(node),
         };
         sizer_from_history(rows, strategy, resource, self.name(), |r| self.used(r))
@@ -83,7 +95,7 @@ impl AutoLimit {
             Some(failed) => sizer.retry_allocation(failed),
         };
         match self {
-            AutoLimit::Cores => value.ceil().clamp(1.0, node.max(1.0)),
+            AutoLimit::Cores | AutoLimit::Gpus => value.ceil().clamp(1.0, node.max(1.0)),
             _ => value,
         }
     }
@@ -92,6 +104,7 @@ impl AutoLimit {
     pub fn unit(self) -> &'static str {
         match self {
             AutoLimit::Cores => "cores",
+            AutoLimit::Gpus => "GPUs",
             _ => "MiB",
         }
     }
@@ -104,7 +117,23 @@ pub fn node(resource: AutoLimit, sandbox: Option<&Path>) -> f64 {
         AutoLimit::Memory => super::node_memory_mb(),
         AutoLimit::Cores => std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64),
         AutoLimit::Disk => sandbox.and_then(free_mb).unwrap_or(1024.0),
+        AutoLimit::GpuMemory => gpu_node().1,
+        AutoLimit::Gpus => gpu_node().0,
     }
+}
+
+/// The node's GPUs lfm may hand out and their memory (MiB). Only sizing of a GPU run asks,
+/// so only such runs load the driver here. Without a driver (devices from LFM_GPUS) nothing
+/// measures GPU memory: 1024 MiB stands in, as for disk without a sandbox.
+fn gpu_node() -> (f64, f64) {
+    let driver = crate::gpu::driver();
+    let list = std::env::var(crate::gpu::DEVICES_ENV).ok();
+    let devices = crate::gpu::node_devices(&driver, list.as_deref()).unwrap_or_default();
+    let memory: Option<u64> = devices.iter().map(|d| d.memory_total_bytes).sum();
+    (
+        (devices.len() as f64).max(1.0),
+        memory.map_or(1024.0, |bytes| bytes as f64 / MIB),
+    )
 }
 
 fn free_mb(path: &Path) -> Option<f64> {
@@ -116,13 +145,23 @@ fn free_mb(path: &Path) -> Option<f64> {
 }
 
 /// The limits `--auto` sizes for a run: memory and cores unless given, disk unless given and
-/// only with a sandbox (where disk is measured).
-pub fn to_size(limits: &Limits, sandbox: Option<&Path>) -> Vec<AutoLimit> {
-    [AutoLimit::Memory, AutoLimit::Cores, AutoLimit::Disk]
-        .into_iter()
-        .filter(|r| r.limit(limits).is_none())
-        .filter(|r| *r != AutoLimit::Disk || sandbox.is_some())
-        .collect()
+/// only with a sandbox (where disk is measured), GPU memory unless given and only for a run
+/// with GPUs, and the GPUs themselves when asked (`gpus_sized`: `--gpus auto`).
+pub fn to_size(limits: &Limits, sandbox: Option<&Path>, gpus_sized: bool) -> Vec<AutoLimit> {
+    let gpu_run = gpus_sized || limits.gpus.is_some();
+    [
+        AutoLimit::Memory,
+        AutoLimit::Cores,
+        AutoLimit::Disk,
+        AutoLimit::GpuMemory,
+        AutoLimit::Gpus,
+    ]
+    .into_iter()
+    .filter(|r| r.limit(limits).is_none())
+    .filter(|r| *r != AutoLimit::Disk || sandbox.is_some())
+    .filter(|r| *r != AutoLimit::GpuMemory || gpu_run)
+    .filter(|r| *r != AutoLimit::Gpus || gpus_sized)
+    .collect()
 }
 
 /// The sized resources a run ran out of, when retrying can help: every exceeded limit is a
@@ -163,6 +202,8 @@ mod tests {
             sized: false,
             cores_limit: limit,
             throttled,
+            gpu_memory_mb: None,
+            gpus: None,
         }
     }
 
@@ -208,12 +249,12 @@ mod tests {
     fn only_limits_not_given_are_sized_and_disk_only_in_a_sandbox() {
         let none = Limits::default();
         assert_eq!(
-            to_size(&none, None),
+            to_size(&none, None, false),
             vec![AutoLimit::Memory, AutoLimit::Cores]
         );
         let sandbox = Path::new("/tmp/x");
         assert_eq!(
-            to_size(&none, Some(sandbox)),
+            to_size(&none, Some(sandbox), false),
             vec![AutoLimit::Memory, AutoLimit::Cores, AutoLimit::Disk]
         );
         let given = Limits {
@@ -221,7 +262,44 @@ mod tests {
             cores: Some(1.0),
             ..Limits::default()
         };
-        assert_eq!(to_size(&given, Some(sandbox)), vec![AutoLimit::Disk]);
+        assert_eq!(to_size(&given, Some(sandbox), false), vec![AutoLimit::Disk]);
+        let one_gpu = Limits {
+            gpus: Some(1),
+            ..given.clone()
+        };
+        assert_eq!(to_size(&one_gpu, None, false), vec![AutoLimit::GpuMemory]);
+        assert_eq!(
+            to_size(&given, None, true),
+            vec![AutoLimit::GpuMemory, AutoLimit::Gpus]
+        );
+    }
+
+    #[test]
+    fn gpu_memory_is_sized_like_memory_and_gpus_in_whole_devices() {
+        let gpu_row = |mb: f64, gpus: f64| Row {
+            gpu_memory_mb: Some(mb),
+            gpus: Some(gpus),
+            ..row("normal", "", 1.0, None, None)
+        };
+        let rows = vec![gpu_row(3000.0, 1.0), gpu_row(5100.0, 2.0)];
+        let strategy = Strategy::MaxSeen;
+        // Max-seen: 5100 + 83 rounded up to 250 MiB buckets, as memory.
+        assert_eq!(
+            AutoLimit::GpuMemory.allocation(&rows, strategy, 40960.0, None),
+            5250.0
+        );
+        assert_eq!(AutoLimit::Gpus.allocation(&rows, strategy, 4.0, None), 2.0);
+        // Never more devices than the node has.
+        assert_eq!(AutoLimit::Gpus.allocation(&rows, strategy, 1.0, None), 1.0);
+        // A run killed over its GPU memory raises what a retry gets.
+        let mut killed = gpu_row(9000.0, 1.0);
+        killed.exit = "limits".into();
+        killed.exceeded = "gpu_memory".into();
+        let rows = vec![gpu_row(3000.0, 1.0), killed];
+        assert_eq!(
+            AutoLimit::GpuMemory.allocation(&rows, strategy, 40960.0, Some(3250.0)),
+            9000.0
+        );
     }
 
     #[test]

@@ -40,6 +40,10 @@ pub struct Row {
     /// The share of the run's CPU periods in which the kernel held it back at its cores limit
     /// (the Report's cpu_throttling), where the kernel enforced one.
     pub throttled: Option<f64>,
+    /// GPU memory of the run's processes (MiB), for runs given GPUs where it was measured.
+    pub gpu_memory_mb: Option<f64>,
+    /// Devices a process of the run used, where measured.
+    pub gpus: Option<f64>,
 }
 
 pub struct History {
@@ -188,7 +192,9 @@ impl History {
                 "SELECT id, category, time, exit, exceeded, memory_mb, cores, disk_mb, wall_time,
                         memory_limit_mb, sized, json_extract(report, '$.limits.cores'),
                         json_extract(report, '$.cpu_throttling.throttled_periods')
-                          * 1.0 / json_extract(report, '$.cpu_throttling.periods')
+                          * 1.0 / json_extract(report, '$.cpu_throttling.periods'),
+                        json_extract(report, '$.gpu.memory_peak_bytes') / 1048576.0,
+                        json_extract(report, '$.gpu.devices_used')
                  FROM runs WHERE ?1 IS NULL OR category = ?1 ORDER BY id",
             )
             .map_err(fail)?;
@@ -208,6 +214,8 @@ impl History {
                     sized: r.get(10)?,
                     cores_limit: r.get(11)?,
                     throttled: r.get(12)?,
+                    gpu_memory_mb: r.get(13)?,
+                    gpus: r.get(14)?,
                 })
             })
             .map_err(fail)?;

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::backend::{Backend, BackendChoice};
+use crate::gpu::{self, GpuError, GpuPolicy};
 use crate::limits::Limits;
 use crate::report::Report;
 
@@ -34,6 +35,8 @@ pub struct RunOptions {
     /// After forwarding SIGINT/SIGTERM, how long the tree gets before SIGKILL.
     pub grace: Duration,
     pub category: Option<String>,
+    /// How the run gets and keeps the GPUs of `limits.gpus`.
+    pub gpu: GpuPolicy,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +49,8 @@ pub enum RunError {
     Empty,
     #[error("monitor failed: {0:#}")]
     Monitor(anyhow::Error),
+    #[error("{0}")]
+    Gpu(#[from] GpuError),
 }
 
 /// Sampling interval as a function of elapsed time: fast at first to catch short runs and
@@ -103,6 +108,15 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
             ))
         })?;
     }
+    // Devices first: a run that cannot have them fails before anything starts.
+    let gpus = match options.limits.gpus {
+        Some(count) => Some(gpu::meter::assign(
+            count,
+            &options.gpu,
+            &gpu::Ledger::of_node(),
+        )?),
+        None => None,
+    };
     become_subreaper();
     prefer_supervisor_over_workload();
     let received = forward_signals().map_err(RunError::Monitor)?;
@@ -110,6 +124,13 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
     let mut monitor =
         RunMonitor::create(monitor_options(options), me).map_err(RunError::Monitor)?;
     monitor.count_io_of_reaped();
+    let env = gpus
+        .as_ref()
+        .map(|meter| vec![("CUDA_VISIBLE_DEVICES".to_string(), meter.visible_devices())])
+        .unwrap_or_default();
+    if let Some(meter) = gpus {
+        monitor.attach_gpus(meter);
+    }
     let rlimits = child_rlimits(&options.limits, monitor.backend());
     let child = spawn(
         &executable,
@@ -117,6 +138,7 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
         &monitor.join_fds(),
         rlimits,
         monitor.backend(),
+        env,
     )
     .map_err(|e| {
         monitor.kill();
@@ -226,11 +248,13 @@ fn spawn(
     join_fds: &[RawFd],
     rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
     backend: &dyn Backend,
+    env: Vec<(String, String)>,
 ) -> std::io::Result<std::process::Child> {
     let mut command = std::process::Command::new(executable);
     command
         .arg0(&options.command[0])
-        .args(&options.command[1..]);
+        .args(&options.command[1..])
+        .envs(env);
     if let Some(sandbox) = &options.sandbox {
         command.current_dir(sandbox);
     }

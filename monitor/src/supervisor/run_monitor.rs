@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::backend::{self, Backend, BackendChoice, Reading};
+use crate::gpu::meter::{GpuMeter, GpuSample};
 use crate::limits::Limits;
 use crate::proctree::{self, ProcessSample};
 use crate::report::{
@@ -77,6 +78,7 @@ pub struct RunMonitor {
     outside_once: HashSet<(i32, u64)>,
     last_alive: HashSet<(i32, u64)>,
     escaped: BTreeMap<(i32, u64), String>,
+    gpu: Option<GpuMeter>,
 }
 
 impl RunMonitor {
@@ -113,7 +115,18 @@ impl RunMonitor {
             outside_once: HashSet::new(),
             last_alive: HashSet::new(),
             escaped: BTreeMap::new(),
+            gpu: None,
         })
+    }
+
+    /// The run holds GPUs: they are sampled with everything else, and `--gpu-memory` is
+    /// enforced on them.
+    pub fn attach_gpus(&mut self, meter: GpuMeter) {
+        if self.options.limits.gpu_memory_bytes.is_some() && !meter.measures() {
+            self.notes
+                .push("--gpu-memory was not enforced: no GPU driver to measure it with".into());
+        }
+        self.gpu = Some(meter);
     }
 
     pub fn backend(&self) -> &dyn Backend {
@@ -142,6 +155,9 @@ impl RunMonitor {
         self.group = group;
         self.start_time = now_seconds();
         self.started = Instant::now();
+        if let Some(meter) = self.gpu.as_mut() {
+            meter.started();
+        }
     }
 
     /// The driver reaps the run's processes itself: their I/O is then exact (see
@@ -198,8 +214,10 @@ impl RunMonitor {
         if let Some(meter) = self.disk.as_mut() {
             meter.maybe_measure(self.interval);
         }
-        self.write_series(elapsed, cpu_now, memory_now, processes.len());
+        let gpu = self.sample_gpus(&processes);
+        self.write_series(elapsed, cpu_now, memory_now, processes.len(), &gpu);
         self.check_limits(elapsed, &reading, memory_now, processes.len() as u64);
+        self.check_gpu_memory(&gpu);
         self.interval = sampling_interval(elapsed);
         !self.exceeded.is_empty()
     }
@@ -283,7 +301,38 @@ impl RunMonitor {
             .fold((0, 0), |(r, w), p| (r + p.read_bytes, w + p.write_bytes))
     }
 
-    fn write_series(&mut self, elapsed: Duration, cpu_now: f64, memory_now: u64, count: usize) {
+    /// GPU use of the run's processes; a process of the run on a device it was not given is
+    /// killed here when `--gpu-violation kill` asked for it.
+    fn sample_gpus(&mut self, processes: &[ProcessSample]) -> GpuSample {
+        let Some(meter) = self.gpu.as_mut() else {
+            return GpuSample::default();
+        };
+        let pids: HashSet<i32> = processes.iter().map(|p| p.pid).collect();
+        let sample = meter.sample(&pids);
+        for &pid in &sample.kill {
+            // SAFETY: kill(2) on a process of the run, seen alive in this sample.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        sample
+    }
+
+    /// No kernel control of GPU memory exists: the limit is the supervisor's, by sampling.
+    fn check_gpu_memory(&mut self, gpu: &GpuSample) {
+        if let (Some(limit), Some(now)) = (self.options.limits.gpu_memory_bytes, gpu.memory_bytes) {
+            if now > limit {
+                self.exceeded.insert("gpu_memory".into(), limit as f64);
+            }
+        }
+    }
+
+    fn write_series(
+        &mut self,
+        elapsed: Duration,
+        cpu_now: f64,
+        memory_now: u64,
+        count: usize,
+        gpu: &GpuSample,
+    ) {
         if self.series.is_none() {
             return;
         }
@@ -297,6 +346,8 @@ impl RunMonitor {
             bytes_read,
             bytes_written,
             disk_bytes: self.disk.as_ref().and_then(|m| m.last()).map(|d| d.bytes),
+            gpu_memory_bytes: gpu.memory_bytes,
+            gpu_utilization_percent: gpu.utilization_percent,
         };
         if let (Some(writer), Ok(line)) = (self.series.as_mut(), serde_json::to_string(&sample)) {
             let _ = writeln!(writer, "{line}");
@@ -402,6 +453,11 @@ impl RunMonitor {
         self.last_alive.clear();
         let (bytes_read, bytes_written) = ending.io.unwrap_or_else(|| self.io_now());
         self.note_escaped();
+        let gpu = self.gpu.take().map(|meter| {
+            let (gpu, notes) = meter.finish();
+            self.notes.extend(notes);
+            gpu
+        });
         let exit = classify_exit(ending.status, &self.exceeded, ending.forwarded_signal);
         Report {
             format: REPORT_FORMAT.into(),
@@ -433,6 +489,7 @@ impl RunMonitor {
             bytes_written,
             max_concurrent_processes: self.tracker.max_concurrent.max(1),
             total_processes: (self.tracker.seen.len() as u64).max(1),
+            gpu,
             sampling: Sampling {
                 samples: self.samples,
                 first_interval_ms: sampling_interval(Duration::ZERO).as_secs_f64() * 1000.0,
