@@ -82,8 +82,10 @@ pub struct Server {
     /// Zygote restarts after a crash, for the notes of later calls.
     pub restarts: u64,
     history: Option<crate::sizing::history::History>,
-    /// A child set up for the next call ([`Server::prepare_spare`]).
-    spare: Option<spare::Spare>,
+    /// Children set up for the next calls ([`Server::prepare_spare`]).
+    spares: Vec<spare::Spare>,
+    /// Spares sent away, until the zygote reports them reaped.
+    retired: Vec<spare::Spare>,
     /// The limits of the last call started: a spare is made for them.
     last_limits: Option<Limits>,
 }
@@ -110,7 +112,8 @@ impl Server {
             replies: Vec::new(),
             restarts: 0,
             history,
-            spare: None,
+            spares: Vec::new(),
+            retired: Vec::new(),
             last_limits: None,
         })
     }
@@ -174,7 +177,7 @@ impl Server {
     /// Stop taking calls: running ones get `grace` to finish, then are killed; queued ones
     /// are refused. Returns the last replies; the zygote is stopped.
     pub fn shutdown(&mut self, grace: Duration) -> Vec<Reply> {
-        self.drop_spare();
+        self.drop_spares();
         for spec in std::mem::take(&mut self.queue) {
             self.replies
                 .push(Reply::refused(&spec, "the server is shutting down"));
@@ -398,7 +401,7 @@ impl Server {
         if let Some(zygote) = self.zygote.take() {
             zygote.reap();
         }
-        self.drop_spare();
+        self.drop_spares();
         for id in self.running.keys().copied().collect::<Vec<_>>() {
             self.fail(id, "the zygote died during the call; it was restarted");
         }

@@ -1,8 +1,8 @@
 //! Spare calls: a child forked and set up (in its cgroup, sandbox and stdio) before its request
 //! exists, so that the next call skips the fork, the cgroup migration (on cgroup v1 an RCU
-//! grace period, ~10 ms) and the setup. A spare is made between calls with the limits of the
-//! last call, and only a call with exactly those limits takes it: the cgroup's limits and the
-//! child's rlimits were set for them.
+//! grace period, ~10 ms) and the setup. Up to one spare per slot is made between calls with
+//! the limits of the next queued call or of the last one, and only a call with exactly those
+//! limits takes one: the cgroup's limits and the child's rlimits were set for them.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -24,12 +24,13 @@ pub(super) struct Spare {
 }
 
 impl Server {
-    /// Make a spare for the next call when none is waiting and the limits to expect are
-    /// known: the first queued call's, else the last started one's. With every slot busy it
-    /// is set up while they run, ready when one frees. Failing is harmless: calls then fork
-    /// as they come.
+    /// Make one more spare when fewer than one per slot wait and the limits to expect are
+    /// known: the first queued call's, else the last started one's. With every slot busy they
+    /// are set up while the calls run, ready when a slot frees. Failing is harmless: calls then
+    /// fork as they come.
     pub fn prepare_spare(&mut self) {
-        let ready = self.spare.is_none() && self.options.backend != BackendChoice::Auto;
+        let ready = self.spares.len() < self.options.slots.max(1)
+            && self.options.backend != BackendChoice::Auto;
         let expected = self
             .queue
             .front()
@@ -68,7 +69,7 @@ impl Server {
             discard(monitor, None, &dir);
             return;
         }
-        self.spare = Some(Spare {
+        self.spares.push(Spare {
             id,
             limits: limits.clone(),
             monitor,
@@ -77,9 +78,9 @@ impl Server {
         });
     }
 
-    /// The zygote forked spare `id`: true when it was the spare.
+    /// The zygote forked spare `id`: true when it was a spare.
     pub(super) fn spare_started(&mut self, id: u64, pid: i32) -> bool {
-        match self.spare.as_mut().filter(|s| s.id == id) {
+        match self.spares.iter_mut().find(|s| s.id == id) {
             Some(spare) => {
                 spare.pid = Some(pid);
                 spare.monitor.set_process(pid);
@@ -92,19 +93,38 @@ impl Server {
     /// The spare's child ended before it was given a call (killed from outside, or the
     /// zygote's end): it is dropped.
     pub(super) fn spare_exited(&mut self, id: u64) -> bool {
-        if self.spare.as_ref().is_some_and(|s| s.id == id) {
-            self.drop_spare();
-            return true;
+        for list in [&mut self.spares, &mut self.retired] {
+            if let Some(at) = list.iter().position(|s| s.id == id) {
+                let spare = list.swap_remove(at);
+                discard(spare.monitor, None, &spare.dir);
+                return true;
+            }
         }
         false
     }
 
-    pub(super) fn drop_spare(&mut self) {
-        if let Some(spare) = self.spare.take() {
+    /// Send every spare away (the server stops, or the zygote died) and clean up after them.
+    pub(super) fn drop_spares(&mut self) {
+        let spares = std::mem::take(&mut self.spares);
+        let retired = std::mem::take(&mut self.retired);
+        for spare in spares.into_iter().chain(retired) {
             if let Some(zygote) = &self.zygote {
                 zygote.drop_spare(spare.id);
             }
             discard(spare.monitor, spare.pid, &spare.dir);
+        }
+    }
+
+    /// Send a spare away without waiting: it reads end-of-file and exits, and its cgroup and
+    /// directory go when the zygote reports it reaped ([`Server::spare_exited`]), off the path
+    /// of the call that found it unfit.
+    fn drop_spare(&mut self, spare: Spare) {
+        match &self.zygote {
+            Some(zygote) => {
+                zygote.drop_spare(spare.id);
+                self.retired.push(spare);
+            }
+            None => discard(spare.monitor, spare.pid, &spare.dir),
         }
     }
 
@@ -115,32 +135,35 @@ impl Server {
         spec: CallSpec,
         gpus: Option<GpuMeter>,
     ) -> Option<(CallSpec, Option<GpuMeter>)> {
-        let usable = self
-            .spare
-            .as_ref()
-            .is_some_and(|s| s.pid.is_some() && s.limits == spec.limits);
-        if !usable {
-            if self.spare.as_ref().is_some_and(|s| s.pid.is_some()) {
-                self.drop_spare();
+        let ready = |s: &Spare| s.pid.is_some();
+        let Some(at) = self
+            .spares
+            .iter()
+            .position(|s| ready(s) && s.limits == spec.limits)
+        else {
+            // Ready spares made for other limits would wait for calls like the last one: the
+            // calls have changed, make them again.
+            let (stale, keep) = std::mem::take(&mut self.spares)
+                .into_iter()
+                .partition(|s| ready(s));
+            self.spares = keep;
+            for spare in stale {
+                self.drop_spare(spare);
             }
             return Some((spec, gpus));
-        }
-        let Some(mut spare) = self.spare.take() else {
-            return Some((spec, gpus));
         };
+        let mut spare = self.spares.swap_remove(at);
         let zygote = self.zygote.as_ref().expect("a spare lives in a zygote");
         let visible = gpus.as_ref().map(GpuMeter::visible_devices);
         let request = match prepare_call_dir(&spare.dir, &spec, visible) {
             Ok(request) => request,
             Err(_) => {
-                self.spare = Some(spare);
-                self.drop_spare();
+                self.drop_spare(spare);
                 return Some((spec, gpus));
             }
         };
         if zygote.go(spare.id, &request).is_err() {
-            self.spare = Some(spare);
-            self.drop_spare();
+            self.drop_spare(spare);
             return Some((spec, gpus));
         }
         let pid = spare.pid.expect("checked above");
@@ -168,8 +191,8 @@ impl Server {
     }
 }
 
-/// Kill the spare (once its pid is known: before, the zygote's "drop" ends it) and remove its
-/// cgroup and directory.
+/// Kill the spare if it may still run (once its pid is known: before, the zygote's "drop" or
+/// death ends it) and remove its cgroup and directory.
 fn discard(monitor: RunMonitor, pid: Option<i32>, dir: &std::path::Path) {
     if pid.is_some() {
         monitor.kill();
