@@ -10,6 +10,7 @@ Three ways, named by the request's `mode`:
 """
 
 import importlib
+import os
 import sys
 import types
 
@@ -18,6 +19,10 @@ import types
 
 #: Functions a zygote loaded once, by the name lfm registered them under.
 REGISTERED = {}
+
+#: Slices a zygote compiled for the children it forks later: (file, size, mtime_ns, ranges) ->
+#: code. Compiling runs no user code; each call still executes its slice in its own child.
+COMPILED = {}
 
 
 class TargetError(Exception):
@@ -84,11 +89,20 @@ def slice_source_lines(source, ranges):
     return out
 
 
-def load_slice(target):
+def slice_key(target):
+    """The compiled-slice cache's key for this file as it is now; None if it cannot be read."""
+    try:
+        stat = os.stat(target["file"])
+    except OSError:
+        return None
+    ranges = tuple(tuple(r) for r in target["statements"])
+    return (target["file"], stat.st_size, stat.st_mtime_ns, ranges)
+
+
+def compile_slice(target):
     import ast
 
     path = target["file"]
-    name = target["module"]
     try:
         with open(path, "rb") as handle:
             source = handle.read()
@@ -97,6 +111,30 @@ def load_slice(target):
         raise TargetError(f"cannot read {path}: {error}") from error
     ranges = [tuple(r) for r in target["statements"]]
     body = selected_statements(tree, ranges)
+    return compile(ast.Module(body=body, type_ignores=[]), path, "exec")
+
+
+def remember(target):
+    """In a zygote, after forking a call: compile its slice for the next calls of it (a file
+    that changes gets a new key, so an edited function is compiled again)."""
+    if not isinstance(target, dict) or target.get("mode") != "slice":
+        return
+    key = slice_key(target)
+    if key is None or key in COMPILED:
+        return
+    try:
+        COMPILED[key] = compile_slice(target)
+    except Exception:  # noqa: BLE001 - the call itself reports a broken file
+        pass
+
+
+def load_slice(target):
+    path = target["file"]
+    name = target["module"]
+    key = slice_key(target)
+    code = COMPILED.get(key) if key is not None else None
+    if code is None:
+        code = compile_slice(target)
     module = types.ModuleType(name)
     module.__file__ = path
     module.__package__ = name.rpartition(".")[0]
@@ -104,6 +142,5 @@ def load_slice(target):
         # Relative imports and `pkg.mod` pickles need the real parent package.
         importlib.import_module(module.__package__)
     sys.modules[name] = module
-    code = compile(ast.Module(body=body, type_ignores=[]), path, "exec")
     exec(code, module.__dict__)
     return module

@@ -188,10 +188,12 @@ def serve(control):
                 return 0
             if message.get("op") in ("go", "drop"):
                 go(spares, message)
+                targets.remember(message.get("target"))
                 continue
             pid = fork_call(message, fds, control, selector, (wakeup_read, wakeup_write), spares)
             running[pid] = message["id"]
             send(control, {"op": "started", "id": message["id"], "pid": pid})
+            targets.remember(message.get("target"))
         reap(control, running)
 
 
@@ -239,6 +241,10 @@ def main(config_path):
     limit_threads(config.get("cores_per_slot", 1))
     control = socket.socket(fileno=config["control_fd"])
     gc.disable()
+    # What the runner imports in a call only when it needs it (a `lfm call` pays for what it
+    # uses): forked calls would each import them again.
+    for name in ("ast", "base64", "pickle", "traceback"):
+        importlib.import_module(name)
     try:
         preload(config)
     except BaseException as error:  # noqa: BLE001 - the preload is user code

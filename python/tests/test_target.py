@@ -93,3 +93,28 @@ def test_registered_functions_are_found_by_name():
     assert target.load({"mode": "registered", "name": "f"})(-2) == 2
     with pytest.raises(target.TargetError, match="no function registered as 'g'"):
         target.load({"mode": "registered", "name": "g"})
+
+
+def test_a_zygote_compiles_a_slice_once_and_a_changed_file_again(module_file, monkeypatch):
+    statements = [[1, 1], [3, 6], [7, 7], [10, 11], [19, 20]]
+    monkeypatch.setattr(target, "COMPILED", {})
+    target.remember(spec(module_file, statements))
+    assert len(target.COMPILED) == 1
+    compiled = []
+    monkeypatch.setattr(target, "compile_slice", lambda t: compiled.append(t) or None)
+    assert target.load(spec(module_file, statements))(2) == "6"
+    assert compiled == [], "the call used the zygote's code"
+    # Each call still runs its slice's statements in a fresh module.
+    assert sys.modules["sliced_mod"].SCALE == 3
+    module_file.write_text(MODULE.replace("SCALE = 3", "SCALE = 40"))
+    monkeypatch.undo()
+    monkeypatch.setattr(target, "COMPILED", dict(target.COMPILED))
+    assert target.load(spec(module_file, statements))(2) == "80", "an edited file is compiled anew"
+
+
+def test_remember_ignores_other_modes_and_unreadable_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(target, "COMPILED", {})
+    target.remember({"mode": "import", "module": "json", "qualname": "dumps"})
+    target.remember(spec(tmp_path / "missing.py", [[1, 1]]))
+    target.remember(None)
+    assert target.COMPILED == {}

@@ -276,9 +276,14 @@ impl Server {
         }
         let rlimits = supervisor::child_rlimits(&spec.limits, monitor.backend());
         let zygote = self.zygote.as_ref().expect("dispatch restarts the zygote");
-        if let Err(error) =
-            zygote.call_with_rlimits(id, &request, &dir, &monitor.join_fds(), &rlimits)
-        {
+        if let Err(error) = zygote.call_with_rlimits(
+            id,
+            &request,
+            &spec.target,
+            &dir,
+            &monitor.join_fds(),
+            &rlimits,
+        ) {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(Reply::refused(&spec, &format!("{error:#}")));
         }

@@ -162,7 +162,7 @@ impl Server {
                 return Some((spec, gpus));
             }
         };
-        if zygote.go(spare.id, &request).is_err() {
+        if zygote.go(spare.id, &request, &spec.target).is_err() {
             self.drop_spare(spare);
             return Some((spec, gpus));
         }

@@ -153,17 +153,20 @@ impl Zygote {
     }
 
     /// Ask for a call: the zygote forks, the child joins the cgroups behind `join_fds` and
-    /// sets `rlimits` (resource number, value) on itself.
+    /// sets `rlimits` (resource number, value) on itself. `target` (the request's) lets the
+    /// zygote prepare what later calls of the same function can reuse.
     pub fn call_with_rlimits(
         &self,
         id: u64,
         request: &Path,
+        target: &serde_json::Value,
         dir: &Path,
         join_fds: &[RawFd],
         rlimits: &[(libc::__rlimit_resource_t, libc::rlim_t)],
     ) -> Result<()> {
         let message = serde_json::json!({
             "op": "call", "id": id, "request": request, "dir": dir, "rlimits": rlimits,
+            "target": target,
         });
         self.send(&message, join_fds)
             .context("sending a call to the zygote")
@@ -184,8 +187,9 @@ impl Zygote {
     }
 
     /// Hand spare `id` its request.
-    pub fn go(&self, id: u64, request: &Path) -> Result<()> {
-        let message = serde_json::json!({"op": "go", "id": id, "request": request});
+    pub fn go(&self, id: u64, request: &Path, target: &serde_json::Value) -> Result<()> {
+        let message =
+            serde_json::json!({"op": "go", "id": id, "request": request, "target": target});
         self.send(&message, &[])
             .context("starting a spare call in the zygote")
     }
