@@ -112,6 +112,10 @@ pub struct Imports {
     /// name computed at run time.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_in_closure: Vec<String>,
+    /// What the imports were compared with: kept with the call in the history (`lfm usage`),
+    /// never written in the Report (a pandas closure is thousands of names).
+    #[serde(skip)]
+    pub closure: Option<std::sync::Arc<crate::imports::StaticClosure>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -44,6 +44,9 @@ pub struct CallSpec {
     /// `"auto": true`: limits not given come from the category's history, and a call that
     /// ran out of one is run again larger.
     pub auto: Option<Auto>,
+    /// The function's static closure, which the call's imports are compared with (sliced
+    /// targets only).
+    pub closure: Option<std::sync::Arc<crate::imports::StaticClosure>>,
 }
 
 pub struct ServerOptions {
@@ -327,6 +330,9 @@ impl Server {
         report.function = Some(running.spec.function.clone());
         report.imports =
             crate::imports::read(&running.dir.join("imports.log"), &self.options.preloaded);
+        if let (Some(imports), Some(closure)) = (&mut report.imports, &running.spec.closure) {
+            crate::imports::compare(imports, closure.clone());
+        }
         let applied = crate::outcome::apply(&mut report, outcome.as_ref());
         self.record(&running.spec, &mut report);
         if !running.abandoned {
