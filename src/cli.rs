@@ -46,6 +46,9 @@ pub enum Command {
     History(HistoryArgs),
     /// The next allocation of a category, from its history, and why.
     Size(SizeArgs),
+    /// What the recorded calls really imported, against what their closures pack.
+    #[command(after_help = USAGE_EXAMPLES)]
+    Usage(UsageArgs),
     /// Print a shell completion script: `lfm completions bash > /etc/bash_completion.d/lfm`.
     Completions(CompletionsArgs),
 }
@@ -578,4 +581,30 @@ pub enum Format {
     Conda,
     /// The cctools poncho spec JSON.
     Poncho,
+}
+
+const USAGE_EXAMPLES: &str = "\
+Examples:
+  lfm usage                                   every recorded call
+  lfm usage --category train --since 7d       one category, the last week
+  lfm usage --since 2026-11-01 --format json  (docs/usage.md)
+
+From the history: the modules and distributions the calls of `lfm call` and `lfm serve`
+imported (calls, categories, last used); modules imported that the function's static closure
+does not list (an analyzer miss: the module and the call); and per category what its closure
+packs that no call imported (candidates to slim).";
+
+#[derive(Args)]
+pub struct UsageArgs {
+    #[arg(long)]
+    pub category: Option<String>,
+    /// Only calls recorded since: a duration ago (`12h`, `7d`), a date (`2026-11-01`, UTC) or
+    /// a Unix time.
+    #[arg(long, value_name = "T")]
+    pub since: Option<String>,
+    #[arg(long, value_enum, default_value_t = HistoryFormat::Table)]
+    pub format: HistoryFormat,
+    /// The history file (default: $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
+    #[arg(long, value_name = "PATH")]
+    pub history: Option<PathBuf>,
 }

@@ -13,8 +13,9 @@ use crate::report::{ImportedModule, Imports};
 /// runner has loaded many of them before any call.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StaticClosure {
-    /// The function's own module, its parent packages, and the closure's local and
-    /// third-party modules.
+    /// The function's module (the runner loads it, and its parent packages).
+    pub module: String,
+    /// The closure's local and third-party modules.
     pub modules: Vec<ClosureModule>,
     /// Every distribution it needs, the Requires-Dist closure included (`name==version`).
     pub distributions: Vec<String>,
@@ -66,7 +67,8 @@ pub fn read(path: &Path, preloaded: &[String]) -> Option<Imports> {
 /// closure does not need, a site-packages module of a package the closure does not list, and a
 /// local module (under the closure's roots) the closure does not list.
 pub fn compare(imports: &mut Imports, closure: Arc<StaticClosure>) {
-    let listed: HashSet<&str> = closure.modules.iter().map(|m| m.name.as_str()).collect();
+    let mut listed: HashSet<&str> = closure.modules.iter().map(|m| m.name.as_str()).collect();
+    listed.extend(ancestry(&closure.module));
     let tops: HashSet<&str> = listed.iter().map(|name| top(name)).collect();
     let owners: HashMap<&str, &str> = closure
         .modules
@@ -98,7 +100,13 @@ pub fn compare(imports: &mut Imports, closure: Arc<StaticClosure>) {
     imports.closure = Some(closure);
 }
 
-fn top(name: &str) -> &str {
+/// `a.b.c`, `a.b` and `a`.
+pub fn ancestry(module: &str) -> impl Iterator<Item = &str> {
+    let ends = module.match_indices('.').map(|(i, _)| i);
+    ends.chain([module.len()]).map(|end| &module[..end])
+}
+
+pub fn top(name: &str) -> &str {
     name.split('.').next().unwrap_or(name)
 }
 
@@ -152,6 +160,7 @@ mod tests {
         let mut imports = Imports {
             modules: vec![
                 module("plugin", "/proj/plugin.py", None),
+                module("flow", "/proj/flow.py", None),
                 module("stages", "/proj/stages.py", None),
                 module("yaml", &format!("{site}/yaml/__init__.py"), None),
                 module(
@@ -172,6 +181,7 @@ mod tests {
             closure: None,
         };
         let closure = StaticClosure {
+            module: "flow".into(),
             modules: vec![
                 ClosureModule {
                     name: "stages".into(),

@@ -90,11 +90,7 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Failure> {
     options
         .category
         .get_or_insert_with(|| located.qualname.clone());
-    let mut report = run::run_sized(&args.monitor, options).map_err(|failure| match failure {
-        run::Failure::Usage(message) => (EXIT_USAGE, message),
-        run::Failure::Run(error) => (EXIT_MONITOR_FAILED, error.to_string()),
-    })?;
-    report.function = Some(FunctionCall {
+    let function = FunctionCall {
         target: args.target.clone(),
         mode: if args.import_module {
             "import"
@@ -102,9 +98,19 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Failure> {
             "slice"
         }
         .into(),
-    });
-    report.imports = lfm_monitor::imports::read(&files.imports, &[])
-        .map(|imports| with_distributions(imports, analysis.as_ref(), &located, &interpreter));
+    };
+    let mut annotate = |report: &mut Report| {
+        report.function = Some(function.clone());
+        report.imports = lfm_monitor::imports::read(&files.imports, &[])
+            .map(|imports| with_distributions(imports, analysis.as_ref(), &located, &interpreter));
+        // A retry (--auto) logs afresh.
+        let _ = std::fs::remove_file(&files.imports);
+    };
+    let mut report =
+        run::run_sized(&args.monitor, options, &mut annotate).map_err(|failure| match failure {
+            run::Failure::Usage(message) => (EXIT_USAGE, message),
+            run::Failure::Run(error) => (EXIT_MONITOR_FAILED, error.to_string()),
+        })?;
     let code = conclude(&mut report, &files, args);
     if let Err(error) = run::write_report(&args.monitor, &report) {
         return Err((EXIT_MONITOR_FAILED, format!("writing the report: {error}")));
@@ -137,22 +143,17 @@ fn with_distributions(
     imports
 }
 
-/// The function's closure as the import log is compared with it: its module and parent
-/// packages, its local and third-party modules, every distribution it needs.
+/// The function's closure as the import log is compared with it: its module, its local and
+/// third-party modules, every distribution it needs.
 pub fn static_closure(
     analysis: &Analysis,
     located: &Located,
     interpreter: &Interpreter,
 ) -> StaticClosure {
-    let mut closure = StaticClosure::default();
-    let mut parts: Vec<&str> = Vec::new();
-    for part in located.module.split('.') {
-        parts.push(part);
-        closure.modules.push(ClosureModule {
-            name: parts.join("."),
-            distribution: None,
-        });
-    }
+    let mut closure = StaticClosure {
+        module: located.module.clone(),
+        ..StaticClosure::default()
+    };
     let _ = analysis.for_each_chunk(1, |targets| {
         for target in targets.iter().filter(|t| t.kind != TargetKind::Module) {
             let pinned = |name: &str| {
