@@ -120,6 +120,12 @@ fn usage_names_what_calls_imported_what_the_analyzer_missed_and_what_was_never_i
         .unwrap();
     assert_eq!(used["distributions"], serde_json::json!([]), "{used}");
 
+    assert_eq!(
+        fields(&all),
+        fields(&documented()),
+        "docs/usage.md is out of date"
+    );
+
     let one = usage(history, &["--category", "lazy_json", "--since", "1h"]);
     assert_eq!(one["calls"], 1);
     assert_eq!(one["not_in_closure"], serde_json::json!([]));
@@ -230,4 +236,36 @@ fn serve_calls_keep_their_import_logs_through_limits_and_crashes_in_the_history(
         "named from the closure"
     );
     assert_eq!(names(&all["not_in_closure"], "module"), ["plugin_csv"]);
+}
+
+/// docs/usage.md's JSON example.
+fn documented() -> Value {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/usage.md")).unwrap();
+    let block = doc.split("```json\n").nth(1).expect("a JSON example");
+    serde_json::from_str(&block[..block.find("```").unwrap()]).expect("the example parses")
+}
+
+/// Every field path, list entries included (`modules[].distribution`), of a usage document.
+fn fields(value: &Value) -> std::collections::BTreeSet<String> {
+    fn walk(value: &Value, prefix: &str, out: &mut std::collections::BTreeSet<String>) {
+        match value {
+            Value::Object(map) => {
+                for (key, inner) in map {
+                    let path = format!("{prefix}.{key}");
+                    out.insert(path.clone());
+                    walk(inner, &path, out);
+                }
+            }
+            Value::Array(items) => {
+                for item in items {
+                    walk(item, &format!("{prefix}[]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    walk(value, "", &mut out);
+    out
 }
