@@ -46,6 +46,9 @@ pub enum Command {
     History(HistoryArgs),
     /// The next allocation of a category, from its history, and why.
     Size(SizeArgs),
+    /// Draw a run over time (its Report and --series), or a category's history, as SVG.
+    #[command(after_help = PLOT_EXAMPLES)]
+    Plot(PlotArgs),
     /// What the recorded calls really imported, against what their closures pack.
     #[command(after_help = USAGE_EXAMPLES)]
     Usage(UsageArgs),
@@ -607,4 +610,34 @@ pub struct UsageArgs {
     /// The history file (default: $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
     #[arg(long, value_name = "PATH")]
     pub history: Option<PathBuf>,
+}
+
+const PLOT_EXAMPLES: &str = "\
+Examples:
+  lfm run --memory 2G --report r.json --series ts.jsonl -- python job.py
+  lfm plot r.json ts.jsonl -o run.svg            memory, cores, disk over time; limits; the kill
+  lfm plot --history --category train -o train.svg
+                                                 peaks per resource, retries, next allocation
+
+A run's plot takes its Report, its series, or both (each file is told by its content): the
+series gives the lines over time, the Report the limits and how the run ended.";
+
+#[derive(Args)]
+pub struct PlotArgs {
+    /// A Report (`--report`) and/or the series of the same run (`--series`).
+    #[arg(value_name = "REPORT.json|SERIES.jsonl", conflicts_with = "history", num_args = 0..=2)]
+    pub inputs: Vec<PathBuf>,
+    /// The SVG to write.
+    #[arg(short, long, value_name = "OUT.svg")]
+    pub output: PathBuf,
+    /// Plot a category's history instead (optionally this history file; default:
+    /// $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "", requires = "category")]
+    pub history: Option<PathBuf>,
+    /// With --history: the category.
+    #[arg(long)]
+    pub category: Option<String>,
+    /// With --history: the strategy whose next allocation is drawn.
+    #[arg(long, default_value = "greedy-bucketing", value_name = "S")]
+    pub strategy: String,
 }

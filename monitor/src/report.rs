@@ -222,6 +222,26 @@ pub struct SeriesSample {
     pub disk_bytes: Option<u64>,
 }
 
+/// A `--series` file, sample by sample; a line that is not a sample is an error naming it.
+pub fn read_series(path: &std::path::Path) -> Result<Vec<SeriesSample>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    lines
+        .map(|(number, line)| {
+            serde_json::from_str(line).map_err(|e| {
+                format!(
+                    "{}:{}: not a series sample: {e}",
+                    path.display(),
+                    number + 1
+                )
+            })
+        })
+        .collect()
+}
+
 const MB: f64 = 1_048_576.0;
 
 /// A limit as people write it: MiB for bytes, s for time.
