@@ -250,9 +250,9 @@ pub struct CallArgs {
     /// Import the function's module normally (its whole top level) instead of its slice.
     #[arg(long)]
     pub import_module: bool,
-    /// Do not log the modules the call imports (the log costs a few microseconds an import;
-    /// this is for measuring that).
-    #[arg(long)]
+    /// Do not log the modules the call imports: for bench/imports.sh, which measures what the
+    /// log costs (hidden: a call's imports belong in its Report and the history).
+    #[arg(long, hide = true)]
     pub no_import_log: bool,
     /// Print the statements the call would execute, and exit.
     #[arg(long, conflicts_with = "import_module")]
