@@ -468,7 +468,11 @@ fn old_history(path: &std::path::Path, extra: &str) {
 fn a_history_older_than_the_import_tables_gets_them_filled_from_its_reports() {
     let dir = tempfile::tempdir().unwrap();
     let history = dir.path().join("old.sqlite");
-    old_history(&history, "");
+    // A damaged Report must not keep the rest from being read.
+    old_history(
+        &history,
+        "INSERT INTO runs VALUES (2, 'x', 1795000001, 'normal', '', 1, 1, NULL, 1, NULL, 0, '{{oops');",
+    );
     let history = history.to_str().unwrap();
     let output = lfm_in("/", &["usage", "--history", history, "--format", "json"]);
     assert!(

@@ -43,7 +43,8 @@ class ImportLog:
 
     def import_(self, name, globals=None, locals=None, fromlist=(), level=0):
         earlier = self.earlier
-        runner = globals is not None and globals.get("__name__", "").startswith("lfm_runner")
+        importer = globals.get("__name__") if globals else None
+        runner = isinstance(importer, str) and importer.startswith("lfm_runner")
         if level == 0 and earlier and not runner:
             # `import a.b` binds `a`, `from a import b` may name a submodule: log each.
             if name in earlier:

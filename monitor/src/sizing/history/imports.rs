@@ -25,20 +25,23 @@ const CREATE: &str = "
         missed INTEGER NOT NULL, PRIMARY KEY (run_id, seq));
     CREATE INDEX IF NOT EXISTS call_imports_module ON call_imports (module);";
 
-/// Reports stored before these tables existed keep their imports in their JSON.
+/// Reports stored before these tables existed keep their imports in their JSON (a damaged
+/// one is skipped: it must not keep the whole history from opening).
 const BACKFILL: &str = "
     INSERT OR IGNORE INTO calls (run_id, target, mode, closure_id, preloaded)
         SELECT id, json_extract(report, '$.function.target'),
                coalesce(json_extract(report, '$.function.mode'), ''), NULL,
                coalesce(json_extract(report, '$.imports.preloaded'), '[]')
-        FROM runs WHERE json_extract(report, '$.function.target') IS NOT NULL;
+        FROM runs
+        WHERE json_valid(report) AND json_extract(report, '$.function.target') IS NOT NULL;
     INSERT OR IGNORE INTO call_imports (run_id, seq, module, distribution, found, missed)
         SELECT runs.id, m.key, json_extract(m.value, '$.name'),
                json_extract(m.value, '$.distribution'),
                coalesce(json_extract(m.value, '$.found'), 1),
                json_extract(m.value, '$.name') IN
                    (SELECT value FROM json_each(runs.report, '$.imports.not_in_closure'))
-        FROM runs, json_each(runs.report, '$.imports.modules') AS m;";
+        FROM (SELECT id, report FROM runs WHERE json_valid(report)) AS runs,
+             json_each(runs.report, '$.imports.modules') AS m;";
 
 /// Check the import tables' version; add them (and fill them) to a history that has none.
 pub(super) fn prepare(c: &Connection) -> Result<(), String> {
