@@ -84,6 +84,10 @@ def test_the_import_log_lists_what_the_call_loaded_as_it_happens(tmp_path, monke
     origin = dict(lines)
     assert origin["colorsys"].endswith("colorsys.py")
     assert origin["no_such_module_anywhere"] == "!"
+    # The stdlib module loaded with the interpreter's own __import__ keeps its real loader.
+    colorsys = __import__("sys").modules["colorsys"]
+    assert type(colorsys.__loader__).__name__ == "SourceFileLoader"
+    assert colorsys.__spec__.loader is colorsys.__loader__
 
 
 def test_modules_loaded_before_the_call_are_logged_when_it_imports_them(tmp_path, monkeypatch):
