@@ -633,7 +633,7 @@ pub struct PlotArgs {
     /// Plot a category's history instead (optionally this history file; default:
     /// $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
     #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "", requires = "category")]
-    pub history: Option<PathBuf>,
+    pub history: Option<String>,
     /// With --history: the category.
     #[arg(long)]
     pub category: Option<String>,

@@ -218,18 +218,13 @@ fn a_category_history_is_drawn_as_peaks_retries_and_the_next_allocation() {
     );
     assert_eq!(killed.status.code(), Some(125));
     let svg = dir.path().join("align.svg");
-    let plot = lfm_in(
-        "/",
-        &[
-            "plot",
-            "--history",
-            history,
-            "--category",
-            "align",
-            "-o",
-            svg.to_str().unwrap(),
-        ],
-    );
+    // `--history` alone: the default history, here $LFM_HISTORY.
+    let plot = std::process::Command::new(env!("CARGO_BIN_EXE_lfm"))
+        .args(["plot", "--history", "--category", "align", "-o"])
+        .arg(&svg)
+        .env("LFM_HISTORY", history)
+        .output()
+        .unwrap();
     assert!(
         plot.status.success(),
         "{}",

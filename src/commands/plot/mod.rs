@@ -16,7 +16,10 @@ const EXIT_USAGE: i32 = 2;
 
 pub fn plot(args: PlotArgs) -> i32 {
     let drawn = match &args.history {
-        Some(path) => history::plot(&args, (!path.as_os_str().is_empty()).then_some(path)),
+        Some(path) => {
+            let path = (!path.is_empty()).then(|| std::path::PathBuf::from(path));
+            history::plot(&args, path.as_ref())
+        }
         None if args.inputs.is_empty() => {
             eprintln!("error: give a Report and/or a series file, or --history --category C");
             return EXIT_USAGE;
