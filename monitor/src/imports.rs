@@ -197,8 +197,9 @@ mod tests {
         };
         compare(&mut imports, Arc::new(closure));
         assert_eq!(imports.not_in_closure, ["plugin", "attr", "bs4"]);
+        let yaml = imports.modules.iter().find(|m| m.name == "yaml").unwrap();
         assert_eq!(
-            imports.modules[2].distribution.as_deref(),
+            yaml.distribution.as_deref(),
             Some("PyYAML==6.0.2"),
             "a serve call's module gets its distribution from the closure"
         );
