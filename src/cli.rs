@@ -46,6 +46,12 @@ pub enum Command {
     History(HistoryArgs),
     /// The next allocation of a category, from its history, and why.
     Size(SizeArgs),
+    /// Draw a run over time (its Report and --series), or a category's history, as SVG.
+    #[command(after_help = PLOT_EXAMPLES)]
+    Plot(PlotArgs),
+    /// What the recorded calls really imported, against what their closures pack.
+    #[command(after_help = USAGE_EXAMPLES)]
+    Usage(UsageArgs),
     /// Print a shell completion script: `lfm completions bash > /etc/bash_completion.d/lfm`.
     Completions(CompletionsArgs),
 }
@@ -254,9 +260,9 @@ pub struct CallArgs {
     /// Import the function's module normally (its whole top level) instead of its slice.
     #[arg(long)]
     pub import_module: bool,
-    /// Do not log the modules the call imports (the log costs a few microseconds an import;
-    /// this is for measuring that).
-    #[arg(long)]
+    /// Do not log the modules the call imports: for bench/imports.sh, which measures what the
+    /// log costs (hidden: a call's imports belong in its Report and the history).
+    #[arg(long, hide = true)]
     pub no_import_log: bool,
     /// Print the statements the call would execute, and exit.
     #[arg(long, conflicts_with = "import_module")]
@@ -618,4 +624,60 @@ pub enum Format {
     Conda,
     /// The cctools poncho spec JSON.
     Poncho,
+}
+
+const USAGE_EXAMPLES: &str = "\
+Examples:
+  lfm usage                                   every recorded call
+  lfm usage --category train --since 7d       one category, the last week
+  lfm usage --since 2026-11-01 --format json  (docs/usage.md)
+
+From the history: the modules and distributions the calls of `lfm call` and `lfm serve`
+imported (calls, categories, last used); modules imported that the function's static closure
+does not list (an analyzer miss: the module and the call); and per category what its closure
+packs that no call imported (candidates to slim).";
+
+#[derive(Args)]
+pub struct UsageArgs {
+    #[arg(long)]
+    pub category: Option<String>,
+    /// Only calls recorded since: a duration ago (`12h`, `7d`), a date (`2026-11-01`, UTC) or
+    /// a Unix time.
+    #[arg(long, value_name = "T")]
+    pub since: Option<String>,
+    #[arg(long, value_enum, default_value_t = HistoryFormat::Table)]
+    pub format: HistoryFormat,
+    /// The history file (default: $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
+    #[arg(long, value_name = "PATH")]
+    pub history: Option<PathBuf>,
+}
+
+const PLOT_EXAMPLES: &str = "\
+Examples:
+  lfm run --memory 2G --report r.json --series ts.jsonl -- python job.py
+  lfm plot r.json ts.jsonl -o run.svg            memory, cores, disk over time; limits; the kill
+  lfm plot --history --category train -o train.svg
+                                                 peaks per resource, retries, next allocation
+
+A run's plot takes its Report, its series, or both (each file is told by its content): the
+series gives the lines over time, the Report the limits and how the run ended.";
+
+#[derive(Args)]
+pub struct PlotArgs {
+    /// A Report (`--report`) and/or the series of the same run (`--series`).
+    #[arg(value_name = "REPORT.json|SERIES.jsonl", conflicts_with = "history", num_args = 0..=2)]
+    pub inputs: Vec<PathBuf>,
+    /// The SVG to write.
+    #[arg(short, long, value_name = "OUT.svg")]
+    pub output: PathBuf,
+    /// Plot a category's history instead (optionally this history file; default:
+    /// $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "", requires = "category")]
+    pub history: Option<String>,
+    /// With --history: the category.
+    #[arg(long)]
+    pub category: Option<String>,
+    /// With --history: the strategy whose next allocation is drawn.
+    #[arg(long, default_value = "greedy-bucketing", value_name = "S")]
+    pub strategy: String,
 }

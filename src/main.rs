@@ -28,6 +28,8 @@ fn main() {
         cli::Command::Simulate(args) => commands::simulate::simulate_trace(args),
         cli::Command::History(args) => commands::sizing::history(args),
         cli::Command::Size(args) => commands::sizing::size(args),
+        cli::Command::Usage(args) => commands::usage::usage(args),
+        cli::Command::Plot(args) => commands::plot::plot(args),
         cli::Command::Completions(args) => {
             use clap::CommandFactory;
             let mut command = cli::Cli::command();

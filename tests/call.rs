@@ -297,6 +297,24 @@ fn the_import_log_survives_limits_and_crashes_and_names_the_analyzers_misses() {
         imported(&report)
     );
 
+    let (output, report) = run("lazy_json", &[]);
+    assert!(output.status.success());
+    assert_eq!(
+        imported(&report).first().map(|(name, _)| name.as_str()),
+        Some("json"),
+        "loaded by the runner before the call, imported by it: {:?}",
+        imported(&report)
+    );
+
+    let (output, report) = run("local_plugin_from_config", &[]);
+    assert_eq!(stdout(&output), "[\"a\", \"b\"]");
+    assert_eq!(
+        report["imports"]["not_in_closure"],
+        serde_json::json!(["plugin_csv"]),
+        "{}",
+        report["imports"]
+    );
+
     let (output, report) = run("from_config", &[]);
     assert_eq!(stdout(&output), "\"attr\"");
     assert_eq!(

@@ -430,3 +430,93 @@ fn bioblast_imports_with_its_three_categories() {
     );
     assert_eq!(rows(history, "Split").len(), 124);
 }
+
+/// A history as lfm wrote it before the import tables (schema lfm-history/1 only), with one
+/// call whose Report holds its import log; `extra` SQL runs after.
+fn old_history(path: &std::path::Path, extra: &str) {
+    let report = serde_json::json!({
+        "function": {"target": "flow.py:train", "mode": "slice"},
+        "imports": {"modules": [
+            {"name": "yaml", "found": true, "distribution": "PyYAML==6.0.2"},
+            {"name": "plugin", "found": true}],
+            "not_in_closure": ["plugin"]},
+    });
+    let script = format!(
+        "import sqlite3, sys\n\
+         c = sqlite3.connect(sys.argv[1])\n\
+         c.executescript('''\n\
+         CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);\n\
+         INSERT INTO meta VALUES ('schema', 'lfm-history/1');\n\
+         CREATE TABLE runs (id INTEGER PRIMARY KEY, category TEXT NOT NULL, time REAL NOT NULL,\n\
+             exit TEXT NOT NULL, exceeded TEXT NOT NULL, memory_mb REAL NOT NULL,\n\
+             cores REAL NOT NULL, disk_mb REAL, wall_time REAL NOT NULL,\n\
+             memory_limit_mb REAL, sized INTEGER NOT NULL, report TEXT NOT NULL);\n\
+         INSERT INTO runs VALUES (1, 'train', 1795000000, 'normal', '', 10, 1, NULL, 1, NULL, 0,\n\
+             '{report}');\n\
+         {extra}''')\n\
+         c.commit()\n"
+    );
+    let status = Command::new("python3")
+        .args(["-c", &script])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn a_history_older_than_the_import_tables_gets_them_filled_from_its_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("old.sqlite");
+    // A damaged Report must not keep the rest from being read.
+    old_history(
+        &history,
+        "INSERT INTO runs VALUES (2, 'x', 1795000001, 'normal', '', 1, 1, NULL, 1, NULL, 0, '{{oops');",
+    );
+    let history = history.to_str().unwrap();
+    let output = lfm_in("/", &["usage", "--history", history, "--format", "json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let usage: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(usage["calls"], 1);
+    assert_eq!(usage["distributions"][0]["name"], "PyYAML==6.0.2");
+    assert_eq!(usage["not_in_closure"][0]["module"], "plugin");
+    assert_eq!(usage["not_in_closure"][0]["target"], "flow.py:train");
+    assert_eq!(usage["no_closure"], serde_json::json!(["train"]));
+    assert_eq!(rows(history, "train").len(), 1, "the run itself is kept");
+}
+
+#[test]
+fn import_tables_of_a_newer_lfm_are_an_error_naming_the_file_and_never_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("new.sqlite");
+    old_history(
+        &history,
+        "INSERT INTO meta VALUES ('imports_schema', 'lfm-imports/9');",
+    );
+    let history = history.to_str().unwrap();
+    for args in [vec!["usage"], vec!["history"]] {
+        let mut args = args.clone();
+        args.extend(["--history", history]);
+        let output = lfm_in("/", &args);
+        assert_eq!(output.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(history) && stderr.contains("lfm-imports/9"),
+            "{stderr}"
+        );
+    }
+    let check = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); \
+             print(c.execute('select count(*) from runs').fetchone()[0])",
+            history,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&check.stdout).trim(), "1");
+}

@@ -115,6 +115,10 @@ pub struct Imports {
     /// name computed at run time.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_in_closure: Vec<String>,
+    /// What the imports were compared with: kept with the call in the history (`lfm usage`),
+    /// never written in the Report (a pandas closure is thousands of names).
+    #[serde(skip)]
+    pub closure: Option<std::sync::Arc<crate::imports::StaticClosure>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -273,6 +277,26 @@ pub struct SeriesSample {
     pub gpu_memory_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_utilization_percent: Option<f64>,
+}
+
+/// A `--series` file, sample by sample; a line that is not a sample is an error naming it.
+pub fn read_series(path: &std::path::Path) -> Result<Vec<SeriesSample>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    lines
+        .map(|(number, line)| {
+            serde_json::from_str(line).map_err(|e| {
+                format!(
+                    "{}:{}: not a series sample: {e}",
+                    path.display(),
+                    number + 1
+                )
+            })
+        })
+        .collect()
 }
 
 const MB: f64 = 1_048_576.0;

@@ -98,22 +98,32 @@ def own_io():
         return None
 
 
-def call_function(request):
-    """The outcome of the call, the value's bytes when it returned, the exception if it raised."""
+def call_function(request, log=None):
+    """The outcome of the call, the value's bytes when it returned, the exception if it raised.
+    The import log stops when the function returns or raises: what the runner imports to
+    describe the outcome is not the call's."""
     try:
         function = targets.load(request["target"])
         args, kwargs = read_arguments(request.get("args", {}))
     except BaseException as error:  # the user's module may raise anything, SystemExit too
+        stop(log)
         return failure("load", error), None, error
     try:
         value = function(*args, **kwargs)
     except BaseException as error:
+        stop(log)
         return failure("call", error), None, error
+    stop(log)
     try:
         data, fields = encode_result(value, request.get("result", {}))
     except BaseException as error:
         return failure("result", error), None, error
     return {"ok": True, "result": fields}, data, None
+
+
+def stop(log):
+    if log is not None:
+        log.stop()
 
 
 def failure(stage, error):
@@ -134,14 +144,15 @@ def write_exception(path, error):
 
 def run(request):
     """Run the call a request describes; write and return its outcome (also on exceptions)."""
+    log = None
     if request.get("import_log"):
         from . import imports
 
         if request["target"].get("mode") == "slice":
             import ast  # noqa: F401 - the runner's own, for slicing: not the call's import
 
-        imports.start(request["import_log"])
-    outcome, data, error = call_function(request)
+        log = imports.start(request["import_log"])
+    outcome, data, error = call_function(request, log)
     if data is not None:
         write_atomically(request["result_file"], data)
     if error is not None and request.get("exception_file"):

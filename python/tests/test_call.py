@@ -76,12 +76,7 @@ def test_the_import_log_lists_what_the_call_loaded_as_it_happens(tmp_path, monke
     body = "def f():\n    import colorsys\n    import no_such_module_anywhere\n"
     req = request(tmp_path, body, "f")
     req["import_log"] = str(tmp_path / "imports.log")
-    try:
-        assert call.run(req)["exception"]["type"] == "ModuleNotFoundError"
-    finally:
-        import sys
-
-        sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "ImportLog"]
+    assert call.run(req)["exception"]["type"] == "ModuleNotFoundError"
     lines = [line.split("\t") for line in (tmp_path / "imports.log").read_text().splitlines()]
     names = [name for name, _ in lines]
     assert names[:1] == ["callee"]
@@ -89,3 +84,26 @@ def test_the_import_log_lists_what_the_call_loaded_as_it_happens(tmp_path, monke
     origin = dict(lines)
     assert origin["colorsys"].endswith("colorsys.py")
     assert origin["no_such_module_anywhere"] == "!"
+    # The stdlib module loaded with the interpreter's own __import__ keeps its real loader.
+    colorsys = __import__("sys").modules["colorsys"]
+    assert type(colorsys.__loader__).__name__ == "SourceFileLoader"
+    assert colorsys.__spec__.loader is colorsys.__loader__
+
+
+def test_modules_loaded_before_the_call_are_logged_when_it_imports_them(tmp_path, monkeypatch):
+    import builtins
+    import sys
+
+    monkeypatch.delitem(sys.modules, "callee", raising=False)
+    assert "json" in sys.modules and "os.path" in sys.modules
+    body = "def f():\n    import json\n    from os import path\n    return json.dumps(path.sep)\n"
+    req = request(tmp_path, body, "f")
+    req["import_log"] = str(tmp_path / "imports.log")
+    before = builtins.__import__
+    assert call.run(req)["ok"]
+    names = [line.split("\t")[0] for line in (tmp_path / "imports.log").read_text().splitlines()]
+    assert "json" in names and "os.path" in names and "os" in names
+    assert names.count("json") == 1
+    # The log ends with the call: the runner's own imports after it are not the call's.
+    assert builtins.__import__ is before
+    assert not any(type(f).__name__ == "ImportLog" for f in sys.meta_path)

@@ -8,8 +8,11 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use lfm_analyzer::spec::TargetKind;
+use std::sync::Arc;
+
+use lfm_analyzer::spec::{ModuleKind, TargetKind};
 use lfm_analyzer::{prepare, Analysis, Environment, Options};
+use lfm_monitor::imports::{ClosureModule, StaticClosure};
 use lfm_monitor::outcome::{self, Outcome};
 use lfm_monitor::report::{ExitKind, FunctionCall, Imports, Report};
 
@@ -87,14 +90,7 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Failure> {
     options
         .category
         .get_or_insert_with(|| located.qualname.clone());
-    let mut report = run::run_sized(&args.monitor, options).map_err(|failure| match failure {
-        run::Failure::Usage(message) => (EXIT_USAGE, message),
-        run::Failure::Run(lfm_monitor::RunError::Gpu(error)) => {
-            (run::gpu_exit_code(&error), error.to_string())
-        }
-        run::Failure::Run(error) => (EXIT_MONITOR_FAILED, error.to_string()),
-    })?;
-    report.function = Some(FunctionCall {
+    let function = FunctionCall {
         target: args.target.clone(),
         mode: if args.import_module {
             "import"
@@ -102,9 +98,22 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Failure> {
             "slice"
         }
         .into(),
-    });
-    report.imports = lfm_monitor::imports::read(&files.imports, &[])
-        .map(|imports| with_distributions(imports, analysis.as_ref()));
+    };
+    let mut annotate = |report: &mut Report| {
+        report.function = Some(function.clone());
+        report.imports = lfm_monitor::imports::read(&files.imports, &[])
+            .map(|imports| with_distributions(imports, analysis.as_ref(), &located, &interpreter));
+        // A retry (--auto) logs afresh.
+        let _ = std::fs::remove_file(&files.imports);
+    };
+    let mut report =
+        run::run_sized(&args.monitor, options, &mut annotate).map_err(|failure| match failure {
+            run::Failure::Usage(message) => (EXIT_USAGE, message),
+            run::Failure::Run(lfm_monitor::RunError::Gpu(error)) => {
+                (run::gpu_exit_code(&error), error.to_string())
+            }
+            run::Failure::Run(error) => (EXIT_MONITOR_FAILED, error.to_string()),
+        })?;
     let code = conclude(&mut report, &files, args);
     if let Err(error) = run::write_report(&args.monitor, &report) {
         return Err((EXIT_MONITOR_FAILED, format!("writing the report: {error}")));
@@ -115,16 +124,54 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Failure> {
     Ok(code)
 }
 
-/// Name the distribution of every imported module, and those the function's static closure
-/// does not list: the analyzer's misses.
-fn with_distributions(mut imports: Imports, analysis: Option<&Analysis>) -> Imports {
+/// Name the distribution of every imported module from the environment's file index, and
+/// compare the imports with the function's static closure.
+fn with_distributions(
+    mut imports: Imports,
+    analysis: Option<&Analysis>,
+    located: &Located,
+    interpreter: &Interpreter,
+) -> Imports {
     let Some(analysis) = analysis else {
         return imports;
     };
-    let mut closure = std::collections::HashSet::new();
+    for module in &mut imports.modules {
+        module.distribution = module
+            .file
+            .as_deref()
+            .and_then(|f| analysis.distribution_of(Path::new(f)));
+    }
+    let closure = static_closure(analysis, located, interpreter);
+    lfm_monitor::imports::compare(&mut imports, Arc::new(closure));
+    imports
+}
+
+/// The function's closure as the import log is compared with it: its module, its local and
+/// third-party modules, every distribution it needs.
+pub fn static_closure(
+    analysis: &Analysis,
+    located: &Located,
+    interpreter: &Interpreter,
+) -> StaticClosure {
+    let mut closure = StaticClosure {
+        module: located.module.clone(),
+        ..StaticClosure::default()
+    };
     let _ = analysis.for_each_chunk(1, |targets| {
         for target in targets.iter().filter(|t| t.kind != TargetKind::Module) {
-            closure.extend(
+            let pinned = |name: &str| {
+                let dist = target.distributions.iter().find(|d| d.name == name);
+                dist.map(|d| format!("{}=={}", d.name, d.version))
+            };
+            let packed = target
+                .modules
+                .iter()
+                .filter(|m| m.kind != ModuleKind::Stdlib);
+            closure.modules.extend(packed.map(|m| ClosureModule {
+                name: m.name.clone(),
+                distribution: m.distribution.as_deref().and_then(pinned),
+            }));
+            closure.distributions.extend(
                 target
                     .distributions
                     .iter()
@@ -133,24 +180,9 @@ fn with_distributions(mut imports: Imports, analysis: Option<&Analysis>) -> Impo
         }
         Ok::<(), ()>(())
     });
-    let mut flagged = std::collections::HashSet::new();
-    for module in &mut imports.modules {
-        module.distribution = module
-            .file
-            .as_deref()
-            .and_then(|f| analysis.distribution_of(Path::new(f)));
-        // The first module of each missing distribution: the rest it imported itself.
-        if let Some(dist) = module
-            .distribution
-            .as_ref()
-            .filter(|d| !closure.contains(*d))
-        {
-            if flagged.insert(dist.clone()) {
-                imports.not_in_closure.push(module.name.clone());
-            }
-        }
-    }
-    imports
+    let roots = located.root.iter().chain(&interpreter.roots);
+    closure.roots = roots.map(|r| r.display().to_string()).collect();
+    closure
 }
 
 pub fn failed(error: anyhow::Error) -> Failure {
@@ -340,13 +372,9 @@ fn module_of_file(file: &Path) -> (String, PathBuf) {
 }
 
 /// The module-level statements the function needs, as (first line, last line) ranges: the
-/// analyzer's slice, computed by the same walk as the function's closure in `lfm analyze`.
-pub fn slice_of(located: &Located, interpreter: &Interpreter) -> Result<Vec<(u64, u64)>, Failure> {
-    sliced(located, interpreter).map(|(ranges, _)| ranges)
-}
-
-/// The slice, and the analysis it came from (it knows the environment's distributions).
-fn sliced(
+/// analyzer's slice, computed by the same walk as the function's closure in `lfm analyze`;
+/// and the analysis it came from (it knows the environment's distributions).
+pub fn sliced(
     located: &Located,
     interpreter: &Interpreter,
 ) -> Result<(Vec<(u64, u64)>, Analysis), Failure> {

@@ -6,3 +6,4 @@ pub mod run;
 pub mod serve;
 pub mod simulate;
 pub mod sizing;
+pub mod usage;

@@ -38,7 +38,7 @@ pub fn run(args: RunArgs) -> i32 {
         return code;
     }
     let options = run_options(&args, command, limits, grace);
-    let report = match run_sized(&args, options) {
+    let report = match run_sized(&args, options, &mut |_| ()) {
         Ok(report) => report,
         Err(Failure::Usage(message)) => {
             eprintln!("error: {message}");
@@ -90,8 +90,12 @@ pub enum Failure {
 /// Run once, or with --auto: the memory, cores and (with a sandbox) disk limits not given come
 /// from the category's history; after a run that ran out of a sized limit, again with that
 /// limit at the strategy's next allocation (at most --max-retries more). Every attempt of a
-/// category is recorded in the history.
-pub fn run_sized(args: &MonitorArgs, mut options: RunOptions) -> Result<Report, Failure> {
+/// category is recorded in the history, after `annotate` (a call adds what its function did).
+pub fn run_sized(
+    args: &MonitorArgs,
+    mut options: RunOptions,
+    annotate: &mut dyn FnMut(&mut Report),
+) -> Result<Report, Failure> {
     let strategy = Strategy::parse(&args.strategy).map_err(Failure::Usage)?;
     if gpus_auto(args) && !args.auto {
         return Err(Failure::Usage(
@@ -125,6 +129,7 @@ pub fn run_sized(args: &MonitorArgs, mut options: RunOptions) -> Result<Report, 
     loop {
         let mut report = lfm_monitor::run(&options).map_err(Failure::Run)?;
         report.limits_from_sizing = sized.iter().map(|r| r.name().to_string()).collect();
+        annotate(&mut report);
         sizing::record(history, &report);
         let ran_out = auto::exhausted(&report.limits_exceeded, &sized);
         if ran_out.is_empty() || attempt >= args.max_retries {

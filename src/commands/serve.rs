@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lfm_monitor::gpu::{GpuPolicy, ViolationPolicy};
+use lfm_monitor::imports::StaticClosure;
 use lfm_monitor::limits::{parse_duration, parse_positive, parse_size, LimitError};
 use lfm_monitor::report::FunctionCall;
 use lfm_monitor::serve::zygote::ZygoteConfig;
@@ -102,7 +103,7 @@ fn start(
     let runner = lfm_monitor::runner::install(&cache).map_err(call::failed)?;
     let mut functions = serde_json::Map::new();
     for function in &args.functions {
-        let target = targets.resolve(function, false)?;
+        let (target, _) = targets.resolve(function, false)?;
         functions.insert(function.clone(), target);
         targets.registered.push(function.clone());
     }
@@ -141,8 +142,11 @@ fn start(
 struct Targets {
     interpreter: Interpreter,
     registered: Vec<String>,
-    resolved: HashMap<(String, bool), serde_json::Value>,
+    resolved: HashMap<(String, bool), Resolved>,
 }
+
+/// The runner's target, and for a sliced one the closure its imports are compared with.
+type Resolved = (serde_json::Value, Option<Arc<StaticClosure>>);
 
 impl Targets {
     fn new(interpreter: Interpreter) -> Targets {
@@ -153,28 +157,31 @@ impl Targets {
         }
     }
 
-    fn resolve(
-        &mut self,
-        function: &str,
-        import_module: bool,
-    ) -> Result<serde_json::Value, call::Failure> {
-        if !import_module && self.registered.iter().any(|r| r == function) {
-            return Ok(serde_json::json!({"mode": "registered", "name": function}));
-        }
+    fn resolve(&mut self, function: &str, import_module: bool) -> Result<Resolved, call::Failure> {
         let key = (function.to_string(), import_module);
-        if let Some(target) = self.resolved.get(&key) {
-            return Ok(target.clone());
+        if !import_module && self.registered.iter().any(|r| r == function) {
+            // Resolved when it was registered: its closure is kept.
+            let closure = self.resolved.get(&key).and_then(|(_, c)| c.clone());
+            let target = serde_json::json!({"mode": "registered", "name": function});
+            return Ok((target, closure));
+        }
+        if let Some(resolved) = self.resolved.get(&key) {
+            return Ok(resolved.clone());
         }
         let interpreter = &self.interpreter;
         let located = call::locate(function, &interpreter.source_roots, &interpreter.roots)?;
-        let slice = if import_module {
-            None
+        let resolved = if import_module {
+            (call::runner_target(&located, None), None)
         } else {
-            Some(call::slice_of(&located, interpreter)?)
+            let (slice, analysis) = call::sliced(&located, interpreter)?;
+            let closure = call::static_closure(&analysis, &located, interpreter);
+            (
+                call::runner_target(&located, Some(&slice)),
+                Some(Arc::new(closure)),
+            )
         };
-        let target = call::runner_target(&located, slice.as_deref());
-        self.resolved.insert(key, target.clone());
-        Ok(target)
+        self.resolved.insert(key, resolved.clone());
+        Ok(resolved)
     }
 }
 
@@ -325,9 +332,9 @@ fn parse_request(targets: &mut Targets, client: u64, line: &str) -> Result<CallS
         return Err(bad("a request is a JSON object".into()));
     }
     let import_module = request["import_module"].as_bool().unwrap_or(false);
-    let (target, function) = match (&request["function"], &request["function_pickle"]) {
+    let (target, function, closure) = match (&request["function"], &request["function_pickle"]) {
         (serde_json::Value::String(name), serde_json::Value::Null) => {
-            let target = targets
+            let (target, closure) = targets
                 .resolve(name, import_module)
                 .map_err(|(_, m)| bad(m))?;
             let mode = target["mode"].as_str().unwrap_or("slice").to_string();
@@ -337,6 +344,7 @@ fn parse_request(targets: &mut Targets, client: u64, line: &str) -> Result<CallS
                     target: name.clone(),
                     mode,
                 },
+                closure,
             )
         }
         (serde_json::Value::Null, serde_json::Value::String(pickle)) => (
@@ -347,6 +355,7 @@ fn parse_request(targets: &mut Targets, client: u64, line: &str) -> Result<CallS
                     .map_or("pickle".into(), |n| format!("pickle:{n}")),
                 mode: "pickle".into(),
             },
+            None,
         ),
         _ => {
             return Err(bad(
@@ -409,6 +418,7 @@ fn parse_request(targets: &mut Targets, client: u64, line: &str) -> Result<CallS
         result_format: result_format.into(),
         limits,
         auto,
+        closure,
     })
 }
 

@@ -186,12 +186,18 @@ pub fn size(args: SizeArgs) -> i32 {
     0
 }
 
+/// The allocation the category's next run gets of `resource` (`lfm size`, `lfm plot --history`).
+pub fn next_allocation(rows: &[Row], strategy: Strategy, resource: AutoLimit) -> f64 {
+    let node = auto::node(resource, Some(std::path::Path::new(".")));
+    resource.allocation(rows, strategy, node, None)
+}
+
 /// One resource's next allocation, and why.
 fn advice(rows: &[Row], strategy: Strategy, resource: AutoLimit) -> serde_json::Value {
     let node = auto::node(resource, Some(std::path::Path::new(".")));
     let sizer = resource.sizer(rows, strategy, node);
     let points = sizer.points();
-    let allocation = resource.allocation(rows, strategy, node, None);
+    let allocation = next_allocation(rows, strategy, resource);
     let name = strategy.name();
     let why = match (sizer.warming_up(), allocation >= node) {
         (false, _) => format!("{name} over {points} normally ended runs"),

@@ -46,6 +46,9 @@ pub struct CallSpec {
     /// `"auto": true`: limits not given come from the category's history, and a call that
     /// ran out of one is run again larger.
     pub auto: Option<Auto>,
+    /// The function's static closure, which the call's imports are compared with (sliced
+    /// targets only).
+    pub closure: Option<std::sync::Arc<crate::imports::StaticClosure>>,
 }
 
 pub struct ServerOptions {
@@ -383,8 +386,7 @@ impl Server {
         };
         let mut report = running.monitor.finish(ending);
         report.function = Some(running.spec.function.clone());
-        report.imports =
-            crate::imports::read(&running.dir.join("imports.log"), &self.options.preloaded);
+        report.imports = self.imports_of(&running.dir, &running.spec);
         let applied = crate::outcome::apply(&mut report, outcome.as_ref());
         self.record(&running.spec, &mut report);
         if !running.abandoned {
@@ -419,12 +421,23 @@ impl Server {
         running.monitor.kill();
         let mut report = running.monitor.finish(Ending::default());
         report.function = Some(running.spec.function.clone());
+        report.imports = self.imports_of(&running.dir, &running.spec);
         self.record(&running.spec, &mut report);
         if !running.abandoned {
             self.replies
                 .push(Reply::failed(&running.spec, report, "zygote", reason));
         }
         let _ = std::fs::remove_dir_all(&running.dir);
+    }
+
+    /// What the call's log says it imported, compared with its function's closure.
+    fn imports_of(&self, dir: &std::path::Path, spec: &CallSpec) -> Option<crate::report::Imports> {
+        let log = dir.join("imports.log");
+        let mut imports = crate::imports::read(&log, &self.options.preloaded)?;
+        if let Some(closure) = &spec.closure {
+            crate::imports::compare(&mut imports, closure.clone());
+        }
+        Some(imports)
     }
 
     fn restart_zygote(&mut self) {

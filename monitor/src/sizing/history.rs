@@ -13,6 +13,10 @@ use rusqlite::{params, Connection, OptionalExtension};
 use super::trace::Trace;
 use crate::report::Report;
 
+mod imports;
+pub mod usage;
+pub use imports::IMPORTS_SCHEMA;
+
 const SCHEMA: &str = "lfm-history/1";
 const MIB: f64 = 1_048_576.0;
 /// How long a write waits for the other lfm processes writing the same history.
@@ -120,7 +124,7 @@ impl History {
             .optional()
             .map_err(|_| "not an lfm history (it has other tables)".to_string())?;
         match schema.as_deref() {
-            Some(SCHEMA) => Ok(()),
+            Some(SCHEMA) => imports::prepare(c),
             Some(other) => Err(format!("schema {other}, this lfm reads {SCHEMA}")),
             None => Err("not an lfm history (no schema version)".into()),
         }
@@ -152,8 +156,16 @@ impl History {
         &self.path
     }
 
-    /// Append one finished run (its category is the Report's).
+    /// Append one finished run (its category is the Report's), and a call's imports with it.
     pub fn record(&self, report: &Report, sized: bool) -> Result<(), String> {
+        let fail = |e: rusqlite::Error| format!("history {}: {e}", self.path.display());
+        let transaction = self.connection.unchecked_transaction().map_err(fail)?;
+        self.insert_run(report, sized)?;
+        imports::record(&transaction, transaction.last_insert_rowid(), report).map_err(fail)?;
+        transaction.commit().map_err(fail)
+    }
+
+    fn insert_run(&self, report: &Report, sized: bool) -> Result<(), String> {
         let exit = serde_json::to_value(report.exit.kind)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))

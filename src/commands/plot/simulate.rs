@@ -1,4 +1,4 @@
-//! `lfm simulate --plot`: allocation against use per task, one panel per resource, as SVG.
+//! `lfm simulate --plot`: allocation against use per task, one panel per resource.
 
 use std::path::Path;
 

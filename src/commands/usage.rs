@@ -1,0 +1,298 @@
+//! `lfm usage`: what recorded calls imported, and against their closures (docs/usage.md).
+
+use std::io::Write;
+
+use lfm_monitor::sizing::history::usage::{Filter, Usage};
+
+use crate::cli::{HistoryFormat, UsageArgs};
+use crate::commands::sizing::open;
+
+const EXIT_FAILED: i32 = 1;
+const EXIT_USAGE: i32 = 2;
+
+pub fn usage(args: UsageArgs) -> i32 {
+    let since = match args.since.as_deref().map(parse_since).transpose() {
+        Ok(since) => since,
+        Err(error) => {
+            eprintln!("error: --since {error}");
+            return EXIT_USAGE;
+        }
+    };
+    let filter = Filter {
+        category: args.category.clone(),
+        since,
+    };
+    let usage = match open(args.history.as_ref()).and_then(|h| h.usage(&filter)) {
+        Ok(usage) => usage,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return EXIT_FAILED;
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let written = match args.format {
+        HistoryFormat::Json => writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&usage).unwrap_or_default()
+        ),
+        HistoryFormat::Csv => write_csv(&mut out, &usage),
+        HistoryFormat::Table => write_table(&mut out, &usage),
+    };
+    if written.is_err() {
+        return EXIT_FAILED;
+    }
+    0
+}
+
+/// A duration ago (`7d`), a UTC date (`2026-11-01`), or a Unix time.
+pub fn parse_since(text: &str) -> Result<f64, String> {
+    if let Some(date) = parse_date(text) {
+        return Ok(date);
+    }
+    if let Ok(time) = text.parse::<f64>() {
+        if time > 1e9 && time.is_finite() {
+            return Ok(time);
+        }
+    }
+    let ago = lfm_monitor::limits::parse_duration("--since", text).map_err(|_| {
+        format!("{text:?}: not a duration (7d, 12h), a date (2026-11-01) or a Unix time")
+    })?;
+    Ok(now() - ago)
+}
+
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// `YYYY-MM-DD` at 00:00 UTC, as Unix time.
+fn parse_date(text: &str) -> Option<f64> {
+    let mut parts = text.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (year, month, day) = (parts.next()??, parts.next()??, parts.next()??);
+    if text.len() != 10 || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
+    }
+    Some((days_from_civil(year, month, day) * 86_400) as f64)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// `2026-11-23 10:40Z`: Unix time as a UTC minute.
+fn utc(time: f64) -> String {
+    let seconds = time.floor() as i64;
+    let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60
+    )
+}
+
+fn write_table(out: &mut impl Write, usage: &Usage) -> std::io::Result<()> {
+    let scope = match (&usage.category, usage.since) {
+        (Some(c), Some(s)) => format!(" (category {c}, since {})", utc(s)),
+        (Some(c), None) => format!(" (category {c})"),
+        (None, Some(s)) => format!(" (since {})", utc(s)),
+        (None, None) => String::new(),
+    };
+    writeln!(out, "{} calls{scope}", usage.calls)?;
+    writeln!(out)?;
+    if usage.not_in_closure.is_empty() {
+        writeln!(out, "Imported but not in the closure: none")?;
+    } else {
+        writeln!(
+            out,
+            "IMPORTED BUT NOT IN THE CLOSURE ({}): the analyzer missed these; pack them by hand",
+            usage.not_in_closure.len()
+        )?;
+        for miss in &usage.not_in_closure {
+            writeln!(
+                out,
+                "  {}  {}  in {} calls of {} ({}), last: history row {} at {}",
+                miss.module,
+                miss.distribution.as_deref().unwrap_or("-"),
+                miss.calls,
+                miss.target,
+                miss.category,
+                miss.last_run,
+                utc(miss.last_used)
+            )?;
+        }
+    }
+    writeln!(out)?;
+    write_used(out, "distribution", &usage.distributions, false)?;
+    writeln!(out)?;
+    write_used(out, "module", &usage.modules, true)?;
+    writeln!(out)?;
+    writeln!(out, "Packed but never imported (candidates to slim):")?;
+    for unused in &usage.never_imported {
+        writeln!(
+            out,
+            "  {} ({} calls of {}): distributions: {}; modules: {}",
+            unused.category,
+            unused.calls,
+            unused.targets.join(", "),
+            list_or_none(&unused.distributions),
+            list_or_none(&unused.modules)
+        )?;
+    }
+    if !usage.no_closure.is_empty() {
+        writeln!(
+            out,
+            "  (no closure to compare with for some calls of: {})",
+            usage.no_closure.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(", ")
+    }
+}
+
+fn write_used(
+    out: &mut impl Write,
+    what: &str,
+    used: &[lfm_monitor::sizing::history::usage::Used],
+    with_distribution: bool,
+) -> std::io::Result<()> {
+    let width = used
+        .iter()
+        .map(|u| u.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(what.len());
+    write!(out, "{what:width$}")?;
+    if with_distribution {
+        write!(out, "  {:24}", "distribution")?;
+    }
+    writeln!(out, "  {:>6}  {:17}  categories", "calls", "last used")?;
+    for u in used {
+        write!(out, "{:width$}", u.name)?;
+        if with_distribution {
+            write!(out, "  {:24}", u.distribution.as_deref().unwrap_or("-"))?;
+        }
+        writeln!(
+            out,
+            "  {:>6}  {:17}  {}",
+            u.calls,
+            utc(u.last_used),
+            u.categories.join(",")
+        )?;
+    }
+    Ok(())
+}
+
+/// One table: `section,category,name,distribution,calls,last_used`.
+fn write_csv(out: &mut impl Write, usage: &Usage) -> std::io::Result<()> {
+    writeln!(out, "section,category,name,distribution,calls,last_used")?;
+    let mut row = |section: &str,
+                   category: &str,
+                   name: &str,
+                   dist: Option<&str>,
+                   calls: String,
+                   last: String| {
+        let cells = [section, category, name, dist.unwrap_or(""), &calls, &last];
+        let cells: Vec<String> = cells.iter().map(|c| csv_cell(c)).collect();
+        writeln!(out, "{}", cells.join(","))
+    };
+    for m in &usage.not_in_closure {
+        let last = format!("{:.3}", m.last_used);
+        row(
+            "not_in_closure",
+            &m.category,
+            &m.module,
+            m.distribution.as_deref(),
+            m.calls.to_string(),
+            last,
+        )?;
+    }
+    for (section, used) in [
+        ("distribution", &usage.distributions),
+        ("module", &usage.modules),
+    ] {
+        for u in used {
+            let categories = u.categories.join(";");
+            let last = format!("{:.3}", u.last_used);
+            row(
+                section,
+                &categories,
+                &u.name,
+                u.distribution.as_deref(),
+                u.calls.to_string(),
+                last,
+            )?;
+        }
+    }
+    for unused in &usage.never_imported {
+        for dist in &unused.distributions {
+            row(
+                "never_imported_distribution",
+                &unused.category,
+                dist,
+                Some(dist),
+                String::new(),
+                String::new(),
+            )?;
+        }
+        for module in &unused.modules {
+            row(
+                "never_imported_module",
+                &unused.category,
+                module,
+                None,
+                String::new(),
+                String::new(),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn csv_cell(text: &str) -> String {
+    if text.contains([',', '"', '\n']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_and_times_round_trip_through_the_civil_calendar() {
+        assert_eq!(parse_date("1970-01-01"), Some(0.0));
+        assert_eq!(parse_date("2026-11-23"), Some(1_795_392_000.0));
+        assert_eq!(utc(1_795_392_000.0 + 3600.0 * 10.5), "2026-11-23 10:30Z");
+        assert_eq!(utc(951_782_400.0), "2000-02-29 00:00Z");
+        assert!(parse_date("2026-13-01").is_none());
+        assert!(parse_since("yesterday").is_err());
+        assert!(parse_since("7d").unwrap() < now() - 6.0 * 86_400.0);
+    }
+}
