@@ -7,24 +7,7 @@ use std::process::Command;
 use common::{lfm_in, workload};
 
 fn rows(history: &str, category: &str) -> Vec<serde_json::Value> {
-    let output = lfm_in(
-        "/",
-        &[
-            "history",
-            "--history",
-            history,
-            "--category",
-            category,
-            "--format",
-            "json",
-        ],
-    );
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    serde_json::from_value(common::history_json("history", history, category)).unwrap()
 }
 
 #[test]
@@ -104,24 +87,7 @@ fn auto_retries_a_run_that_outgrows_its_history_at_a_larger_allocation() {
 
 /// `lfm size --format json` for a category.
 fn size(history: &str, category: &str) -> serde_json::Value {
-    let output = lfm_in(
-        "/",
-        &[
-            "size",
-            "--history",
-            history,
-            "--category",
-            category,
-            "--format",
-            "json",
-        ],
-    );
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    common::history_json("size", history, category)
 }
 
 #[test]

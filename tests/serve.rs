@@ -334,24 +334,8 @@ fn a_call_is_measured_by_what_it_allocates_not_by_the_zygote() {
 
 /// The history's rows of a category, as `lfm history --format json` prints them.
 fn history_rows(history: &Path, category: &str) -> Vec<Value> {
-    let output = common::lfm_in(
-        "/",
-        &[
-            "history",
-            "--history",
-            history.to_str().unwrap(),
-            "--category",
-            category,
-            "--format",
-            "json",
-        ],
-    );
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    let rows = common::history_json("history", history.to_str().unwrap(), category);
+    serde_json::from_value(rows).unwrap()
 }
 
 #[test]

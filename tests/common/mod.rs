@@ -19,6 +19,27 @@ pub fn lfm_in(dir: &str, args: &[&str]) -> Output {
         .expect("run lfm")
 }
 
+/// `lfm SUBCOMMAND --history HISTORY --category CATEGORY --format json` (history, size), run
+/// from "/" and parsed; panics with stderr on failure.
+pub fn history_json(subcommand: &str, history: &str, category: &str) -> serde_json::Value {
+    let args = [
+        subcommand,
+        "--history",
+        history,
+        "--category",
+        category,
+        "--format",
+        "json",
+    ];
+    let output = lfm_in("/", &args);
+    assert!(
+        output.status.success(),
+        "lfm {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("lfm printed JSON")
+}
+
 /// `lfm analyze --format json --no-cache ARGS`, parsed; panics with stderr on failure.
 pub fn analyze_json(args: &[&str]) -> serde_json::Value {
     let mut full = vec!["analyze", "--no-cache", "--format", "json"];
