@@ -305,10 +305,17 @@ impl Server {
     }
 
     fn create_monitor(&self, spec: &CallSpec, dir: &std::path::Path) -> Result<RunMonitor> {
+        let mut monitor = self.monitor_for(&spec.limits, dir)?;
+        label(&mut monitor, spec);
+        Ok(monitor)
+    }
+
+    /// A call's monitor (and backend: its fresh cgroup) for these limits, its sandbox in `dir`.
+    fn monitor_for(&self, limits: &Limits, dir: &std::path::Path) -> Result<RunMonitor> {
         let options = MonitorOptions {
-            command: vec!["serve".into(), spec.function.target.clone()],
-            category: spec.category.clone(),
-            limits: spec.limits.clone(),
+            command: Vec::new(),
+            category: None,
+            limits: limits.clone(),
             backend: self.options.backend,
             sandbox: Some(dir.join("sandbox")),
             series: None,
@@ -449,6 +456,14 @@ impl Server {
             Err(error) => eprintln!("lfm serve: restarting the zygote failed: {error:#}"),
         }
     }
+}
+
+/// The Report of `monitor` is `spec`'s: its command and category.
+fn label(monitor: &mut RunMonitor, spec: &CallSpec) {
+    monitor.relabel(
+        vec!["serve".into(), spec.function.target.clone()],
+        spec.category.clone(),
+    );
 }
 
 /// The call's directory: `sandbox/` (its working directory, the disk measure) and the

@@ -10,9 +10,9 @@ use std::time::Instant;
 use crate::backend::BackendChoice;
 use crate::gpu::meter::GpuMeter;
 use crate::limits::Limits;
-use crate::supervisor::{self, Ending, MonitorOptions, RunMonitor};
+use crate::supervisor::{self, Ending, RunMonitor};
 
-use super::{prepare_call_dir, CallSpec, Running, Server};
+use super::{label, prepare_call_dir, CallSpec, Running, Server};
 
 pub(super) struct Spare {
     id: u64,
@@ -42,18 +42,9 @@ impl Server {
         self.next_id += 1;
         let id = self.next_id;
         let dir = self.options.zygote.work_dir.join(format!("call-{id}"));
-        let options = MonitorOptions {
-            command: Vec::new(),
-            category: None,
-            limits: limits.clone(),
-            backend: self.options.backend,
-            sandbox: Some(dir.join("sandbox")),
-            series: None,
-            forked: true,
-        };
         let made = std::fs::create_dir_all(dir.join("sandbox"))
             .map_err(anyhow::Error::from)
-            .and_then(|()| RunMonitor::create(options, 0));
+            .and_then(|()| self.monitor_for(limits, &dir));
         let monitor = match made {
             Ok(monitor) => monitor,
             Err(_) => {
@@ -167,10 +158,7 @@ impl Server {
             return Some((spec, gpus));
         }
         let pid = spare.pid.expect("checked above");
-        spare.monitor.relabel(
-            vec!["serve".into(), spec.function.target.clone()],
-            spec.category.clone(),
-        );
+        label(&mut spare.monitor, &spec);
         if let Some(meter) = gpus {
             spare.monitor.attach_gpus(meter);
         }
