@@ -66,13 +66,17 @@ mkdir -p "$tmp/home" && chown "$user:$user" "$tmp/home"
     echo "root_controllers=$(cat $cg/cgroup.controllers)"
 } >"$run/guest-info"
 
+# The run directory lies in the checkout, which the layout's user may not reach (a checkout in
+# a 0700 temporary directory): the command runs from a copy of its own.
+cp "$run/command" "$tmp/command" && chmod 644 "$tmp/command"
+
 env -i PATH="$PATH" HOME="$tmp/home" TMPDIR="$tmp" LANG=C.UTF-8 \
     LFM_GUEST_LAYOUT="$layout" LFM_GUEST_SCRATCH="$scratch" LFM_GUEST_CGROUP="/$place" \
     bash -c '
         echo $$ >"$1/cgroup.procs" || exit 124
-        if [ "$2" = 0 ]; then exec bash "$3/command"; fi
-        exec setpriv --reuid="$2" --regid="$2" --clear-groups -- bash "$3/command"
-    ' _ "$cg/$place" "$user" "$run" >"$run/output" 2>&1 </dev/null
+        if [ "$2" = 0 ]; then exec bash "$3"; fi
+        exec setpriv --reuid="$2" --regid="$2" --clear-groups -- bash "$3"
+    ' _ "$cg/$place" "$user" "$tmp/command" >"$run/output" 2>&1 </dev/null
 echo $? >"$run/status"
 echo "uptime_after_command=$(cut -d' ' -f1 /proc/uptime)" >>"$run/guest-info"
 sync
