@@ -31,6 +31,10 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../../python/lfm_runner/call.py"),
     ),
     (
+        "lfm_runner/headroom.py",
+        include_str!("../../python/lfm_runner/headroom.py"),
+    ),
+    (
         "lfm_runner/imports.py",
         include_str!("../../python/lfm_runner/imports.py"),
     ),

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 
+from . import headroom
 from . import target as targets
 
 # pickle, traceback and importlib are imported where needed: every millisecond of imports
@@ -152,7 +153,7 @@ def run(request):
             import ast  # noqa: F401 - the runner's own, for slicing: not the call's import
 
         log = imports.start(request["import_log"])
-    outcome, data, error = call_function(request, log)
+    outcome, data, error = headroom.run(call_function, request, log)
     if data is not None:
         write_atomically(request["result_file"], data)
     if error is not None and request.get("exception_file"):
