@@ -43,10 +43,26 @@ def test_a_call_is_forked_run_in_its_sandbox_and_reaped(tmp_path):
     sock.send(json.dumps(call_request(tmp_path, "c1", body)).encode())
     started = message(sock)
     assert started["op"] == "started" and started["id"] == 7
-    exited = message(sock)
-    assert exited["op"] == "exited" and exited["pid"] == started["pid"] and exited["status"] == 0
+    # "done" comes before the exit, and by then the call's files are complete.
+    done = message(sock)
+    assert done["op"] == "done" and done["id"] == 7 and done["pid"] == started["pid"]
+    assert done["user"] >= 0 and done["system"] >= 0
     assert json.loads((tmp_path / "c1" / "result").read_text()) == str(tmp_path / "c1" / "sandbox")
     assert (tmp_path / "c1" / "stdout").read_text() == "out\n"
+    exited = message(sock)
+    assert exited["op"] == "exited" and exited["pid"] == started["pid"] and exited["status"] == 0
+    sock.send(b'{"op": "exit"}')
+    assert process.wait(10) == 0
+
+
+def test_a_call_that_dies_says_nothing_before_its_exit(tmp_path):
+    process, sock = start(tmp_path)
+    assert message(sock)["op"] == "ready"
+    body = "import os, signal\ndef f():\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+    sock.send(json.dumps(call_request(tmp_path, "k1", body)).encode())
+    assert message(sock)["op"] == "started"
+    exited = message(sock)
+    assert exited["op"] == "exited" and os.WTERMSIG(exited["status"]) == 9
     sock.send(b'{"op": "exit"}')
     assert process.wait(10) == 0
 
@@ -59,8 +75,8 @@ def test_a_child_that_cannot_join_its_cgroup_never_runs_user_code(tmp_path):
     socket.send_fds(sock, [json.dumps(request).encode()], [read_only])
     os.close(read_only)
     assert message(sock)["op"] == "started"
-    exited = message(sock)
-    assert os.WEXITSTATUS(exited["status"]) == 97
+    exited = message(sock)  # no "done": the call never ran
+    assert exited["op"] == "exited" and os.WEXITSTATUS(exited["status"]) == 97
     assert not (tmp_path / "c2" / "sandbox" / "ran").exists()
     sock.close()
     assert process.wait(10) == 0
@@ -93,6 +109,7 @@ def test_a_spare_does_its_setup_first_and_runs_the_request_it_is_handed(tmp_path
     time.sleep(0.1)
     assert not (tmp_path / "s1" / "result").exists()
     sock.send(json.dumps({"op": "go", "id": 8, "request": request["request"]}).encode())
+    assert message(sock)["op"] == "done"
     exited = message(sock)
     assert exited["op"] == "exited" and exited["id"] == 8 and exited["status"] == 0
     assert json.loads((tmp_path / "s1" / "result").read_text()) == str(tmp_path / "s1" / "sandbox")
@@ -110,8 +127,8 @@ def test_a_dropped_spare_and_the_spare_of_a_dead_zygote_leave_without_running(tm
         sock.send(json.dumps({"op": "spare", "id": id_, "dir": request["dir"]}).encode())
         pids.append(message(sock)["pid"])
     sock.send(b'{"op": "drop", "id": 1}')
-    exited = message(sock)
-    assert exited["id"] == 1 and exited["status"] == 0
+    exited = message(sock)  # a dropped spare ran nothing: no "done"
+    assert exited["op"] == "exited" and exited["id"] == 1 and exited["status"] == 0
     process.kill()
     process.wait(10)
     for _ in range(100):  # the second spare is not the test's child: poll until it is gone

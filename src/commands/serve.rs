@@ -235,10 +235,9 @@ fn run_loop(
             }
         }
         deliver(server.step(), &mut clients);
-        // After the replies are out: the next call's child is set up between calls.
-        if !ending {
-            server.prepare_spare();
-        }
+        // After the replies are out: the finished calls' history and cleanup, and the next
+        // call's child set up between calls.
+        server.after_delivery(!ending);
         if terminated.load(std::sync::atomic::Ordering::SeqCst) || (ending && !server.busy()) {
             break;
         }

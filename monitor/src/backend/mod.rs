@@ -75,7 +75,7 @@ pub struct Throttling {
     pub throttled_us: u64,
 }
 
-pub trait Backend {
+pub trait Backend: Send {
     fn kind(&self) -> BackendKind;
     /// Descriptors of `cgroup.procs` files the child writes "0" to before exec, so it is inside
     /// the cgroup before it can fork.

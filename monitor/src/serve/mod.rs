@@ -6,6 +6,7 @@
 //! call, enforces its limits, and turns the zygote's exit message plus the runner's outcome
 //! into one reply. It knows nothing of transports (stdin, sockets) or of how targets are found.
 
+mod janitor;
 mod reply;
 mod sizing;
 mod spare;
@@ -65,6 +66,14 @@ pub struct ServerOptions {
     pub gpu: GpuPolicy,
 }
 
+/// What a finished call leaves to do once its reply is out ([`Server::after_delivery`]): its
+/// history row, its cgroup and its directory.
+struct Aftermath {
+    record: Option<(crate::report::Report, bool)>,
+    cgroup: Option<Box<dyn crate::backend::Backend>>,
+    dir: PathBuf,
+}
+
 struct Running {
     spec: CallSpec,
     monitor: RunMonitor,
@@ -91,6 +100,8 @@ pub struct Server {
     retired: Vec<spare::Spare>,
     /// The limits of the last call started: a spare is made for them.
     last_limits: Option<Limits>,
+    aftermath: Vec<Aftermath>,
+    janitor: janitor::Janitor,
 }
 
 impl Server {
@@ -102,6 +113,7 @@ impl Server {
             .map(crate::sizing::history::History::open)
             .transpose()
             .map_err(anyhow::Error::msg)?;
+        let janitor = janitor::Janitor::start(options.history.as_deref()).map_err(anyhow::Error::msg)?;
         supervisor::become_subreaper();
         std::fs::create_dir_all(&options.zygote.work_dir)
             .with_context(|| format!("creating {}", options.zygote.work_dir.display()))?;
@@ -116,6 +128,8 @@ impl Server {
             restarts: 0,
             history,
             spares: Vec::new(),
+            aftermath: Vec::new(),
+            janitor,
             retired: Vec::new(),
             last_limits: None,
         })
@@ -203,6 +217,7 @@ impl Server {
             self.fail(id, "the call outlived the shutdown and was abandoned");
         }
         replies.extend(std::mem::take(&mut self.replies));
+        self.after_delivery(false);
         if let Some(zygote) = self.zygote.take() {
             zygote.stop();
         }
@@ -349,6 +364,12 @@ impl Server {
                     }
                 }
             }
+            // A call holding GPUs ends with its exit: the device's memory is freed then.
+            Event::Done { id, user, system } if !self.holds_gpus(id) => {
+                // Exit status 0 is what the child exits with after a call that ran.
+                self.finish(id, 0, (user, system));
+            }
+            Event::Done { .. } => {}
             Event::Exited { id: Some(id), .. } if self.spare_exited(id) => {}
             Event::Exited {
                 id: Some(id),
@@ -362,6 +383,12 @@ impl Server {
             Event::Exited { id: None, .. } => {}
             Event::Died => self.zygote_died(),
         }
+    }
+
+    fn holds_gpus(&self, id: u64) -> bool {
+        self.running
+            .get(&id)
+            .is_some_and(|running| running.monitor.holds_gpus())
     }
 
     fn sample_due(&mut self) {
@@ -381,8 +408,9 @@ impl Server {
         let Some(running) = self.running.remove(&id) else {
             return;
         };
-        // Nothing the call started outlives it.
-        running.monitor.kill();
+        // Nothing the call started outlives it: killed now, and waited for (before its cgroup
+        // is removed) by the janitor, since the child may still be exiting ("done").
+        running.monitor.signal(libc::SIGKILL);
         let outcome = crate::outcome::read(&running.dir.join("outcome.json"));
         let ending = Ending {
             status: Some(status),
@@ -391,23 +419,51 @@ impl Server {
             io: crate::outcome::io(outcome.as_ref()),
             maxrss_bytes: None,
         };
-        let mut report = running.monitor.finish(ending);
+        let (mut report, cgroup) = running.monitor.finish_keeping_cgroup(ending);
         report.function = Some(running.spec.function.clone());
         report.imports = self.imports_of(&running.dir, &running.spec);
         let applied = crate::outcome::apply(&mut report, outcome.as_ref());
-        self.record(&running.spec, &mut report);
-        if !running.abandoned {
-            match self.retry(&running.spec, &report) {
-                Some(again) => self.queue.push_front(again),
-                None => self.replies.push(Reply::finished(
-                    &running.spec,
-                    report,
-                    applied,
-                    &running.dir,
-                )),
-            }
+        let sized = Server::mark_sized(&running.spec, &mut report);
+        let mut aftermath = Aftermath {
+            record: None,
+            cgroup: Some(cgroup),
+            dir: running.dir.clone(),
+        };
+        if Server::ran_out_of_sized(&running.spec, &report) {
+            self.record(&report, sized);
+        } else if self.history.is_some() {
+            aftermath.record = Some((report.clone(), sized));
         }
-        let _ = std::fs::remove_dir_all(&running.dir);
+        let again = if running.abandoned {
+            None
+        } else {
+            self.retry(&running.spec, &report)
+        };
+        match again {
+            Some(again) => self.queue.push_front(again),
+            None if !running.abandoned => self.replies.push(Reply::finished(
+                &running.spec,
+                report,
+                applied,
+                &running.dir,
+            )),
+            None => {}
+        }
+        self.aftermath.push(aftermath);
+    }
+
+    /// Once the replies of a step are out: the next call's spare (`spare`: unless the server
+    /// is ending), and the finished calls' history rows and cleanup handed to the janitor.
+    pub fn after_delivery(&mut self, spare: bool) {
+        for done in std::mem::take(&mut self.aftermath) {
+            if let Some((report, sized)) = done.record {
+                self.janitor.record(report, sized);
+            }
+            self.janitor.remove(done.cgroup, done.dir);
+        }
+        if spare {
+            self.prepare_spare();
+        }
     }
 
     /// Every in-flight call fails with the reason; the next call starts a fresh zygote.
@@ -429,7 +485,8 @@ impl Server {
         let mut report = running.monitor.finish(Ending::default());
         report.function = Some(running.spec.function.clone());
         report.imports = self.imports_of(&running.dir, &running.spec);
-        self.record(&running.spec, &mut report);
+        let sized = Server::mark_sized(&running.spec, &mut report);
+        self.record(&report, sized);
         if !running.abandoned {
             self.replies
                 .push(Reply::failed(&running.spec, report, "zygote", reason));

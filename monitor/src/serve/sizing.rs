@@ -58,6 +58,8 @@ impl Server {
         resource: AutoLimit,
         failed: Option<f64>,
     ) -> Result<f64, String> {
+        // Rows of calls that finished before this one may still be on their way.
+        self.janitor.sync();
         let history = self
             .history
             .as_ref()
@@ -67,19 +69,30 @@ impl Server {
         Ok(resource.allocation(&rows, auto.strategy, node, failed))
     }
 
-    /// Mark the sized limits in the Report and append it to the history (a warning when that
-    /// fails: the call's reply matters more).
-    pub(super) fn record(&self, spec: &CallSpec, report: &mut Report) {
+    /// Mark the sized limits in the Report; whether there were any.
+    pub(super) fn mark_sized(spec: &CallSpec, report: &mut Report) -> bool {
         if let Some(auto) = &spec.auto {
             report.limits_from_sizing = auto.sized.iter().map(|r| r.name().into()).collect();
         }
+        !report.limits_from_sizing.is_empty()
+    }
+
+    /// Append the Report to the history (a warning when that fails: the call's outcome stands).
+    pub(super) fn record(&self, report: &Report, sized: bool) {
         let Some(history) = &self.history else {
             return;
         };
-        let sized = !report.limits_from_sizing.is_empty();
         if let Err(error) = history.record(report, sized) {
             eprintln!("lfm serve: warning: call not recorded: {error}");
         }
+    }
+
+    /// Whether the call ran out of a sized limit: its next attempt is sized from the history,
+    /// which must hold this one first.
+    pub(super) fn ran_out_of_sized(spec: &CallSpec, report: &Report) -> bool {
+        spec.auto
+            .as_ref()
+            .is_some_and(|auto| !auto::exhausted(&report.limits_exceeded, &auto.sized).is_empty())
     }
 
     /// The next attempt of an `auto` call that ran out of sized limits only, each of those at

@@ -32,6 +32,12 @@ pub enum Event {
         id: u64,
         pid: i32,
     },
+    /// The child ran its call and is exiting (the exit itself can take milliseconds).
+    Done {
+        id: u64,
+        user: f64,
+        system: f64,
+    },
     Exited {
         id: Option<u64>,
         pid: i32,
@@ -236,6 +242,11 @@ fn parse_event(message: &serde_json::Value) -> Option<Event> {
         "started" => Some(Event::Started {
             id: message["id"].as_u64()?,
             pid,
+        }),
+        "done" => Some(Event::Done {
+            id: message["id"].as_u64()?,
+            user: message["user"].as_f64().unwrap_or(0.0),
+            system: message["system"].as_f64().unwrap_or(0.0),
         }),
         "exited" => Some(Event::Exited {
             id: message["id"].as_u64(),

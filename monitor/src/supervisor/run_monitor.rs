@@ -418,6 +418,10 @@ impl RunMonitor {
         tree::kill_tree(self.backend.as_ref(), self.group, || self.tree_pids());
     }
 
+    pub fn holds_gpus(&self) -> bool {
+        self.gpu.is_some()
+    }
+
     /// Whether nothing of the run was ever seen outside its cgroup.
     fn cgroup_holds_everything(&self) -> bool {
         self.backend.pids().is_some() && self.outside_once.is_empty() && self.escaped.is_empty()
@@ -426,6 +430,17 @@ impl RunMonitor {
     /// The run is over and its processes are reaped: read the final counters, release the
     /// cgroup, and write the Report.
     pub fn finish(mut self, ending: Ending) -> Report {
+        self.conclude(ending, true)
+    }
+
+    /// [`RunMonitor::finish`], leaving the cgroup to the caller: dropping the backend kills
+    /// anything left in it and removes it (`lfm serve` does so once the reply is out).
+    pub fn finish_keeping_cgroup(mut self, ending: Ending) -> (Report, Box<dyn Backend>) {
+        let report = self.conclude(ending, false);
+        (report, self.backend)
+    }
+
+    fn conclude(&mut self, ending: Ending, release: bool) -> Report {
         let end_time = now_seconds();
         let wall_time = self.started.elapsed().as_secs_f64();
         let reading = self.backend.read();
@@ -436,8 +451,10 @@ impl RunMonitor {
             meter.measure();
         }
         self.check_disk();
-        if let Err(error) = self.backend.remove() {
-            self.notes.push(format!("{error:#}"));
+        if release {
+            if let Err(error) = self.backend.remove() {
+                self.notes.push(format!("{error:#}"));
+            }
         }
         if let Some(writer) = self.series.as_mut() {
             let _ = writer.flush();
