@@ -2,7 +2,9 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::{AsRawFd, RawFd};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 
 use anyhow::{bail, Context, Result};
 
@@ -25,10 +27,43 @@ fn controllers_for(limits: &Limits) -> Vec<&'static str> {
 }
 const CFS_PERIOD_US: u64 = 100_000;
 
+/// This process's `lfm` directory in the hierarchy of `controller` (under its own cgroup there),
+/// created and cleaned of dead lfm processes' runs the first time: a serve creates a cgroup
+/// per call, and finding the mount and its own cgroup again each time (parsing
+/// /proc/self/mounts and /proc/self/cgroup) cost more than creating the cgroup.
+fn lfm_parent(controller: &'static str) -> Option<PathBuf> {
+    static PARENTS: OnceLock<Mutex<HashMap<&'static str, Option<PathBuf>>>> = OnceLock::new();
+    let mut parents = PARENTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(Some(parent)) = parents.get(controller) {
+        if parent.is_dir() {
+            return Some(parent.clone());
+        }
+    }
+    let parent = files::mount_point("cgroup", Some(controller)).map(|mount| {
+        let own = files::own_cgroup(Some(controller)).unwrap_or_else(|| "/".to_string());
+        mount.join(own.trim_start_matches('/')).join("lfm")
+    });
+    let parent = parent.filter(|parent| fs::create_dir_all(parent).is_ok());
+    if let Some(parent) = &parent {
+        files::clean_stale_runs(parent, |dir| files::kill_listed(&dir.join("cgroup.procs")));
+    }
+    parents.insert(controller, parent.clone());
+    parent
+}
+
+/// Controllers whose files a run may read, found once per run (co-mounted ones share a
+/// directory) rather than by a stat per file on every sample.
+const READ_CONTROLLERS: [&str; 6] = ["memory", "cpuacct", "cpu", "pids", "freezer", "blkio"];
+
 pub struct Cgroup1 {
     /// controller -> this run's directory in that controller's hierarchy (deduplicated when
     /// controllers are co-mounted, as cpu,cpuacct usually are).
     dirs: Vec<(&'static str, PathBuf)>,
+    /// Every one of [`READ_CONTROLLERS`] -> the run's directory holding its files, if any.
+    resolved: Vec<(&'static str, Option<PathBuf>)>,
     join: Vec<File>,
     enforced: Enforced,
     notes: Vec<String>,
@@ -39,21 +74,15 @@ impl Cgroup1 {
     pub fn create(limits: &Limits) -> Result<Cgroup1> {
         let mut dirs: Vec<(&'static str, PathBuf)> = Vec::new();
         for controller in controllers_for(limits) {
-            let Some(mount) = files::mount_point("cgroup", Some(controller)) else {
+            let Some(parent) = lfm_parent(controller) else {
                 continue;
             };
-            let own = files::own_cgroup(Some(controller)).unwrap_or_else(|| "/".to_string());
-            let parent = mount.join(own.trim_start_matches('/')).join("lfm");
             if dirs
                 .iter()
                 .any(|(_, d)| d.parent() == Some(parent.as_path()))
             {
                 continue; // co-mounted with a controller already set up
             }
-            if fs::create_dir_all(&parent).is_err() {
-                continue;
-            }
-            files::clean_stale_runs(&parent, |dir| files::kill_listed(&dir.join("cgroup.procs")));
             let dir = parent.join(files::run_name());
             if fs::create_dir(&dir).is_err() {
                 continue;
@@ -68,11 +97,16 @@ impl Cgroup1 {
         }
         let mut cgroup = Cgroup1 {
             dirs,
+            resolved: Vec::new(),
             join: Vec::new(),
             enforced: Enforced::default(),
             notes: Vec::new(),
             removed: false,
         };
+        cgroup.resolved = READ_CONTROLLERS
+            .iter()
+            .map(|&c| (c, cgroup.find_dir(c).map(Path::to_path_buf)))
+            .collect();
         if let Err(error) = cgroup.apply(limits) {
             let _ = cgroup.remove();
             return Err(error);
@@ -89,6 +123,13 @@ impl Cgroup1 {
     }
 
     fn dir(&self, controller: &str) -> Option<&Path> {
+        match self.resolved.iter().find(|(c, _)| *c == controller) {
+            Some((_, dir)) => dir.as_deref(),
+            None => self.find_dir(controller),
+        }
+    }
+
+    fn find_dir(&self, controller: &str) -> Option<&Path> {
         // co-mounted controllers share one directory: find the hierarchy that has the files.
         self.dirs
             .iter()
