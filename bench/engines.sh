@@ -17,6 +17,9 @@ export LFM_BIN=$PWD/target/release/lfm
 # The client from the source tree; Parsl's interchange and worker pool from the venv's bin/.
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 export PATH=$PWD/$VENV/bin:$PATH
+# Python's default: forked calls read the bytecode of the task's module (a Dask task pickles
+# its function by reference, so each call imports its module) rather than compile it again.
+unset PYTHONDONTWRITEBYTECODE
 # The bench's own node-local serves, not a user's.
 export XDG_RUNTIME_DIR=$(mktemp -d)
 trap 'rm -rf "$XDG_RUNTIME_DIR"' EXIT
