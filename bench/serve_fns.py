@@ -14,3 +14,12 @@ def sleep_100ms():
 def heavy_imports():
     import pandas  # noqa: F401
     import sklearn.linear_model  # noqa: F401
+
+
+def stamped_sleep(seconds):
+    """Sleep; return when the function itself started and ended (bench/serve_latency.py)."""
+    import time
+
+    started = time.time()
+    time.sleep(seconds)
+    return [started, time.time()]
