@@ -688,8 +688,11 @@ fn ten_thousand_calls_leave_no_process_cgroup_or_descriptor_behind() {
     };
     round(&mut server, 0, 200);
     let zygote = children_of(server_pid)[0];
-    let (server_fds, zygote_fds, zygote_rss) =
-        (settled_fd_count(server_pid), fd_count(zygote), rss_kib(zygote));
+    let (server_fds, zygote_fds, zygote_rss) = (
+        settled_fd_count(server_pid),
+        fd_count(zygote),
+        rss_kib(zygote),
+    );
     round(&mut server, 200, 10_000);
     assert_eq!(
         settled_fd_count(server_pid),

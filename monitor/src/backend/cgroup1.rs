@@ -1,8 +1,8 @@
 //! cgroup v1: one directory per controller hierarchy (memory, cpu, cpuacct, pids, blkio).
 
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::{AsRawFd, RawFd};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 

@@ -104,7 +104,9 @@ mod tests {
     #[test]
     fn every_job_is_done_by_the_time_it_is_dropped_and_sync_waits_for_them() {
         let scratch = tempfile::tempdir().unwrap();
-        let dirs: Vec<PathBuf> = (0..20).map(|i| scratch.path().join(format!("call-{i}"))).collect();
+        let dirs: Vec<PathBuf> = (0..20)
+            .map(|i| scratch.path().join(format!("call-{i}")))
+            .collect();
         let janitor = Janitor::start(None).unwrap();
         for dir in &dirs[..10] {
             std::fs::create_dir_all(dir.join("sandbox")).unwrap();

@@ -70,7 +70,7 @@ pub struct ServerOptions {
 /// history row, its cgroup and its directory.
 struct Aftermath {
     record: Option<(crate::report::Report, bool)>,
-    cgroup: Option<Box<dyn crate::backend::Backend>>,
+    cgroup: Box<dyn crate::backend::Backend>,
     dir: PathBuf,
 }
 
@@ -113,7 +113,8 @@ impl Server {
             .map(crate::sizing::history::History::open)
             .transpose()
             .map_err(anyhow::Error::msg)?;
-        let janitor = janitor::Janitor::start(options.history.as_deref()).map_err(anyhow::Error::msg)?;
+        let janitor =
+            janitor::Janitor::start(options.history.as_deref()).map_err(anyhow::Error::msg)?;
         supervisor::become_subreaper();
         std::fs::create_dir_all(&options.zygote.work_dir)
             .with_context(|| format!("creating {}", options.zygote.work_dir.display()))?;
@@ -424,16 +425,11 @@ impl Server {
         report.imports = self.imports_of(&running.dir, &running.spec);
         let applied = crate::outcome::apply(&mut report, outcome.as_ref());
         let sized = Server::mark_sized(&running.spec, &mut report);
-        let mut aftermath = Aftermath {
-            record: None,
-            cgroup: Some(cgroup),
+        self.aftermath.push(Aftermath {
+            record: self.record_now_or_later(&running.spec, &report, sized),
+            cgroup,
             dir: running.dir.clone(),
-        };
-        if Server::ran_out_of_sized(&running.spec, &report) {
-            self.record(&report, sized);
-        } else if self.history.is_some() {
-            aftermath.record = Some((report.clone(), sized));
-        }
+        });
         let again = if running.abandoned {
             None
         } else {
@@ -449,7 +445,6 @@ impl Server {
             )),
             None => {}
         }
-        self.aftermath.push(aftermath);
     }
 
     /// Once the replies of a step are out: the next call's spare (`spare`: unless the server
@@ -459,7 +454,7 @@ impl Server {
             if let Some((report, sized)) = done.record {
                 self.janitor.record(report, sized);
             }
-            self.janitor.remove(done.cgroup, done.dir);
+            self.janitor.remove(Some(done.cgroup), done.dir);
         }
         if spare {
             self.prepare_spare();

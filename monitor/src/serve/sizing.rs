@@ -87,12 +87,24 @@ impl Server {
         }
     }
 
-    /// Whether the call ran out of a sized limit: its next attempt is sized from the history,
-    /// which must hold this one first.
-    pub(super) fn ran_out_of_sized(spec: &CallSpec, report: &Report) -> bool {
-        spec.auto
+    /// The finished call's history row, to record after its reply ([`Server::after_delivery`]);
+    /// recorded at once instead when the call ran out of a sized limit, for its next attempt
+    /// is sized from the history.
+    pub(super) fn record_now_or_later(
+        &self,
+        spec: &CallSpec,
+        report: &Report,
+        sized: bool,
+    ) -> Option<(Report, bool)> {
+        let ran_out = spec
+            .auto
             .as_ref()
-            .is_some_and(|auto| !auto::exhausted(&report.limits_exceeded, &auto.sized).is_empty())
+            .is_some_and(|auto| !auto::exhausted(&report.limits_exceeded, &auto.sized).is_empty());
+        if ran_out {
+            self.record(report, sized);
+            return None;
+        }
+        self.history.is_some().then(|| (report.clone(), sized))
     }
 
     /// The next attempt of an `auto` call that ran out of sized limits only, each of those at
