@@ -531,7 +531,8 @@ fn socket_clients_are_served_at_once_and_a_gone_client_loses_only_its_call() {
         call("gone", "pid_then_sleep", json!([pidfile, 30]), json!({}))
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // Generous: on a machine busy with other builds the zygote's start alone can take seconds.
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !pidfile.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -564,7 +565,7 @@ fn socket_clients_are_served_at_once_and_a_gone_client_loses_only_its_call() {
         let reply = client.join().unwrap();
         assert_eq!(reply["result"], 10 + n as i64, "{reply}");
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(20);
     while Path::new(&format!("/proc/{call_pid}")).exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
