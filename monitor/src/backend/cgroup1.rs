@@ -222,10 +222,11 @@ impl Backend for Cgroup1 {
         }
         if let Some(dir) = self.dir("cpuacct") {
             reading.cpu_total_us = read_u64(&dir.join("cpuacct.usage")).map(|ns| ns / 1000);
-            let stat = dir.join("cpuacct.stat");
-            let ticks = crate::proctree::clock_ticks_per_second();
-            reading.cpu_user_us = read_keyed(&stat, "user").map(|t| t * 1_000_000 / ticks);
-            reading.cpu_system_us = read_keyed(&stat, "system").map(|t| t * 1_000_000 / ticks);
+            if let Some(stat) = Keyed::read(&dir.join("cpuacct.stat")) {
+                let ticks = crate::proctree::clock_ticks_per_second();
+                reading.cpu_user_us = stat.get("user").map(|t| t * 1_000_000 / ticks);
+                reading.cpu_system_us = stat.get("system").map(|t| t * 1_000_000 / ticks);
+            }
         }
         if self.enforced.cores {
             if let Some(stat) = self
