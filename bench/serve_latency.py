@@ -20,6 +20,7 @@ import time
 LFM, BACKEND = sys.argv[1], sys.argv[2]
 CALLS, CLIENTS, WARM = int(os.environ.get("CALLS", "60")), int(os.environ.get("CLIENTS", "1")), 3
 HERE = os.path.dirname(os.path.abspath(__file__))
+FAILURES = []
 
 
 def client(path, rows):
@@ -28,12 +29,17 @@ def client(path, rows):
                           "result": "pickle"}) + "\n"
     with socket.socket(socket.AF_UNIX) as sock:
         sock.connect(path)
+        sock.settimeout(30)  # a lost reply fails the bench rather than hanging it
         stream = sock.makefile("rw")
         for n in range(CALLS + WARM):
             sent = time.time()
             stream.write(request)
             stream.flush()
-            reply = json.loads(stream.readline())
+            try:
+                reply = json.loads(stream.readline())
+            except (OSError, ValueError) as error:
+                FAILURES.append(f"call {n}: no reply ({error!r})")
+                return
             got = time.time()
             began, ended = pickle.loads(base64.b64decode(reply["result_pickle"]))
             report = reply["report"]
@@ -50,13 +56,18 @@ def main():
     while not os.path.exists(path):
         time.sleep(0.02)
     rows = []
-    threads = [threading.Thread(target=client, args=(path, rows)) for _ in range(CLIENTS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    serve.terminate()
-    serve.wait()
+    try:
+        threads = [threading.Thread(target=client, args=(path, rows)) for _ in range(CLIENTS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        own = [own_cpu(serve.pid)] + [own_cpu(pid) for pid in children(serve.pid)]
+    finally:
+        serve.terminate()
+        serve.wait()
+    if FAILURES:
+        raise SystemExit(f"{BACKEND}: " + "; ".join(FAILURES))
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     m = [1e3 * statistics.median(column) for column in zip(*rows)]
     print(f"{BACKEND}, {CLIENTS} client(s), median of {len(rows)} calls of a 100 ms sleep: sent -> start "
@@ -65,6 +76,23 @@ def main():
     calls = CLIENTS * (CALLS + WARM)
     print(f"  CPU of the serve and everything under it, per call (its start included): user "
           f"{cpu.ru_utime / calls * 1e3:.1f} ms, system {cpu.ru_stime / calls * 1e3:.1f} ms")
+    print(f"  of which the serve process itself {own[0] / calls * 1e3:.1f} ms, the zygote (and "
+          f"spare) {sum(own[1:]) / calls * 1e3:.1f} ms")
+
+
+def own_cpu(pid):
+    """User + system seconds of one live process (all its threads, not its children)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid):
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as listed:
+            found += [int(p) for p in listed.read().split()]
+    return found
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ pub mod limits;
 pub mod outcome;
 pub mod proctree;
 pub mod report;
+mod reread;
 pub mod runner;
 pub mod serve;
 pub mod sizing;

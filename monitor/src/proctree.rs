@@ -5,8 +5,10 @@
 //! the descendants. /proc is parsed by hand here: the loop runs every 10 ms at first and needs
 //! four fields from three small files per process.
 
-use std::collections::HashMap;
-use std::fs;
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File};
+
+use crate::reread::reread;
 
 /// One process at one instant.
 #[derive(Debug, Clone, Default)]
@@ -27,10 +29,12 @@ pub struct ProcessSample {
 
 /// Every live descendant of `root` (not `root` itself), with its counters.
 pub fn descendants(root: i32) -> Vec<ProcessSample> {
-    if has_children_files() {
-        return descendants_by_children(root);
-    }
-    descendants_by_scan(root)
+    ProcFiles::by_path().descendants(root)
+}
+
+/// Counters of specific pids (those a cgroup lists).
+pub fn samples_of(pids: &[i32]) -> Vec<ProcessSample> {
+    ProcFiles::by_path().samples_of(pids)
 }
 
 /// Whether the kernel lists each thread's children (/proc/PID/task/TID/children,
@@ -44,113 +48,216 @@ fn has_children_files() -> bool {
     })
 }
 
-/// Children of every thread of `pid` (a child belongs to the thread that forked it).
-fn children_of(pid: i32) -> Vec<i32> {
-    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new(); // gone since it was listed
-    };
-    let mut children = Vec::new();
-    for task in tasks.flatten() {
-        let Ok(text) = fs::read_to_string(task.path().join("children")) else {
-            continue;
-        };
-        children.extend(
+/// The /proc files of one process a sample reads.
+#[derive(Clone, Copy)]
+enum ProcFile {
+    Stat,
+    Status,
+    Io,
+    /// The main thread's children: all of them while the process has one thread.
+    Children,
+}
+
+impl ProcFile {
+    fn path(self, pid: i32) -> String {
+        match self {
+            ProcFile::Stat => format!("/proc/{pid}/stat"),
+            ProcFile::Status => format!("/proc/{pid}/status"),
+            ProcFile::Io => format!("/proc/{pid}/io"),
+            ProcFile::Children => format!("/proc/{pid}/task/{pid}/children"),
+        }
+    }
+}
+
+/// Descriptors of a process's files, each opened the first time it is read.
+#[derive(Default)]
+struct Opened([Option<File>; 4]);
+
+/// The /proc files of a run's processes, kept open between samples for up to `capacity`
+/// processes (each holds four descriptors; the rest are read by path).
+pub struct ProcFiles {
+    open: HashMap<i32, Opened>,
+    capacity: usize,
+}
+
+impl ProcFiles {
+    pub fn new() -> ProcFiles {
+        ProcFiles {
+            open: HashMap::new(),
+            capacity: 64,
+        }
+    }
+
+    fn by_path() -> ProcFiles {
+        ProcFiles {
+            open: HashMap::new(),
+            capacity: 0,
+        }
+    }
+
+    /// Close the files of processes other than `alive` (gone since they were opened).
+    pub fn retain(&mut self, alive: &HashSet<i32>) {
+        self.open.retain(|pid, _| alive.contains(pid));
+    }
+
+    fn text(&mut self, pid: i32, file: ProcFile) -> Option<String> {
+        if !self.open.contains_key(&pid) && self.open.len() >= self.capacity {
+            return fs::read_to_string(file.path(pid)).ok();
+        }
+        let slot = &mut self.open.entry(pid).or_default().0[file as usize];
+        if let Some(kept) = slot {
+            if let Ok(text) = reread(kept) {
+                return Some(text);
+            }
+            // Reaped since it was opened: the pid may be another process's now.
+            *slot = None;
+        }
+        let opened = File::open(file.path(pid)).ok()?;
+        let text = reread(&opened).ok();
+        *slot = Some(opened);
+        text
+    }
+
+    /// Every live descendant of `root` (not `root` itself), with its counters.
+    pub fn descendants(&mut self, root: i32) -> Vec<ProcessSample> {
+        if has_children_files() {
+            return self.descendants_by_children(root);
+        }
+        self.descendants_by_scan(root)
+    }
+
+    /// Counters of specific pids (those a cgroup lists).
+    pub fn samples_of(&mut self, pids: &[i32]) -> Vec<ProcessSample> {
+        pids.iter()
+            .filter_map(|&pid| {
+                let stat = self.stat(pid)?;
+                Some(self.sample(pid, &stat))
+            })
+            .collect()
+    }
+
+    /// Children of every thread of `pid` (a child belongs to the thread that forked it).
+    fn children_of(&mut self, pid: i32, threads: u64) -> Vec<i32> {
+        let parse = |text: &str| -> Vec<i32> {
             text.split_whitespace()
-                .filter_map(|p| p.parse::<i32>().ok()),
-        );
-    }
-    children
-}
-
-fn descendants_by_children(root: i32) -> Vec<ProcessSample> {
-    let mut out = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    let mut stack = children_of(root);
-    while let Some(pid) = stack.pop() {
-        if !seen.insert(pid) {
-            continue;
-        }
-        let Some((_, start_ticks, cpu_ticks, zombie)) = read_stat(pid) else {
-            continue; // exited and reaped between the two reads
+                .filter_map(|p| p.parse::<i32>().ok())
+                .collect()
         };
-        stack.extend(children_of(pid));
-        out.push(sample(pid, start_ticks, cpu_ticks, zombie));
-    }
-    out
-}
-
-fn descendants_by_scan(root: i32) -> Vec<ProcessSample> {
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut parents: HashMap<i32, (i32, u64, u64, bool)> = HashMap::new();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
+        if threads == 1 {
+            return self
+                .text(pid, ProcFile::Children)
+                .map(|text| parse(&text))
+                .unwrap_or_default();
+        }
+        let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+            return Vec::new(); // gone since it was listed
         };
-        if let Some(stat) = read_stat(pid) {
-            parents.insert(pid, stat);
-        }
-    }
-    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
-    for (&pid, &(ppid, _, _, _)) in &parents {
-        children.entry(ppid).or_default().push(pid);
-    }
-    let mut out = Vec::new();
-    let mut stack = children.get(&root).cloned().unwrap_or_default();
-    while let Some(pid) = stack.pop() {
-        if let Some(kids) = children.get(&pid) {
-            stack.extend(kids);
-        }
-        let (_, start_ticks, cpu_ticks, zombie) = parents[&pid];
-        out.push(sample(pid, start_ticks, cpu_ticks, zombie));
-    }
-    out
-}
-
-/// Counters of specific pids (those a cgroup lists).
-pub fn samples_of(pids: &[i32]) -> Vec<ProcessSample> {
-    pids.iter()
-        .filter_map(|&pid| read_stat(pid).map(|(_, start, cpu, z)| sample(pid, start, cpu, z)))
-        .collect()
-}
-
-fn sample(pid: i32, start_ticks: u64, cpu_ticks: u64, zombie: bool) -> ProcessSample {
-    let mut sample = ProcessSample {
-        pid,
-        start_ticks,
-        cpu_ticks,
-        zombie,
-        ..Default::default()
-    };
-    if let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) {
-        for line in status.lines() {
-            let field = |prefix: &str| line.strip_prefix(prefix).map(kib_field);
-            if let Some(v) = field("VmRSS:") {
-                sample.rss_bytes = v;
-            } else if let Some(v) = field("VmHWM:") {
-                sample.hwm_bytes = v;
-            } else if let Some(v) = field("VmSize:") {
-                sample.vm_bytes = v;
-            } else if let Some(v) = field("VmSwap:") {
-                sample.swap_bytes = v;
+        let mut children = Vec::new();
+        for task in tasks.flatten() {
+            if let Ok(text) = fs::read_to_string(task.path().join("children")) {
+                children.extend(parse(&text));
             }
         }
+        children
     }
-    if let Ok(io) = fs::read_to_string(format!("/proc/{pid}/io")) {
-        for line in io.lines() {
-            if let Some(v) = line.strip_prefix("read_bytes:") {
-                sample.read_bytes = v.trim().parse().unwrap_or(0);
-            } else if let Some(v) = line.strip_prefix("write_bytes:") {
-                sample.write_bytes = v.trim().parse().unwrap_or(0);
+
+    fn descendants_by_children(&mut self, root: i32) -> Vec<ProcessSample> {
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        let root_threads = self.stat(root).map_or(0, |s| s.single_threads());
+        let mut stack = self.children_of(root, root_threads);
+        while let Some(pid) = stack.pop() {
+            if !seen.insert(pid) {
+                continue;
+            }
+            let Some(stat) = self.stat(pid) else {
+                continue; // exited and reaped between the two reads
+            };
+            stack.extend(self.children_of(pid, stat.single_threads()));
+            out.push(self.sample(pid, &stat));
+        }
+        out
+    }
+
+    fn descendants_by_scan(&mut self, root: i32) -> Vec<ProcessSample> {
+        let Ok(entries) = fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let mut stats: HashMap<i32, Stat> = HashMap::new();
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            // Every process on the node: read by path, not kept open.
+            if let Some(stat) = fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|text| parse_stat(&text))
+            {
+                stats.insert(pid, stat);
             }
         }
+        let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+        for (&pid, stat) in &stats {
+            children.entry(stat.ppid).or_default().push(pid);
+        }
+        let mut out = Vec::new();
+        let mut stack = children.get(&root).cloned().unwrap_or_default();
+        while let Some(pid) = stack.pop() {
+            if let Some(kids) = children.get(&pid) {
+                stack.extend(kids);
+            }
+            out.push(self.sample(pid, &stats[&pid]));
+        }
+        out
     }
-    sample
+
+    fn stat(&mut self, pid: i32) -> Option<Stat> {
+        parse_stat(&self.text(pid, ProcFile::Stat)?)
+    }
+
+    fn sample(&mut self, pid: i32, stat: &Stat) -> ProcessSample {
+        let mut sample = ProcessSample {
+            pid,
+            start_ticks: stat.start_ticks,
+            cpu_ticks: stat.cpu_ticks,
+            zombie: stat.zombie,
+            ..Default::default()
+        };
+        if let Some(status) = self.text(pid, ProcFile::Status) {
+            for line in status.lines() {
+                let field = |prefix: &str| line.strip_prefix(prefix).map(kib_field);
+                if let Some(v) = field("VmRSS:") {
+                    sample.rss_bytes = v;
+                } else if let Some(v) = field("VmHWM:") {
+                    sample.hwm_bytes = v;
+                } else if let Some(v) = field("VmSize:") {
+                    sample.vm_bytes = v;
+                } else if let Some(v) = field("VmSwap:") {
+                    sample.swap_bytes = v;
+                }
+            }
+        }
+        if let Some(io) = self.text(pid, ProcFile::Io) {
+            for line in io.lines() {
+                if let Some(v) = line.strip_prefix("read_bytes:") {
+                    sample.read_bytes = v.trim().parse().unwrap_or(0);
+                } else if let Some(v) = line.strip_prefix("write_bytes:") {
+                    sample.write_bytes = v.trim().parse().unwrap_or(0);
+                }
+            }
+        }
+        sample
+    }
+}
+
+impl Default for ProcFiles {
+    fn default() -> Self {
+        ProcFiles::new()
+    }
 }
 
 /// Memory only this process maps (smaps_rollup Private_Clean + Private_Dirty): for a process
@@ -177,19 +284,41 @@ fn kib_field(text: &str) -> u64 {
         * 1024
 }
 
-/// (ppid, start time, utime+stime) from /proc/PID/stat. The command name may hold spaces and
-/// parentheses, so fields are counted from the last ')'.
-fn read_stat(pid: i32) -> Option<(i32, u64, u64, bool)> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+/// What a sample needs of /proc/PID/stat.
+struct Stat {
+    ppid: i32,
+    start_ticks: u64,
+    /// utime + stime
+    cpu_ticks: u64,
+    threads: u64,
+    zombie: bool,
+}
+
+impl Stat {
+    /// 1 when the main thread is the only one, so it is the parent of every child; a
+    /// leader that exited before its other threads (a zombie leader) is not.
+    fn single_threads(&self) -> u64 {
+        if self.zombie {
+            0
+        } else {
+            self.threads
+        }
+    }
+}
+
+/// The command name may hold spaces and parentheses, so fields are counted from the last ')'.
+fn parse_stat(stat: &str) -> Option<Stat> {
     let after = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = after.split_whitespace().collect();
-    // after ')': state(0) ppid(1) ... utime(11) stime(12) ... starttime(19)
-    let ppid = fields.get(1)?.parse().ok()?;
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    let start: u64 = fields.get(19)?.parse().ok()?;
-    let zombie = fields.first() == Some(&"Z");
-    Some((ppid, start, utime + stime, zombie))
+    // after ')': state(0) ppid(1) ... utime(11) stime(12) ... num_threads(17) ... starttime(19)
+    let number = |index: usize| -> Option<u64> { fields.get(index)?.parse().ok() };
+    Some(Stat {
+        ppid: fields.get(1)?.parse().ok()?,
+        start_ticks: number(19)?,
+        cpu_ticks: number(11)? + number(12)?,
+        threads: number(17)?,
+        zombie: fields.first() == Some(&"Z"),
+    })
 }
 
 pub fn clock_ticks_per_second() -> u64 {
@@ -222,6 +351,40 @@ mod tests {
     }
 
     #[test]
+    fn kept_files_follow_a_process_until_it_is_reaped() {
+        let mut files = ProcFiles::new();
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 5 & wait"])
+            .spawn()
+            .unwrap();
+        let root = child.id() as i32;
+        let mut found = Vec::new();
+        for _ in 0..100 {
+            found = files.samples_of(&[root]);
+            found.extend(files.descendants(root));
+            if found.len() == 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(found.len(), 2, "the shell and its sleep: {found:?}");
+        let again = files.samples_of(&[root]);
+        assert_eq!(again[0].start_ticks, found[0].start_ticks);
+        assert!(
+            files.open.contains_key(&root),
+            "the shell's files are kept open"
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            files.samples_of(&[root]).is_empty(),
+            "a reaped process reads as gone"
+        );
+        files.retain(&HashSet::new());
+        assert!(files.open.is_empty());
+    }
+
+    #[test]
     fn following_children_files_finds_what_a_scan_finds() {
         if !has_children_files() {
             eprintln!("SKIP: this kernel has no /proc/PID/task/TID/children");
@@ -240,13 +403,13 @@ mod tests {
         };
         let mut by_children = Vec::new();
         for _ in 0..100 {
-            by_children = pids(descendants_by_children(root));
+            by_children = pids(ProcFiles::new().descendants_by_children(root));
             if by_children.len() >= 2 {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        let by_scan = pids(descendants_by_scan(root));
+        let by_scan = pids(ProcFiles::new().descendants_by_scan(root));
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(by_children.len(), 2, "{by_children:?}");

@@ -8,7 +8,7 @@ use std::sync::{Mutex, OnceLock};
 
 use anyhow::{bail, Context, Result};
 
-use super::files::{self, read_keyed, read_u64, write, Keyed};
+use super::files::{self, write, Counters};
 use super::{Backend, BackendKind, Enforced, Reading, Throttling};
 use crate::limits::Limits;
 
@@ -65,6 +65,7 @@ pub struct Cgroup1 {
     /// Every one of [`READ_CONTROLLERS`] -> the run's directory holding its files, if any.
     resolved: Vec<(&'static str, Option<PathBuf>)>,
     join: Vec<File>,
+    counters: Counters,
     enforced: Enforced,
     notes: Vec<String>,
     removed: bool,
@@ -99,6 +100,7 @@ impl Cgroup1 {
             dirs,
             resolved: Vec::new(),
             join: Vec::new(),
+            counters: Counters::default(),
             enforced: Enforced::default(),
             notes: Vec::new(),
             removed: false,
@@ -202,11 +204,12 @@ impl Backend for Cgroup1 {
     }
 
     fn read(&self) -> Reading {
+        let counters = &self.counters;
         let mut reading = Reading::default();
         if let Some(dir) = self.dir("memory") {
-            reading.memory_current = read_u64(&dir.join("memory.usage_in_bytes"));
-            reading.memory_peak = read_u64(&dir.join("memory.max_usage_in_bytes"));
-            if let Some(stat) = Keyed::read(&dir.join("memory.stat")) {
+            reading.memory_current = counters.u64(&dir.join("memory.usage_in_bytes"));
+            reading.memory_peak = counters.u64(&dir.join("memory.max_usage_in_bytes"));
+            if let Some(stat) = counters.keyed(&dir.join("memory.stat")) {
                 // total_* include descendant cgroups (a workload may create its own).
                 let total = |key: &str| stat.get(&format!("total_{key}")).or(stat.get(key));
                 reading.anon_bytes = total("rss");
@@ -217,12 +220,13 @@ impl Backend for Cgroup1 {
                 reading.unreclaimable_bytes =
                     Some(total("rss").unwrap_or(0) + total("shmem").unwrap_or(0));
             }
-            reading.oom_kills =
-                read_keyed(&dir.join("memory.oom_control"), "oom_kill").unwrap_or(0);
+            reading.oom_kills = counters
+                .keyed_value(&dir.join("memory.oom_control"), "oom_kill")
+                .unwrap_or(0);
         }
         if let Some(dir) = self.dir("cpuacct") {
-            reading.cpu_total_us = read_u64(&dir.join("cpuacct.usage")).map(|ns| ns / 1000);
-            if let Some(stat) = Keyed::read(&dir.join("cpuacct.stat")) {
+            reading.cpu_total_us = counters.u64(&dir.join("cpuacct.usage")).map(|ns| ns / 1000);
+            if let Some(stat) = counters.keyed(&dir.join("cpuacct.stat")) {
                 let ticks = crate::proctree::clock_ticks_per_second();
                 reading.cpu_user_us = stat.get("user").map(|t| t * 1_000_000 / ticks);
                 reading.cpu_system_us = stat.get("system").map(|t| t * 1_000_000 / ticks);
@@ -231,7 +235,7 @@ impl Backend for Cgroup1 {
         if self.enforced.cores {
             if let Some(stat) = self
                 .dir("cpu")
-                .and_then(|d| Keyed::read(&d.join("cpu.stat")))
+                .and_then(|d| counters.keyed(&d.join("cpu.stat")))
             {
                 reading.throttling = Some(Throttling {
                     periods: stat.get("nr_periods").unwrap_or(0),
@@ -241,13 +245,17 @@ impl Backend for Cgroup1 {
             }
         }
         if let Some(dir) = self.dir("pids") {
-            reading.pids_limit_hits = read_keyed(&dir.join("pids.events"), "max").unwrap_or(0);
+            reading.pids_limit_hits = counters
+                .keyed_value(&dir.join("pids.events"), "max")
+                .unwrap_or(0);
         }
         reading
     }
 
     fn pids(&self) -> Option<Vec<i32>> {
         let dir = self.dir("memory")?;
+        // Read by path: v1 keeps the pid list of an open descriptor for a second after its
+        // first read, so a kept one would miss the run's newest processes.
         Some(files::read_pids(&dir.join("cgroup.procs")))
     }
 
@@ -276,6 +284,7 @@ impl Backend for Cgroup1 {
             return Ok(());
         }
         self.join.clear();
+        self.counters.close_all();
         let mut errors = Vec::new();
         for (_, dir) in &self.dirs {
             if let Err(error) = files::remove_cgroup_dir(dir) {

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 
 use super::delegate;
-use super::files::{self, read_keyed, read_u64, write, Keyed};
+use super::files::{self, read_keyed, write, Counters};
 use super::{Backend, BackendKind, Enforced, Reading, Throttling};
 use crate::limits::Limits;
 
@@ -22,6 +22,7 @@ const CPU_PERIOD_US: u64 = 100_000;
 pub struct Cgroup2 {
     dir: PathBuf,
     join: Option<File>,
+    counters: Counters,
     controllers: Vec<String>,
     enforced: Enforced,
     notes: Vec<String>,
@@ -63,6 +64,7 @@ impl Cgroup2 {
         let mut cgroup = Cgroup2 {
             dir,
             join: None,
+            counters: Counters::default(),
             controllers,
             enforced: Enforced::default(),
             notes: placement.note.into_iter().collect(),
@@ -147,7 +149,8 @@ impl Backend for Cgroup2 {
 
     fn read(&self) -> Reading {
         let dir = &self.dir;
-        let cpu = Keyed::read(&dir.join("cpu.stat"));
+        let counters = &self.counters;
+        let cpu = counters.keyed(&dir.join("cpu.stat"));
         let cpu_key = |key: &str| cpu.as_ref().and_then(|s| s.get(key));
         let mut reading = Reading {
             cpu_total_us: cpu_key("usage_usec"),
@@ -163,9 +166,9 @@ impl Backend for Cgroup2 {
             });
         }
         if self.has("memory") {
-            reading.memory_current = read_u64(&dir.join("memory.current"));
-            reading.memory_peak = read_u64(&dir.join("memory.peak"));
-            if let Some(stat) = Keyed::read(&dir.join("memory.stat")) {
+            reading.memory_current = counters.u64(&dir.join("memory.current"));
+            reading.memory_peak = counters.u64(&dir.join("memory.peak"));
+            if let Some(stat) = counters.keyed(&dir.join("memory.stat")) {
                 reading.anon_bytes = stat.get("anon");
                 reading.file_bytes = stat.get("file");
                 // file includes shmem, which cannot be dropped; slab_reclaimable (dentries,
@@ -180,17 +183,21 @@ impl Backend for Cgroup2 {
                     "slab_unreclaimable",
                 ]);
             }
-            reading.swap_bytes = read_u64(&dir.join("memory.swap.current"));
-            reading.oom_kills = read_keyed(&dir.join("memory.events"), "oom_kill").unwrap_or(0);
+            reading.swap_bytes = counters.u64(&dir.join("memory.swap.current"));
+            reading.oom_kills = counters
+                .keyed_value(&dir.join("memory.events"), "oom_kill")
+                .unwrap_or(0);
         }
         if self.has("pids") {
-            reading.pids_limit_hits = read_keyed(&dir.join("pids.events"), "max").unwrap_or(0);
+            reading.pids_limit_hits = counters
+                .keyed_value(&dir.join("pids.events"), "max")
+                .unwrap_or(0);
         }
         reading
     }
 
     fn pids(&self) -> Option<Vec<i32>> {
-        Some(files::read_pids(&self.dir.join("cgroup.procs")))
+        Some(self.counters.pids(&self.dir.join("cgroup.procs")))
     }
 
     fn kill_all(&self) {
@@ -213,6 +220,7 @@ impl Backend for Cgroup2 {
             return Ok(());
         }
         self.join = None;
+        self.counters.close_all();
         files::remove_cgroup_dir(&self.dir)?;
         self.removed = true;
         Ok(())
@@ -252,6 +260,7 @@ mod tests {
         Cgroup2 {
             dir: dir.to_path_buf(),
             join: None,
+            counters: Counters::default(),
             controllers: vec!["memory".into(), "cpu".into()],
             enforced: Enforced {
                 cores: true,

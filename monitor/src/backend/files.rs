@@ -5,13 +5,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use crate::reread::KeptFiles;
+
 pub fn write(path: &Path, value: &str) -> Result<()> {
     fs::write(path, value)
         .with_context(|| format!("failed to write {value:?} to {}", path.display()))
-}
-
-pub fn read_u64(path: &Path) -> Option<u64> {
-    fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 /// `key value` lines (memory.stat, cpu.stat, memory.events, memory.oom_control).
@@ -46,8 +44,43 @@ impl Keyed {
 
 pub fn read_pids(path: &Path) -> Vec<i32> {
     fs::read_to_string(path)
-        .map(|text| text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .map(|text| parse_pids(&text))
         .unwrap_or_default()
+}
+
+fn parse_pids(text: &str) -> Vec<i32> {
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+/// A cgroup's counter files, read on every sample through descriptors kept open (see
+/// [`crate::reread`]).
+#[derive(Default)]
+pub struct Counters(KeptFiles);
+
+impl Counters {
+    pub fn u64(&self, path: &Path) -> Option<u64> {
+        self.0.read(path)?.trim().parse().ok()
+    }
+
+    pub fn keyed(&self, path: &Path) -> Option<Keyed> {
+        self.0.read(path).map(Keyed)
+    }
+
+    pub fn keyed_value(&self, path: &Path, key: &str) -> Option<u64> {
+        self.keyed(path)?.get(key)
+    }
+
+    pub fn pids(&self, path: &Path) -> Vec<i32> {
+        self.0
+            .read(path)
+            .map(|t| parse_pids(&t))
+            .unwrap_or_default()
+    }
+
+    /// Close the descriptors: the cgroup is about to be removed.
+    pub fn close_all(&self) {
+        self.0.close_all();
+    }
 }
 
 /// The mount point of a cgroup filesystem: `cgroup2`, or a v1 hierarchy with `controller`.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{self, Backend, BackendChoice, Reading};
 use crate::gpu::meter::{GpuMeter, GpuSample};
 use crate::limits::Limits;
-use crate::proctree::{self, ProcessSample};
+use crate::proctree::{self, ProcFiles, ProcessSample};
 use crate::report::{
     Cores, CpuThrottling, CpuTime, Exit, ExitKind, Memory, Report, Sampling, SeriesSample,
     REPORT_FORMAT,
@@ -79,6 +79,7 @@ pub struct RunMonitor {
     last_alive: HashSet<(i32, u64)>,
     escaped: BTreeMap<(i32, u64), String>,
     gpu: Option<GpuMeter>,
+    proc_files: ProcFiles,
 }
 
 impl RunMonitor {
@@ -116,6 +117,7 @@ impl RunMonitor {
             last_alive: HashSet::new(),
             escaped: BTreeMap::new(),
             gpu: None,
+            proc_files: ProcFiles::new(),
         })
     }
 
@@ -226,8 +228,12 @@ impl RunMonitor {
     /// leaves the cgroup (as root can) stays the run's: lfm is its subreaper, so it is still a
     /// descendant; it is measured from /proc, counted, killed with the tree and named.
     fn processes(&mut self) -> (Vec<ProcessSample>, Vec<ProcessSample>) {
-        let mut tree = self.tree();
+        let mut tree = self.proc_files.descendants(self.tree_root);
+        if self.root_included {
+            tree.extend(self.proc_files.samples_of(&[self.tree_root]));
+        }
         let Some(members) = self.backend.pids() else {
+            self.forget_gone(&tree);
             return (tree.clone(), tree);
         };
         let members: HashSet<i32> = members.into_iter().collect();
@@ -239,8 +245,15 @@ impl RunMonitor {
             .cloned()
             .collect();
         self.note_escapes(&outside);
-        tree.extend(proctree::samples_of(&strays));
+        tree.extend(self.proc_files.samples_of(&strays));
+        self.forget_gone(&tree);
         (tree, outside)
+    }
+
+    fn forget_gone(&mut self, alive: &[ProcessSample]) {
+        let mut alive: HashSet<i32> = alive.iter().map(|p| p.pid).collect();
+        alive.insert(self.tree_root);
+        self.proc_files.retain(&alive);
     }
 
     /// A process seen outside the cgroup in two samples in a row has left it (one sample
