@@ -54,6 +54,19 @@ fn lfm_parent(controller: &'static str) -> Option<PathBuf> {
     parent
 }
 
+/// Where the hierarchy holding `controller` is mounted, found once per process.
+fn hierarchy(controller: &'static str) -> Option<PathBuf> {
+    static MOUNTS: OnceLock<Mutex<HashMap<&'static str, Option<PathBuf>>>> = OnceLock::new();
+    let mut mounts = MOUNTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    mounts
+        .entry(controller)
+        .or_insert_with(|| files::mount_point("cgroup", Some(controller)))
+        .clone()
+}
+
 /// Controllers whose files a run may read, found once per run (co-mounted ones share a
 /// directory) rather than by a stat per file on every sample.
 const READ_CONTROLLERS: [&str; 6] = ["memory", "cpuacct", "cpu", "pids", "freezer", "blkio"];
@@ -124,25 +137,21 @@ impl Cgroup1 {
         Ok(cgroup)
     }
 
-    fn dir(&self, controller: &str) -> Option<&Path> {
+    fn dir(&self, controller: &'static str) -> Option<&Path> {
         match self.resolved.iter().find(|(c, _)| *c == controller) {
             Some((_, dir)) => dir.as_deref(),
             None => self.find_dir(controller),
         }
     }
 
-    fn find_dir(&self, controller: &str) -> Option<&Path> {
-        // co-mounted controllers share one directory: find the hierarchy that has the files.
+    fn find_dir(&self, controller: &'static str) -> Option<&Path> {
+        // Co-mounted controllers share one directory: the run's directory in the hierarchy
+        // mounted with this controller, whichever controller it was created for.
+        let mount = hierarchy(controller)?;
         self.dirs
             .iter()
-            .find(|(c, _)| *c == controller)
             .map(|(_, d)| d.as_path())
-            .or_else(|| {
-                self.dirs.iter().map(|(_, d)| d.as_path()).find(|d| {
-                    d.join(format!("{controller}.stat")).exists()
-                        || d.join(format!("{controller}.usage")).exists()
-                })
-            })
+            .find(|d| d.starts_with(&mount))
     }
 
     fn apply(&mut self, limits: &Limits) -> Result<()> {
