@@ -90,8 +90,11 @@ def own_cpu(pid):
 def children(pid):
     found = []
     for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as listed:
-            found += [int(p) for p in listed.read().split()]
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as listed:
+                found += [int(p) for p in listed.read().split()]
+        except FileNotFoundError:
+            pass  # a thread that ended since it was listed
     return found
 
 
