@@ -19,12 +19,13 @@ import time
 
 LFM, BACKEND = sys.argv[1], sys.argv[2]
 CALLS, CLIENTS, WARM = int(os.environ.get("CALLS", "60")), int(os.environ.get("CLIENTS", "1")), 3
+SLEEP = float(os.environ.get("SLEEP", "0.1"))
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAILURES = []
 
 
 def client(path, rows):
-    args = base64.b64encode(pickle.dumps(((0.1,), {}))).decode()
+    args = base64.b64encode(pickle.dumps(((SLEEP,), {}))).decode()
     request = json.dumps({"id": 1, "function": "serve_fns.py:stamped_sleep", "args_pickle": args,
                           "result": "pickle"}) + "\n"
     with socket.socket(socket.AF_UNIX) as sock:
@@ -70,7 +71,7 @@ def main():
         raise SystemExit(f"{BACKEND}: " + "; ".join(FAILURES))
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     m = [1e3 * statistics.median(column) for column in zip(*rows)]
-    print(f"{BACKEND}, {CLIENTS} client(s), median of {len(rows)} calls of a 100 ms sleep: sent -> start "
+    print(f"{BACKEND}, {CLIENTS} client(s), median of {len(rows)} calls of a {SLEEP * 1e3:g} ms sleep: sent -> start "
           f"{m[0]:.1f} | start -> function {m[1]:.1f} | return -> end {m[2]:.1f} | end -> reply "
           f"{m[3]:.1f} | round trip {m[4]:.1f} ms")
     calls = CLIENTS * (CALLS + WARM)

@@ -785,6 +785,43 @@ fn idle_timeout_needs_a_socket() {
     assert_eq!(output.status.code(), Some(2));
 }
 
+/// The next call's spare is made once a call runs, not as it starts (it would take the CPU the
+/// call needs to start): a spare waits beside a long call before it ends.
+#[test]
+fn a_spare_is_made_while_a_long_call_runs() {
+    for setup in setups() {
+        let name = setup.name;
+        let mut server = setup.start(&["--preload", "faults"]);
+        let server_pid = server.child.id() as i32;
+        server.send(&call("first", "add", json!([1, 2]), json!({})));
+        assert_eq!(server.reply()["ok"], true, "{name}");
+        let marker = setup.dir.path().join("long.pid");
+        let args = json!([marker, 2.0]);
+        server.send(&call("long", "pid_then_sleep", args, json!({})));
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !marker.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let zygote = children_of(server_pid)[0];
+        let mut children = children_of(zygote);
+        while children.len() < 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            children = children_of(zygote);
+        }
+        assert!(marker.exists(), "{name}: the long call never started");
+        assert_eq!(
+            children.len(),
+            2,
+            "{name}: the call and a spare: {children:?}"
+        );
+        let reply = server.reply();
+        assert_eq!(reply["ok"], true, "{name}: {reply}");
+        drop(server.child.stdin.take());
+        assert!(server.child.wait().unwrap().success(), "{name}");
+        assert_no_leftovers(&setup);
+    }
+}
+
 /// Between calls the zygote holds spare children set up for the last call's limits. A call
 /// with other limits must not run in one (its cgroup and rlimits were set for those), and a
 /// spare killed from outside is replaced, never handed a call.

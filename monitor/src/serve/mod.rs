@@ -100,6 +100,10 @@ pub struct Server {
     retired: Vec<spare::Spare>,
     /// The limits of the last call started: a spare is made for them.
     last_limits: Option<Limits>,
+    /// When the last call was handed to its child: the next spare waits for it to be running.
+    last_start: Option<Instant>,
+    /// How long the last call that ended ran.
+    last_wall: Option<Duration>,
     aftermath: Vec<Aftermath>,
     janitor: janitor::Janitor,
 }
@@ -133,6 +137,8 @@ impl Server {
             janitor,
             retired: Vec::new(),
             last_limits: None,
+            last_start: None,
+            last_wall: None,
         })
     }
 
@@ -252,6 +258,7 @@ impl Server {
                 self.restart_zygote();
             }
             self.last_limits = Some(spec.limits.clone());
+            self.last_start = Some(Instant::now());
             let Some((spec, gpus)) = self.start_in_spare(spec, gpus) else {
                 continue;
             };
@@ -412,6 +419,7 @@ impl Server {
         // Nothing the call started outlives it: killed now, and waited for (before its cgroup
         // is removed) by the janitor, since the child may still be exiting ("done").
         running.monitor.signal(libc::SIGKILL);
+        self.last_wall = Some(running.monitor.elapsed());
         let outcome = crate::outcome::read(&running.dir.join("outcome.json"));
         let ending = Ending {
             status: Some(status),
@@ -456,9 +464,22 @@ impl Server {
             }
             self.janitor.remove(Some(done.cgroup), done.dir);
         }
-        if spare {
+        if spare && !self.call_starting() {
             self.prepare_spare();
         }
+    }
+
+    /// A call was just handed to its child: making the next spare now (the zygote's fork, the
+    /// cgroup's creation) would take the CPU the call needs to start, on a small node as its
+    /// previous child's exit also does. The spare is made once the call runs (at its first
+    /// sample) or has ended; at once when calls end sooner than that (the next one would find
+    /// no spare ready).
+    fn call_starting(&self) -> bool {
+        const STARTING: Duration = Duration::from_millis(5);
+        let short_calls = self.last_wall.is_some_and(|wall| wall < 2 * STARTING);
+        !short_calls
+            && !self.running.is_empty()
+            && self.last_start.is_some_and(|t| t.elapsed() < STARTING)
     }
 
     /// Every in-flight call fails with the reason; the next call starts a fresh zygote.
