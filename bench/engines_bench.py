@@ -18,7 +18,7 @@ sys.path.insert(0, HERE)
 
 import engines_fns  # noqa: E402
 
-WORKERS = 2
+WORKERS = int(os.environ.get("WORKERS", "2"))
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 TASKS = {"noop": int(os.environ.get("NOOP_TASKS", "400")),
          "100 ms": int(os.environ.get("SLEEP_TASKS", "60"))}
