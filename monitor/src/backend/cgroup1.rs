@@ -42,7 +42,7 @@ fn lfm_parent(controller: &'static str) -> Option<PathBuf> {
             return Some(parent.clone());
         }
     }
-    let parent = files::mount_point("cgroup", Some(controller)).map(|mount| {
+    let parent = hierarchy(controller).map(|mount| {
         let own = files::own_cgroup(Some(controller)).unwrap_or_else(|| "/".to_string());
         mount.join(own.trim_start_matches('/')).join("lfm")
     });
