@@ -35,6 +35,7 @@ import socket
 import sys
 
 from . import call as calls
+from . import imports
 from . import target as targets
 
 MAX_MESSAGE = 1 << 16
@@ -247,6 +248,7 @@ def fork_call(message, fds, control, selector, wakeup, spares, dones):
     done_read, done_write = ours.detach(), theirs.detach()
     sys.stdout.flush()
     sys.stderr.flush()
+    imports.loaded_before()  # taken here, so the child's import log does not copy it
     pid = os.fork()
     if pid == 0:
         selector.close()
