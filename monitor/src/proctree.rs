@@ -342,12 +342,25 @@ mod tests {
             .spawn()
             .unwrap();
         let me = std::process::id() as i32;
-        let found = descendants(me);
-        assert!(found
-            .iter()
-            .any(|p| p.pid == child.id() as i32 && p.start_ticks > 0));
+        let wanted = child.id() as i32;
+        // Other tests of this process start and end threads meanwhile: look a few times, and
+        // say what was seen if it never shows.
+        let mut found = Vec::new();
+        for _ in 0..50 {
+            found = descendants(me);
+            if found.iter().any(|p| p.pid == wanted) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let stat = fs::read_to_string(format!("/proc/{me}/stat")).unwrap_or_default();
         child.kill().unwrap();
         child.wait().unwrap();
+        let seen: Vec<(i32, u64)> = found.iter().map(|p| (p.pid, p.start_ticks)).collect();
+        assert!(
+            found.iter().any(|p| p.pid == wanted && p.start_ticks > 0),
+            "child {wanted} not among {seen:?}; this process: {stat}"
+        );
     }
 
     #[test]
