@@ -32,6 +32,11 @@ pub fn descendants(root: i32) -> Vec<ProcessSample> {
     ProcFiles::by_path().descendants(root)
 }
 
+/// `root`'s descendants, and `root` itself when `with_root`.
+pub fn tree(root: i32, with_root: bool) -> Vec<ProcessSample> {
+    ProcFiles::by_path().tree(root, with_root)
+}
+
 /// Counters of specific pids (those a cgroup lists).
 pub fn samples_of(pids: &[i32]) -> Vec<ProcessSample> {
     ProcFiles::by_path().samples_of(pids)
@@ -120,10 +125,22 @@ impl ProcFiles {
 
     /// Every live descendant of `root` (not `root` itself), with its counters.
     pub fn descendants(&mut self, root: i32) -> Vec<ProcessSample> {
-        if has_children_files() {
-            return self.descendants_by_children(root);
+        self.tree(root, false)
+    }
+
+    /// `root`'s descendants, and `root` itself last when `with_root` (its stat read once).
+    pub fn tree(&mut self, root: i32, with_root: bool) -> Vec<ProcessSample> {
+        let root_stat = self.stat(root);
+        let mut tree = if has_children_files() {
+            let threads = root_stat.as_ref().map_or(0, Stat::single_threads);
+            self.descendants_by_children(root, threads)
+        } else {
+            self.descendants_by_scan(root)
+        };
+        if let (true, Some(stat)) = (with_root, root_stat) {
+            tree.push(self.sample(root, &stat));
         }
-        self.descendants_by_scan(root)
+        tree
     }
 
     /// Counters of specific pids (those a cgroup lists).
@@ -161,10 +178,9 @@ impl ProcFiles {
         children
     }
 
-    fn descendants_by_children(&mut self, root: i32) -> Vec<ProcessSample> {
+    fn descendants_by_children(&mut self, root: i32, root_threads: u64) -> Vec<ProcessSample> {
         let mut out = Vec::new();
         let mut seen = HashSet::new();
-        let root_threads = self.stat(root).map_or(0, |s| s.single_threads());
         let mut stack = self.children_of(root, root_threads);
         while let Some(pid) = stack.pop() {
             if !seen.insert(pid) {
@@ -416,7 +432,7 @@ mod tests {
         };
         let mut by_children = Vec::new();
         for _ in 0..100 {
-            by_children = pids(ProcFiles::new().descendants_by_children(root));
+            by_children = pids(ProcFiles::new().descendants(root));
             if by_children.len() >= 2 {
                 break;
             }

@@ -228,10 +228,7 @@ impl RunMonitor {
     /// leaves the cgroup (as root can) stays the run's: lfm is its subreaper, so it is still a
     /// descendant; it is measured from /proc, counted, killed with the tree and named.
     fn processes(&mut self) -> (Vec<ProcessSample>, Vec<ProcessSample>) {
-        let mut tree = self.proc_files.descendants(self.tree_root);
-        if self.root_included {
-            tree.extend(self.proc_files.samples_of(&[self.tree_root]));
-        }
+        let mut tree = self.proc_files.tree(self.tree_root, self.root_included);
         let Some(members) = self.backend.pids() else {
             self.forget_gone(&tree);
             return (tree.clone(), tree);
@@ -268,16 +265,11 @@ impl RunMonitor {
         self.outside_once = now;
     }
 
-    fn tree(&self) -> Vec<ProcessSample> {
-        let mut tree = proctree::descendants(self.tree_root);
-        if self.root_included {
-            tree.extend(proctree::samples_of(&[self.tree_root]));
-        }
-        tree
-    }
-
     fn tree_pids(&self) -> Vec<i32> {
-        self.tree().iter().map(|p| p.pid).collect()
+        proctree::tree(self.tree_root, self.root_included)
+            .iter()
+            .map(|p| p.pid)
+            .collect()
     }
 
     fn cpu_now(&self, reading: &Reading, processes: &[ProcessSample]) -> f64 {
