@@ -2,7 +2,8 @@
 # Per-task overhead of lfm inside Parsl HTEX (LfmHighThroughputExecutor vs HighThroughputExecutor)
 # and Dask (LfmPlugin's "lfm" executor vs the worker's threads), on noop and 100 ms tasks,
 # 2 workers, in one run. Usage: bash bench/engines.sh   (from the repository root;
-# ROUNDS, NOOP_TASKS, SLEEP_TASKS, WORKERS to change the counts)
+# ROUNDS, NOOP_TASKS, SLEEP_TASKS, WORKERS to change the counts, 0 tasks to skip a kind;
+# ENGINES="parsl" or "dask" for one engine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=target/bench-venv-engines

@@ -22,7 +22,9 @@ WORKERS = int(os.environ.get("WORKERS", "2"))
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 TASKS = {"noop": int(os.environ.get("NOOP_TASKS", "400")),
          "100 ms": int(os.environ.get("SLEEP_TASKS", "60"))}
+TASKS = {kind: n for kind, n in TASKS.items() if n > 0}
 FUNCTIONS = {"noop": engines_fns.noop, "100 ms": engines_fns.sleep100}
+ENGINES = os.environ.get("ENGINES", "parsl dask").split()
 
 
 @contextlib.contextmanager
@@ -95,6 +97,8 @@ def main():
     print(f"{'engine':8} {'task':7} {'tasks':>5} {'plain s':>8} {'lfm s':>8} "
           f"{'plain/task':>11} {'lfm/task':>9} {'overhead/task':>14} {'overhead':>9}")
     for engine, ways in (("parsl", parsl_ways), ("dask", dask_ways)):
+        if engine not in ENGINES:
+            continue
         with ways() as submits:
             medians = measure(submits)
         for kind, tasks in TASKS.items():
