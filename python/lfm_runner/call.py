@@ -143,8 +143,10 @@ def write_exception(path, error):
     write_atomically(path, data)
 
 
-def run(request):
-    """Run the call a request describes; write and return its outcome (also on exceptions)."""
+def execute(request, import_log_fd=None):
+    """Run the call a request describes: (outcome, the value's bytes or None). The pickled
+    exception, if the caller wants it, is written here; the outcome and value are not.
+    `import_log_fd`: the import log, opened already (a spare opens it before its call)."""
     log = None
     if request.get("import_log"):
         from . import imports
@@ -152,14 +154,25 @@ def run(request):
         if request["target"].get("mode") == "slice":
             import ast  # noqa: F401 - the runner's own, for slicing: not the call's import
 
-        log = imports.start(request["import_log"])
+        log = imports.start(request["import_log"], import_log_fd)
     outcome, data, error = headroom.run(call_function, request, log)
-    if data is not None:
-        write_atomically(request["result_file"], data)
     if error is not None and request.get("exception_file"):
         write_exception(request["exception_file"], error)
     outcome["io"] = own_io()
+    return outcome, data
+
+
+def write_outcome(request, outcome, data):
+    """The value's file first, then the outcome's: an outcome names a complete value."""
+    if data is not None:
+        write_atomically(request["result_file"], data)
     write_atomically(request["outcome_file"], json.dumps(outcome).encode())
+
+
+def run(request):
+    """Run the call a request describes; write and return its outcome (also on exceptions)."""
+    outcome, data = execute(request)
+    write_outcome(request, outcome, data)
     return outcome
 
 

@@ -158,9 +158,15 @@ def loaded_before():
     return _snapshot[1]
 
 
-def start(path):
-    """Log every later import to `path` (appended to, created 0600)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+def open_log(path):
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+
+
+def start(path, fd=None):
+    """Log every later import to `path` (appended to, created 0600), or to `fd` when the
+    caller opened it already."""
+    if fd is None:
+        fd = open_log(path)
     log = ImportLog(fd, loaded_before())
     sys.meta_path.insert(0, log)
     builtins.__import__ = log.import_

@@ -3,19 +3,26 @@
 lfm starts it with a control socket (SOCK_SEQPACKET) on the fd its config names. Messages are
 JSON; lfm sends `{"op": "call", "id": N, "request": PATH, "dir": DIR, "rlimits": [...]}` with
 the call's `cgroup.procs` descriptors attached (SCM_RIGHTS), and `{"op": "exit"}`. The zygote
-answers `{"op": "ready"}` once, then `{"op": "started", "id", "pid"}` for every fork,
-`{"op": "done", "id", "pid", "user", "system"}` when a child has run its call (its outcome
-written, its output flushed, its CPU time so far) and is about to exit, and
+answers `{"op": "ready"}` once, then `{"op": "started", "id", "pid"}` for every fork, and
 `{"op": "exited", "id", "pid", "status", "user", "system", "maxrss"}` when a child is reaped.
-`done` comes first because a forked child's exit unmaps the zygote's whole address space,
-which takes ~1.5 ms for a 10 MB zygote and ~6 ms for 100 MB: no reply needs to wait for it.
-A child that dies (a limit, a signal) sends no `done`.
+
+`started` carries the read end of the child's `done` socket (SOCK_SEQPACKET): lfm itself hears
+the call end there, without the zygote in between. The child sends one message once its call
+has run, `{"user", "system"}` (its CPU time so far) plus, when they fit in one message, the
+outcome and the value (`"outcome": {...}, "result": BASE64`); otherwise it wrote them to the
+request's files first. It then waits for lfm to close its end before it exits: a forked
+child's exit unmaps the zygote's whole address space (~1.5 ms for a 10 MB zygote, ~6 ms for
+100 MB), which no reply needs to wait for, and the exit's CPU is better spent after lfm has
+its message. A child that dies (a limit, a signal) sends nothing; lfm reads end-of-file.
 
 A spare is a call forked before its request exists: `{"op": "spare", "id", "dir", "rlimits"}`
-(with descriptors) forks a child that does all of a call's setup, cgroups included, then waits;
-`{"op": "go", "id", "request": PATH}` hands it the request, `{"op": "drop", "id"}` sends it away. Joining a cgroup v1 costs the child
-an RCU grace period (~10 ms), which a spare pays between calls instead of during one. A spare
-whose zygote dies reads end-of-file and leaves without running anything.
+(with descriptors) forks a child that does all of a call's setup, cgroups included, then waits
+on a pipe whose write end comes to lfm with `started` (after the done socket). lfm writes the
+request there (`{"request": {...}}`, or `{"request_path": PATH}` when it does not fit the pipe)
+and closes it; closing it without writing sends the spare away, and so does lfm's end. Joining
+a cgroup v1 costs the child an RCU grace period (~10 ms), which a spare pays between calls
+instead of during one. `{"op": "remember", "target": {...}}` tells the zygote what a call ran,
+so that it compiles the function's slice once for the calls after it.
 
 A child puts itself into the call's cgroups before any user code runs (writing its pid to each
 descriptor lfm opened, checking every write), leaves the zygote's state behind (signals, fds,
@@ -39,6 +46,8 @@ from . import imports
 from . import target as targets
 
 MAX_MESSAGE = 1 << 16
+# A done message with the outcome and value in it stays below what lfm reads at once.
+MAX_DONE = 60_000
 EXIT_CGROUP_JOIN_FAILED = 97
 EXIT_CHILD_SETUP_FAILED = 98
 
@@ -94,7 +103,7 @@ def reseed():
 
 def child(message, fds, control, done, go=None):
     """In the forked child: never returns. `done`: the socket to say the call is over on; `go`: a
-    spare's pipe, the request's path comes on it."""
+    spare's pipe, the request comes on it."""
     code = EXIT_CHILD_SETUP_FAILED
     try:
         try:
@@ -117,16 +126,25 @@ def child(message, fds, control, done, go=None):
         os.chdir(os.path.join(directory, "sandbox"))
         reseed()
         gc.enable()
-        path = message["request"] if go is None else wait_for_go(go)
-        with open(path) as handle:
-            request = json.load(handle)
+        log_path, log_fd = None, None
+        if go is None:
+            with open(message["request"]) as handle:
+                request = json.load(handle)
+        else:
+            # The spare's own files are made now, not once its call has come.
+            log_path = os.path.join(directory, "imports.log")
+            log_fd = imports.open_log(log_path)
+            request = wait_for_go(go)
+        if request.get("import_log") != log_path and log_fd is not None:
+            os.close(log_fd)
+            log_fd = None
         # The call's own devices (CUDA_VISIBLE_DEVICES): CUDA reads it when user code first
         # initialises it, which is after this (the zygote must not initialise CUDA itself).
         os.environ.update(request.get("env") or {})
-        calls.run(request)
+        outcome, data = calls.execute(request, log_fd)
         sys.stdout.flush()
         sys.stderr.flush()
-        say_done(done)
+        say_done(done, request, outcome, data)
         code = 0
     except BaseException as error:  # noqa: BLE001 - report anything, then leave
         try:
@@ -141,37 +159,35 @@ def child(message, fds, control, done, go=None):
             os._exit(code)
 
 
-def say_done(done):
+def say_done(done, request, outcome, data):
     """The call is over: its CPU time (its own and its reaped children's, as wait4 would count
-    it) on the `done` pipe; the zygote passes it on while this process exits."""
+    it), with the outcome and value when they fit in the message (else in their files)."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     usage = {"user": own.ru_utime + children.ru_utime, "system": own.ru_stime + children.ru_stime}
-    try:
-        os.write(done, json.dumps(usage).encode())
-        # Exit once the zygote has passed it on (it closes its end): exiting at once would
-        # keep this CPU until the exit is over, and the zygote, woken on it, waiting.
-        os.read(done, 1)
-    except OSError:
-        pass  # the zygote is gone: the exit is all lfm will see
+    message = None
+    if data is None or len(data) < MAX_DONE:
+        whole = dict(usage, outcome=outcome)
+        if data is not None:
+            import base64
 
-
-def relay_done(control, fd, selector, dones):
-    """A child's word that its call is over (nothing: it died first, and its exit says how)."""
-    call_id, pid = dones.pop(fd)
+            whole["result"] = base64.b64encode(data).decode("ascii")
+        message = json.dumps(whole).encode()
+    if message is None or len(message) > MAX_DONE:
+        calls.write_outcome(request, outcome, data)
+        message = json.dumps(usage).encode()
     try:
-        data = os.read(fd, 4096)
+        done.send(message)
+        # Exit once lfm has it (it closes its end): exiting at once would keep this CPU
+        # until the exit is over, with lfm woken on it and waiting.
+        done.recv(1)
     except OSError:
-        data = b""
-    selector.unregister(fd)
-    if data:
-        send(control, {"op": "done", "id": call_id, "pid": pid, **json.loads(data)})
-    os.close(fd)
+        pass  # lfm is gone: nobody waits for the call
 
 
 def wait_for_go(go):
-    """The request's path, once lfm has one for this spare; none (the zygote died, or lfm
-    dropped the spare): leave quietly."""
+    """The request, once lfm has one for this spare; none (lfm dropped the spare, or is
+    gone): leave quietly."""
     data = b""
     while True:
         chunk = os.read(go, 1 << 16)
@@ -181,7 +197,11 @@ def wait_for_go(go):
     os.close(go)
     if not data:
         os._exit(0)
-    return json.loads(data)["request"]
+    handed = json.loads(data)
+    if "request_path" in handed:
+        with open(handed["request_path"]) as handle:
+            return json.load(handle)
+    return handed["request"]
 
 
 def reap(control, running):
@@ -209,13 +229,8 @@ def serve(control):
     selector.register(control, selectors.EVENT_READ, "control")
     selector.register(wakeup_read, selectors.EVENT_READ, "child")
     running = {}
-    spares = {}  # id -> the write end of the spare's pipe
-    dones = {}  # the read end of a child's done pipe -> (id, pid)
     while True:
         for key, _ in selector.select():
-            if key.data == "done":
-                relay_done(control, key.fd, selector, dones)
-                continue
             if key.data == "child":
                 while True:
                     try:
@@ -228,59 +243,44 @@ def serve(control):
             message, fds = receive(control)
             if message is None or message.get("op") == "exit":
                 return 0
-            if message.get("op") in ("go", "drop"):
-                go(spares, message)
+            if message.get("op") == "remember":
                 targets.remember(message.get("target"))
                 continue
-            pid = fork_call(message, fds, control, selector, (wakeup_read, wakeup_write), spares, dones)
+            pid = fork_call(message, fds, control, selector, (wakeup_read, wakeup_write))
             running[pid] = message["id"]
-            send(control, {"op": "started", "id": message["id"], "pid": pid})
             targets.remember(message.get("target"))
         reap(control, running)
 
 
-def fork_call(message, fds, control, selector, wakeup, spares, dones):
-    """Fork the child of a call (`op` call) or of a spare (`op` spare); the child's pid."""
-    go_read = None
+def fork_call(message, fds, control, selector, wakeup):
+    """Fork the child of a call (`op` call) or of a spare (`op` spare), and tell lfm (handing it
+    the child's done socket, and a spare's go pipe); the child's pid."""
+    go_read = go_write = None
     if message.get("op") == "spare":
         go_read, go_write = os.pipe()
-    ours, theirs = socket.socketpair()
-    done_read, done_write = ours.detach(), theirs.detach()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     sys.stdout.flush()
     sys.stderr.flush()
     imports.loaded_before()  # taken here, so the child's import log does not copy it
     pid = os.fork()
     if pid == 0:
         selector.close()
-        for fd in wakeup + tuple(spares.values()) + tuple(dones) + (done_read,):
+        for fd in wakeup:
             os.close(fd)
-        if go_read is not None:
+        ours.close()
+        if go_write is not None:
             os.close(go_write)
-        child(message, fds, control, done_write, go_read)
-    os.close(done_write)
-    dones[done_read] = (message["id"], pid)
-    selector.register(done_read, selectors.EVENT_READ, "done")
+        child(message, fds, control, theirs, go_read)
+    theirs.close()
+    handed = [ours.fileno()] + ([go_write] if go_write is not None else [])
+    socket.send_fds(control, [json.dumps({"op": "started", "id": message["id"], "pid": pid}).encode()], handed)
+    ours.close()
     for fd in fds:
         os.close(fd)
     if go_read is not None:
         os.close(go_read)
-        spares[message["id"]] = go_write
+        os.close(go_write)
     return pid
-
-
-def go(spares, message):
-    """Hand a spare its request (`go`), or send it away (`drop`: it exits without running
-    anything); an unknown id (a spare already gone) is ignored."""
-    write_end = spares.pop(message.get("id"), None)
-    if write_end is None:
-        return
-    try:
-        if message["op"] == "go":
-            os.write(write_end, json.dumps({"request": message["request"]}).encode())
-    except OSError:
-        pass  # the spare died: its exit reports the call
-    finally:
-        os.close(write_end)
 
 
 def main(config_path):

@@ -1,4 +1,5 @@
 """The zygote's control protocol over a real socketpair (lfm_runner.zygote)."""
+import base64
 import json
 import os
 import socket
@@ -22,6 +23,30 @@ def message(sock):
     return json.loads(sock.recv(1 << 16))
 
 
+def started(sock):
+    """The `started` message and the descriptors it hands over: the child's done socket, and a
+    spare's go pipe."""
+    data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 4)
+    return json.loads(data), fds
+
+
+def done_of(fd):
+    """What the child says on its done socket once its call has run (None: it died first)."""
+    with socket.socket(fileno=os.dup(fd)) as done:
+        data = done.recv(1 << 16)
+    return json.loads(data) if data else None
+
+
+def done_of_now(fd):
+    """Like done_of, without waiting: None when the child has said nothing yet."""
+    try:
+        with socket.socket(fileno=os.dup(fd)) as done:
+            data = done.recv(1 << 16, socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return None
+    return json.loads(data) if data else None
+
+
 def call_request(tmp_path, name, body):
     (tmp_path / "work.py").write_text(body)
     directory = tmp_path / name
@@ -33,24 +58,45 @@ def call_request(tmp_path, name, body):
         "outcome_file": str(directory / "outcome.json"),
     }
     (directory / "request.json").write_text(json.dumps(request))
-    return {"op": "call", "id": 7, "request": str(directory / "request.json"), "dir": str(directory)}
+    return {"op": "call", "id": 7, "request": str(directory / "request.json"), "dir": str(directory)}, request
 
 
 def test_a_call_is_forked_run_in_its_sandbox_and_reaped(tmp_path):
     process, sock = start(tmp_path)
     assert message(sock)["op"] == "ready"
     body = "import os\ndef f():\n    print('out')\n    return os.getcwd()\n"
-    sock.send(json.dumps(call_request(tmp_path, "c1", body)).encode())
-    started = message(sock)
-    assert started["op"] == "started" and started["id"] == 7
-    # "done" comes before the exit, and by then the call's files are complete.
-    done = message(sock)
-    assert done["op"] == "done" and done["id"] == 7 and done["pid"] == started["pid"]
-    assert done["user"] >= 0 and done["system"] >= 0
-    assert json.loads((tmp_path / "c1" / "result").read_text()) == str(tmp_path / "c1" / "sandbox")
+    call, _ = call_request(tmp_path, "c1", body)
+    sock.send(json.dumps(call).encode())
+    info, (done,) = started(sock)
+    assert info["op"] == "started" and info["id"] == 7
+    # The child says its call is over before it exits: its CPU, outcome and value.
+    said = done_of(done)
+    assert said["user"] >= 0 and said["system"] >= 0 and said["outcome"]["ok"] is True
+    assert json.loads(base64.b64decode(said["result"])) == str(tmp_path / "c1" / "sandbox")
+    assert not (tmp_path / "c1" / "result").exists() and not (tmp_path / "c1" / "outcome.json").exists()
     assert (tmp_path / "c1" / "stdout").read_text() == "out\n"
+    # It waits for lfm to close its end before it exits.
+    time.sleep(0.1)
+    assert open(f"/proc/{info['pid']}/stat").read().split()[2] != "Z"
+    os.close(done)
     exited = message(sock)
-    assert exited["op"] == "exited" and exited["pid"] == started["pid"] and exited["status"] == 0
+    assert exited["op"] == "exited" and exited["pid"] == info["pid"] and exited["status"] == 0
+    sock.send(b'{"op": "exit"}')
+    assert process.wait(10) == 0
+
+
+def test_a_value_too_large_for_the_done_message_goes_to_the_files_first(tmp_path):
+    process, sock = start(tmp_path)
+    assert message(sock)["op"] == "ready"
+    call, _ = call_request(tmp_path, "big", "def f():\n    return 'x' * 100000\n")
+    sock.send(json.dumps(call).encode())
+    _, (done,) = started(sock)
+    said = done_of(done)
+    assert "outcome" not in said and "result" not in said and said["user"] >= 0
+    assert json.loads((tmp_path / "big" / "result").read_text()) == "x" * 100000
+    assert json.loads((tmp_path / "big" / "outcome.json").read_text())["ok"] is True
+    os.close(done)
+    assert message(sock)["status"] == 0
     sock.send(b'{"op": "exit"}')
     assert process.wait(10) == 0
 
@@ -59,8 +105,11 @@ def test_a_call_that_dies_says_nothing_before_its_exit(tmp_path):
     process, sock = start(tmp_path)
     assert message(sock)["op"] == "ready"
     body = "import os, signal\ndef f():\n    os.kill(os.getpid(), signal.SIGKILL)\n"
-    sock.send(json.dumps(call_request(tmp_path, "k1", body)).encode())
-    assert message(sock)["op"] == "started"
+    call, _ = call_request(tmp_path, "k1", body)
+    sock.send(json.dumps(call).encode())
+    _, (done,) = started(sock)
+    assert done_of(done) is None
+    os.close(done)
     exited = message(sock)
     assert exited["op"] == "exited" and os.WTERMSIG(exited["status"]) == 9
     sock.send(b'{"op": "exit"}')
@@ -71,11 +120,12 @@ def test_a_child_that_cannot_join_its_cgroup_never_runs_user_code(tmp_path):
     process, sock = start(tmp_path)
     assert message(sock)["op"] == "ready"
     read_only = os.open(os.devnull, os.O_RDONLY)
-    request = call_request(tmp_path, "c2", "def f():\n    open('ran', 'w')\n")
-    socket.send_fds(sock, [json.dumps(request).encode()], [read_only])
+    call, _ = call_request(tmp_path, "c2", "def f():\n    open('ran', 'w')\n")
+    socket.send_fds(sock, [json.dumps(call).encode()], [read_only])
     os.close(read_only)
-    assert message(sock)["op"] == "started"
-    exited = message(sock)  # no "done": the call never ran
+    _, (done,) = started(sock)
+    assert done_of(done) is None  # the call never ran
+    exited = message(sock)
     assert exited["op"] == "exited" and os.WEXITSTATUS(exited["status"]) == 97
     assert not (tmp_path / "c2" / "sandbox" / "ran").exists()
     sock.close()
@@ -90,52 +140,75 @@ def test_a_failing_preload_is_reported(tmp_path):
     assert process.wait(10) == 1
 
 
+def spare_of(sock, tmp_path, id_, name, body):
+    """A spare for a call of `body`: (started message, done fd, go fd, the call's request)."""
+    call, request = call_request(tmp_path, name, body)
+    sock.send(json.dumps({"op": "spare", "id": id_, "dir": call["dir"], "rlimits": []}).encode())
+    info, (done, go) = started(sock)
+    assert info["op"] == "started" and info["id"] == id_
+    return info, done, go, request
+
+
 def test_a_spare_does_its_setup_first_and_runs_the_request_it_is_handed(tmp_path):
     process, sock = start(tmp_path)
     assert message(sock)["op"] == "ready"
-    body = "import os\ndef f():\n    return os.getcwd()\n"
-    request = call_request(tmp_path, "s1", body)
-    spare = {"op": "spare", "id": 8, "dir": request["dir"], "rlimits": []}
-    sock.send(json.dumps(spare).encode())
-    started = message(sock)
-    assert started["op"] == "started" and started["id"] == 8
-    # It sets itself up (into its sandbox) and waits: nothing runs before "go".
+    info, done, go, request = spare_of(sock, tmp_path, 8, "s1", "import os\ndef f():\n    return os.getcwd()\n")
+    # It sets itself up (into its sandbox) and waits: nothing runs before its request.
     sandbox = str(tmp_path / "s1" / "sandbox")
     for _ in range(200):
-        if os.readlink(f"/proc/{started['pid']}/cwd") == sandbox:
+        if os.readlink(f"/proc/{info['pid']}/cwd") == sandbox:
             break
         time.sleep(0.01)
-    assert os.readlink(f"/proc/{started['pid']}/cwd") == sandbox
+    assert os.readlink(f"/proc/{info['pid']}/cwd") == sandbox
     time.sleep(0.1)
-    assert not (tmp_path / "s1" / "result").exists()
-    sock.send(json.dumps({"op": "go", "id": 8, "request": request["request"]}).encode())
-    assert message(sock)["op"] == "done"
+    assert done_of_now(done) is None
+    os.write(go, json.dumps({"request": request}).encode())
+    os.close(go)
+    said = done_of(done)
+    assert json.loads(base64.b64decode(said["result"])) == sandbox
+    os.close(done)
     exited = message(sock)
     assert exited["op"] == "exited" and exited["id"] == 8 and exited["status"] == 0
-    assert json.loads((tmp_path / "s1" / "result").read_text()) == str(tmp_path / "s1" / "sandbox")
     sock.send(b'{"op": "exit"}')
     assert process.wait(10) == 0
 
 
-def test_a_dropped_spare_and_the_spare_of_a_dead_zygote_leave_without_running(tmp_path):
+def test_a_request_too_large_for_the_pipe_comes_as_a_path(tmp_path):
+    process, sock = start(tmp_path)
+    assert message(sock)["op"] == "ready"
+    _, done, go, request = spare_of(sock, tmp_path, 9, "s2", "def f(text):\n    return len(text)\n")
+    request["args"] = {"json": [["y" * 200000], {}]}
+    path = tmp_path / "s2" / "request.json"
+    path.write_text(json.dumps(request))
+    os.write(go, json.dumps({"request_path": str(path)}).encode())
+    os.close(go)
+    said = done_of(done)
+    assert json.loads(base64.b64decode(said["result"])) == 200000
+    os.close(done)
+    assert message(sock)["status"] == 0
+    sock.send(b'{"op": "exit"}')
+    assert process.wait(10) == 0
+
+
+def test_a_spare_sent_away_leaves_without_running_even_after_its_zygote(tmp_path):
     process, sock = start(tmp_path)
     assert message(sock)["op"] == "ready"
     body = "def f():\n    open('ran', 'w')\n"
-    pids = []
-    for id_, name in ((1, "d1"), (2, "d2")):
-        request = call_request(tmp_path, name, body)
-        sock.send(json.dumps({"op": "spare", "id": id_, "dir": request["dir"]}).encode())
-        pids.append(message(sock)["pid"])
-    sock.send(b'{"op": "drop", "id": 1}')
-    exited = message(sock)  # a dropped spare ran nothing: no "done"
+    _, done1, go1, _ = spare_of(sock, tmp_path, 1, "d1", body)
+    info2, done2, go2, _ = spare_of(sock, tmp_path, 2, "d2", body)
+    os.close(go1)  # lfm sends a spare away by closing its go pipe unwritten
+    exited = message(sock)
     assert exited["op"] == "exited" and exited["id"] == 1 and exited["status"] == 0
+    assert done_of(done1) is None
     process.kill()
     process.wait(10)
+    os.close(go2)  # lfm closes its spares' pipes when their zygote dies (and they close as it exits)
+    assert done_of(done2) is None
     for _ in range(100):  # the second spare is not the test's child: poll until it is gone
-        if not os.path.exists(f"/proc/{pids[1]}") or open(f"/proc/{pids[1]}/stat").read().split()[2] == "Z":
+        if not os.path.exists(f"/proc/{info2['pid']}") or open(f"/proc/{info2['pid']}/stat").read().split()[2] == "Z":
             break
         time.sleep(0.05)
     else:
-        raise AssertionError("the spare outlived its zygote")
+        raise AssertionError("the spare outlived its go pipe")
     assert not (tmp_path / "d1" / "sandbox" / "ran").exists()
     assert not (tmp_path / "d2" / "sandbox" / "ran").exists()

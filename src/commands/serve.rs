@@ -289,13 +289,11 @@ fn wait(server: &Server, wake: &OwnedFd) {
         events: libc::POLLIN,
         revents: 0,
     }];
-    if let Some(fd) = server.fd() {
-        fds.push(libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        });
-    }
+    fds.extend(server.fds().into_iter().map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }));
     // Rounded up: rounded down, the last millisecond before a sample was spent polling with a
     // zero timeout (a busy loop: ~5 ms of CPU per 100 ms call).
     let timeout = server.timeout().as_micros().div_ceil(1000).min(1000) as libc::c_int;

@@ -6,6 +6,7 @@
 //! call, enforces its limits, and turns the zygote's exit message plus the runner's outcome
 //! into one reply. It knows nothing of transports (stdin, sockets) or of how targets are found.
 
+mod done;
 mod janitor;
 mod reply;
 mod sizing;
@@ -13,6 +14,7 @@ mod spare;
 pub mod zygote;
 
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -27,6 +29,9 @@ use crate::supervisor::{self, Ending, MonitorOptions, RunMonitor};
 pub use reply::Reply;
 pub use sizing::Auto;
 use zygote::{Event, Zygote, ZygoteConfig};
+
+/// How long a call handed to its child is "starting": the CPU is left to it meanwhile.
+const STARTING: Duration = Duration::from_millis(5);
 
 /// One call as the transport parsed it and the target resolver completed it.
 #[derive(Clone)]
@@ -67,11 +72,22 @@ pub struct ServerOptions {
 }
 
 /// What a finished call leaves to do once its reply is out ([`Server::after_delivery`]): its
-/// history row, its cgroup and its directory.
+/// history row, and what is left of it ([`Leftover`]).
 struct Aftermath {
     record: Option<(crate::report::Report, bool)>,
+    leftover: Leftover,
+}
+
+/// A finished call's processes to kill (its child waits on `done` until then), then its cgroup
+/// and directory to remove. Its child's exit takes a millisecond or more of CPU (more for a
+/// larger zygote): done before the reply is out it would delay the reply, done as the next
+/// call starts it would delay that call. So it waits for both ([`Server::call_starting`]).
+struct Leftover {
+    remains: supervisor::Remains,
+    done: Option<OwnedFd>,
     cgroup: Box<dyn crate::backend::Backend>,
     dir: PathBuf,
+    since: Instant,
 }
 
 struct Running {
@@ -82,6 +98,10 @@ struct Running {
     next_sample: Instant,
     /// The client left: the call is killed and its reply dropped.
     abandoned: bool,
+    /// Where the child says its call is over (until it has).
+    done: Option<OwnedFd>,
+    /// What it said.
+    delivered: Option<done::Delivered>,
 }
 
 pub struct Server {
@@ -105,6 +125,7 @@ pub struct Server {
     /// How long the last call that ended ran.
     last_wall: Option<Duration>,
     aftermath: Vec<Aftermath>,
+    leftovers: Vec<Leftover>,
     janitor: janitor::Janitor,
 }
 
@@ -134,6 +155,7 @@ impl Server {
             history,
             spares: Vec::new(),
             aftermath: Vec::new(),
+            leftovers: Vec::new(),
             janitor,
             retired: Vec::new(),
             last_limits: None,
@@ -142,9 +164,14 @@ impl Server {
         })
     }
 
-    /// The descriptor to poll for the zygote's messages.
-    pub fn fd(&self) -> Option<std::os::fd::RawFd> {
-        self.zygote.as_ref().map(Zygote::fd)
+    /// The descriptors to poll: the zygote's messages, and each running call's end.
+    pub fn fds(&self) -> Vec<RawFd> {
+        let zygote = self.zygote.as_ref().map(Zygote::fd);
+        let dones = self.running.values().filter_map(|r| r.done.as_ref());
+        zygote
+            .into_iter()
+            .chain(dones.map(AsRawFd::as_raw_fd))
+            .collect()
     }
 
     /// How long the caller may sleep before [`Server::step`] has sampling to do.
@@ -153,7 +180,9 @@ impl Server {
         self.running
             .values()
             .filter(|r| r.pid.is_some())
-            .map(|r| r.next_sample.saturating_duration_since(now))
+            .map(|r| r.next_sample)
+            .chain(self.leftovers_due())
+            .map(|due| due.saturating_duration_since(now))
             .min()
             .unwrap_or(Duration::from_millis(200))
     }
@@ -179,6 +208,7 @@ impl Server {
         for event in events {
             self.handle(event);
         }
+        self.hear_dones();
         self.sample_due();
         reap_orphans(self.zygote.as_ref().map(|z| z.pid));
         self.dispatch();
@@ -322,6 +352,8 @@ impl Server {
                 pid: None,
                 next_sample: Instant::now(),
                 abandoned: false,
+                done: None,
+                delivered: None,
             },
         );
         Ok(())
@@ -360,24 +392,20 @@ impl Server {
 
     fn handle(&mut self, event: Event) {
         match event {
-            Event::Started { id, pid } if self.spare_started(id, pid) => {}
-            Event::Started { id, pid } => {
-                if let Some(running) = self.running.get_mut(&id) {
-                    running.pid = Some(pid);
-                    running.monitor.set_process(pid);
-                    running.monitor.started(Some(pid));
-                    running.next_sample = Instant::now() + running.monitor.interval();
-                    if running.abandoned {
-                        running.monitor.kill();
-                    }
+            Event::Started { id, pid, done, go } => {
+                let Some(running) = self.running.get_mut(&id) else {
+                    self.spare_started(id, pid, done, go);
+                    return;
+                };
+                running.pid = Some(pid);
+                running.done = done;
+                running.monitor.set_process(pid);
+                running.monitor.started(Some(pid));
+                running.next_sample = Instant::now() + running.monitor.interval();
+                if running.abandoned {
+                    running.monitor.kill();
                 }
             }
-            // A call holding GPUs ends with its exit: the device's memory is freed then.
-            Event::Done { id, user, system } if !self.holds_gpus(id) => {
-                // Exit status 0 is what the child exits with after a call that ran.
-                self.finish(id, 0, (user, system));
-            }
-            Event::Done { .. } => {}
             Event::Exited { id: Some(id), .. } if self.spare_exited(id) => {}
             Event::Exited {
                 id: Some(id),
@@ -393,10 +421,31 @@ impl Server {
         }
     }
 
-    fn holds_gpus(&self, id: u64) -> bool {
-        self.running
-            .get(&id)
-            .is_some_and(|running| running.monitor.holds_gpus())
+    /// Calls whose child said it is over end now; a call holding GPUs ends with its exit
+    /// (the devices' memory is freed then), keeping what its child said until then.
+    fn hear_dones(&mut self) {
+        let mut ended = Vec::new();
+        for (&id, running) in self.running.iter_mut() {
+            let Some(fd) = &running.done else { continue };
+            match done::hear(fd) {
+                done::Heard::Nothing => continue,
+                done::Heard::Closed => running.done = None,
+                done::Heard::Done(delivered) => {
+                    let cpu = (delivered.user, delivered.system);
+                    running.delivered = Some(delivered);
+                    if running.monitor.holds_gpus() {
+                        // Closing our end lets the child exit.
+                        running.done = None;
+                    } else {
+                        ended.push((id, cpu));
+                    }
+                }
+            }
+        }
+        for (id, cpu) in ended {
+            // Exit status 0 is what the child exits with after a call that ran.
+            self.finish(id, 0, cpu);
+        }
     }
 
     fn sample_due(&mut self) {
@@ -416,11 +465,14 @@ impl Server {
         let Some(running) = self.running.remove(&id) else {
             return;
         };
-        // Nothing the call started outlives it: killed now, and waited for (before its cgroup
-        // is removed) by the janitor, since the child may still be exiting ("done").
-        running.monitor.signal(libc::SIGKILL);
+        // Nothing the call started outlives it: killed once the reply is out, and waited for
+        // (before its cgroup is removed) by the janitor.
+        let remains = running.monitor.remains();
         self.last_wall = Some(running.monitor.elapsed());
-        let outcome = crate::outcome::read(&running.dir.join("outcome.json"));
+        let delivered = running.delivered.unwrap_or_default();
+        let outcome = delivered
+            .outcome
+            .or_else(|| crate::outcome::read(&running.dir.join("outcome.json")));
         let ending = Ending {
             status: Some(status),
             forwarded_signal: None,
@@ -435,8 +487,13 @@ impl Server {
         let sized = Server::mark_sized(&running.spec, &mut report);
         self.aftermath.push(Aftermath {
             record: self.record_now_or_later(&running.spec, &report, sized),
-            cgroup,
-            dir: running.dir.clone(),
+            leftover: Leftover {
+                remains,
+                done: running.done,
+                cgroup,
+                dir: running.dir.clone(),
+                since: Instant::now(),
+            },
         });
         let again = if running.abandoned {
             None
@@ -450,23 +507,44 @@ impl Server {
                 report,
                 applied,
                 &running.dir,
+                delivered.result,
             )),
             None => {}
         }
     }
 
-    /// Once the replies of a step are out: the next call's spare (`spare`: unless the server
-    /// is ending), and the finished calls' history rows and cleanup handed to the janitor.
-    pub fn after_delivery(&mut self, spare: bool) {
+    /// Once the replies of a step are out: the finished calls' history rows handed to the
+    /// janitor, what is left of them killed and handed to it too once no call is starting,
+    /// and the next call's spare (`more`: unless the server is ending).
+    pub fn after_delivery(&mut self, more: bool) {
         for done in std::mem::take(&mut self.aftermath) {
             if let Some((report, sized)) = done.record {
                 self.janitor.record(report, sized);
             }
-            self.janitor.remove(Some(done.cgroup), done.dir);
+            self.leftovers.push(done.leftover);
         }
-        if spare && !self.call_starting() {
+        let starting = more && self.call_starting();
+        let (due, wait) = std::mem::take(&mut self.leftovers)
+            .into_iter()
+            .partition(|left| {
+                !more || self.short_calls() || (!starting && left.since.elapsed() >= STARTING)
+            });
+        self.leftovers = wait;
+        for left in due {
+            left.remains.kill(left.cgroup.as_ref());
+            drop(left.done);
+            self.janitor.remove(Some(left.cgroup), left.dir);
+        }
+        if more && !starting {
             self.prepare_spare();
         }
+    }
+
+    /// When the leftovers waiting now may go (the caller wakes for it).
+    fn leftovers_due(&self) -> Option<Instant> {
+        let oldest = self.leftovers.iter().map(|left| left.since).min()?;
+        let started = self.last_start.filter(|_| !self.running.is_empty());
+        Some(oldest.max(started.unwrap_or(oldest)) + STARTING)
     }
 
     /// A call was just handed to its child: making the next spare now (the zygote's fork, the
@@ -475,11 +553,13 @@ impl Server {
     /// sample) or has ended; at once when calls end sooner than that (the next one would find
     /// no spare ready).
     fn call_starting(&self) -> bool {
-        const STARTING: Duration = Duration::from_millis(5);
-        let short_calls = self.last_wall.is_some_and(|wall| wall < 2 * STARTING);
-        !short_calls
+        !self.short_calls()
             && !self.running.is_empty()
             && self.last_start.is_some_and(|t| t.elapsed() < STARTING)
+    }
+
+    fn short_calls(&self) -> bool {
+        self.last_wall.is_some_and(|wall| wall < 2 * STARTING)
     }
 
     /// Every in-flight call fails with the reason; the next call starts a fresh zygote.
@@ -541,7 +621,6 @@ fn label(monitor: &mut RunMonitor, spec: &CallSpec) {
 
 /// The call's directory: `sandbox/` (its working directory, the disk measure) and the
 /// runner's request; the child writes stdout, stderr, result and outcome.json beside them.
-/// `visible_devices` is the call's CUDA_VISIBLE_DEVICES, set by the child before user code.
 fn prepare_call_dir(
     dir: &std::path::Path,
     spec: &CallSpec,
@@ -549,6 +628,19 @@ fn prepare_call_dir(
 ) -> Result<PathBuf> {
     std::fs::create_dir_all(dir.join("sandbox"))
         .with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join("request.json");
+    std::fs::write(&path, call_request(dir, spec, visible_devices).to_string())
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+/// The runner's request for `spec` in `dir`. `visible_devices` is the call's
+/// CUDA_VISIBLE_DEVICES, set by the child before user code.
+fn call_request(
+    dir: &std::path::Path,
+    spec: &CallSpec,
+    visible_devices: Option<String>,
+) -> serde_json::Value {
     let mut request = serde_json::json!({
         "format": "lfm-call-request/1",
         "target": spec.target,
@@ -565,10 +657,7 @@ fn prepare_call_dir(
     if let Some(visible) = visible_devices {
         request["env"] = serde_json::json!({ "CUDA_VISIBLE_DEVICES": visible });
     }
-    let path = dir.join("request.json");
-    std::fs::write(&path, request.to_string())
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(path)
+    request
 }
 
 /// Processes the calls left behind are reparented to lfm (a subreaper): reap them, but never

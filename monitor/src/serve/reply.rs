@@ -59,8 +59,15 @@ impl Reply {
     }
 
     /// The call ran: its value or why it has none (`applied`: its outcome, already applied to
-    /// the Report), its Report, and the tail of its output.
-    pub fn finished(spec: &CallSpec, report: Report, applied: Outcome, dir: &Path) -> Reply {
+    /// the Report), its Report, and the tail of its output. `value`: the value's bytes when
+    /// the child sent them rather than writing its `result` file.
+    pub fn finished(
+        spec: &CallSpec,
+        report: Report,
+        applied: Outcome,
+        dir: &Path,
+        value: Option<Vec<u8>>,
+    ) -> Reply {
         let mut message = serde_json::json!({
             "format": PROTOCOL_FORMAT,
             "id": spec.id,
@@ -70,7 +77,9 @@ impl Reply {
         match applied {
             Outcome::Returned { result, not_json } => {
                 message["ok"] = true.into();
-                let bytes = std::fs::read(dir.join("result")).unwrap_or_default();
+                let bytes = value
+                    .or_else(|| std::fs::read(dir.join("result")).ok())
+                    .unwrap_or_default();
                 if result.format == "pickle" {
                     message["result_pickle"] = base64::engine::general_purpose::STANDARD
                         .encode(&bytes)

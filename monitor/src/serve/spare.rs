@@ -4,6 +4,7 @@
 //! the limits of the next queued call or of the last one, and only a call with exactly those
 //! limits takes one: the cgroup's limits and the child's rlimits were set for them.
 
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -12,7 +13,8 @@ use crate::gpu::meter::GpuMeter;
 use crate::limits::Limits;
 use crate::supervisor::{self, Ending, RunMonitor};
 
-use super::{label, prepare_call_dir, CallSpec, Running, Server};
+use super::zygote;
+use super::{call_request, label, CallSpec, Running, Server};
 
 pub(super) struct Spare {
     id: u64,
@@ -21,6 +23,10 @@ pub(super) struct Spare {
     dir: PathBuf,
     /// Known once the zygote said it forked: only then is the spare taken.
     pid: Option<i32>,
+    /// Where the child will say its call is over, and where its request goes: dropping `go`
+    /// unwritten sends the spare away.
+    done: Option<OwnedFd>,
+    go: Option<OwnedFd>,
 }
 
 impl Server {
@@ -66,18 +72,26 @@ impl Server {
             monitor,
             dir,
             pid: None,
+            done: None,
+            go: None,
         });
     }
 
-    /// The zygote forked spare `id`: true when it was a spare.
-    pub(super) fn spare_started(&mut self, id: u64, pid: i32) -> bool {
-        match self.spares.iter_mut().find(|s| s.id == id) {
-            Some(spare) => {
-                spare.pid = Some(pid);
-                spare.monitor.set_process(pid);
-                true
-            }
-            None => false,
+    /// The zygote forked spare `id` (one sent away meanwhile leaves as its `go` is dropped).
+    pub(super) fn spare_started(
+        &mut self,
+        id: u64,
+        pid: i32,
+        done: Option<OwnedFd>,
+        go: Option<OwnedFd>,
+    ) {
+        if let Some(spare) = self.spares.iter_mut().find(|s| s.id == id) {
+            spare.pid = Some(pid);
+            spare.monitor.set_process(pid);
+            spare.done = done;
+            spare.go = go;
+        } else if let Some(spare) = self.retired.iter_mut().find(|s| s.id == id) {
+            spare.pid = Some(pid);
         }
     }
 
@@ -99,22 +113,18 @@ impl Server {
         let spares = std::mem::take(&mut self.spares);
         let retired = std::mem::take(&mut self.retired);
         for spare in spares.into_iter().chain(retired) {
-            if let Some(zygote) = &self.zygote {
-                zygote.drop_spare(spare.id);
-            }
             discard(spare.monitor, spare.pid, &spare.dir);
         }
     }
 
-    /// Send a spare away without waiting: it reads end-of-file and exits, and its cgroup and
-    /// directory go when the zygote reports it reaped ([`Server::spare_exited`]), off the path
-    /// of the call that found it unfit.
-    fn drop_spare(&mut self, spare: Spare) {
+    /// Send a spare away without waiting: closing its go pipe, it reads end-of-file and exits,
+    /// and its cgroup and directory go when the zygote reports it reaped
+    /// ([`Server::spare_exited`]), off the path of the call that found it unfit.
+    fn drop_spare(&mut self, mut spare: Spare) {
+        spare.go = None;
+        spare.done = None;
         match &self.zygote {
-            Some(zygote) => {
-                zygote.drop_spare(spare.id);
-                self.retired.push(spare);
-            }
+            Some(_) => self.retired.push(spare),
             None => discard(spare.monitor, spare.pid, &spare.dir),
         }
     }
@@ -126,7 +136,7 @@ impl Server {
         spec: CallSpec,
         gpus: Option<GpuMeter>,
     ) -> Option<(CallSpec, Option<GpuMeter>)> {
-        let ready = |s: &Spare| s.pid.is_some();
+        let ready = |s: &Spare| s.pid.is_some() && s.go.is_some();
         let Some(at) = self
             .spares
             .iter()
@@ -144,18 +154,15 @@ impl Server {
             return Some((spec, gpus));
         };
         let mut spare = self.spares.swap_remove(at);
-        let zygote = self.zygote.as_ref().expect("a spare lives in a zygote");
         let visible = gpus.as_ref().map(GpuMeter::visible_devices);
-        let request = match prepare_call_dir(&spare.dir, &spec, visible) {
-            Ok(request) => request,
-            Err(_) => {
-                self.drop_spare(spare);
-                return Some((spec, gpus));
-            }
-        };
-        if zygote.go(spare.id, &request, &spec.target).is_err() {
+        let request = call_request(&spare.dir, &spec, visible);
+        let go = spare.go.take().expect("checked above");
+        if zygote::go(go, &request, &spare.dir.join("request.json")).is_err() {
             self.drop_spare(spare);
             return Some((spec, gpus));
+        }
+        if let Some(zygote) = &self.zygote {
+            zygote.remember(&spec.target);
         }
         let pid = spare.pid.expect("checked above");
         label(&mut spare.monitor, &spec);
@@ -173,6 +180,8 @@ impl Server {
                 pid: Some(pid),
                 next_sample,
                 abandoned: false,
+                done: spare.done,
+                delivered: None,
             },
         );
         None

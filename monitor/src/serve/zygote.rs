@@ -2,15 +2,17 @@
 //! documents the messages).
 
 use std::ffi::OsString;
-use std::io::IoSlice;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::sys::socket::{
-    recv, sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
+    recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
+    SockFlag, SockType,
 };
 
 /// Where the zygote's interpreter comes from and what it loads before forking.
@@ -28,15 +30,13 @@ pub struct ZygoteConfig {
 /// A message from the zygote.
 #[derive(Debug)]
 pub enum Event {
+    /// A child was forked: `done` is where it will say its call is over, `go` (a spare's)
+    /// where its request is to be written.
     Started {
         id: u64,
         pid: i32,
-    },
-    /// The child ran its call and is exiting (the exit itself can take milliseconds).
-    Done {
-        id: u64,
-        user: f64,
-        system: f64,
+        done: Option<OwnedFd>,
+        go: Option<OwnedFd>,
     },
     Exited {
         id: Option<u64>,
@@ -96,7 +96,7 @@ impl Zygote {
                 }
                 continue;
             }
-            let message = self.receive()?;
+            let message = self.receive()?.map(|(message, _)| message);
             match message.as_ref().and_then(|m| m["op"].as_str()) {
                 Some("ready") => return Ok(()),
                 Some("failed") => {
@@ -130,17 +130,35 @@ impl Zygote {
         unsafe { libc::poll(&mut poll, 1, timeout.as_millis() as libc::c_int) > 0 }
     }
 
-    /// One message, or `None` when the zygote closed the socket.
-    fn receive(&self) -> Result<Option<serde_json::Value>> {
+    /// One message and the descriptors it carried, or `None` when the zygote closed the
+    /// socket.
+    fn receive(&self) -> Result<Option<(serde_json::Value, Vec<OwnedFd>)>> {
         let mut buffer = vec![0u8; MAX_MESSAGE];
-        let n =
-            recv(self.fd(), &mut buffer, MsgFlags::empty()).context("reading from the zygote")?;
+        let mut iov = [IoSliceMut::new(&mut buffer)];
+        let mut space = nix::cmsg_space!([RawFd; 4]);
+        let received = recvmsg::<()>(
+            self.fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .context("reading from the zygote")?;
+        let mut fds = Vec::new();
+        for message in received.cmsgs().context("reading from the zygote")? {
+            if let ControlMessageOwned::ScmRights(raw) = message {
+                // SAFETY: descriptors the kernel just installed in this process for us.
+                fds.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        let n = received.bytes;
         if n == 0 {
             return Ok(None);
         }
-        Ok(Some(
-            serde_json::from_slice(&buffer[..n]).context("a malformed zygote message")?,
-        ))
+        let message = serde_json::from_slice(&buffer[..n]).context("a malformed zygote message")?;
+        Ok(Some((message, fds)))
     }
 
     /// Every message waiting now, without blocking.
@@ -148,7 +166,7 @@ impl Zygote {
         let mut events = Vec::new();
         while self.readable(Duration::ZERO) {
             match self.receive() {
-                Ok(Some(message)) => events.extend(parse_event(&message)),
+                Ok(Some((message, fds))) => events.extend(parse_event(&message, fds)),
                 Ok(None) | Err(_) => {
                     events.push(Event::Died);
                     break;
@@ -179,7 +197,7 @@ impl Zygote {
     }
 
     /// Ask for a spare: a call's child, set up as [`Zygote::call_with_rlimits`] sets one up,
-    /// that waits for its request ([`Zygote::go`]).
+    /// that waits for its request on the pipe handed over with its `started` ([`go`]).
     pub fn spare(
         &self,
         id: u64,
@@ -192,17 +210,13 @@ impl Zygote {
             .context("asking the zygote for a spare")
     }
 
-    /// Hand spare `id` its request.
-    pub fn go(&self, id: u64, request: &Path, target: &serde_json::Value) -> Result<()> {
-        let message =
-            serde_json::json!({"op": "go", "id": id, "request": request, "target": target});
-        self.send(&message, &[])
-            .context("starting a spare call in the zygote")
-    }
-
-    /// Send spare `id` away: it exits without running anything.
-    pub fn drop_spare(&self, id: u64) {
-        let _ = self.send(&serde_json::json!({"op": "drop", "id": id}), &[]);
+    /// A call of `target` started in a spare: the zygote prepares what later calls of the
+    /// same function can reuse (its compiled slice).
+    pub fn remember(&self, target: &serde_json::Value) {
+        if target["mode"] == "slice" {
+            let message = serde_json::json!({"op": "remember", "target": target});
+            let _ = self.send(&message, &[]);
+        }
     }
 
     fn send(&self, message: &serde_json::Value, fds: &[RawFd]) -> Result<()> {
@@ -236,18 +250,44 @@ impl Zygote {
     }
 }
 
-fn parse_event(message: &serde_json::Value) -> Option<Event> {
+/// Hand a spare its request through its go pipe (`go`, closed after): inline when the pipe
+/// holds it whole, else by the path of `request_file`, written for it. The pipe is empty and
+/// non-blocking here, so a write either fits or fails; never does the server wait on it.
+pub fn go(go: OwnedFd, request: &serde_json::Value, request_file: &Path) -> Result<()> {
+    let inline = serde_json::json!({ "request": request }).to_string();
+    let capacity = fcntl(go.as_raw_fd(), FcntlArg::F_GETPIPE_SZ).unwrap_or(4096) as usize;
+    let handed = if inline.len() <= capacity {
+        inline
+    } else {
+        std::fs::write(request_file, request.to_string())
+            .with_context(|| format!("writing {}", request_file.display()))?;
+        serde_json::json!({ "request_path": request_file }).to_string()
+    };
+    fcntl(go.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
+        .context("handing a spare its request")?;
+    let written =
+        nix::unistd::write(&go, handed.as_bytes()).context("handing a spare its request")?;
+    if written != handed.len() {
+        bail!(
+            "handing a spare its request: {written} of {} bytes went",
+            handed.len()
+        );
+    }
+    Ok(())
+}
+
+fn parse_event(message: &serde_json::Value, fds: Vec<OwnedFd>) -> Option<Event> {
     let pid = message["pid"].as_i64()? as i32;
     match message["op"].as_str()? {
-        "started" => Some(Event::Started {
-            id: message["id"].as_u64()?,
-            pid,
-        }),
-        "done" => Some(Event::Done {
-            id: message["id"].as_u64()?,
-            user: message["user"].as_f64().unwrap_or(0.0),
-            system: message["system"].as_f64().unwrap_or(0.0),
-        }),
+        "started" => {
+            let mut fds = fds.into_iter();
+            Some(Event::Started {
+                id: message["id"].as_u64()?,
+                pid,
+                done: fds.next(),
+                go: fds.next(),
+            })
+        }
         "exited" => Some(Event::Exited {
             id: message["id"].as_u64(),
             pid,

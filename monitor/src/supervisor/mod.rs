@@ -21,7 +21,7 @@ use crate::gpu::{self, GpuError, GpuPolicy};
 use crate::limits::Limits;
 use crate::report::Report;
 
-pub use run_monitor::{Ending, MonitorOptions, RunMonitor};
+pub use run_monitor::{Ending, MonitorOptions, Remains, RunMonitor};
 
 pub struct RunOptions {
     pub command: Vec<OsString>,

@@ -56,6 +56,20 @@ pub struct Ending {
     pub maxrss_bytes: Option<u64>,
 }
 
+/// What is left of a finished run that must not outlive it: its processes, its process group,
+/// and whatever its cgroup still holds when they are killed.
+pub struct Remains {
+    pids: Vec<i32>,
+    group: Option<i32>,
+}
+
+impl Remains {
+    /// SIGKILL them all; `backend` is the run's (its cgroup's members are killed too).
+    pub fn kill(&self, backend: &dyn Backend) {
+        tree::signal_tree(backend, &self.pids, self.group, libc::SIGKILL);
+    }
+}
+
 pub struct RunMonitor {
     backend: Box<dyn Backend>,
     options: MonitorOptions,
@@ -404,6 +418,14 @@ impl RunMonitor {
     }
 
     /// Send `signal` to every process of the run.
+    /// The run's processes as they are now, to be killed later ([`Remains::kill`]).
+    pub fn remains(&self) -> Remains {
+        Remains {
+            pids: self.tree_pids(),
+            group: self.group,
+        }
+    }
+
     pub fn signal(&self, signal: i32) {
         tree::signal_tree(self.backend.as_ref(), &self.tree_pids(), self.group, signal);
     }
