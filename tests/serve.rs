@@ -576,6 +576,29 @@ fn socket_clients_are_served_at_once_and_a_gone_client_loses_only_its_call() {
     assert!(!socket.exists(), "the socket is removed at shutdown");
 }
 
+#[test]
+fn what_a_call_leaves_running_is_killed_once_its_reply_is_out() {
+    for setup in setups() {
+        let mut server = setup.start(&["--slots", "1"]);
+        // A short call and a long one (whose leftovers wait for the next call to start).
+        for (n, seconds) in [(1, 0.0), (2, 0.1)] {
+            let path = setup.dir.path().join(format!("left-{n}"));
+            let args = json!([path.to_str().unwrap(), seconds]);
+            server.send(&call(&n.to_string(), "leave_behind", args, json!({})));
+            let reply = server.reply();
+            assert_eq!(reply["ok"], true, "{}: {reply}", setup.name);
+            let pid: i32 = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+            let gone = (0..200).any(|_| {
+                std::thread::sleep(Duration::from_millis(25));
+                !alive(pid)
+            });
+            assert!(gone, "{}: the call's process {pid} outlived it", setup.name);
+        }
+        drop(server.child.stdin.take());
+        assert!(server.child.wait().unwrap().success());
+    }
+}
+
 fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| !s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
