@@ -33,6 +33,7 @@ def started(sock):
 def done_of(fd):
     """What the child says on its done socket once its call has run (None: it died first)."""
     with socket.socket(fileno=os.dup(fd)) as done:
+        done.settimeout(30)  # a child that never says anything fails the test, not hangs it
         data = done.recv(1 << 16)
     return json.loads(data) if data else None
 
@@ -125,6 +126,7 @@ def test_a_child_that_cannot_join_its_cgroup_never_runs_user_code(tmp_path):
     os.close(read_only)
     _, (done,) = started(sock)
     assert done_of(done) is None  # the call never ran
+    os.close(done)
     exited = message(sock)
     assert exited["op"] == "exited" and os.WEXITSTATUS(exited["status"]) == 97
     assert not (tmp_path / "c2" / "sandbox" / "ran").exists()
@@ -152,7 +154,10 @@ def spare_of(sock, tmp_path, id_, name, body):
 def test_a_spare_does_its_setup_first_and_runs_the_request_it_is_handed(tmp_path):
     process, sock = start(tmp_path)
     assert message(sock)["op"] == "ready"
-    info, done, go, request = spare_of(sock, tmp_path, 8, "s1", "import os\ndef f():\n    return os.getcwd()\n")
+    info, done, go, request = spare_of(sock, tmp_path, 8, "s1", "import os\ndef f():\n    import json\n    return os.getcwd()\n")
+    # The spare opens its import log before its request comes; the call's imports go to it.
+    log = tmp_path / "s1" / "imports.log"
+    request["import_log"] = str(log)
     # It sets itself up (into its sandbox) and waits: nothing runs before its request.
     sandbox = str(tmp_path / "s1" / "sandbox")
     for _ in range(200):
@@ -166,6 +171,7 @@ def test_a_spare_does_its_setup_first_and_runs_the_request_it_is_handed(tmp_path
     os.close(go)
     said = done_of(done)
     assert json.loads(base64.b64decode(said["result"])) == sandbox
+    assert "json" in [line.split("\t")[0] for line in log.read_text().splitlines()]
     os.close(done)
     exited = message(sock)
     assert exited["op"] == "exited" and exited["id"] == 8 and exited["status"] == 0
@@ -190,7 +196,8 @@ def test_a_request_too_large_for_the_pipe_comes_as_a_path(tmp_path):
     assert process.wait(10) == 0
 
 
-def test_a_spare_sent_away_leaves_without_running_even_after_its_zygote(tmp_path):
+def test_a_spare_leaves_without_running_when_its_go_pipe_closes_unwritten(tmp_path):
+    """lfm sends a spare away by closing its pipe; it closes them all when the zygote dies."""
     process, sock = start(tmp_path)
     assert message(sock)["op"] == "ready"
     body = "def f():\n    open('ran', 'w')\n"
@@ -202,7 +209,7 @@ def test_a_spare_sent_away_leaves_without_running_even_after_its_zygote(tmp_path
     assert done_of(done1) is None
     process.kill()
     process.wait(10)
-    os.close(go2)  # lfm closes its spares' pipes when their zygote dies (and they close as it exits)
+    os.close(go2)  # the zygote is dead: the pipe lfm holds is all the spare waits on
     assert done_of(done2) is None
     for _ in range(100):  # the second spare is not the test's child: poll until it is gone
         if not os.path.exists(f"/proc/{info2['pid']}") or open(f"/proc/{info2['pid']}/stat").read().split()[2] == "Z":

@@ -32,7 +32,14 @@ const MAX_DONE: usize = 1 << 16;
 
 /// Read the done socket without waiting.
 pub(super) fn hear(done: &OwnedFd) -> Heard {
-    let mut buffer = vec![0u8; MAX_DONE];
+    // Most reads find nothing: one buffer per thread, not one per read.
+    thread_local! {
+        static BUFFER: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; MAX_DONE]);
+    }
+    BUFFER.with_borrow_mut(|buffer| hear_into(done, buffer))
+}
+
+fn hear_into(done: &OwnedFd, buffer: &mut [u8]) -> Heard {
     // SAFETY: a valid descriptor and a buffer of the length given.
     let n = unsafe {
         libc::recv(

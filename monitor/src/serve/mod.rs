@@ -32,6 +32,8 @@ use zygote::{Event, Zygote, ZygoteConfig};
 
 /// How long a call handed to its child is "starting": the CPU is left to it meanwhile.
 const STARTING: Duration = Duration::from_millis(5);
+/// The longest a finished call's processes wait to be killed for calls starting.
+const LINGER: Duration = Duration::from_millis(20);
 
 /// One call as the transport parsed it and the target resolver completed it.
 #[derive(Clone)]
@@ -240,6 +242,8 @@ impl Server {
         let deadline = Instant::now() + grace;
         while !self.running.is_empty() && Instant::now() < deadline {
             replies.extend(self.step());
+            // Nothing waits for a next call now: what finished calls left goes at once.
+            self.after_delivery(false);
             std::thread::sleep(Duration::from_millis(2).min(self.timeout()));
         }
         for running in self.running.values() {
@@ -414,7 +418,14 @@ impl Server {
                 system,
                 ..
             } => {
-                self.finish(id, status, (user, system));
+                // A child that said it was done and was then killed (a limit, in the same
+                // instant) ended as it said, as if its word had been read first.
+                let early = self.hear_done(id);
+                let (status, cpu) = match early {
+                    Some(cpu) => (0, cpu),
+                    None => (status, (user, system)),
+                };
+                self.finish(id, status, cpu);
             }
             Event::Exited { id: None, .. } => {}
             Event::Died => self.zygote_died(),
@@ -424,27 +435,39 @@ impl Server {
     /// Calls whose child said it is over end now; a call holding GPUs ends with its exit
     /// (the devices' memory is freed then), keeping what its child said until then.
     fn hear_dones(&mut self) {
-        let mut ended = Vec::new();
-        for (&id, running) in self.running.iter_mut() {
-            let Some(fd) = &running.done else { continue };
-            match done::hear(fd) {
-                done::Heard::Nothing => continue,
-                done::Heard::Closed => running.done = None,
-                done::Heard::Done(delivered) => {
-                    let cpu = (delivered.user, delivered.system);
-                    running.delivered = Some(delivered);
-                    if running.monitor.holds_gpus() {
-                        // Closing our end lets the child exit.
-                        running.done = None;
-                    } else {
-                        ended.push((id, cpu));
-                    }
-                }
+        let listening: Vec<u64> = self
+            .running
+            .iter()
+            .filter(|(_, r)| r.done.is_some())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in listening {
+            if let Some(cpu) = self.hear_done(id) {
+                // Exit status 0 is what the child exits with after a call that ran.
+                self.finish(id, 0, cpu);
             }
         }
-        for (id, cpu) in ended {
-            // Exit status 0 is what the child exits with after a call that ran.
-            self.finish(id, 0, cpu);
+    }
+
+    /// Read call `id`'s done socket once; the child's CPU time when its call is to end now.
+    fn hear_done(&mut self, id: u64) -> Option<(f64, f64)> {
+        let running = self.running.get_mut(&id)?;
+        match done::hear(running.done.as_ref()?) {
+            done::Heard::Nothing => None,
+            done::Heard::Closed => {
+                running.done = None;
+                None
+            }
+            done::Heard::Done(delivered) => {
+                let cpu = (delivered.user, delivered.system);
+                running.delivered = Some(delivered);
+                if running.monitor.holds_gpus() {
+                    // Closing our end lets the child exit.
+                    running.done = None;
+                    return None;
+                }
+                Some(cpu)
+            }
         }
     }
 
@@ -466,7 +489,11 @@ impl Server {
             return;
         };
         // Nothing the call started outlives it: killed once the reply is out, and waited for
-        // (before its cgroup is removed) by the janitor.
+        // (before its cgroup is removed) by the janitor. A call's devices are free for the
+        // next call from here: whatever of it could still use them is killed now.
+        if running.monitor.holds_gpus() {
+            running.monitor.signal(libc::SIGKILL);
+        }
         let remains = running.monitor.remains();
         self.last_wall = Some(running.monitor.elapsed());
         let delivered = running.delivered.unwrap_or_default();
@@ -524,11 +551,20 @@ impl Server {
             self.leftovers.push(done.leftover);
         }
         let starting = more && self.call_starting();
-        let (due, wait) = std::mem::take(&mut self.leftovers)
-            .into_iter()
-            .partition(|left| {
-                !more || self.short_calls() || (!starting && left.since.elapsed() >= STARTING)
-            });
+        let (mut due, mut wait): (Vec<Leftover>, Vec<Leftover>) =
+            std::mem::take(&mut self.leftovers)
+                .into_iter()
+                .partition(|left| {
+                    let age = left.since.elapsed();
+                    !more || self.short_calls() || age >= LINGER || (!starting && age >= STARTING)
+                });
+        // Calls ending back to back on many slots may never leave 5 ms without a start: no
+        // more leftovers wait than there are slots.
+        let slots = self.options.slots.max(1);
+        if wait.len() > slots {
+            wait.sort_by_key(|left| left.since);
+            due.extend(wait.drain(..wait.len() - slots));
+        }
         self.leftovers = wait;
         for left in due {
             left.remains.kill(left.cgroup.as_ref());
@@ -544,7 +580,8 @@ impl Server {
     fn leftovers_due(&self) -> Option<Instant> {
         let oldest = self.leftovers.iter().map(|left| left.since).min()?;
         let started = self.last_start.filter(|_| !self.running.is_empty());
-        Some(oldest.max(started.unwrap_or(oldest)) + STARTING)
+        let quiet = oldest.max(started.unwrap_or(oldest)) + STARTING;
+        Some(quiet.min(oldest + LINGER))
     }
 
     /// A call was just handed to its child: making the next spare now (the zygote's fork, the

@@ -188,8 +188,9 @@ impl Server {
     }
 }
 
-/// Kill the spare if it may still run (once its pid is known: before, the zygote's "drop" or
-/// death ends it) and remove its cgroup and directory.
+/// Kill the spare if it may still run (once its pid is known: before, dropping its go pipe,
+/// or the end of the zygote's socket with the pipe in it, ends it) and remove its cgroup and
+/// directory.
 fn discard(monitor: RunMonitor, pid: Option<i32>, dir: &std::path::Path) {
     if pid.is_some() {
         monitor.kill();
