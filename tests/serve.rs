@@ -578,12 +578,6 @@ fn socket_clients_are_served_at_once_and_a_gone_client_loses_only_its_call() {
 
 #[test]
 fn what_a_call_leaves_running_is_killed_once_its_reply_is_out() {
-    let gone = |pid: i32| {
-        (0..200).any(|_| {
-            std::thread::sleep(Duration::from_millis(25));
-            !alive(pid)
-        })
-    };
     for setup in setups() {
         let mut server = setup.start(&["--slots", "1"]);
         let leave = |n: usize, seconds: f64| {
@@ -591,35 +585,37 @@ fn what_a_call_leaves_running_is_killed_once_its_reply_is_out() {
             let args = json!([path.to_str().unwrap(), seconds]);
             (path, call(&n.to_string(), "leave_behind", args, json!({})))
         };
-        let pid_in =
-            |path: &Path| -> i32 { std::fs::read_to_string(path).unwrap().parse().unwrap() };
+        let left_by = |n: usize, path: &Path| {
+            // The call writes the pid as it starts: wait for it whole.
+            let pid = (0..200).find_map(|_| {
+                let text = std::fs::read_to_string(path).ok();
+                text.and_then(|t| t.parse::<i32>().ok()).or_else(|| {
+                    std::thread::sleep(Duration::from_millis(25));
+                    None
+                })
+            });
+            pid.unwrap_or_else(|| panic!("{}: call {n} never started", setup.name))
+        };
+        let assert_gone = |n: usize, pid: i32| {
+            let gone = (0..200).any(|_| {
+                std::thread::sleep(Duration::from_millis(25));
+                !alive(pid)
+            });
+            assert!(gone, "{}: call {n}'s process {pid} outlived it", setup.name);
+        };
         // A short call: what it left goes at once.
-        let (path, request) = leave(1, 0.0);
-        server.send(&request);
+        let (path1, request1) = leave(1, 0.0);
+        server.send(&request1);
         assert_eq!(server.reply()["ok"], true, "{}", setup.name);
-        let pid = pid_in(&path);
-        assert!(
-            gone(pid),
-            "{}: call 1's process {pid} outlived it",
-            setup.name
-        );
+        assert_gone(1, left_by(1, &path1));
         // Long calls back to back: what one left goes while the next (3 s) runs...
         let (path2, request2) = leave(2, 0.1);
         let (path3, request3) = leave(3, 3.0);
         server.send(&request2);
         assert_eq!(server.reply()["ok"], true, "{}", setup.name);
         server.send(&request3);
-        let pid = pid_in(&path2);
-        assert!(
-            gone(pid),
-            "{}: call 2's process {pid} outlived it",
-            setup.name
-        );
-        let written = (0..200).find_map(|_| {
-            std::thread::sleep(Duration::from_millis(25));
-            std::fs::read_to_string(&path3).ok()?.parse::<i32>().ok()
-        });
-        let pid3 = written.expect("call 3 started");
+        assert_gone(2, left_by(2, &path2));
+        let pid3 = left_by(3, &path3);
         assert!(
             alive(pid3),
             "{}: call 2's leftovers went only once call 3 had ended",
@@ -627,12 +623,7 @@ fn what_a_call_leaves_running_is_killed_once_its_reply_is_out() {
         );
         // ...and what the last one left goes with the server idle.
         assert_eq!(server.reply()["ok"], true, "{}", setup.name);
-        let pid = pid_in(&path3);
-        assert!(
-            gone(pid),
-            "{}: call 3's process {pid} outlived it",
-            setup.name
-        );
+        assert_gone(3, pid3);
         drop(server.child.stdin.take());
         assert!(server.child.wait().unwrap().success());
     }
