@@ -7,6 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
+use std::path::{Path, PathBuf};
 
 use crate::reread::reread;
 
@@ -196,18 +197,8 @@ impl ProcFiles {
     }
 
     fn descendants_by_scan(&mut self, root: i32) -> Vec<ProcessSample> {
-        let Ok(entries) = fs::read_dir("/proc") else {
-            return Vec::new();
-        };
         let mut stats: HashMap<i32, Stat> = HashMap::new();
-        for entry in entries.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<i32>().ok())
-            else {
-                continue;
-            };
+        for (pid, _) in numbered_entries(Path::new("/proc")) {
             // Every process on the node: read by path, not kept open.
             if let Some(stat) = fs::read_to_string(format!("/proc/{pid}/stat"))
                 .ok()
@@ -335,6 +326,20 @@ fn parse_stat(stat: &str) -> Option<Stat> {
         threads: number(17)?,
         zombie: fields.first() == Some(&"Z"),
     })
+}
+
+/// The entries of `dir` named by a number (a pid), with their paths; none if it is unreadable.
+pub(crate) fn numbered_entries(dir: &Path) -> Vec<(i32, PathBuf)> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            Some((pid, entry.path()))
+        })
+        .collect()
 }
 
 pub fn clock_ticks_per_second() -> u64 {

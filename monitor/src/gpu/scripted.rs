@@ -88,23 +88,13 @@ impl GpuDriver for Scripted {
     fn read(&self, device: &Device) -> Result<DeviceReading, String> {
         let dir = self.usage_dir.join(device.visible_name());
         let mut reading = DeviceReading::default();
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            return Ok(reading);
-        };
         let mut utilization = 0.0;
-        for entry in entries.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<i32>().ok())
-            else {
-                continue;
-            };
+        for (pid, path) in crate::proctree::numbered_entries(&dir) {
             if !Path::new(&format!("/proc/{pid}")).exists() {
                 continue;
             }
             // A half-written file reads as empty: the process is listed, its memory not yet.
-            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let text = std::fs::read_to_string(path).unwrap_or_default();
             let mut fields = text.split_whitespace().map(|f| f.parse::<f64>().ok());
             let memory_bytes = fields.next().flatten().map(|b| b as u64);
             utilization += fields.next().flatten().unwrap_or(0.0);
