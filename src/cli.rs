@@ -238,6 +238,17 @@ pub struct InterpreterArgs {
     pub roots: Vec<PathBuf>,
 }
 
+impl InterpreterArgs {
+    pub fn choice(&self) -> lfm_call::InterpreterChoice {
+        lfm_call::InterpreterChoice {
+            python: self.python.clone(),
+            env: self.env.clone(),
+            pack: self.pack.clone(),
+            roots: self.roots.clone(),
+        }
+    }
+}
+
 #[derive(Args)]
 pub struct CallArgs {
     /// The function: file.py:func, file.py:Class.method or pkg.mod:func.

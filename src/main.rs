@@ -2,6 +2,8 @@
 
 mod cli;
 mod commands;
+mod monitoring;
+mod plots;
 
 use clap::Parser;
 

@@ -799,3 +799,19 @@ fn python_files(dir: &Path, root: &Path, exclude: &globset::GlobSet) -> Vec<Pend
         })
         .collect()
 }
+
+/// The dotted name of a module file and the directory it imports from (above its outermost
+/// package): how `lfm analyze` names a file target, for `lfm call` and `lfm serve` to agree.
+pub fn module_of_file(file: &Path) -> Option<(String, PathBuf)> {
+    let root = package_root(file);
+    let (name, _) = module_name_for(&root, file)?;
+    Some((name, root))
+}
+
+/// A dotted module's source file on the first of `roots` that has it, found as `lfm analyze`
+/// finds local code: (the root, the `.py` file).
+pub fn find_source_module(name: &str, roots: &[PathBuf]) -> Option<(PathBuf, PathBuf)> {
+    let found = locate_module(name, roots, &[])?;
+    let source = found.path.extension().is_some_and(|e| e == "py");
+    source.then_some((found.root, found.path))
+}

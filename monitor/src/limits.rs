@@ -32,6 +32,98 @@ impl Limits {
     }
 }
 
+/// A limit as people write it: `2G` on the command line, `"2G"` or `2147483648` in JSON.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum Amount {
+    Number(serde_json::Number),
+    Text(String),
+}
+
+impl Amount {
+    fn text(&self) -> String {
+        match self {
+            Amount::Number(number) => number.to_string(),
+            Amount::Text(text) => text.clone(),
+        }
+    }
+}
+
+impl From<&str> for Amount {
+    fn from(text: &str) -> Amount {
+        Amount::Text(text.to_string())
+    }
+}
+
+/// Where limits were written, for the names errors give them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// `--memory 2G`
+    Flags,
+    /// `{"limits": {"memory": "2G"}}` (a serve request)
+    Json,
+}
+
+/// Limits as written, before they are checked: `lfm run`'s flags and a serve request's
+/// `limits` go through this one parser, so both accept and refuse the same values.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitValues {
+    pub memory: Option<Amount>,
+    pub cores: Option<Amount>,
+    pub wall: Option<Amount>,
+    pub disk: Option<Amount>,
+    pub processes: Option<Amount>,
+    pub address_space: Option<Amount>,
+    pub gpus: Option<Amount>,
+    pub gpu_memory: Option<Amount>,
+}
+
+impl LimitValues {
+    pub fn parse(&self, written: Written) -> Result<Limits, LimitError> {
+        let name = |flag: &'static str, key: &'static str| match written {
+            Written::Flags => flag,
+            Written::Json => key,
+        };
+        let size = |value: &Option<Amount>, flag, key| {
+            value
+                .as_ref()
+                .map(|v| parse_size(name(flag, key), &v.text()))
+                .transpose()
+        };
+        let processes = self.processes.as_ref().map(|v| {
+            parse_positive(name("--processes", "limits.processes"), &v.text())
+                .map(|n| n.ceil() as u64)
+        });
+        Ok(Limits {
+            memory_bytes: size(&self.memory, "--memory", "limits.memory")?,
+            cores: self
+                .cores
+                .as_ref()
+                .map(|v| parse_positive(name("--cores", "limits.cores"), &v.text()))
+                .transpose()?,
+            wall_seconds: self
+                .wall
+                .as_ref()
+                .map(|v| parse_duration(name("--wall", "limits.wall"), &v.text()))
+                .transpose()?,
+            disk_bytes: size(&self.disk, "--disk", "limits.disk")?,
+            processes: processes.transpose()?,
+            address_space_bytes: size(
+                &self.address_space,
+                "--address-space",
+                "limits.address_space",
+            )?,
+            gpus: self
+                .gpus
+                .as_ref()
+                .map(|v| parse_count(name("--gpus", "limits.gpus"), &v.text()))
+                .transpose()?,
+            gpu_memory_bytes: size(&self.gpu_memory, "--gpu-memory", "limits.gpu_memory")?,
+        })
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum LimitError {
     #[error("{flag}: {value:?} is not a size (examples: 512M, 2G, 1.5GiB, 1048576)")]
@@ -118,6 +210,18 @@ pub fn parse_positive(flag: &'static str, text: &str) -> Result<f64, LimitError>
     Ok(value)
 }
 
+/// A whole number of at least one (`--gpus 2`): a device is held whole.
+pub fn parse_count(flag: &'static str, text: &str) -> Result<u64, LimitError> {
+    let value = parse_positive(flag, text)?;
+    if value.fract() != 0.0 {
+        return Err(LimitError::BadNumber {
+            flag,
+            value: text.to_string(),
+        });
+    }
+    Ok(value as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +253,30 @@ mod tests {
         assert_eq!(parse_duration("--wall", "250ms"), Ok(0.25));
         assert!(parse_duration("--wall", "soon").is_err());
         assert!(parse_duration("--wall", "0s").is_err());
+    }
+
+    #[test]
+    fn flags_and_json_go_through_one_parser() {
+        let json: LimitValues =
+            serde_json::from_str(r#"{"memory": "2G", "cores": 1.5, "wall": 90, "gpus": 2}"#)
+                .unwrap();
+        let flags = LimitValues {
+            memory: Some("2G".into()),
+            cores: Some("1.5".into()),
+            wall: Some("90".into()),
+            gpus: Some("2".into()),
+            ..LimitValues::default()
+        };
+        assert_eq!(json.parse(Written::Json), flags.parse(Written::Flags));
+        let half_a_gpu: LimitValues = serde_json::from_str(r#"{"gpus": 1.5}"#).unwrap();
+        assert_eq!(
+            half_a_gpu.parse(Written::Json),
+            Err(LimitError::BadNumber {
+                flag: "limits.gpus",
+                value: "1.5".into()
+            })
+        );
+        assert!(serde_json::from_str::<LimitValues>(r#"{"mem": "2G"}"#).is_err());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use lfm_monitor::sizing::simulate::{best_ladder, combine, oracle, replay, Outcom
 use lfm_monitor::sizing::trace::Trace;
 use lfm_monitor::sizing::{simulate, Resource, Strategy, TaskUse, STRATEGIES};
 
-use super::plot;
+use crate::plots as plot;
 
 use crate::cli::{SimulateArgs, SimulateFormat};
 

@@ -1,39 +1,23 @@
-//! `lfm history`, `lfm size`, and what `run --auto` / `call --auto` ask of the history.
+//! `lfm history` and `lfm size`.
 
 use std::io::Write;
-use std::path::PathBuf;
 
-use lfm_monitor::sizing::auto::{self, AutoLimit};
-use lfm_monitor::sizing::history::{default_path, imports, History, Row};
+use lfm_monitor::sizing::advice;
+use lfm_monitor::sizing::history::{imports, Row};
 use lfm_monitor::sizing::trace::Trace;
 use lfm_monitor::sizing::Strategy;
-use lfm_monitor::Report;
 
 use crate::cli::{HistoryArgs, HistoryFormat, SimulateFormat, SizeArgs};
+use crate::monitoring::open_history;
 
 const EXIT_FAILED: i32 = 1;
 const EXIT_USAGE: i32 = 2;
-
-pub fn open(path: Option<&PathBuf>) -> Result<History, String> {
-    History::open(&path.cloned().unwrap_or_else(default_path))
-}
-
-/// Append a finished run to the history (a warning, never a failure of the run).
-pub fn record(path: Option<&PathBuf>, report: &Report) {
-    if report.category.is_none() {
-        return;
-    }
-    let sized = !report.limits_from_sizing.is_empty();
-    if let Err(error) = open(path).and_then(|h| h.record(report, sized)) {
-        eprintln!("lfm: warning: not recorded: {error}");
-    }
-}
 
 pub fn history(args: HistoryArgs) -> i32 {
     if let Some(trace) = &args.import {
         return import(&args, trace);
     }
-    let rows = match open(args.history.as_ref()).and_then(|h| h.rows(args.category.as_deref())) {
+    let rows = match open_history(args.history.as_ref()).and_then(|h| h.rows(args.category.as_deref())) {
         Ok(rows) => rows,
         Err(error) => {
             eprintln!("error: {error}");
@@ -59,7 +43,7 @@ fn import(args: &HistoryArgs, path: &std::path::Path) -> i32 {
     let imported = Trace::read(path)
         .and_then(|trace| imports(&trace, path, args.category.as_deref()))
         .and_then(|rows| {
-            let history = open(args.history.as_ref())?;
+            let history = open_history(args.history.as_ref())?;
             history.import(&rows)?;
             Ok((rows, history.path().to_path_buf()))
         });
@@ -130,7 +114,8 @@ pub fn size(args: SizeArgs) -> i32 {
             return EXIT_USAGE;
         }
     };
-    let rows = match open(args.history.as_ref()).and_then(|h| h.rows(Some(&args.category))) {
+    let rows = match open_history(args.history.as_ref()).and_then(|h| h.rows(Some(&args.category)))
+    {
         Ok(rows) => rows,
         Err(error) => {
             eprintln!("error: {error}");
@@ -138,38 +123,15 @@ pub fn size(args: SizeArgs) -> i32 {
         }
     };
     let mut resources = serde_json::Map::new();
-    for resource in [
-        AutoLimit::Memory,
-        AutoLimit::Cores,
-        AutoLimit::Disk,
-        AutoLimit::GpuMemory,
-        AutoLimit::Gpus,
-    ] {
-        // Disk is measured only in a sandbox, GPUs only in runs given them: no such run,
-        // nothing to size them from.
-        let measured = |r: &Row| match resource {
-            AutoLimit::Disk => r.disk_mb.is_some(),
-            AutoLimit::GpuMemory | AutoLimit::Gpus => r.gpus.is_some(),
-            _ => true,
-        };
-        if !rows.iter().any(measured) {
-            continue;
+    for resource in advice::RESOURCES {
+        if advice::measured(&rows, resource) {
+            let advised = advice::advice(&rows, strategy, resource);
+            let value = serde_json::to_value(advised).unwrap_or_default();
+            resources.insert(resource.name().into(), value);
         }
-        resources.insert(resource.name().into(), advice(&rows, strategy, resource));
     }
-    let memory = &resources["memory"];
-    let advice = serde_json::json!({
-        "category": args.category,
-        "strategy": strategy.name(),
-        "runs": rows.len(),
-        "points": memory["points"],
-        "memory_mb": memory["allocation"],
-        "node_memory_mb": memory["node"],
-        "why": memory["why"],
-        "resources": resources,
-    });
     match args.format {
-        SimulateFormat::Json => println!("{advice}"),
+        SimulateFormat::Json => println!("{}", size_json(&args.category, strategy, rows.len(), resources)),
         SimulateFormat::Table => {
             for (name, a) in &resources {
                 println!(
@@ -186,31 +148,22 @@ pub fn size(args: SizeArgs) -> i32 {
     0
 }
 
-/// The allocation the category's next run gets of `resource` (`lfm size`, `lfm plot --history`).
-pub fn next_allocation(rows: &[Row], strategy: Strategy, resource: AutoLimit) -> f64 {
-    let node = auto::node(resource, Some(std::path::Path::new(".")));
-    resource.allocation(rows, strategy, node, None)
-}
-
-/// One resource's next allocation, and why.
-fn advice(rows: &[Row], strategy: Strategy, resource: AutoLimit) -> serde_json::Value {
-    let node = auto::node(resource, Some(std::path::Path::new(".")));
-    let sizer = resource.sizer(rows, strategy, node);
-    let points = sizer.points();
-    let allocation = next_allocation(rows, strategy, resource);
-    let name = strategy.name();
-    let why = match (sizer.warming_up(), allocation >= node) {
-        (false, _) => format!("{name} over {points} normally ended runs"),
-        (true, true) => {
-            format!("{name} has not enough history yet ({points} points): the whole node")
-        }
-        (true, false) => format!("{name} is still sampling ({points} points): its default"),
-    };
+/// `lfm size --format json`: memory's advice at the top (as before resources were added).
+fn size_json(
+    category: &str,
+    strategy: Strategy,
+    runs: usize,
+    resources: serde_json::Map<String, serde_json::Value>,
+) -> serde_json::Value {
+    let memory = &resources["memory"];
     serde_json::json!({
-        "allocation": (allocation * 1000.0).round() / 1000.0,
-        "unit": resource.unit(),
-        "node": node.floor(),
-        "points": points,
-        "why": why,
+        "category": category,
+        "strategy": strategy.name(),
+        "runs": runs,
+        "points": memory["points"],
+        "memory_mb": memory["allocation"],
+        "node_memory_mb": memory["node"],
+        "why": memory["why"],
+        "resources": resources,
     })
 }

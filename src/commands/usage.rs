@@ -5,7 +5,7 @@ use std::io::Write;
 use lfm_monitor::sizing::history::usage::{Filter, Usage};
 
 use crate::cli::{HistoryFormat, UsageArgs};
-use crate::commands::sizing::open;
+use crate::monitoring::open_history as open;
 
 const EXIT_FAILED: i32 = 1;
 const EXIT_USAGE: i32 = 2;

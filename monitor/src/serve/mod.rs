@@ -24,6 +24,7 @@ use crate::backend::BackendChoice;
 use crate::gpu::{meter::GpuMeter, GpuError, GpuPolicy, Ledger};
 use crate::limits::Limits;
 use crate::report::FunctionCall;
+use crate::runner::request::{Arguments, Outputs, Request, ResultFormat, Target};
 use crate::supervisor::{self, Ending, MonitorOptions, RunMonitor};
 
 pub use reply::Reply;
@@ -42,13 +43,10 @@ pub struct CallSpec {
     pub client: u64,
     /// The client's own request id, echoed in the reply.
     pub id: serde_json::Value,
-    /// The runner's target (python/lfm_runner/target.py).
-    pub target: serde_json::Value,
+    pub target: Target,
     pub function: FunctionCall,
-    /// The runner's arguments (`json` or `pickle`).
-    pub args: serde_json::Value,
-    /// `json` or `pickle`.
-    pub result_format: String,
+    pub args: Arguments,
+    pub result_format: ResultFormat,
     pub limits: Limits,
     pub category: Option<String>,
     /// `"auto": true`: limits not given come from the category's history, and a call that
@@ -666,7 +664,7 @@ fn prepare_call_dir(
     std::fs::create_dir_all(dir.join("sandbox"))
         .with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join("request.json");
-    std::fs::write(&path, call_request(dir, spec, visible_devices).to_string())
+    std::fs::write(&path, call_request(dir, spec, visible_devices).to_json())
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
 }
@@ -677,23 +675,24 @@ fn call_request(
     dir: &std::path::Path,
     spec: &CallSpec,
     visible_devices: Option<String>,
-) -> serde_json::Value {
-    let mut request = serde_json::json!({
-        "format": "lfm-call-request/1",
-        "target": spec.target,
-        "args": spec.args,
-        "result": {"format": spec.result_format},
-        "result_file": dir.join("result"),
-        "outcome_file": dir.join("outcome.json"),
-        "import_log": dir.join("imports.log"),
-    });
+) -> Request {
+    let outputs = Outputs {
+        result_file: dir.join("result"),
+        outcome_file: dir.join("outcome.json"),
+        import_log: Some(dir.join("imports.log")),
+    };
+    let mut request = Request::new(
+        spec.target.clone(),
+        spec.args.clone(),
+        spec.result_format,
+        outputs,
+    );
     // A caller that takes pickles can re-raise the exception itself, not only its text.
-    if spec.result_format == "pickle" {
-        request["exception_file"] = dir.join("exception").to_string_lossy().into();
+    if spec.result_format == ResultFormat::Pickle {
+        request.exception_file = Some(dir.join("exception"));
     }
-    if let Some(visible) = visible_devices {
-        request["env"] = serde_json::json!({ "CUDA_VISIBLE_DEVICES": visible });
-    }
+    request.env = visible_devices
+        .map(|visible| [("CUDA_VISIBLE_DEVICES".to_string(), visible)].into());
     request
 }
 

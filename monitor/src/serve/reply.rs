@@ -104,7 +104,7 @@ impl Reply {
         }
         message["report"] = serde_json::to_value(&report).unwrap_or_default();
         if let Some(auto) = &spec.auto {
-            message["attempts"] = (auto.attempts + 1).into();
+            message["attempts"] = (auto.attempts.retried + 1).into();
             message["retries"] = auto.retries.clone().into();
         }
         Reply {

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+
+use crate::runner::request::{Request, Target};
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::sys::socket::{
     recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
@@ -183,7 +185,7 @@ impl Zygote {
         &self,
         id: u64,
         request: &Path,
-        target: &serde_json::Value,
+        target: &Target,
         dir: &Path,
         join_fds: &[RawFd],
         rlimits: &[(libc::__rlimit_resource_t, libc::rlim_t)],
@@ -212,8 +214,8 @@ impl Zygote {
 
     /// A call of `target` started in a spare: the zygote prepares what later calls of the
     /// same function can reuse (its compiled slice).
-    pub fn remember(&self, target: &serde_json::Value) {
-        if target["mode"] == "slice" {
+    pub fn remember(&self, target: &Target) {
+        if matches!(target, Target::Slice { .. }) {
             let message = serde_json::json!({"op": "remember", "target": target});
             let _ = self.send(&message, &[]);
         }
@@ -253,13 +255,13 @@ impl Zygote {
 /// Hand a spare its request through its go pipe (`go`, closed after): inline when the pipe
 /// holds it whole, else by the path of `request_file`, written for it. The pipe is empty and
 /// non-blocking here, so a write either fits or fails; never does the server wait on it.
-pub fn go(go: OwnedFd, request: &serde_json::Value, request_file: &Path) -> Result<()> {
+pub fn go(go: OwnedFd, request: &Request, request_file: &Path) -> Result<()> {
     let inline = serde_json::json!({ "request": request }).to_string();
     let capacity = fcntl(go.as_raw_fd(), FcntlArg::F_GETPIPE_SZ).unwrap_or(4096) as usize;
     let handed = if inline.len() <= capacity {
         inline
     } else {
-        std::fs::write(request_file, request.to_string())
+        std::fs::write(request_file, request.to_json())
             .with_context(|| format!("writing {}", request_file.display()))?;
         serde_json::json!({ "request_path": request_file }).to_string()
     };

@@ -9,10 +9,12 @@
 //! scheduler would; [`simulate`] replays a trace through one. It knows nothing of where the
 //! history is stored.
 
+pub mod advice;
 pub mod auto;
 mod bucketing;
 mod histogram;
 pub mod history;
+pub mod policy;
 pub mod simulate;
 pub mod trace;
 

@@ -6,41 +6,43 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod request;
+
 use anyhow::{Context, Result};
 
 /// (path relative to the runner directory, contents).
 const FILES: &[(&str, &str)] = &[
     (
         "lfm_runner_main.py",
-        include_str!("../../python/lfm_runner_main.py"),
+        include_str!("../../../python/lfm_runner_main.py"),
     ),
     (
         "lfm_runner/__init__.py",
-        include_str!("../../python/lfm_runner/__init__.py"),
+        include_str!("../../../python/lfm_runner/__init__.py"),
     ),
     (
         "lfm_runner/main.py",
-        include_str!("../../python/lfm_runner/main.py"),
+        include_str!("../../../python/lfm_runner/main.py"),
     ),
     (
         "lfm_runner/target.py",
-        include_str!("../../python/lfm_runner/target.py"),
+        include_str!("../../../python/lfm_runner/target.py"),
     ),
     (
         "lfm_runner/call.py",
-        include_str!("../../python/lfm_runner/call.py"),
+        include_str!("../../../python/lfm_runner/call.py"),
     ),
     (
         "lfm_runner/headroom.py",
-        include_str!("../../python/lfm_runner/headroom.py"),
+        include_str!("../../../python/lfm_runner/headroom.py"),
     ),
     (
         "lfm_runner/imports.py",
-        include_str!("../../python/lfm_runner/imports.py"),
+        include_str!("../../../python/lfm_runner/imports.py"),
     ),
     (
         "lfm_runner/zygote.py",
-        include_str!("../../python/lfm_runner/zygote.py"),
+        include_str!("../../../python/lfm_runner/zygote.py"),
     ),
 ];
 
@@ -115,7 +117,7 @@ mod tests {
         let target = first.parent().unwrap().join("lfm_runner/target.py");
         assert_eq!(
             std::fs::read_to_string(target).unwrap(),
-            include_str!("../../python/lfm_runner/target.py")
+            include_str!("../../../python/lfm_runner/target.py")
         );
     }
 }

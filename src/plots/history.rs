@@ -11,7 +11,8 @@ use plotters::prelude::*;
 
 use super::{canvas, legend_line, Area};
 use crate::cli::PlotArgs;
-use crate::commands::sizing::{next_allocation, open};
+use crate::monitoring::open_history as open;
+use lfm_monitor::sizing::advice::next_allocation;
 
 const BINS: usize = 24;
 

@@ -1,0 +1,70 @@
+//! Which interpreter runs the call: a pack's `run` script, an environment's python, or a
+//! python on PATH; and where that interpreter finds the call's local modules.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use lfm_analyzer::Environment;
+
+use crate::error::{CallError, Result};
+
+/// What the caller chose (`--pack`, `--env`, `--python`, `--root`).
+#[derive(Debug, Clone, Default)]
+pub struct InterpreterChoice {
+    pub python: Option<PathBuf>,
+    pub env: Option<PathBuf>,
+    pub pack: Option<PathBuf>,
+    pub roots: Vec<PathBuf>,
+}
+
+/// How the interpreter is started and what the analyzer knows of it.
+#[derive(Debug, Clone)]
+pub struct Interpreter {
+    pub argv: Vec<OsString>,
+    /// Where local modules are looked up: a pack's `app/`, else the working directory.
+    pub source_roots: Vec<PathBuf>,
+    pub analysis_env: Environment,
+    /// `--root` directories.
+    pub roots: Vec<PathBuf>,
+}
+
+impl InterpreterChoice {
+    /// A pack is unpacked (once per cache) before its interpreter can be named.
+    pub fn interpreter(&self) -> Result<Interpreter> {
+        if let Some(pack) = &self.pack {
+            let options =
+                lfm_packer::UnpackOptions::new(lfm_packer::UnpackOptions::default_cache());
+            let root = lfm_packer::unpack(pack, &options)
+                .map_err(|e| CallError::failed(format!("unpacking {}: {e}", pack.display())))?;
+            return Ok(Interpreter {
+                argv: vec![root.join("run").into_os_string(), "python3".into()],
+                source_roots: vec![root.join("app")],
+                analysis_env: Environment::Python("python3".into()),
+                roots: self.roots.clone(),
+            });
+        }
+        let cwd = std::env::current_dir().map_err(CallError::failed)?;
+        if let Some(prefix) = &self.env {
+            return Ok(Interpreter {
+                argv: vec![prefix.join("bin/python").into_os_string()],
+                source_roots: vec![cwd],
+                analysis_env: Environment::Prefix(prefix.clone()),
+                roots: self.roots.clone(),
+            });
+        }
+        let python = self.python.clone().unwrap_or_else(|| "python3".into());
+        Ok(Interpreter {
+            argv: vec![python.clone().into_os_string()],
+            source_roots: vec![cwd],
+            analysis_env: Environment::Python(python),
+            roots: self.roots.clone(),
+        })
+    }
+}
+
+impl Interpreter {
+    /// Where local modules are found: the source roots, then `--root` directories.
+    pub fn search_path(&self) -> Vec<PathBuf> {
+        self.source_roots.iter().chain(&self.roots).cloned().collect()
+    }
+}

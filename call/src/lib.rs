@@ -1,0 +1,26 @@
+//! lfm-call: everything between "run this Python function" and the monitor.
+//!
+//! It owns the choice of interpreter (a pack's, an environment's, a python on PATH), where a
+//! call target lives (found by the analyzer's own rules, so `lfm call` runs what `lfm analyze`
+//! analysed), the function's slice and static closure, the arguments as callers give them, the
+//! runner request of `lfm call` and the typed serve protocol that `lfm serve` parses. It does
+//! not run anything itself (lfm-monitor does: the supervisor, the serve engine, sizing) and
+//! knows nothing of the command line.
+
+mod arguments;
+mod error;
+mod files;
+mod interpreter;
+mod locate;
+pub mod protocol;
+pub mod serve;
+mod slice;
+mod target;
+
+pub use arguments::{from_flags as arguments_from_flags, from_pickle_file as arguments_from_pickle_file};
+pub use error::{CallError, ErrorKind, Result};
+pub use files::CallFiles;
+pub use interpreter::{Interpreter, InterpreterChoice};
+pub use locate::{locate, Located};
+pub use slice::{slice, static_closure, with_distributions, Sliced};
+pub use target::{prepare, runner_target, Prepared, Resolved, Targets};

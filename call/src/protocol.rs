@@ -1,0 +1,227 @@
+//! The serve protocol's request (`lfm-serve/1`, docs/serve.md) as a type, and its translation
+//! into the call the serve engine runs. Unknown fields are refused: a misspelt `"limit"` must
+//! not run a call unlimited.
+
+use serde::{Deserialize, Deserializer};
+
+use lfm_monitor::limits::{LimitValues, Written};
+use lfm_monitor::report::FunctionCall;
+use lfm_monitor::runner::request::{ResultFormat, Target};
+use lfm_monitor::serve::{Auto, CallSpec, Reply};
+use lfm_monitor::sizing::policy::{Attempts, DEFAULT_MAX_RETRIES};
+use lfm_monitor::sizing::{Strategy, DEFAULT_STRATEGY};
+
+use crate::arguments;
+use crate::target::Targets;
+
+/// One request line.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    #[serde(default)]
+    pub id: serde_json::Value,
+    pub function: Option<String>,
+    pub function_pickle: Option<String>,
+    /// Names a pickled function in the Report.
+    pub name: Option<String>,
+    #[serde(default)]
+    pub import_module: bool,
+    pub args: Option<serde_json::Value>,
+    pub kwargs: Option<serde_json::Value>,
+    pub args_pickle: Option<String>,
+    #[serde(default)]
+    pub limits: LimitValues,
+    pub category: Option<String>,
+    #[serde(default, deserialize_with = "auto_flag")]
+    pub auto: bool,
+    pub strategy: Option<String>,
+    #[serde(default, deserialize_with = "retry_count")]
+    pub max_retries: Option<u32>,
+    #[serde(default, deserialize_with = "result_format")]
+    pub result: ResultFormat,
+}
+
+/// A request line into a call, or the `malformed` reply naming what is wrong.
+pub fn parse(targets: &mut Targets, client: u64, line: &str) -> Result<CallSpec, Reply> {
+    let request: Request = serde_json::from_str(line).map_err(|error| {
+        // The id still goes back when only the rest is wrong.
+        let id = serde_json::from_str::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v.get("id").cloned());
+        let message = match &id {
+            None if !line.trim_start().starts_with('{') => format!("not JSON: {error}"),
+            _ => error.to_string(),
+        };
+        Reply::malformed(client, id.unwrap_or_default(), &message)
+    })?;
+    let id = request.id.clone();
+    request
+        .into_call(targets, client)
+        .map_err(|message| Reply::malformed(client, id, &message))
+}
+
+impl Request {
+    fn into_call(self, targets: &mut Targets, client: u64) -> Result<CallSpec, String> {
+        let (target, function, closure) = self.function(targets)?;
+        let args = match self.args_pickle {
+            Some(pickle) => lfm_monitor::runner::request::Arguments::Pickle(pickle),
+            None => arguments::json(self.args, self.kwargs)?,
+        };
+        let limits = self.limits.parse(Written::Json).map_err(|e| e.to_string())?;
+        let auto = auto(self.auto, self.strategy.as_deref(), self.max_retries)?;
+        // A call's category is its function's name unless given: its history sizes the next.
+        let category = self.category.or_else(|| {
+            let name = function.target.rsplit(':').next().unwrap_or_default();
+            Some(name.to_string())
+        });
+        Ok(CallSpec {
+            client,
+            id: self.id,
+            target,
+            category,
+            function,
+            args,
+            result_format: self.result,
+            limits,
+            auto,
+            closure,
+        })
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn function(
+        &self,
+        targets: &mut Targets,
+    ) -> Result<
+        (
+            Target,
+            FunctionCall,
+            Option<std::sync::Arc<lfm_monitor::imports::StaticClosure>>,
+        ),
+        String,
+    > {
+        match (&self.function, &self.function_pickle) {
+            (Some(name), None) => {
+                let resolved = targets
+                    .resolve(name, self.import_module)
+                    .map_err(|e| e.message)?;
+                let call = FunctionCall {
+                    target: name.clone(),
+                    mode: resolved.target.mode().into(),
+                };
+                Ok((resolved.target, call, resolved.closure))
+            }
+            (None, Some(pickle)) => {
+                let call = FunctionCall {
+                    target: self
+                        .name
+                        .as_deref()
+                        .map_or("pickle".into(), |n| format!("pickle:{n}")),
+                    mode: "pickle".into(),
+                };
+                let target = Target::Pickle {
+                    pickle: pickle.clone(),
+                };
+                Ok((target, call, None))
+            }
+            _ => Err("give \"function\" (a target) or \"function_pickle\" (base64)".into()),
+        }
+    }
+}
+
+/// `"auto": true`, with optional `"strategy"` and `"max_retries"` (docs/serve.md).
+fn auto(
+    asked: bool,
+    strategy: Option<&str>,
+    max_retries: Option<u32>,
+) -> Result<Option<Auto>, String> {
+    if !asked {
+        return Ok(None);
+    }
+    let strategy = match strategy {
+        None => DEFAULT_STRATEGY,
+        Some(name) => Strategy::parse(name).map_err(|e| format!("\"strategy\": {e}"))?,
+    };
+    let retries = max_retries.unwrap_or(DEFAULT_MAX_RETRIES);
+    Ok(Some(Auto::new(Attempts::new(strategy, retries))))
+}
+
+fn auto_flag<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    match serde_json::Value::deserialize(deserializer)? {
+        serde_json::Value::Null => Ok(false),
+        serde_json::Value::Bool(flag) => Ok(flag),
+        other => Err(serde::de::Error::custom(format!(
+            "\"auto\" is true or false, not {other}"
+        ))),
+    }
+}
+
+fn retry_count<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u32>, D::Error> {
+    let value = serde_json::Value::deserialize(deserializer)?;
+    if value.is_null() {
+        return Ok(None);
+    }
+    value
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .map(Some)
+        .ok_or_else(|| {
+            serde::de::Error::custom(format!("\"max_retries\" is a count, not {value}"))
+        })
+}
+
+fn result_format<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ResultFormat, D::Error> {
+    match serde_json::Value::deserialize(deserializer)? {
+        serde_json::Value::Null => Ok(ResultFormat::Json),
+        serde_json::Value::String(text) if text == "json" => Ok(ResultFormat::Json),
+        serde_json::Value::String(text) if text == "pickle" => Ok(ResultFormat::Pickle),
+        other => Err(serde::de::Error::custom(format!(
+            "\"result\" is json or pickle, not {other}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(line: &str) -> Result<Request, String> {
+        serde_json::from_str(line).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_request_parses_into_its_fields() {
+        let request = parsed(
+            r#"{"id": 7, "function_pickle": "AA==", "name": "f", "args_pickle": "AA==",
+                "limits": {"memory": "1G", "cores": 2}, "auto": true, "max_retries": 2,
+                "result": "pickle", "category": "c"}"#,
+        )
+        .unwrap();
+        assert_eq!(request.id, 7);
+        assert!(request.auto);
+        assert_eq!(request.max_retries, Some(2));
+        assert_eq!(request.result, ResultFormat::Pickle);
+        let limits = request.limits.parse(Written::Json).unwrap();
+        assert_eq!(limits.memory_bytes, Some(1 << 30));
+        assert_eq!(limits.cores, Some(2.0));
+    }
+
+    #[test]
+    fn misspelt_and_mistyped_fields_are_named() {
+        assert!(parsed(r#"{"function": "f.py:g", "limit": {}}"#)
+            .unwrap_err()
+            .contains("unknown field `limit`"));
+        assert!(parsed(r#"{"function": "f.py:g", "limits": {"mem": 1}}"#)
+            .unwrap_err()
+            .contains("unknown field `mem`"));
+        assert!(parsed(r#"{"auto": "yes"}"#)
+            .unwrap_err()
+            .contains("\"auto\" is true or false"));
+        assert!(parsed(r#"{"max_retries": -1}"#)
+            .unwrap_err()
+            .contains("\"max_retries\" is a count"));
+        assert!(parsed(r#"{"result": "xml"}"#)
+            .unwrap_err()
+            .contains("\"result\" is json or pickle"));
+    }
+}

@@ -1,0 +1,119 @@
+//! A function target turned into what the runner loads: located, sliced (or imported whole),
+//! with the closure its imports are compared with. `lfm serve` keeps each one it resolved.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use lfm_monitor::imports::StaticClosure;
+use lfm_monitor::runner::request::Target;
+
+use crate::error::Result;
+use crate::interpreter::Interpreter;
+use crate::locate::{locate, Located};
+use crate::slice::{slice, static_closure, Sliced};
+
+/// One call target, ready for the runner.
+pub struct Prepared {
+    pub located: Located,
+    pub target: Target,
+    /// Empty with `import_module`: the whole module runs, nothing was analysed.
+    pub sliced: Option<Sliced>,
+}
+
+/// Locate `target` and, unless `import_module`, slice it.
+pub fn prepare(target: &str, interpreter: &Interpreter, import_module: bool) -> Result<Prepared> {
+    let located = locate(target, interpreter)?;
+    let sliced = if import_module {
+        None
+    } else {
+        Some(slice(&located, interpreter)?)
+    };
+    let target = runner_target(&located, sliced.as_ref());
+    Ok(Prepared {
+        located,
+        target,
+        sliced,
+    })
+}
+
+impl Prepared {
+    pub fn closure(&self, interpreter: &Interpreter) -> Option<StaticClosure> {
+        let sliced = self.sliced.as_ref()?;
+        Some(static_closure(&sliced.analysis, &self.located, interpreter))
+    }
+}
+
+/// The runner's description of a located function (python/lfm_runner/target.py).
+pub fn runner_target(located: &Located, sliced: Option<&Sliced>) -> Target {
+    match sliced {
+        Some(sliced) => Target::Slice {
+            module: located.module.clone(),
+            root: located.root.clone(),
+            file: located.file.clone(),
+            qualname: located.qualname.clone(),
+            statements: sliced.statements.clone(),
+        },
+        None => Target::Import {
+            module: located.module.clone(),
+            root: located.root.clone(),
+            qualname: located.qualname.clone(),
+        },
+    }
+}
+
+/// A target as a serve runs it, and for a sliced one the closure its imports are compared with.
+#[derive(Clone)]
+pub struct Resolved {
+    pub target: Target,
+    pub closure: Option<Arc<StaticClosure>>,
+}
+
+/// The serve's targets: registered ones by name, others located and sliced once.
+pub struct Targets {
+    interpreter: Interpreter,
+    registered: Vec<String>,
+    resolved: HashMap<(String, bool), Resolved>,
+}
+
+impl Targets {
+    pub fn new(interpreter: Interpreter) -> Targets {
+        Targets {
+            interpreter,
+            registered: Vec::new(),
+            resolved: HashMap::new(),
+        }
+    }
+
+    pub fn interpreter(&self) -> &Interpreter {
+        &self.interpreter
+    }
+
+    /// A `--function` the zygote loads at start: what it loads, kept under its name.
+    pub fn register(&mut self, function: &str) -> Result<Target> {
+        let resolved = self.resolve(function, false)?;
+        self.registered.push(function.to_string());
+        Ok(resolved.target)
+    }
+
+    pub fn resolve(&mut self, function: &str, import_module: bool) -> Result<Resolved> {
+        let key = (function.to_string(), import_module);
+        if !import_module && self.registered.iter().any(|r| r == function) {
+            // Resolved when it was registered: its closure is kept.
+            let closure = self.resolved.get(&key).and_then(|r| r.closure.clone());
+            let target = Target::Registered {
+                name: function.to_string(),
+            };
+            return Ok(Resolved { target, closure });
+        }
+        if let Some(resolved) = self.resolved.get(&key) {
+            return Ok(resolved.clone());
+        }
+        let prepared = prepare(function, &self.interpreter, import_module)?;
+        let resolved = Resolved {
+            closure: prepared.closure(&self.interpreter).map(Arc::new),
+            target: prepared.target,
+        };
+        self.resolved.insert(key, resolved.clone());
+        Ok(resolved)
+    }
+}

@@ -1,0 +1,28 @@
+//! The SVG charts of `lfm plot` (a run over time, or a category's history) and `lfm simulate
+//! --plot`, drawn with plotters' SVG backend, one panel per resource.
+
+pub mod history;
+pub mod run;
+mod simulate;
+
+use plotters::prelude::*;
+
+pub use simulate::{draw, Panel};
+
+pub(crate) type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+pub(crate) const WIDTH: u32 = 1000;
+pub(crate) const PANEL_HEIGHT: u32 = 300;
+
+/// A white SVG canvas split into `panels` rows.
+pub(crate) fn canvas(path: &std::path::Path, panels: usize) -> Result<Vec<Area<'_>>, String> {
+    let root =
+        SVGBackend::new(path, (WIDTH, PANEL_HEIGHT * panels.max(1) as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    Ok(root.split_evenly((panels.max(1), 1)))
+}
+
+/// A legend entry's short line in `color`.
+pub(crate) fn legend_line(color: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+}
