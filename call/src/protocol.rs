@@ -24,13 +24,14 @@ pub struct Request {
     pub function_pickle: Option<String>,
     /// Names a pickled function in the Report.
     pub name: Option<String>,
+    /// Absent or null: false (null is accepted wherever a field may be absent).
     #[serde(default)]
-    pub import_module: bool,
+    pub import_module: Option<bool>,
     pub args: Option<serde_json::Value>,
     pub kwargs: Option<serde_json::Value>,
     pub args_pickle: Option<String>,
     #[serde(default)]
-    pub limits: LimitValues,
+    pub limits: Option<LimitValues>,
     pub category: Option<String>,
     #[serde(default, deserialize_with = "auto_flag")]
     pub auto: bool,
@@ -67,7 +68,8 @@ impl Request {
             Some(pickle) => lfm_monitor::runner::request::Arguments::Pickle(pickle),
             None => arguments::json(self.args, self.kwargs)?,
         };
-        let limits = self.limits.parse(Written::Json).map_err(|e| e.to_string())?;
+        let limits = self.limits.unwrap_or_default();
+        let limits = limits.parse(Written::Json).map_err(|e| e.to_string())?;
         let auto = auto(self.auto, self.strategy.as_deref(), self.max_retries)?;
         // A call's category is its function's name unless given: its history sizes the next.
         let category = self.category.or_else(|| {
@@ -103,7 +105,7 @@ impl Request {
         match (&self.function, &self.function_pickle) {
             (Some(name), None) => {
                 let resolved = targets
-                    .resolve(name, self.import_module)
+                    .resolve(name, self.import_module.unwrap_or(false))
                     .map_err(|e| e.message)?;
                 let call = FunctionCall {
                     target: name.clone(),
@@ -201,9 +203,20 @@ mod tests {
         assert!(request.auto);
         assert_eq!(request.max_retries, Some(2));
         assert_eq!(request.result, ResultFormat::Pickle);
-        let limits = request.limits.parse(Written::Json).unwrap();
+        let limits = request.limits.unwrap().parse(Written::Json).unwrap();
         assert_eq!(limits.memory_bytes, Some(1 << 30));
         assert_eq!(limits.cores, Some(2.0));
+    }
+
+    #[test]
+    fn null_is_absent() {
+        let request = parsed(
+            r#"{"id": null, "function": "f.py:g", "limits": null, "import_module": null,
+                "args": null, "auto": null, "result": null}"#,
+        )
+        .unwrap();
+        assert!(request.limits.is_none() && !request.auto);
+        assert_eq!(request.result, ResultFormat::Json);
     }
 
     #[test]

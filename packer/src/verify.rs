@@ -9,19 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::manifest::{Manifest, MANIFEST_NAME};
 
-const IMPORT_ALL: &str = r#"
-import importlib, json, sys
-request = json.loads(sys.argv[1])
-sys.path[:0] = request["paths"]
-results = []
-for name in request["modules"]:
-    try:
-        importlib.import_module(name)
-        results.append([name, None])
-    except BaseException as error:
-        results.append([name, "%s: %s" % (type(error).__name__, error)])
-print(json.dumps(results))
-"#;
+/// Run with `-I -S -c` (python/lfm_probes/import_all.py).
+const IMPORT_ALL: &str = include_str!("../../python/lfm_probes/import_all.py");
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Verification {

@@ -15,22 +15,6 @@ pub struct Panel {
 }
 
 impl Panel {
-    pub fn new(resource: &str, tasks: usize, node: f64) -> Panel {
-        Panel {
-            resource: resource.to_string(),
-            uses: vec![0.0; tasks],
-            series: Vec::new(),
-            node,
-        }
-    }
-
-    /// Place one category's uses at its rows' positions in the file.
-    pub fn uses(&mut self, used: impl Iterator<Item = f64>, positions: &[usize]) {
-        for (value, &i) in used.zip(positions) {
-            self.uses[i] = value;
-        }
-    }
-
     fn unit(&self) -> &'static str {
         match self.resource.as_str() {
             "cores" | "gpus" => "cores",

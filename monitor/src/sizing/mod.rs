@@ -11,6 +11,7 @@
 
 pub mod advice;
 pub mod auto;
+pub mod compare;
 mod bucketing;
 mod histogram;
 pub mod history;
