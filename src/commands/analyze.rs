@@ -21,30 +21,9 @@ pub const EXIT_MISSING_REQUIRED: i32 = 4;
 const CHUNK: usize = 128;
 
 pub fn run(args: AnalyzeArgs) -> i32 {
-    let mut options = Options::default();
     let environment_given = args.python.is_some() || args.env.is_some();
-    if let Some(python) = &args.python {
-        options.environment = Environment::Python(python.clone());
-    }
-    if let Some(env) = &args.env {
-        options.environment = Environment::Prefix(env.clone());
-    }
-    options.roots = args.roots.clone();
-    options.closure = args.closure.into();
-    options.exclude = args.exclude.clone();
-    if args.no_cache {
-        options.cache_dir = None;
-    } else if let Some(dir) = args.cache_dir.clone() {
-        options.cache_dir = Some(dir);
-    }
     let bar = progress_bar();
-    if let Some(bar) = &bar {
-        let bar = bar.clone();
-        options.progress = Some(std::sync::Arc::new(move |done, known| {
-            bar.set_length(known as u64);
-            bar.set_position(done as u64);
-        }));
-    }
+    let options = options_of(&args, &bar);
     // LFM_TIMINGS=1: phase times, memory and cache decisions on stderr (for bench/ work).
     let show_timings = std::env::var_os("LFM_TIMINGS").is_some();
     let stdout = std::io::stdout();
@@ -79,36 +58,13 @@ pub fn run(args: AnalyzeArgs) -> i32 {
             if show_timings {
                 eprintln!("timing: the stored result of this request was reused");
             }
-            let written = hit.write_to(&mut out.out).and_then(|_| out.flush());
-            if written.is_err() {
-                return EXIT_FAILED;
-            }
-            let totals = Totals {
-                warnings: hit.outcome.warnings as usize,
-                missing_required: hit.outcome.missing_required,
-                ..Totals::default()
-            };
-            return report_totals(&args, environment_given, &totals);
+            return replay(&args, environment_given, &hit, &mut out);
         }
-        Err(AnalyzeError::TargetNotFound { target, reason }) => {
-            eprintln!("error: target not found: {target}\n  {reason}");
-            eprintln!("hint: targets are DIR, FILE.py, FILE.py:FUNC, FILE.py:Class.method or pkg.mod:FUNC");
-            return EXIT_TARGET_NOT_FOUND;
-        }
-        Err(AnalyzeError::Other(error)) => {
-            eprintln!("error: {error:#}");
-            return EXIT_FAILED;
-        }
+        Err(error) => return not_prepared(error),
     };
     let started = std::time::Instant::now();
     if show_timings {
-        if let Some(why) = &analysis.results_miss {
-            eprintln!("timing: no stored result reused: {why}");
-        }
-        eprintln!(
-            "memory: summaries hold ~{} MiB",
-            analysis.summary_heap_bytes() >> 20
-        );
+        print_memory(&analysis);
     }
     if let Some((cache, request)) = &results {
         match cache.writer(request) {
@@ -117,95 +73,206 @@ pub fn run(args: AnalyzeArgs) -> i32 {
         }
     }
     let mut totals = Totals::default();
-    let written = match args.format {
-        Format::Json => write_json(&analysis, &mut out, pretty, &mut totals, &bar),
-        Format::Table => {
-            // Whole trees: a line per module unless --functions; each warning printed once.
-            let per_module = analysis.module_targets() > 1 && !args.functions;
-            let mut table = TableSink::new();
-            let written = analysis.map_chunks(
-                CHUNK,
-                |target| {
-                    let target = target.to_spec();
-                    let text = (!per_module).then(|| table_entry(&target, args.quiet));
-                    (Totals::of(&target), text, target)
-                },
-                |rendered| {
-                    advance(&bar, rendered.len(), analysis.len());
-                    for (counts, text, target) in rendered {
-                        totals.add(counts);
-                        table.write(&mut out, text, &target, args.quiet)?;
-                    }
-                    Ok(())
-                },
-            );
-            written.and_then(|_| table.finish(&mut out))
-        }
-        Format::Requirements | Format::Conda | Format::Poncho => {
-            let mut union: BTreeMap<String, DistributionNeed> = BTreeMap::new();
-            let collected = analysis.for_each_chunk(CHUNK, |targets| {
-                advance(&bar, targets.len(), analysis.len());
-                for target in targets {
-                    totals.count(&target);
-                    for dist in target.distributions {
-                        union.entry(normalize_name(&dist.name)).or_insert(dist);
-                    }
-                }
-                Ok::<(), std::io::Error>(())
-            });
-            let dists: Vec<&DistributionNeed> = union.values().collect();
-            let python = analysis.python().version;
-            let text = match args.format {
-                Format::Requirements => render::requirements(&dists),
-                Format::Conda => render::conda_environment(&python, &dists, "lfm-env"),
-                _ => {
-                    serde_json::to_string_pretty(&render::poncho(&python, &dists))
-                        .unwrap_or_default()
-                        + "\n"
-                }
-            };
-            collected.and_then(|_| out.write_all(text.as_bytes()))
-        }
-    };
+    let written = write_format(&args, &analysis, &mut out, pretty, &mut totals, &bar);
     if show_timings {
-        // Cumulative wall times since prepare() started, then the closures and rendering.
-        let mut checkpoints = analysis.timings.clone();
-        checkpoints.push((
-            "closures and output",
-            lfm_analyzer::Checkpoint::since(started),
-        ));
-        for (phase, at) in &checkpoints {
-            let cpu = at.cpu.map_or(String::new(), |cpu| {
-                format!("  (cpu {:.2} s)", cpu.as_secs_f64())
-            });
-            let cpu = match (at.rss_kib, at.peak_rss_kib) {
-                (Some(rss), Some(peak)) => {
-                    format!("{cpu}  (rss {} MiB, peak {} MiB)", rss / 1024, peak / 1024)
-                }
-                _ => cpu,
-            };
-            eprintln!("timing: {:>8.3} s  {phase}{cpu}", at.wall.as_secs_f64());
-        }
+        print_timings(&analysis, started);
     }
-    let global_warnings = analysis.warnings();
-    let finished = written
-        .and_then(|_| {
-            if args.format == Format::Table {
-                for warning in &global_warnings {
-                    let location = if warning.file.is_empty() {
-                        String::new()
-                    } else {
-                        format!("{}:{}: ", warning.file, warning.line)
-                    };
-                    writeln!(out, "warning: {location}{}", warning.message)?;
-                }
-            }
-            Ok(())
-        })
-        .and_then(|_| out.flush());
-    if finished.is_err() {
+    if finish(&args, &analysis, &mut out, written, &mut totals).is_err() {
         return EXIT_FAILED; // a closed pipe (`| head`) is not worth a panic
     }
+    // Freeing every summary one by one takes longer than the exit that follows frees them all.
+    std::mem::forget(analysis);
+    report_totals(&args, environment_given, &totals)
+}
+
+fn options_of(args: &AnalyzeArgs, bar: &Option<indicatif::ProgressBar>) -> Options {
+    let mut options = Options::default();
+    if let Some(python) = &args.python {
+        options.environment = Environment::Python(python.clone());
+    }
+    if let Some(env) = &args.env {
+        options.environment = Environment::Prefix(env.clone());
+    }
+    options.roots = args.roots.clone();
+    options.closure = args.closure.into();
+    options.exclude = args.exclude.clone();
+    if args.no_cache {
+        options.cache_dir = None;
+    } else if let Some(dir) = args.cache_dir.clone() {
+        options.cache_dir = Some(dir);
+    }
+    if let Some(bar) = bar {
+        let bar = bar.clone();
+        options.progress = Some(std::sync::Arc::new(move |done, known| {
+            bar.set_length(known as u64);
+            bar.set_position(done as u64);
+        }));
+    }
+    options
+}
+
+/// The stored result of the same request, written again.
+fn replay(
+    args: &AnalyzeArgs,
+    environment_given: bool,
+    hit: &lfm_analyzer::results::Hit,
+    out: &mut Output,
+) -> i32 {
+    let written = hit.write_to(&mut out.out).and_then(|_| out.flush());
+    if written.is_err() {
+        return EXIT_FAILED;
+    }
+    let totals = Totals {
+        warnings: hit.outcome.warnings as usize,
+        missing_required: hit.outcome.missing_required,
+        ..Totals::default()
+    };
+    report_totals(args, environment_given, &totals)
+}
+
+fn not_prepared(error: AnalyzeError) -> i32 {
+    match error {
+        AnalyzeError::TargetNotFound { target, reason } => {
+            eprintln!("error: target not found: {target}\n  {reason}");
+            eprintln!("hint: targets are DIR, FILE.py, FILE.py:FUNC, FILE.py:Class.method or pkg.mod:FUNC");
+            EXIT_TARGET_NOT_FOUND
+        }
+        AnalyzeError::Other(error) => {
+            eprintln!("error: {error:#}");
+            EXIT_FAILED
+        }
+    }
+}
+
+fn write_format(
+    args: &AnalyzeArgs,
+    analysis: &Analysis,
+    out: &mut Output,
+    pretty: bool,
+    totals: &mut Totals,
+    bar: &Option<indicatif::ProgressBar>,
+) -> std::io::Result<()> {
+    match args.format {
+        Format::Json => write_json(analysis, out, pretty, totals, bar),
+        Format::Table => write_table(args, analysis, out, totals, bar),
+        Format::Requirements | Format::Conda | Format::Poncho => {
+            write_environment(args.format, analysis, out, totals, bar)
+        }
+    }
+}
+
+/// Whole trees: a line per module unless --functions; each warning printed once.
+fn write_table(
+    args: &AnalyzeArgs,
+    analysis: &Analysis,
+    out: &mut Output,
+    totals: &mut Totals,
+    bar: &Option<indicatif::ProgressBar>,
+) -> std::io::Result<()> {
+    let per_module = analysis.module_targets() > 1 && !args.functions;
+    let mut table = TableSink::new();
+    let written = analysis.map_chunks(
+        CHUNK,
+        |target| {
+            let target = target.to_spec();
+            let text = (!per_module).then(|| table_entry(&target, args.quiet));
+            (Totals::of(&target), text, target)
+        },
+        |rendered| {
+            advance(bar, rendered.len(), analysis.len());
+            for (counts, text, target) in rendered {
+                totals.add(counts);
+                table.write(out, text, &target, args.quiet)?;
+            }
+            Ok(())
+        },
+    );
+    written.and_then(|_| table.finish(out))
+}
+
+/// requirements.txt, environment.yml or a poncho spec: the union of every target's
+/// distributions.
+fn write_environment(
+    format: Format,
+    analysis: &Analysis,
+    out: &mut Output,
+    totals: &mut Totals,
+    bar: &Option<indicatif::ProgressBar>,
+) -> std::io::Result<()> {
+    let mut union: BTreeMap<String, DistributionNeed> = BTreeMap::new();
+    let collected = analysis.for_each_chunk(CHUNK, |targets| {
+        advance(bar, targets.len(), analysis.len());
+        for target in targets {
+            totals.count(&target);
+            for dist in target.distributions {
+                union.entry(normalize_name(&dist.name)).or_insert(dist);
+            }
+        }
+        Ok::<(), std::io::Error>(())
+    });
+    let dists: Vec<&DistributionNeed> = union.values().collect();
+    let python = analysis.python().version;
+    let text = match format {
+        Format::Requirements => render::requirements(&dists),
+        Format::Conda => render::conda_environment(&python, &dists, "lfm-env"),
+        _ => serde_json::to_string_pretty(&render::poncho(&python, &dists)).unwrap_or_default() + "\n",
+    };
+    collected.and_then(|_| out.write_all(text.as_bytes()))
+}
+
+fn print_memory(analysis: &Analysis) {
+    if let Some(why) = &analysis.results_miss {
+        eprintln!("timing: no stored result reused: {why}");
+    }
+    eprintln!(
+        "memory: summaries hold ~{} MiB",
+        analysis.summary_heap_bytes() >> 20
+    );
+}
+
+/// Cumulative wall times since prepare() started, then the closures and rendering.
+fn print_timings(analysis: &Analysis, started: std::time::Instant) {
+    let mut checkpoints = analysis.timings.clone();
+    checkpoints.push((
+        "closures and output",
+        lfm_analyzer::Checkpoint::since(started),
+    ));
+    for (phase, at) in &checkpoints {
+        let cpu = at.cpu.map_or(String::new(), |cpu| {
+            format!("  (cpu {:.2} s)", cpu.as_secs_f64())
+        });
+        let cpu = match (at.rss_kib, at.peak_rss_kib) {
+            (Some(rss), Some(peak)) => {
+                format!("{cpu}  (rss {} MiB, peak {} MiB)", rss / 1024, peak / 1024)
+            }
+            _ => cpu,
+        };
+        eprintln!("timing: {:>8.3} s  {phase}{cpu}", at.wall.as_secs_f64());
+    }
+}
+
+/// The global warnings (tables print them last), the output flushed, and the result stored
+/// for the next identical request.
+fn finish(
+    args: &AnalyzeArgs,
+    analysis: &Analysis,
+    out: &mut Output,
+    written: std::io::Result<()>,
+    totals: &mut Totals,
+) -> std::io::Result<()> {
+    let global_warnings = analysis.warnings();
+    written?;
+    if args.format == Format::Table {
+        for warning in &global_warnings {
+            let location = if warning.file.is_empty() {
+                String::new()
+            } else {
+                format!("{}:{}: ", warning.file, warning.line)
+            };
+            writeln!(out, "warning: {location}{}", warning.message)?;
+        }
+    }
+    out.flush()?;
     totals.warnings += global_warnings.len();
     if let (Some(record), Some(inputs)) = (out.record.take(), analysis.inputs()) {
         let outcome = Outcome {
@@ -216,9 +283,7 @@ pub fn run(args: AnalyzeArgs) -> i32 {
             eprintln!("warning: the result was not stored: {error:#}");
         }
     }
-    // Freeing every summary one by one takes longer than the exit that follows frees them all.
-    std::mem::forget(analysis);
-    report_totals(&args, environment_given, &totals)
+    Ok(())
 }
 
 /// `n thing` or `n things`.
@@ -655,101 +720,112 @@ fn write_json(
 
 fn table_entry(target: &TargetSpec, quiet: bool) -> String {
     let mut out = String::new();
-    {
-        let dists = target.distributions.len();
-        let direct = target.distributions.iter().filter(|d| d.direct).count();
-        let _ = writeln!(
-            out,
-            "{}  ({} at {}:{})  {} ({} imported directly), {}{}",
-            target.target,
-            match target.kind {
-                lfm_analyzer::spec::TargetKind::Module => "module",
-                lfm_analyzer::spec::TargetKind::Function => "function",
-                lfm_analyzer::spec::TargetKind::Class => "class",
-            },
-            target.file,
-            target.line,
-            plural(dists, "distribution"),
-            direct,
-            plural(target.modules.len(), "module"),
-            match (quiet, target.warnings.len()) {
-                (true, n) if n > 0 => format!(", {}", plural(n, "warning")),
-                _ => String::new(),
-            }
-        );
-        if quiet {
-            return out;
+    let dists = target.distributions.len();
+    let direct = target.distributions.iter().filter(|d| d.direct).count();
+    let _ = writeln!(
+        out,
+        "{}  ({} at {}:{})  {} ({} imported directly), {}{}",
+        target.target,
+        match target.kind {
+            lfm_analyzer::spec::TargetKind::Module => "module",
+            lfm_analyzer::spec::TargetKind::Function => "function",
+            lfm_analyzer::spec::TargetKind::Class => "class",
+        },
+        target.file,
+        target.line,
+        plural(dists, "distribution"),
+        direct,
+        plural(target.modules.len(), "module"),
+        match (quiet, target.warnings.len()) {
+            (true, n) if n > 0 => format!(", {}", plural(n, "warning")),
+            _ => String::new(),
         }
-        if !target.distributions.is_empty() {
-            let _ = writeln!(out, "  distributions:");
-            let width = target
-                .distributions
-                .iter()
-                .map(|d| d.name.len() + d.version.len() + 1)
-                .max()
-                .unwrap_or(0);
-            for dist in &target.distributions {
-                let label = format!("{} {}", dist.name, dist.version);
-                let why = if dist.direct {
-                    format!("imports {}", dist.reason.join(", "))
-                } else {
-                    format!("required by {}", dist.reason.join(" -> "))
-                };
-                let optional = if dist.optional { " (optional)" } else { "" };
-                let _ = writeln!(out, "    {label:<width$}  {why}{optional}");
-            }
+    );
+    if quiet {
+        return out;
+    }
+    write_distributions(&mut out, target);
+    write_modules(&mut out, target);
+    write_missing(&mut out, target);
+    out
+}
+
+fn write_distributions(out: &mut String, target: &TargetSpec) {
+    if target.distributions.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "  distributions:");
+    let width = target
+        .distributions
+        .iter()
+        .map(|d| d.name.len() + d.version.len() + 1)
+        .max()
+        .unwrap_or(0);
+    for dist in &target.distributions {
+        let label = format!("{} {}", dist.name, dist.version);
+        let why = if dist.direct {
+            format!("imports {}", dist.reason.join(", "))
+        } else {
+            format!("required by {}", dist.reason.join(" -> "))
+        };
+        let optional = if dist.optional { " (optional)" } else { "" };
+        let _ = writeln!(out, "    {label:<width$}  {why}{optional}");
+    }
+}
+
+fn write_modules(out: &mut String, target: &TargetSpec) {
+    for (kind, title) in [
+        (ModuleKind::Local, "local"),
+        (ModuleKind::ThirdParty, "third-party"),
+        (ModuleKind::Stdlib, "stdlib"),
+    ] {
+        let modules: Vec<_> = target.modules.iter().filter(|m| m.kind == kind).collect();
+        if modules.is_empty() {
+            continue;
         }
-        for (kind, title) in [
-            (ModuleKind::Local, "local"),
-            (ModuleKind::ThirdParty, "third-party"),
-            (ModuleKind::Stdlib, "stdlib"),
-        ] {
-            let modules: Vec<_> = target.modules.iter().filter(|m| m.kind == kind).collect();
-            if modules.is_empty() {
-                continue;
-            }
-            let _ = writeln!(out, "  {title} modules:");
-            for module in modules {
-                let via = if module.reason.chain.len() > 1 {
-                    format!(" via {}", module.reason.chain.join(" -> "))
-                } else {
-                    String::new()
-                };
-                let tags = module.contexts.join(",");
-                let _ = writeln!(
-                    out,
-                    "    {:<28} {}:{} [{}]{}{}",
-                    module.name,
-                    module.reason.file,
-                    module.reason.line,
-                    tags,
-                    via,
-                    if module.optional { " (optional)" } else { "" }
-                );
-            }
-        }
-        for missing in &target.missing {
+        let _ = writeln!(out, "  {title} modules:");
+        for module in modules {
+            let via = if module.reason.chain.len() > 1 {
+                format!(" via {}", module.reason.chain.join(" -> "))
+            } else {
+                String::new()
+            };
+            let tags = module.contexts.join(",");
             let _ = writeln!(
                 out,
-                "  {} {} imported at {}:{}",
-                if missing.optional {
-                    "note: optional module not installed:"
-                } else {
-                    "MISSING:"
-                },
-                missing.name,
-                missing.reason.file,
-                missing.reason.line
-            );
-        }
-        for missing in &target.missing_distributions {
-            let _ = writeln!(
-                out,
-                "  MISSING distribution: {} (required by {})",
-                missing.name,
-                missing.required_by.join(" -> ")
+                "    {:<28} {}:{} [{}]{}{}",
+                module.name,
+                module.reason.file,
+                module.reason.line,
+                tags,
+                via,
+                if module.optional { " (optional)" } else { "" }
             );
         }
     }
-    out
+}
+
+fn write_missing(out: &mut String, target: &TargetSpec) {
+    for missing in &target.missing {
+        let _ = writeln!(
+            out,
+            "  {} {} imported at {}:{}",
+            if missing.optional {
+                "note: optional module not installed:"
+            } else {
+                "MISSING:"
+            },
+            missing.name,
+            missing.reason.file,
+            missing.reason.line
+        );
+    }
+    for missing in &target.missing_distributions {
+        let _ = writeln!(
+            out,
+            "  MISSING distribution: {} (required by {})",
+            missing.name,
+            missing.required_by.join(" -> ")
+        );
+    }
 }

@@ -86,13 +86,10 @@ fn histogram(values: &[f64], top: f64) -> Vec<(f64, f64, u32)> {
         .collect()
 }
 
-fn draw_peaks(
-    area: &Area,
-    peaks: &Peaks,
-    category: &str,
-    strategy: Strategy,
-) -> Result<(), String> {
-    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+type Bins = Vec<(f64, f64, u32)>;
+
+/// The x axis' end (above every peak and the allocation), both histograms, the tallest bar.
+fn binned(peaks: &Peaks) -> (f64, Bins, Bins, u32) {
     let top = peaks
         .normal
         .iter()
@@ -108,6 +105,17 @@ fn draw_peaks(
         .map(|b| b.2)
         .max()
         .unwrap_or(1);
+    (top, normal, ran_out, tallest)
+}
+
+fn draw_peaks(
+    area: &Area,
+    peaks: &Peaks,
+    category: &str,
+    strategy: Strategy,
+) -> Result<(), String> {
+    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+    let (top, normal, ran_out, tallest) = binned(peaks);
     let unit = peaks.resource.unit();
     let mut chart = ChartBuilder::on(area)
         .caption(
