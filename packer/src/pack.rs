@@ -78,119 +78,20 @@ pub fn pack(
     let site_dirs = interpreter.site_dirs();
     let index = DistIndex::build(&site_dirs, Some(&prefix));
     let mut warnings: Vec<String> = index.problems.clone();
-
-    let stdlib_seeds: BTreeSet<String> = match &selection {
-        Selection::Spec(spec) => spec
-            .targets
-            .iter()
-            .flat_map(|t| t.modules.iter())
-            .filter(|m| m.kind == ModuleKind::Stdlib)
-            .map(|m| m.name.clone())
-            .collect(),
-        Selection::All => BTreeSet::new(),
-    };
-    let (dist_ids, spec_hash, targets, local_sources) = match selection {
-        Selection::All => (
-            (0..index.dists.len() as u32).collect::<Vec<_>>(),
-            None,
-            Vec::new(),
-            Vec::new(),
-        ),
-        Selection::Spec(spec) => {
-            let mut ids = Vec::new();
-            for dist in spec.union_distributions() {
-                match index.by_name(&dist.name) {
-                    Some(id) => ids.push(id),
-                    None => bail!(
-                        "distribution {} {} from the spec is not installed in {}",
-                        dist.name,
-                        dist.version,
-                        prefix.display()
-                    ),
-                }
-            }
-            let hash = blake3::hash(serde_json::to_string(spec)?.as_bytes())
-                .to_hex()
-                .to_string();
-            (ids, Some(hash), pack_targets(spec), local_files(spec))
-        }
-    };
-
+    let selected = Selected::of(selection, &index, &prefix)?;
     let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
-    let mut distributions = Vec::new();
-    for &id in &dist_ids {
-        let dist = &index.dists[id as usize];
-        let mut count = 0;
-        for file in &dist.files {
-            if is_bytecode(file) {
-                continue;
-            }
-            let Ok(relative) = file.strip_prefix(&prefix) else {
-                warnings.push(format!(
-                    "{}: {} lies outside the environment; not packed",
-                    dist.name,
-                    file.display()
-                ));
-                continue;
-            };
-            let Ok(meta) = fs::symlink_metadata(file) else {
-                warnings.push(format!(
-                    "{}: {} is listed in its RECORD but missing",
-                    dist.name,
-                    file.display()
-                ));
-                continue;
-            };
-            let archive_path = format!("env/{}", relative.display());
-            let entry = if meta.file_type().is_symlink() {
-                Entry {
-                    source: Source::Symlink(fs::read_link(file)?),
-                    executable: false,
-                }
-            } else if relative.starts_with("bin") {
-                Entry {
-                    source: Source::Bytes(relocatable_script(&fs::read(file)?)),
-                    executable: true,
-                }
-            } else {
-                Entry {
-                    source: Source::File(file.clone()),
-                    executable: meta.permissions().mode() & 0o111 != 0,
-                }
-            };
-            entries.insert(archive_path, entry);
-            count += 1;
-        }
-        distributions.push(PackDistribution {
-            name: dist.name.clone(),
-            version: dist.version.clone(),
-            files: count,
-        });
-    }
-    distributions.sort_by_key(|d| normalize_name(&d.name));
-
-    let mut local_archive_paths = Vec::new();
-    for (archive_path, source) in local_sources {
-        if !source.is_file() {
-            bail!(
-                "local module file {} is missing (was the spec made in another directory?)",
-                source.display()
-            );
-        }
-        local_archive_paths.push(archive_path.clone());
-        entries.insert(
-            archive_path,
-            Entry {
-                source: Source::File(source),
-                executable: false,
-            },
-        );
-    }
-
+    let distributions = add_distributions(
+        &index,
+        &selected.dist_ids,
+        &prefix,
+        &mut entries,
+        &mut warnings,
+    )?;
+    let local_files = add_local_files(selected.local_sources, &mut entries)?;
     let interpreter_entry = if options.self_contained {
         Some(add_interpreter(
             interpreter,
-            &stdlib_seeds,
+            &selected.stdlib_seeds,
             &mut entries,
             &mut warnings,
         )?)
@@ -204,60 +105,33 @@ pub fn pack(
                 .map(|relative| format!("env/{}", relative.display()))
         }))
         .collect();
+    let script = run_script(
+        &pythonpath,
+        interpreter_entry.is_some(),
+        options.inherit_site_packages,
+    );
     entries.insert(
         "run".into(),
         Entry {
-            source: Source::Bytes(
-                run_script(
-                    &pythonpath,
-                    interpreter_entry.is_some(),
-                    options.inherit_site_packages,
-                )
-                .into_bytes(),
-            ),
+            source: Source::Bytes(script.into_bytes()),
             executable: true,
         },
     );
-
-    let mut totals = Totals::default();
-    for entry in entries.values() {
-        totals.files += 1;
-        totals.bytes += match &entry.source {
-            Source::File(path) => fs::metadata(path).map(|m| m.len()).unwrap_or(0),
-            Source::Bytes(bytes) => bytes.len() as u64,
-            Source::Symlink(_) => 0,
-        };
-    }
-    let example_modules: Vec<String> = targets
-        .first()
-        .map(|t: &PackTarget| t.modules.clone())
-        .unwrap_or_default();
     let manifest = Manifest {
         format: MANIFEST_FORMAT.into(),
-        spec_hash,
+        spec_hash: selected.spec_hash,
         python: PackPython {
             version: interpreter.version.clone(),
             abi: interpreter.soabi.clone(),
             platform: interpreter.platform_tag.clone(),
         },
         distributions,
-        local_files: local_archive_paths,
-        targets,
-        totals,
-        run: RunInfo {
-            script: "run".into(),
-            isolated: !options.inherit_site_packages,
-            interpreter: interpreter_entry,
-            pythonpath,
-            example: if example_modules.is_empty() {
-                "./run python3 script.py".into()
-            } else {
-                format!("./run python3 -c 'import {}'", example_modules.join(", "))
-            },
-        },
+        local_files,
+        run: run_info(&selected.targets, options, interpreter_entry, pythonpath),
+        targets: selected.targets,
+        totals: totals_of(&entries),
         pyc: "no .pyc or __pycache__ is packed (timestamps are normalised, so shipped timestamp pycs would be stale); `lfm unpack --compile` compiles once into the cache as unchecked-hash pycs".into(),
     };
-
     let (path, compressed_bytes, hash) =
         write_archive(&manifest, &entries, options, &manifest.totals)?;
     Ok(Packed {
@@ -267,6 +141,193 @@ pub fn pack(
         hash,
         warnings,
     })
+}
+
+/// What a selection packs: distributions, local files, the stdlib modules a self-contained
+/// pack needs, and the targets the manifest names.
+struct Selected {
+    stdlib_seeds: BTreeSet<String>,
+    dist_ids: Vec<u32>,
+    spec_hash: Option<String>,
+    targets: Vec<PackTarget>,
+    local_sources: Vec<(String, PathBuf)>,
+}
+
+impl Selected {
+    fn of(selection: Selection, index: &DistIndex, prefix: &Path) -> Result<Selected> {
+        let spec = match selection {
+            Selection::All => {
+                return Ok(Selected {
+                    stdlib_seeds: BTreeSet::new(),
+                    dist_ids: (0..index.dists.len() as u32).collect(),
+                    spec_hash: None,
+                    targets: Vec::new(),
+                    local_sources: Vec::new(),
+                })
+            }
+            Selection::Spec(spec) => spec,
+        };
+        let stdlib_seeds = spec
+            .targets
+            .iter()
+            .flat_map(|t| t.modules.iter())
+            .filter(|m| m.kind == ModuleKind::Stdlib)
+            .map(|m| m.name.clone())
+            .collect();
+        let mut dist_ids = Vec::new();
+        for dist in spec.union_distributions() {
+            match index.by_name(&dist.name) {
+                Some(id) => dist_ids.push(id),
+                None => bail!(
+                    "distribution {} {} from the spec is not installed in {}",
+                    dist.name,
+                    dist.version,
+                    prefix.display()
+                ),
+            }
+        }
+        let hash = blake3::hash(serde_json::to_string(spec)?.as_bytes())
+            .to_hex()
+            .to_string();
+        Ok(Selected {
+            stdlib_seeds,
+            dist_ids,
+            spec_hash: Some(hash),
+            targets: pack_targets(spec),
+            local_sources: local_files(spec),
+        })
+    }
+}
+
+/// Every file the selected distributions' records list (no bytecode), under `env/`.
+fn add_distributions(
+    index: &DistIndex,
+    dist_ids: &[u32],
+    prefix: &Path,
+    entries: &mut BTreeMap<String, Entry>,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<PackDistribution>> {
+    let mut distributions = Vec::new();
+    for &id in dist_ids {
+        let dist = &index.dists[id as usize];
+        let mut count = 0;
+        for file in dist.files.iter().filter(|f| !is_bytecode(f)) {
+            if let Some((archive_path, entry)) = dist_entry(&dist.name, file, prefix, warnings)? {
+                entries.insert(archive_path, entry);
+                count += 1;
+            }
+        }
+        distributions.push(PackDistribution {
+            name: dist.name.clone(),
+            version: dist.version.clone(),
+            files: count,
+        });
+    }
+    distributions.sort_by_key(|d| normalize_name(&d.name));
+    Ok(distributions)
+}
+
+/// One distribution file's entry; none (with a warning) when it is outside the environment or
+/// missing. Scripts in `bin/` are made relocatable.
+fn dist_entry(
+    dist: &str,
+    file: &Path,
+    prefix: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<Option<(String, Entry)>> {
+    let Ok(relative) = file.strip_prefix(prefix) else {
+        warnings.push(format!(
+            "{dist}: {} lies outside the environment; not packed",
+            file.display()
+        ));
+        return Ok(None);
+    };
+    let Ok(meta) = fs::symlink_metadata(file) else {
+        warnings.push(format!(
+            "{dist}: {} is listed in its RECORD but missing",
+            file.display()
+        ));
+        return Ok(None);
+    };
+    let archive_path = format!("env/{}", relative.display());
+    let entry = if meta.file_type().is_symlink() {
+        Entry {
+            source: Source::Symlink(fs::read_link(file)?),
+            executable: false,
+        }
+    } else if relative.starts_with("bin") {
+        Entry {
+            source: Source::Bytes(relocatable_script(&fs::read(file)?)),
+            executable: true,
+        }
+    } else {
+        Entry {
+            source: Source::File(file.to_path_buf()),
+            executable: meta.permissions().mode() & 0o111 != 0,
+        }
+    };
+    Ok(Some((archive_path, entry)))
+}
+
+/// The closure's local modules, under `app/`; their archive paths.
+fn add_local_files(
+    local_sources: Vec<(String, PathBuf)>,
+    entries: &mut BTreeMap<String, Entry>,
+) -> Result<Vec<String>> {
+    let mut archive_paths = Vec::new();
+    for (archive_path, source) in local_sources {
+        if !source.is_file() {
+            bail!(
+                "local module file {} is missing (was the spec made in another directory?)",
+                source.display()
+            );
+        }
+        archive_paths.push(archive_path.clone());
+        entries.insert(
+            archive_path,
+            Entry {
+                source: Source::File(source),
+                executable: false,
+            },
+        );
+    }
+    Ok(archive_paths)
+}
+
+fn totals_of(entries: &BTreeMap<String, Entry>) -> Totals {
+    let mut totals = Totals::default();
+    for entry in entries.values() {
+        totals.files += 1;
+        totals.bytes += match &entry.source {
+            Source::File(path) => fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+            Source::Bytes(bytes) => bytes.len() as u64,
+            Source::Symlink(_) => 0,
+        };
+    }
+    totals
+}
+
+fn run_info(
+    targets: &[PackTarget],
+    options: &PackOptions,
+    interpreter: Option<String>,
+    pythonpath: Vec<String>,
+) -> RunInfo {
+    let example_modules: Vec<String> = targets
+        .first()
+        .map(|t| t.modules.clone())
+        .unwrap_or_default();
+    RunInfo {
+        script: "run".into(),
+        isolated: !options.inherit_site_packages,
+        interpreter,
+        pythonpath,
+        example: if example_modules.is_empty() {
+            "./run python3 script.py".into()
+        } else {
+            format!("./run python3 -c 'import {}'", example_modules.join(", "))
+        },
+    }
 }
 
 fn pack_targets(spec: &Spec) -> Vec<PackTarget> {
