@@ -500,28 +500,7 @@ fn add_interpreter(
             executable: true,
         },
     );
-    if !interpreter.shared_library.is_empty() {
-        let library = PathBuf::from(&interpreter.shared_library);
-        let name = library
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        match library.canonicalize() {
-            Ok(real) => {
-                entries.insert(
-                    format!("python/lib/{name}"),
-                    Entry {
-                        source: Source::File(real),
-                        executable: false,
-                    },
-                );
-            }
-            Err(error) => warnings.push(format!(
-                "libpython {} not found ({error}); the pack needs it on the worker",
-                library.display()
-            )),
-        }
-    }
+    add_libpython(interpreter, entries, warnings);
     let Some(stdlib) = interpreter.stdlib_dirs.first() else {
         bail!("the interpreter reported no stdlib directory")
     };
@@ -552,6 +531,37 @@ fn add_interpreter(
         );
     }
     Ok(format!("python/bin/python{version}"))
+}
+
+/// libpython, when the interpreter links it dynamically (python/lib/).
+fn add_libpython(
+    interpreter: &Interpreter,
+    entries: &mut BTreeMap<String, Entry>,
+    warnings: &mut Vec<String>,
+) {
+    if interpreter.shared_library.is_empty() {
+        return;
+    }
+    let library = PathBuf::from(&interpreter.shared_library);
+    let name = library
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match library.canonicalize() {
+        Ok(real) => {
+            entries.insert(
+                format!("python/lib/{name}"),
+                Entry {
+                    source: Source::File(real),
+                    executable: false,
+                },
+            );
+        }
+        Err(error) => warnings.push(format!(
+            "libpython {} not found ({error}); the pack needs it on the worker",
+            library.display()
+        )),
+    }
 }
 
 /// Hashes what passes through, so the pack is named by its content without a second read.
