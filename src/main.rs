@@ -13,9 +13,15 @@ use clap::Parser;
 // ~0.5 s of system time and 30-40 MiB of peak memory on the whole-site-packages bench.
 // Wrapped so that parsing allocates each file's syntax tree in a per-thread arena, freed at
 // once (lfm_analyzer::scratch).
+#[cfg(not(any(feature = "bench-system-alloc", feature = "bench-mimalloc-only")))]
 #[global_allocator]
 static ALLOCATOR: lfm_analyzer::scratch::ScratchAlloc<mimalloc::MiMalloc> =
     lfm_analyzer::scratch::ScratchAlloc(mimalloc::MiMalloc);
+
+// The allocators the default is weighed against (bench/alloc_json.sh, docs/benchmarks.md).
+#[cfg(feature = "bench-mimalloc-only")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
     let cli = cli::Cli::parse();

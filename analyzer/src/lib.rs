@@ -10,6 +10,8 @@
 //! global-allocator wrapper ([`scratch::ScratchAlloc`]) that lets a program parse in per-thread
 //! arenas. It does not pack, run or print anything, and it never imports or executes the code it
 //! analyses: the only process started is the target interpreter describing itself.
+// The hand-written JSON writer is unused in the serde variant bench/alloc_json.sh builds.
+#![cfg_attr(feature = "bench-serde-writer", allow(dead_code))]
 
 pub mod cache;
 pub mod closure;

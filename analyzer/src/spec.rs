@@ -352,6 +352,13 @@ impl TargetView<'_> {
     /// ~500 MB of it, and serde's generic string escaping was the largest single cost of
     /// printing it.
     pub fn write_json(&self, out: &mut Vec<u8>) {
+        #[cfg(feature = "bench-serde-writer")]
+        serde_json::to_writer(&mut *out, &self.to_spec()).expect("writing to memory");
+        #[cfg(not(feature = "bench-serde-writer"))]
+        self.write_json_by_hand(out);
+    }
+
+    fn write_json_by_hand(&self, out: &mut Vec<u8>) {
         let text = if self.escape_free {
             json_plain_str
         } else {
