@@ -9,7 +9,8 @@
 //! It owns parsing (ruff's error-recovering parser), resolution, closures and the Spec, and the
 //! global-allocator wrapper ([`scratch::ScratchAlloc`]) that lets a program parse in per-thread
 //! arenas. It does not pack, run or print anything, and it never imports or executes the code it
-//! analyses: the only process started is the target interpreter describing itself.
+//! analyses: the only process started is the target interpreter describing itself (its script
+//! is python/lfm_probes/interpreter.py, embedded at build time).
 // The hand-written JSON writer is unused in the serde variant bench/alloc_json.sh builds.
 #![cfg_attr(feature = "bench-serde-writer", allow(dead_code))]
 

@@ -3,7 +3,8 @@
 //! It owns the pack format (a deterministic tar.zst whose first entry is the manifest, see
 //! docs/pack.md), building packs from an existing venv or conda prefix and a Spec (or the whole
 //! environment), the careful unpacker with its content-addressed, locked cache, and `verify`.
-//! It reads the analyzer's Spec and distribution index but does not analyse, run or monitor.
+//! It reads the analyzer's Spec and distribution index but does not analyse, run or monitor
+//! (verify's import probe is python/lfm_probes/import_all.py, embedded at build time).
 
 pub mod manifest;
 pub mod pack;

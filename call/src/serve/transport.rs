@@ -26,7 +26,7 @@ pub(super) type Clients = HashMap<u64, Arc<Mutex<UnixStream>>>;
 
 pub(super) fn deliver(replies: Vec<Reply>, clients: &mut Clients) {
     for reply in replies {
-        let mut line = reply.message.to_string();
+        let mut line = reply.message.to_line();
         line.push('\n');
         if reply.client == 0 {
             let mut out = std::io::stdout().lock();

@@ -27,7 +27,7 @@ use crate::report::FunctionCall;
 use crate::runner::request::{Arguments, Outputs, Request, ResultFormat, Target};
 use crate::supervisor::{self, Ending, MonitorOptions, RunMonitor};
 
-pub use reply::Reply;
+pub use reply::{ErrorBody, Message, Reply};
 pub use sizing::Auto;
 use zygote::{Event, Zygote, ZygoteConfig};
 

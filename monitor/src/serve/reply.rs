@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
+use serde::{Deserialize, Serialize};
 
 use crate::outcome::Outcome;
 use crate::report::{ExitKind, Report};
@@ -15,7 +17,92 @@ const OUTPUT_TAIL: u64 = 64 * 1024;
 
 pub struct Reply {
     pub client: u64,
-    pub message: serde_json::Value,
+    pub message: Message,
+}
+
+/// One reply line (docs/serve.md, "Reply"; its example is read back into this type).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Message {
+    pub format: String,
+    pub id: serde_json::Value,
+    pub ok: bool,
+    /// The value, when JSON was asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_pickle: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_not_json: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<Box<Report>>,
+    /// With `auto`: the attempts that ran out, and how many there were in all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retries: Option<Vec<serde_json::Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+    /// The tails of what the call printed (null when there was no file to read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<Option<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<Option<String>>,
+}
+
+/// Why a call has no value: `reason` and `message`, and what the reason adds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorBody {
+    pub reason: String,
+    pub message: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceback: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exception_pickle: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits_exceeded: Option<std::collections::BTreeMap<String, f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<i32>,
+}
+
+impl Message {
+    fn new(id: serde_json::Value, ok: bool) -> Message {
+        Message {
+            format: PROTOCOL_FORMAT.into(),
+            id,
+            ok,
+            result: None,
+            result_pickle: None,
+            result_not_json: None,
+            error: None,
+            report: None,
+            retries: None,
+            attempts: None,
+            stdout: None,
+            stderr: None,
+        }
+    }
+
+    fn error(id: serde_json::Value, reason: &'static str, message: &str) -> Message {
+        Message {
+            error: Some(ErrorBody {
+                reason: reason.into(),
+                message: Some(message.to_string()),
+                ..ErrorBody::default()
+            }),
+            ..Message::new(id, false)
+        }
+    }
+
+    /// The line sent: compact JSON.
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).expect("a reply is plain data")
+    }
 }
 
 impl Reply {
@@ -23,12 +110,7 @@ impl Reply {
     pub fn refused(spec: &CallSpec, message: &str) -> Reply {
         Reply {
             client: spec.client,
-            message: serde_json::json!({
-                "format": PROTOCOL_FORMAT,
-                "id": spec.id,
-                "ok": false,
-                "error": {"reason": "refused", "message": message},
-            }),
+            message: Message::error(spec.id.clone(), "refused", message),
         }
     }
 
@@ -36,25 +118,16 @@ impl Reply {
     pub fn malformed(client: u64, id: serde_json::Value, message: &str) -> Reply {
         Reply {
             client,
-            message: serde_json::json!({
-                "format": PROTOCOL_FORMAT,
-                "id": id,
-                "ok": false,
-                "error": {"reason": "malformed", "message": message},
-            }),
+            message: Message::error(id, "malformed", message),
         }
     }
 
-    pub fn failed(spec: &CallSpec, report: Report, reason: &str, message: &str) -> Reply {
+    pub fn failed(spec: &CallSpec, report: Report, reason: &'static str, message: &str) -> Reply {
+        let mut message = Message::error(spec.id.clone(), reason, message);
+        message.report = Some(Box::new(report));
         Reply {
             client: spec.client,
-            message: serde_json::json!({
-                "format": PROTOCOL_FORMAT,
-                "id": spec.id,
-                "ok": false,
-                "error": {"reason": reason, "message": message},
-                "report": report,
-            }),
+            message,
         }
     }
 
@@ -68,44 +141,34 @@ impl Reply {
         dir: &Path,
         value: Option<Vec<u8>>,
     ) -> Reply {
-        let mut message = serde_json::json!({
-            "format": PROTOCOL_FORMAT,
-            "id": spec.id,
-            "stdout": tail(&dir.join("stdout")),
-            "stderr": tail(&dir.join("stderr")),
-        });
+        let returned = matches!(applied, Outcome::Returned { .. });
+        let mut message = Message::new(spec.id.clone(), returned);
+        message.stdout = Some(tail(&dir.join("stdout")));
+        message.stderr = Some(tail(&dir.join("stderr")));
         match applied {
             Outcome::Returned { result, not_json } => {
-                message["ok"] = true.into();
                 let bytes = value
                     .or_else(|| std::fs::read(dir.join("result")).ok())
                     .unwrap_or_default();
                 if result.format == "pickle" {
-                    message["result_pickle"] = base64::engine::general_purpose::STANDARD
-                        .encode(&bytes)
-                        .into();
-                    if let Some(reason) = not_json {
-                        message["result_not_json"] = reason.into();
-                    }
+                    message.result_pickle = Some(BASE64.encode(&bytes));
+                    message.result_not_json = not_json;
                 } else {
-                    message["result"] = serde_json::from_slice(&bytes).unwrap_or_default();
+                    message.result = Some(serde_json::from_slice(&bytes).unwrap_or_default());
                 }
             }
             _ => {
-                message["ok"] = false.into();
-                message["error"] = error_of(&report);
-                if let Ok(bytes) = std::fs::read(dir.join("exception")) {
-                    message["error"]["exception_pickle"] =
-                        base64::engine::general_purpose::STANDARD
-                            .encode(&bytes)
-                            .into();
-                }
+                let mut error = error_of(&report);
+                error.exception_pickle = std::fs::read(dir.join("exception"))
+                    .ok()
+                    .map(|bytes| BASE64.encode(&bytes));
+                message.error = Some(error);
             }
         }
-        message["report"] = serde_json::to_value(&report).unwrap_or_default();
+        message.report = Some(Box::new(report));
         if let Some(auto) = &spec.auto {
-            message["attempts"] = (auto.attempts.retried + 1).into();
-            message["retries"] = auto.retries.clone().into();
+            message.attempts = Some(auto.attempts.retried + 1);
+            message.retries = Some(auto.retries.clone());
         }
         Reply {
             client: spec.client,
@@ -115,51 +178,65 @@ impl Reply {
 }
 
 /// `reason` is one of: exception, limits, signal, no-result, error.
-fn error_of(report: &Report) -> serde_json::Value {
+fn error_of(report: &Report) -> ErrorBody {
     match report.exit.kind {
         ExitKind::Exception => {
             let e = report.exit.exception.as_ref();
-            serde_json::json!({
-                "reason": "exception",
-                "type": e.map(|e| e.type_name.clone()),
-                "message": e.map(|e| e.message.clone()),
-                "traceback": e.map(|e| e.traceback.clone()),
-            })
+            ErrorBody {
+                reason: "exception".into(),
+                message: e.map(|e| e.message.clone()),
+                type_name: e.map(|e| e.type_name.clone()),
+                traceback: e.map(|e| e.traceback.clone()),
+                ..ErrorBody::default()
+            }
         }
-        ExitKind::Limits => serde_json::json!({
-            "reason": "limits",
-            "message": format!("limit exceeded: {}", report.limits_exceeded.keys().cloned().collect::<Vec<_>>().join(", ")),
-            "limits_exceeded": report.limits_exceeded,
-        }),
-        ExitKind::Signal => serde_json::json!({
-            "reason": "signal",
-            "message": format!("the call died of signal {}", report.exit.signal.unwrap_or(0)),
-            "signal": report.exit.signal,
-        }),
-        ExitKind::Error if report.exit.status.is_some() => serde_json::json!({
-            "reason": "no-result",
-            "message": report.exit.error,
-            "status": report.exit.status,
-        }),
-        _ => serde_json::json!({"reason": "error", "message": report.exit.error}),
+        ExitKind::Limits => ErrorBody {
+            reason: "limits".into(),
+            message: Some(format!(
+                "limit exceeded: {}",
+                report.limits_exceeded.keys().cloned().collect::<Vec<_>>().join(", ")
+            )),
+            limits_exceeded: Some(report.limits_exceeded.clone()),
+            ..ErrorBody::default()
+        },
+        ExitKind::Signal => ErrorBody {
+            reason: "signal".into(),
+            message: Some(format!(
+                "the call died of signal {}",
+                report.exit.signal.unwrap_or(0)
+            )),
+            signal: report.exit.signal,
+            ..ErrorBody::default()
+        },
+        ExitKind::Error if report.exit.status.is_some() => ErrorBody {
+            reason: "no-result".into(),
+            message: report.exit.error.clone(),
+            status: report.exit.status,
+            ..ErrorBody::default()
+        },
+        _ => ErrorBody {
+            reason: "error".into(),
+            message: report.exit.error.clone(),
+            ..ErrorBody::default()
+        },
     }
 }
 
-fn tail(path: &Path) -> serde_json::Value {
+fn tail(path: &Path) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};
     let Ok(mut file) = std::fs::File::open(path) else {
-        return serde_json::Value::Null;
+        return None;
     };
     let length = file.metadata().map(|m| m.len()).unwrap_or(0);
     let start = length.saturating_sub(OUTPUT_TAIL);
     let mut bytes = Vec::new();
     if file.seek(SeekFrom::Start(start)).is_err() || file.read_to_end(&mut bytes).is_err() {
-        return serde_json::Value::Null;
+        return None;
     }
     let text = String::from_utf8_lossy(&bytes).into_owned();
     if start > 0 {
-        format!("[... {start} bytes not shown ...]\n{text}").into()
+        Some(format!("[... {start} bytes not shown ...]\n{text}"))
     } else {
-        text.into()
+        Some(text)
     }
 }
