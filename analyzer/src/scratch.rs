@@ -2,6 +2,10 @@
 //! pointer, and discarded all at once when the file is summarised, instead of through one
 //! `malloc` and one `free` per node.
 //!
+//! Kept because it wins by more than 5% (bench/alloc_json.sh, 2026-11-24, whole scientific
+//! site-packages, 8,526 files, median of 5 interleaved turns): mimalloc alone takes 1.27x the
+//! wall time of this arena over mimalloc (1.26x the CPU), the system allocator 1.30x.
+//!
 //! A syntax tree is only read once, by the extractor, then thrown away; on a whole
 //! site-packages its allocations and its drop were ~11% of the analyzer's CPU time. The arena
 //! is used only when the program's global allocator is [`ScratchAlloc`] (the `lfm` binary's is)

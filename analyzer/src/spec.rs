@@ -350,7 +350,9 @@ impl TargetView<'_> {
     /// Compact JSON of the target, byte for byte what `serde_json::to_vec(&self.to_spec())`
     /// gives (a test holds the two together), written without serde: a whole site-packages is
     /// ~500 MB of it, and serde's generic string escaping was the largest single cost of
-    /// printing it.
+    /// printing it. Kept because it wins by more than 5%: with serde_json writing the Spec
+    /// (`to_spec` + `to_writer`) the whole-tree run takes 1.20x the wall time (1.22x the CPU;
+    /// bench/alloc_json.sh, 2026-11-24).
     pub fn write_json(&self, out: &mut Vec<u8>) {
         #[cfg(feature = "bench-serde-writer")]
         serde_json::to_writer(&mut *out, &self.to_spec()).expect("writing to memory");
