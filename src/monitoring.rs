@@ -47,12 +47,12 @@ pub fn run_sized(
 ) -> Result<Report, Failure> {
     let attempts = attempts(args, options.category.is_some())?;
     let history = args.history.clone().unwrap_or_else(default_path);
-    policy::run_sized(options, attempts, gpus_auto(args), &history, annotate).map_err(
-        |error| match error {
+    policy::run_sized(options, attempts, gpus_auto(args), &history, annotate).map_err(|error| {
+        match error {
             SizedRunError::History(message) => Failure::Usage(message),
             SizedRunError::Run(error) => Failure::Run(error),
-        },
-    )
+        }
+    })
 }
 
 /// `--auto`'s policy, once its flags agree.
@@ -162,7 +162,11 @@ pub fn parse_limits(args: &MonitorArgs) -> Result<(Limits, Duration), LimitError
         disk: text(&args.disk),
         processes: text(&args.processes),
         address_space: text(&args.address_space),
-        gpus: args.gpus.as_deref().filter(|&g| g != "auto").map(Into::into),
+        gpus: args
+            .gpus
+            .as_deref()
+            .filter(|&g| g != "auto")
+            .map(Into::into),
         gpu_memory: text(&args.gpu_memory),
     };
     let limits = values.parse(Written::Flags)?;

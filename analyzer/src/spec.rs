@@ -387,55 +387,11 @@ impl TargetView<'_> {
         json_u32(out, self.line);
         out.extend_from_slice(b",\"modules\":");
         json_array(out, &self.modules, |out, module| {
-            out.extend_from_slice(b"{\"name\":");
-            text(out, module.name);
-            out.extend_from_slice(b",\"kind\":");
-            json_plain_str(
-                out,
-                match module.kind {
-                    ModuleKind::Local => "local",
-                    ModuleKind::Stdlib => "stdlib",
-                    ModuleKind::ThirdParty => "third-party",
-                },
-            );
-            if let Some(file) = module.file {
-                out.extend_from_slice(b",\"file\":");
-                text(out, file);
-            }
-            if let Some(distribution) = module.distribution {
-                out.extend_from_slice(b",\"distribution\":");
-                text(out, distribution);
-            }
-            out.extend_from_slice(b",\"optional\":");
-            json_bool(out, module.optional);
-            out.extend_from_slice(b",\"contexts\":[");
-            for (index, name) in module.contexts.names().enumerate() {
-                if index > 0 {
-                    out.push(b',');
-                }
-                json_plain_str(out, name);
-            }
-            out.extend_from_slice(b"],\"reason\":");
-            json_reason(out, &module.reason, text);
-            out.push(b'}');
+            json_module(out, module, text)
         });
         out.extend_from_slice(b",\"distributions\":");
         json_array(out, &self.distributions, |out, dist| {
-            out.extend_from_slice(b"{\"name\":");
-            text(out, dist.name);
-            out.extend_from_slice(b",\"version\":");
-            text(out, dist.version);
-            out.extend_from_slice(b",\"direct\":");
-            json_bool(out, dist.direct);
-            out.extend_from_slice(b",\"optional\":");
-            json_bool(out, dist.optional);
-            if let Some(conda_name) = dist.conda_name {
-                out.extend_from_slice(b",\"conda_name\":");
-                text(out, conda_name);
-            }
-            out.extend_from_slice(b",\"reason\":");
-            json_array(out, &dist.reason, |out, step| text(out, step));
-            out.push(b'}');
+            json_distribution(out, dist, text)
         });
         out.extend_from_slice(b",\"missing\":");
         json_array(out, &self.missing, |out, missing| {
@@ -467,6 +423,58 @@ impl TargetView<'_> {
         });
         out.push(b'}');
     }
+}
+
+fn json_module(out: &mut Vec<u8>, module: &ModuleView, text: fn(&mut Vec<u8>, &str)) {
+    out.extend_from_slice(b"{\"name\":");
+    text(out, module.name);
+    out.extend_from_slice(b",\"kind\":");
+    json_plain_str(
+        out,
+        match module.kind {
+            ModuleKind::Local => "local",
+            ModuleKind::Stdlib => "stdlib",
+            ModuleKind::ThirdParty => "third-party",
+        },
+    );
+    if let Some(file) = module.file {
+        out.extend_from_slice(b",\"file\":");
+        text(out, file);
+    }
+    if let Some(distribution) = module.distribution {
+        out.extend_from_slice(b",\"distribution\":");
+        text(out, distribution);
+    }
+    out.extend_from_slice(b",\"optional\":");
+    json_bool(out, module.optional);
+    out.extend_from_slice(b",\"contexts\":[");
+    for (index, name) in module.contexts.names().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        json_plain_str(out, name);
+    }
+    out.extend_from_slice(b"],\"reason\":");
+    json_reason(out, &module.reason, text);
+    out.push(b'}');
+}
+
+fn json_distribution(out: &mut Vec<u8>, dist: &DistributionView, text: fn(&mut Vec<u8>, &str)) {
+    out.extend_from_slice(b"{\"name\":");
+    text(out, dist.name);
+    out.extend_from_slice(b",\"version\":");
+    text(out, dist.version);
+    out.extend_from_slice(b",\"direct\":");
+    json_bool(out, dist.direct);
+    out.extend_from_slice(b",\"optional\":");
+    json_bool(out, dist.optional);
+    if let Some(conda_name) = dist.conda_name {
+        out.extend_from_slice(b",\"conda_name\":");
+        text(out, conda_name);
+    }
+    out.extend_from_slice(b",\"reason\":");
+    json_array(out, &dist.reason, |out, step| text(out, step));
+    out.push(b'}');
 }
 
 fn json_reason(out: &mut Vec<u8>, reason: &ReasonView, text: fn(&mut Vec<u8>, &str)) {

@@ -65,6 +65,10 @@ impl InterpreterChoice {
 impl Interpreter {
     /// Where local modules are found: the source roots, then `--root` directories.
     pub fn search_path(&self) -> Vec<PathBuf> {
-        self.source_roots.iter().chain(&self.roots).cloned().collect()
+        self.source_roots
+            .iter()
+            .chain(&self.roots)
+            .cloned()
+            .collect()
     }
 }

@@ -17,7 +17,9 @@ pub mod serve;
 mod slice;
 mod target;
 
-pub use arguments::{from_flags as arguments_from_flags, from_pickle_file as arguments_from_pickle_file};
+pub use arguments::{
+    from_flags as arguments_from_flags, from_pickle_file as arguments_from_pickle_file,
+};
 pub use error::{CallError, ErrorKind, Result};
 pub use files::CallFiles;
 pub use interpreter::{Interpreter, InterpreterChoice};

@@ -167,9 +167,7 @@ fn retry_count<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u32>
         .as_u64()
         .and_then(|n| u32::try_from(n).ok())
         .map(Some)
-        .ok_or_else(|| {
-            serde::de::Error::custom(format!("\"max_retries\" is a count, not {value}"))
-        })
+        .ok_or_else(|| serde::de::Error::custom(format!("\"max_retries\" is a count, not {value}")))
 }
 
 fn result_format<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ResultFormat, D::Error> {

@@ -90,7 +90,11 @@ pub fn static_closure(
 
 /// Name the distribution of every imported module from the environment's file index, and
 /// compare the imports with the function's static closure.
-pub fn with_distributions(mut imports: Imports, analysis: &Analysis, closure: StaticClosure) -> Imports {
+pub fn with_distributions(
+    mut imports: Imports,
+    analysis: &Analysis,
+    closure: StaticClosure,
+) -> Imports {
     for module in &mut imports.modules {
         module.distribution = module
             .file

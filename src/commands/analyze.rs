@@ -215,7 +215,10 @@ fn write_environment(
     let text = match format {
         Format::Requirements => render::requirements(&dists),
         Format::Conda => render::conda_environment(&python, &dists, "lfm-env"),
-        _ => serde_json::to_string_pretty(&render::poncho(&python, &dists)).unwrap_or_default() + "\n",
+        _ => {
+            serde_json::to_string_pretty(&render::poncho(&python, &dists)).unwrap_or_default()
+                + "\n"
+        }
     };
     collected.and_then(|_| out.write_all(text.as_bytes()))
 }

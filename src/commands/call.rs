@@ -52,11 +52,7 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Exit> {
         None => lfm_call::arguments_from_flags(args.args.as_deref(), args.kwargs.as_deref()),
     }
     .map_err(exit_of)?;
-    let interpreter = args
-        .interpreter
-        .choice()
-        .interpreter()
-        .map_err(exit_of)?;
+    let interpreter = args.interpreter.choice().interpreter().map_err(exit_of)?;
     let prepared =
         lfm_call::prepare(&args.target, &interpreter, args.import_module).map_err(exit_of)?;
     if args.show_slice {
@@ -106,15 +102,16 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Exit> {
         // A retry (--auto) logs afresh.
         let _ = std::fs::remove_file(&files.imports);
     };
-    let mut report = monitoring::run_sized(&args.monitor, options, &mut annotate).map_err(
-        |failure| match failure {
-            Failure::Usage(message) => (EXIT_USAGE, message),
-            Failure::Run(lfm_monitor::RunError::Gpu(error)) => {
-                (monitoring::gpu_exit_code(&error), error.to_string())
+    let mut report =
+        monitoring::run_sized(&args.monitor, options, &mut annotate).map_err(|failure| {
+            match failure {
+                Failure::Usage(message) => (EXIT_USAGE, message),
+                Failure::Run(lfm_monitor::RunError::Gpu(error)) => {
+                    (monitoring::gpu_exit_code(&error), error.to_string())
+                }
+                Failure::Run(error) => (EXIT_MONITOR_FAILED, error.to_string()),
             }
-            Failure::Run(error) => (EXIT_MONITOR_FAILED, error.to_string()),
-        },
-    )?;
+        })?;
     let code = conclude(&mut report, &files, args);
     if let Err(error) = monitoring::write_report(&args.monitor, &report) {
         return Err((EXIT_MONITOR_FAILED, format!("writing the report: {error}")));

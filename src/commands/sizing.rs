@@ -17,13 +17,14 @@ pub fn history(args: HistoryArgs) -> i32 {
     if let Some(trace) = &args.import {
         return import(&args, trace);
     }
-    let rows = match open_history(args.history.as_ref()).and_then(|h| h.rows(args.category.as_deref())) {
-        Ok(rows) => rows,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return EXIT_FAILED;
-        }
-    };
+    let rows =
+        match open_history(args.history.as_ref()).and_then(|h| h.rows(args.category.as_deref())) {
+            Ok(rows) => rows,
+            Err(error) => {
+                eprintln!("error: {error}");
+                return EXIT_FAILED;
+            }
+        };
     let mut out = std::io::stdout().lock();
     let written = match args.format {
         HistoryFormat::Json => {
@@ -131,7 +132,10 @@ pub fn size(args: SizeArgs) -> i32 {
         }
     }
     match args.format {
-        SimulateFormat::Json => println!("{}", size_json(&args.category, strategy, rows.len(), resources)),
+        SimulateFormat::Json => println!(
+            "{}",
+            size_json(&args.category, strategy, rows.len(), resources)
+        ),
         SimulateFormat::Table => {
             for (name, a) in &resources {
                 println!(

@@ -46,9 +46,8 @@ pub struct ServeConfig {
 /// is removed in every case.
 pub fn serve(config: ServeConfig) -> Result<()> {
     let work_dir = config.cache.join(format!("serve-{}", std::process::id()));
-    std::fs::create_dir_all(&work_dir).map_err(|e| {
-        CallError::failed(format!("creating {}: {e}", work_dir.display()))
-    })?;
+    std::fs::create_dir_all(&work_dir)
+        .map_err(|e| CallError::failed(format!("creating {}: {e}", work_dir.display())))?;
     let mut targets = Targets::new(config.interpreter.clone());
     let served = start(&config, &mut targets, &work_dir)
         .and_then(|server| run_loop(server, targets, &config));
@@ -56,9 +55,13 @@ pub fn serve(config: ServeConfig) -> Result<()> {
     served
 }
 
-fn start(config: &ServeConfig, targets: &mut Targets, work_dir: &std::path::Path) -> Result<Server> {
-    let runner = lfm_monitor::runner::install(&config.cache)
-        .map_err(|e| CallError::failed_chain(&e))?;
+fn start(
+    config: &ServeConfig,
+    targets: &mut Targets,
+    work_dir: &std::path::Path,
+) -> Result<Server> {
+    let runner =
+        lfm_monitor::runner::install(&config.cache).map_err(|e| CallError::failed_chain(&e))?;
     let mut functions = serde_json::Map::new();
     for function in &config.functions {
         let target: Target = targets.register(function)?;

@@ -68,7 +68,11 @@ pub(super) fn read_stdin(sender: mpsc::Sender<Input>, wake_write: OwnedFd) -> an
 }
 
 /// A 0600 socket in a 0700 directory; connections from other users are refused.
-pub(super) fn listen(path: &Path, sender: mpsc::Sender<Input>, wake_write: OwnedFd) -> anyhow::Result<()> {
+pub(super) fn listen(
+    path: &Path,
+    sender: mpsc::Sender<Input>,
+    wake_write: OwnedFd,
+) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let dir = path
         .parent()

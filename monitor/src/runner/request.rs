@@ -49,7 +49,10 @@ impl Target {
 #[serde(rename_all = "snake_case")]
 pub enum Arguments {
     /// Positional and keyword arguments as JSON.
-    Json(Vec<serde_json::Value>, serde_json::Map<String, serde_json::Value>),
+    Json(
+        Vec<serde_json::Value>,
+        serde_json::Map<String, serde_json::Value>,
+    ),
     /// `(args, kwargs)` pickled, base64.
     Pickle(String),
     /// `(args, kwargs)` pickled in a file.

@@ -691,8 +691,8 @@ fn call_request(
     if spec.result_format == ResultFormat::Pickle {
         request.exception_file = Some(dir.join("exception"));
     }
-    request.env = visible_devices
-        .map(|visible| [("CUDA_VISIBLE_DEVICES".to_string(), visible)].into());
+    request.env =
+        visible_devices.map(|visible| [("CUDA_VISIBLE_DEVICES".to_string(), visible)].into());
     request
 }
 

@@ -194,7 +194,12 @@ fn error_of(report: &Report) -> ErrorBody {
             reason: "limits".into(),
             message: Some(format!(
                 "limit exceeded: {}",
-                report.limits_exceeded.keys().cloned().collect::<Vec<_>>().join(", ")
+                report
+                    .limits_exceeded
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )),
             limits_exceeded: Some(report.limits_exceeded.clone()),
             ..ErrorBody::default()

@@ -11,8 +11,8 @@
 
 pub mod advice;
 pub mod auto;
-pub mod compare;
 mod bucketing;
+pub mod compare;
 mod histogram;
 pub mod history;
 pub mod policy;

@@ -183,8 +183,7 @@ pub fn record(history: &Path, report: &Report) {
         return;
     }
     let sized = !report.limits_from_sizing.is_empty();
-    let recorded =
-        super::history::History::open(history).and_then(|h| h.record(report, sized));
+    let recorded = super::history::History::open(history).and_then(|h| h.record(report, sized));
     if let Err(error) = recorded {
         eprintln!("lfm: warning: not recorded: {error}");
     }
