@@ -341,31 +341,9 @@ pub fn prepare_or_reuse(
 ) -> Result<Prepared, AnalyzeError> {
     let started = std::time::Instant::now();
     let mut timings = Vec::new();
-    let extra_roots: Vec<PathBuf> = options
-        .roots
-        .iter()
-        .map(|r| r.canonicalize().unwrap_or_else(|_| r.clone()))
-        .collect();
-    let exclude = exclusions(&options.exclude)?;
-    let mut located = Vec::new();
-    for target in targets {
-        located.push(locate(
-            target,
-            &extra_roots,
-            &exclude,
-            &options.environment,
-        )?);
-    }
+    let (extra_roots, located) = locate_all(targets, options)?;
     timings.push(("locate targets", Checkpoint::since(started)));
     let located_description = describe_located(&located);
-    let ask_environment = || -> anyhow::Result<(Interpreter, DistIndex)> {
-        let interpreter = match &options.environment {
-            Environment::Python(python) => Interpreter::query(python)?,
-            Environment::Prefix(prefix) => Interpreter::for_prefix(prefix)?,
-        };
-        let dists = DistIndex::build(&interpreter.site_dirs(), Some(&interpreter.prefix));
-        Ok((interpreter, dists))
-    };
     let located_paths: Vec<PathBuf> = located
         .iter()
         .flat_map(|target| target.files.iter().map(|file| file.path.clone()))
@@ -381,7 +359,7 @@ pub fn prepare_or_reuse(
         // A stored result needs only the environment to be checked, so ask it first; the
         // summary cache is opened only when the result cannot be reused.
         Some((results, request)) => {
-            let (interpreter, dists) = ask_environment()?;
+            let (interpreter, dists) = ask_environment(&options.environment)?;
             let env_key = environment_key(&interpreter, &dists);
             match results.lookup(request, &env_key, &located_description) {
                 Ok(hit) => return Ok(Prepared::Reused(hit)),
@@ -393,18 +371,11 @@ pub fn prepare_or_reuse(
             let preparsed = parse(cache.as_ref());
             (Ok((interpreter, dists)), Some(env_key), cache, preparsed)
         }
-        // Asking the interpreter and indexing its distributions take as long as parsing a few
-        // hundred files, and summaries do not depend on them: do both at once.
         None => {
             let cache = options.cache_dir.as_deref().map(SummaryCache::open);
             timings.push(("open cache", Checkpoint::since(started)));
-            let (environment, preparsed) = std::thread::scope(|scope| {
-                let environment = scope.spawn(ask_environment);
-                let preparsed = parse(cache.as_ref());
-                (environment.join(), preparsed)
-            });
-            let environment = environment
-                .map_err(|_| anyhow::anyhow!("asking the interpreter failed unexpectedly"))?;
+            let (environment, preparsed) =
+                ask_while_parsing(&options.environment, || parse(cache.as_ref()))?;
             // Nothing will be stored: the environment needs no key.
             (environment, None, cache, preparsed)
         }
@@ -416,19 +387,7 @@ pub fn prepare_or_reuse(
         Checkpoint::since(started),
     ));
     let (interpreter, dists) = environment?;
-    let mut roots: Vec<PathBuf> = Vec::new();
-    for target in &located {
-        for root in &target.roots {
-            if !roots.contains(root) {
-                roots.push(root.clone());
-            }
-        }
-    }
-    for root in &extra_roots {
-        if !roots.contains(root) {
-            roots.push(root.clone());
-        }
-    }
+    let roots = search_roots(&located, &extra_roots);
     let mut project = Project::new(interpreter, dists, &roots, cache);
     project.set_preparsed(preparsed);
     project.progress = options.progress.clone();
@@ -436,55 +395,7 @@ pub fn prepare_or_reuse(
     // (module, scope) pairs to compute; the closures themselves run in parallel below.
     let mut jobs: Vec<(u32, Option<u32>)> = Vec::new();
     for target in located {
-        let ids = project.load(target.files);
-        for id in ids {
-            let summary = project.modules[id as usize].summary.clone();
-            match &target.qualname {
-                Some(qualname) => {
-                    let definitions = || {
-                        (0..summary.scopes.len() as u32).filter(|&id| {
-                            matches!(
-                                summary.scopes[id as usize].kind,
-                                ScopeKind::Function | ScopeKind::Class
-                            )
-                        })
-                    };
-                    let scope = definitions().find(|&id| summary.scope_name(id) == qualname);
-                    let Some(scope) = scope else {
-                        let mut available: Vec<&str> = definitions()
-                            .map(|id| summary.scope_name(id))
-                            .take(20)
-                            .collect();
-                        available.sort();
-                        return Err(AnalyzeError::TargetNotFound {
-                            target: target.text.clone(),
-                            reason: format!(
-                                "no function or class named {qualname:?} in {} (defined there: {})",
-                                project.display_path(&project.modules[id as usize].path),
-                                if available.is_empty() {
-                                    "nothing".to_string()
-                                } else {
-                                    available.join(", ")
-                                }
-                            ),
-                        });
-                    };
-                    jobs.push((id, Some(scope)));
-                }
-                None => {
-                    jobs.push((id, None));
-                    for (scope_id, scope) in summary.scopes.iter().enumerate() {
-                        let parent_kind = summary.scopes[scope.parent as usize].kind;
-                        if scope.kind == ScopeKind::Function
-                            && scope_id != 0
-                            && matches!(parent_kind, ScopeKind::Module | ScopeKind::Class)
-                        {
-                            jobs.push((id, Some(scope_id as u32)));
-                        }
-                    }
-                }
-            }
-        }
+        jobs.extend(target_jobs(&mut project, target)?);
     }
     project.finish_loading();
     scratch::release_all();
@@ -498,6 +409,121 @@ pub fn prepare_or_reuse(
         results_miss,
         closure: options.closure,
     })))
+}
+
+/// Every target located, and the `--root` directories as found on disk.
+fn locate_all(
+    targets: &[String],
+    options: &Options,
+) -> Result<(Vec<PathBuf>, Vec<Located>), AnalyzeError> {
+    let extra_roots: Vec<PathBuf> = options
+        .roots
+        .iter()
+        .map(|r| r.canonicalize().unwrap_or_else(|_| r.clone()))
+        .collect();
+    let exclude = exclusions(&options.exclude)?;
+    let located = targets
+        .iter()
+        .map(|target| locate(target, &extra_roots, &exclude, &options.environment))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((extra_roots, located))
+}
+
+/// The target interpreter's answer and its installed distributions.
+fn ask_environment(environment: &Environment) -> anyhow::Result<(Interpreter, DistIndex)> {
+    let interpreter = match environment {
+        Environment::Python(python) => Interpreter::query(python)?,
+        Environment::Prefix(prefix) => Interpreter::for_prefix(prefix)?,
+    };
+    let dists = DistIndex::build(&interpreter.site_dirs(), Some(&interpreter.prefix));
+    Ok((interpreter, dists))
+}
+
+type Environ = anyhow::Result<(Interpreter, DistIndex)>;
+
+/// Asking the interpreter and indexing its distributions take as long as parsing a few hundred
+/// files, and summaries do not depend on them: both at once.
+fn ask_while_parsing<T: Send>(
+    environment: &Environment,
+    parse: impl FnOnce() -> T + Send,
+) -> Result<(Environ, T), AnalyzeError> {
+    let (environment, preparsed) = std::thread::scope(|scope| {
+        let environment = scope.spawn(|| ask_environment(environment));
+        let preparsed = parse();
+        (environment.join(), preparsed)
+    });
+    let environment =
+        environment.map_err(|_| anyhow::anyhow!("asking the interpreter failed unexpectedly"))?;
+    Ok((environment, preparsed))
+}
+
+/// Where local modules are found: each target's roots, then `--root`s, each once.
+fn search_roots(located: &[Located], extra_roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = Vec::new();
+    let all = located
+        .iter()
+        .flat_map(|t| t.roots.iter())
+        .chain(extra_roots);
+    for root in all {
+        if !roots.contains(root) {
+            roots.push(root.clone());
+        }
+    }
+    roots
+}
+
+/// A located target's (module, scope) pairs: the named function or class, or a whole module
+/// and each of its functions and methods.
+fn target_jobs(
+    project: &mut Project,
+    target: Located,
+) -> Result<Vec<(u32, Option<u32>)>, AnalyzeError> {
+    let mut jobs = Vec::new();
+    for id in project.load(target.files) {
+        let summary = project.modules[id as usize].summary.clone();
+        let Some(qualname) = &target.qualname else {
+            jobs.push((id, None));
+            for (scope_id, scope) in summary.scopes.iter().enumerate() {
+                let parent_kind = summary.scopes[scope.parent as usize].kind;
+                if scope.kind == ScopeKind::Function
+                    && scope_id != 0
+                    && matches!(parent_kind, ScopeKind::Module | ScopeKind::Class)
+                {
+                    jobs.push((id, Some(scope_id as u32)));
+                }
+            }
+            continue;
+        };
+        let definitions = || {
+            (0..summary.scopes.len() as u32).filter(|&id| {
+                matches!(
+                    summary.scopes[id as usize].kind,
+                    ScopeKind::Function | ScopeKind::Class
+                )
+            })
+        };
+        let Some(scope) = definitions().find(|&id| summary.scope_name(id) == qualname) else {
+            let mut available: Vec<&str> = definitions()
+                .map(|id| summary.scope_name(id))
+                .take(20)
+                .collect();
+            available.sort();
+            let defined = if available.is_empty() {
+                "nothing".to_string()
+            } else {
+                available.join(", ")
+            };
+            let file = project.display_path(&project.modules[id as usize].path);
+            return Err(not_found(
+                &target.text,
+                &format!(
+                    "no function or class named {qualname:?} in {file} (defined there: {defined})"
+                ),
+            ));
+        };
+        jobs.push((id, Some(scope)));
+    }
+    Ok(jobs)
 }
 
 /// Find a target's files. Needs no interpreter: a dotted target must name a source file, so
@@ -520,80 +546,102 @@ fn locate(
         .flatten();
     let path = found_under_root.as_deref().unwrap_or(Path::new(location));
     if path.is_file() {
-        let file = path
-            .canonicalize()
-            .map_err(|e| not_found(text, &e.to_string()))?;
-        let package_root = package_root(&file);
-        let (name, is_package) = module_name_for(&package_root, &file)
-            .ok_or_else(|| not_found(text, "not a Python module file name"))?;
-        let own_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
-        let mut roots = vec![own_dir];
-        if !roots.contains(&package_root) {
-            roots.push(package_root);
-        }
-        return Ok(Located {
-            files: vec![PendingModule {
-                path: file,
-                name,
-                is_package,
-            }],
-            qualname: qualname.map(str::to_string),
-            roots,
-            text: text.to_string(),
-        });
+        return locate_file(text, path, qualname);
     }
     if path.is_dir() {
-        if qualname.is_some() {
-            return Err(not_found(
-                text,
-                "a directory target cannot name a function; name a file or module",
-            ));
-        }
-        let dir = path
-            .canonicalize()
-            .map_err(|e| not_found(text, &e.to_string()))?;
-        let root = if dir.join("__init__.py").exists() {
-            package_root(&dir.join("__init__.py"))
-        } else {
-            dir.clone()
-        };
-        let files = python_files(&dir, &root, exclude);
-        return Ok(Located {
-            files,
-            qualname: None,
-            roots: vec![root],
-            text: text.to_string(),
-        });
+        return locate_dir(text, path, qualname, exclude);
     }
     let looks_dotted = !location.is_empty()
         && location
             .split('.')
             .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'));
     if looks_dotted {
-        let mut roots: Vec<PathBuf> = extra_roots.to_vec();
-        if let Ok(cwd) = std::env::current_dir() {
-            roots.push(cwd);
-        }
-        if let Some(found) = locate_module(location, &roots, &[]) {
-            return Ok(found.into_located(qualname, text));
-        }
-        // Not local: where the target interpreter would import it from (its sys.path).
-        let interpreter = match environment {
-            Environment::Python(python) => Interpreter::query(python),
-            Environment::Prefix(prefix) => Interpreter::for_prefix(prefix),
-        }
-        .map_err(AnalyzeError::Other)?;
-        let mut search = interpreter.site_dirs();
-        search.extend(interpreter.stdlib_dirs.iter().cloned());
-        if let Some(found) = locate_module(location, &[], &search) {
-            return Ok(found.into_located(qualname, text));
-        }
-        return Err(not_found(
-            text,
-            &format!("no file or directory {location:?}, and no module {location:?} under the source roots (the current directory and --root) nor on the sys.path of {}", interpreter.executable.display()),
-        ));
+        return locate_dotted(text, location, qualname, extra_roots, environment);
     }
     Err(not_found(text, "no such file or directory"))
+}
+
+fn locate_file(text: &str, path: &Path, qualname: Option<&str>) -> Result<Located, AnalyzeError> {
+    let file = path
+        .canonicalize()
+        .map_err(|e| not_found(text, &e.to_string()))?;
+    let package_root = package_root(&file);
+    let (name, is_package) = module_name_for(&package_root, &file)
+        .ok_or_else(|| not_found(text, "not a Python module file name"))?;
+    let own_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut roots = vec![own_dir];
+    if !roots.contains(&package_root) {
+        roots.push(package_root);
+    }
+    Ok(Located {
+        files: vec![PendingModule {
+            path: file,
+            name,
+            is_package,
+        }],
+        qualname: qualname.map(str::to_string),
+        roots,
+        text: text.to_string(),
+    })
+}
+
+fn locate_dir(
+    text: &str,
+    path: &Path,
+    qualname: Option<&str>,
+    exclude: &globset::GlobSet,
+) -> Result<Located, AnalyzeError> {
+    if qualname.is_some() {
+        return Err(not_found(
+            text,
+            "a directory target cannot name a function; name a file or module",
+        ));
+    }
+    let dir = path
+        .canonicalize()
+        .map_err(|e| not_found(text, &e.to_string()))?;
+    let root = if dir.join("__init__.py").exists() {
+        package_root(&dir.join("__init__.py"))
+    } else {
+        dir.clone()
+    };
+    let files = python_files(&dir, &root, exclude);
+    Ok(Located {
+        files,
+        qualname: None,
+        roots: vec![root],
+        text: text.to_string(),
+    })
+}
+
+/// `pkg.mod`: local source first, else where the target interpreter would import it from.
+fn locate_dotted(
+    text: &str,
+    location: &str,
+    qualname: Option<&str>,
+    extra_roots: &[PathBuf],
+    environment: &Environment,
+) -> Result<Located, AnalyzeError> {
+    let mut roots: Vec<PathBuf> = extra_roots.to_vec();
+    if let Ok(cwd) = std::env::current_dir() {
+        roots.push(cwd);
+    }
+    if let Some(found) = locate_module(location, &roots, &[]) {
+        return Ok(found.into_located(qualname, text));
+    }
+    // Not local: where the target interpreter would import it from (its sys.path).
+    let interpreter = match environment {
+        Environment::Python(python) => Interpreter::query(python),
+        Environment::Prefix(prefix) => Interpreter::for_prefix(prefix),
+    }
+    .map_err(AnalyzeError::Other)?;
+    let mut search = interpreter.site_dirs();
+    search.extend(interpreter.stdlib_dirs.iter().cloned());
+    if let Some(found) = locate_module(location, &[], &search) {
+        return Ok(found.into_located(qualname, text));
+    }
+    let reason = format!("no file or directory {location:?}, and no module {location:?} under the source roots (the current directory and --root) nor on the sys.path of {}", interpreter.executable.display());
+    Err(not_found(text, &reason))
 }
 
 /// A dotted module's source file, found on `roots` (local source) or `site` (sys.path).

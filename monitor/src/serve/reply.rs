@@ -17,7 +17,7 @@ const OUTPUT_TAIL: u64 = 64 * 1024;
 
 pub struct Reply {
     pub client: u64,
-    pub message: Message,
+    pub message: Box<Message>,
 }
 
 /// One reply line (docs/serve.md, "Reply"; its example is read back into this type).
@@ -110,7 +110,7 @@ impl Reply {
     pub fn refused(spec: &CallSpec, message: &str) -> Reply {
         Reply {
             client: spec.client,
-            message: Message::error(spec.id.clone(), "refused", message),
+            message: Box::new(Message::error(spec.id.clone(), "refused", message)),
         }
     }
 
@@ -118,7 +118,7 @@ impl Reply {
     pub fn malformed(client: u64, id: serde_json::Value, message: &str) -> Reply {
         Reply {
             client,
-            message: Message::error(id, "malformed", message),
+            message: Box::new(Message::error(id, "malformed", message)),
         }
     }
 
@@ -127,7 +127,7 @@ impl Reply {
         message.report = Some(Box::new(report));
         Reply {
             client: spec.client,
-            message,
+            message: Box::new(message),
         }
     }
 
@@ -172,7 +172,7 @@ impl Reply {
         }
         Reply {
             client: spec.client,
-            message,
+            message: Box::new(message),
         }
     }
 }
