@@ -17,8 +17,10 @@ impl CallFiles {
     pub fn create(cache: &Path) -> anyhow::Result<CallFiles> {
         let calls = cache.join("calls");
         std::fs::create_dir_all(&calls)?;
+        remove_dead_owners(&calls, "call-");
+        // The owner's pid in the name: a call killed with lfm (SIGKILL) is cleaned by the next.
         let dir = tempfile::Builder::new()
-            .prefix("call-")
+            .prefix(&format!("call-{}-", std::process::id()))
             .tempdir_in(&calls)?;
         Ok(CallFiles {
             request: dir.path().join("request.json"),
@@ -50,5 +52,49 @@ impl CallFiles {
         let request = Request::new(target, args, format, outputs);
         std::fs::write(&self.request, request.to_json())?;
         Ok(())
+    }
+}
+
+/// Remove what processes that no longer exist left in `parent`: entries named
+/// `{prefix}{pid}` or `{prefix}{pid}-...` whose pid is not running (a SIGKILL, a crash).
+/// A pid that was reused keeps its entry: only the dead are certain.
+pub fn remove_dead_owners(parent: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let owner = name
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        let Some(pid) = owner else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let _ = std::fs::remove_dir_all(entry.path());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_what_dead_processes_left_is_removed() {
+        let parent = tempfile::tempdir().unwrap();
+        // A pid above the kernel's maximum (4194304) never runs.
+        let dead = parent.path().join("serve-4194399");
+        let alive = parent.path().join(format!("serve-{}", std::process::id()));
+        let init = parent.path().join("serve-1-x");
+        let other = parent.path().join("runner-abc");
+        for dir in [&dead, &alive, &init, &other] {
+            std::fs::create_dir_all(dir.join("sandbox")).unwrap();
+        }
+        remove_dead_owners(parent.path(), "serve-");
+        assert!(!dead.exists());
+        assert!(alive.exists() && init.exists() && other.exists());
     }
 }

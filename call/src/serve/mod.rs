@@ -45,6 +45,8 @@ pub struct ServeConfig {
 /// Serve until stdin closes, a signal arrives, or the socket was idle; the working directory
 /// is removed in every case.
 pub fn serve(config: ServeConfig) -> Result<()> {
+    // A serve killed with SIGKILL left its directory: the next one removes it.
+    crate::files::remove_dead_owners(&config.cache, "serve-");
     let work_dir = config.cache.join(format!("serve-{}", std::process::id()));
     std::fs::create_dir_all(&work_dir)
         .map_err(|e| CallError::failed(format!("creating {}: {e}", work_dir.display())))?;
