@@ -941,52 +941,89 @@ impl<'a> Extractor<'a> {
     }
 
     fn finish(mut self) -> ModuleSummary {
-        let scope_count = self.scopes.len();
-        let mut scope_imports: Vec<Vec<u32>> = vec![Vec::new(); scope_count];
+        let scope_imports = self.imports_by_scope();
+        // Renumber names in name order: sorted id lists are then sorted name lists, and the
+        // closure walk visits names in the same order whatever order the source used them in.
+        let (order, renumbered) = name_order(&self.names);
+        let (free_uses, definition_uses) = self.scope_uses(&renumbered);
+        let bindings = std::mem::take(&mut self.bindings);
+        let (bindings, binding_offsets) = group_bindings(bindings, &renumbered, order.len());
+        // A read of a name no module-level statement binds (a builtin, a typo) leads nowhere,
+        // unless a star import may provide it: drop those reads now rather than follow them
+        // in every closure that passes here.
+        let star = order.binary_search_by(|&old| (*self.names[old as usize]).cmp("*"));
+        let star_bound = star.is_ok_and(|new| binding_offsets[new] < binding_offsets[new + 1]);
+        let bound = |pair: &&[NameId; 2]| {
+            let name = pair[0] as usize;
+            star_bound || binding_offsets[name] < binding_offsets[name + 1]
+        };
+        let (bindings, mut value_lists) = flatten_bindings(bindings, &bound);
+        let mut scope_lists = Vec::new();
+        for (id, scope) in self.scopes.iter_mut().enumerate() {
+            scope.lists = scope_lists.len() as u32;
+            let children = &self.builds[id].children;
+            scope_lists.extend_from_slice(children);
+            let before = scope_lists.len();
+            scope_lists.extend(free_uses[id].iter().filter(&bound).flatten());
+            let free = scope_lists.len() - before;
+            let before = scope_lists.len();
+            scope_lists.extend(definition_uses[id].iter().filter(&bound).flatten());
+            let definition = scope_lists.len() - before;
+            scope_lists.extend_from_slice(&scope_imports[id]);
+            scope.lengths = [
+                children.len() as u32,
+                free as u32,
+                definition as u32,
+                scope_imports[id].len() as u32,
+            ];
+        }
+        value_lists.shrink_to_fit();
+        scope_lists.shrink_to_fit();
+        self.scope_names.shrink_to_fit();
+        self.imports.shrink_to_fit();
+        self.import_text.shrink_to_fit();
+        self.scopes.shrink_to_fit();
+        let names = &self.names;
+        let sorted_names = NameTable::from_sorted(order.iter().map(|&old| &*names[old as usize]));
+        ModuleSummary {
+            imports: self.imports,
+            import_text: self.import_text,
+            scopes: self.scopes,
+            scope_names: self.scope_names,
+            scope_lists,
+            names: sorted_names,
+            bindings,
+            binding_offsets,
+            value_lists,
+            problems: self.problems,
+        }
+    }
+
+    /// Each scope's import edges, by index.
+    fn imports_by_scope(&self) -> Vec<Vec<u32>> {
+        let mut scope_imports: Vec<Vec<u32>> = vec![Vec::new(); self.scopes.len()];
         for (index, edge) in self.imports.iter().enumerate() {
             scope_imports[edge.scope as usize].push(index as u32);
         }
-        // Renumber names in name order: sorted id lists are then sorted name lists, and the
-        // closure walk visits names in the same order whatever order the source used them in.
-        let mut order: Vec<NameId> = (0..self.names.len() as NameId).collect();
-        let names = &self.names;
-        order.sort_unstable_by(|&a, &b| names[a as usize].cmp(&names[b as usize]));
-        let mut renumbered = vec![0 as NameId; order.len()];
-        for (new, &old) in order.iter().enumerate() {
-            renumbered[old as usize] = new as NameId;
-        }
-        let renumbered = &renumbered;
-        let sorted_ids = |ids: &[NameId]| -> Vec<NameId> {
-            let mut sorted: Vec<NameId> = ids.iter().map(|&old| renumbered[old as usize]).collect();
-            sort_unique(&mut sorted);
-            sorted
-        };
-        let sorted_uses = |uses: &[[NameId; 2]]| -> Vec<[NameId; 2]> {
-            let renumber = |id: NameId| {
-                if id == BARE {
-                    BARE
-                } else {
-                    renumbered[id as usize]
-                }
-            };
-            let mut sorted: Vec<[NameId; 2]> = uses
-                .iter()
-                .map(|&[name, path]| [renumbered[name as usize], renumber(path)])
-                .collect();
-            sort_unique(&mut sorted);
-            sorted
-        };
+        scope_imports
+    }
+
+    /// Each scope's free uses and definition uses (see [`FREE_USES`], [`DEFINITION_USES`]),
+    /// renumbered, sorted and unique.
+    #[allow(clippy::type_complexity)]
+    fn scope_uses(&self, renumbered: &[NameId]) -> (Vec<Vec<[NameId; 2]>>, Vec<Vec<[NameId; 2]>>) {
+        let scope_count = self.scopes.len();
         // Children were created after their parents, so a reverse sweep sees every child first.
         let mut free_uses: Vec<Vec<[NameId; 2]>> = vec![Vec::new(); scope_count];
         let mut definition_uses: Vec<Vec<[NameId; 2]>> = vec![Vec::new(); scope_count];
         for id in (0..scope_count).rev() {
             let build = &self.builds[id];
-            let globals = sorted_ids(&build.globals);
-            let mut binds = sorted_ids(&build.binds);
+            let globals = sorted_ids(&build.globals, renumbered);
+            let mut binds = sorted_ids(&build.binds, renumbered);
             binds.retain(|name| globals.binary_search(name).is_err());
             let unbound = |pair: &[NameId; 2]| binds.binary_search(&pair[0]).is_err();
-            let uses = sorted_uses(&build.uses);
-            let header_uses = sorted_uses(&build.header_uses);
+            let uses = sorted_uses(&build.uses, renumbered);
+            let header_uses = sorted_uses(&build.header_uses, renumbered);
             let mut free = uses.clone();
             for &child in &build.children {
                 free.extend_from_slice(&free_uses[child as usize]);
@@ -1005,92 +1042,7 @@ impl<'a> Extractor<'a> {
             sort_unique(&mut definition);
             definition_uses[id] = definition;
         }
-        let mut bindings: Vec<(NameId, BindingBuild)> = self.bindings;
-        for (name, binding) in &mut bindings {
-            *name = renumbered[*name as usize];
-            if let BindingBuild::Value { uses, .. } = binding {
-                *uses = sorted_uses(uses);
-            }
-        }
-        // Stable: a name's bindings keep their source order.
-        bindings.sort_by_key(|(id, _)| *id);
-        let mut binding_offsets = Vec::with_capacity(order.len() + 1);
-        let mut next = 0;
-        for name in 0..=order.len() as NameId {
-            while next < bindings.len() && bindings[next].0 < name {
-                next += 1;
-            }
-            binding_offsets.push(next as u32);
-        }
-        // A read of a name no module-level statement binds (a builtin, a typo) leads nowhere,
-        // unless a star import may provide it: drop those reads now rather than follow them
-        // in every closure that passes here.
-        let star = order.binary_search_by(|&old| (*names[old as usize]).cmp("*"));
-        let star_bound = star.is_ok_and(|new| binding_offsets[new] < binding_offsets[new + 1]);
-        let bound = |pair: &&[NameId; 2]| {
-            let name = pair[0] as usize;
-            star_bound || binding_offsets[name] < binding_offsets[name + 1]
-        };
-        // Flat and exactly sized: summaries of a whole site-packages stay in memory at once,
-        // and a Vec per scope list or binding would cost more than its contents.
-        let mut value_lists = Vec::new();
-        let bindings: Vec<Binding> = bindings
-            .into_iter()
-            .map(|(_, binding)| match binding {
-                BindingBuild::Import { edge } => Binding::Import { edge },
-                BindingBuild::Definition { scope } => Binding::Definition { scope },
-                BindingBuild::Value { line, uses, edges } => {
-                    let start = value_lists.len() as u32;
-                    value_lists.extend(uses.iter().filter(bound).flatten());
-                    let reads = (value_lists.len() as u32 - start) / 2;
-                    value_lists.extend_from_slice(&edges);
-                    Binding::Value {
-                        line,
-                        start,
-                        reads,
-                        edges: edges.len() as u32,
-                    }
-                }
-            })
-            .collect();
-        let mut scope_lists = Vec::new();
-        for (id, scope) in self.scopes.iter_mut().enumerate() {
-            scope.lists = scope_lists.len() as u32;
-            let children = &self.builds[id].children;
-            scope_lists.extend_from_slice(children);
-            let before = scope_lists.len();
-            scope_lists.extend(free_uses[id].iter().filter(bound).flatten());
-            let free = scope_lists.len() - before;
-            let before = scope_lists.len();
-            scope_lists.extend(definition_uses[id].iter().filter(bound).flatten());
-            let definition = scope_lists.len() - before;
-            scope_lists.extend_from_slice(&scope_imports[id]);
-            scope.lengths = [
-                children.len() as u32,
-                free as u32,
-                definition as u32,
-                scope_imports[id].len() as u32,
-            ];
-        }
-        value_lists.shrink_to_fit();
-        scope_lists.shrink_to_fit();
-        self.scope_names.shrink_to_fit();
-        self.imports.shrink_to_fit();
-        self.import_text.shrink_to_fit();
-        self.scopes.shrink_to_fit();
-        let sorted_names = NameTable::from_sorted(order.iter().map(|&old| &*names[old as usize]));
-        ModuleSummary {
-            imports: self.imports,
-            import_text: self.import_text,
-            scopes: self.scopes,
-            scope_names: self.scope_names,
-            scope_lists,
-            names: sorted_names,
-            bindings,
-            binding_offsets,
-            value_lists,
-            problems: self.problems,
-        }
+        (free_uses, definition_uses)
     }
 
     /// Names a module-level simple statement binds, so its reads can be attached to them.
@@ -1223,6 +1175,97 @@ impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
 fn sort_unique<T: Ord>(ids: &mut Vec<T>) {
     ids.sort_unstable();
     ids.dedup();
+}
+
+/// The order of `names` sorted, and for each first-seen id its id in that order.
+fn name_order(names: &[Cow<'_, str>]) -> (Vec<NameId>, Vec<NameId>) {
+    let mut order: Vec<NameId> = (0..names.len() as NameId).collect();
+    order.sort_unstable_by(|&a, &b| names[a as usize].cmp(&names[b as usize]));
+    let mut renumbered = vec![0 as NameId; order.len()];
+    for (new, &old) in order.iter().enumerate() {
+        renumbered[old as usize] = new as NameId;
+    }
+    (order, renumbered)
+}
+
+fn sorted_ids(ids: &[NameId], renumbered: &[NameId]) -> Vec<NameId> {
+    let mut sorted: Vec<NameId> = ids.iter().map(|&old| renumbered[old as usize]).collect();
+    sort_unique(&mut sorted);
+    sorted
+}
+
+/// Use pairs renumbered (a path may be [`BARE`]), sorted and unique.
+fn sorted_uses(uses: &[[NameId; 2]], renumbered: &[NameId]) -> Vec<[NameId; 2]> {
+    let renumber = |id: NameId| {
+        if id == BARE {
+            BARE
+        } else {
+            renumbered[id as usize]
+        }
+    };
+    let mut sorted: Vec<[NameId; 2]> = uses
+        .iter()
+        .map(|&[name, path]| [renumbered[name as usize], renumber(path)])
+        .collect();
+    sort_unique(&mut sorted);
+    sorted
+}
+
+/// Module-level bindings renumbered and grouped by name (a name's statements keep their
+/// source order), with the offset where each of the `names` names' group starts (and one past
+/// the end).
+fn group_bindings(
+    mut bindings: Vec<(NameId, BindingBuild)>,
+    renumbered: &[NameId],
+    names: usize,
+) -> (Vec<(NameId, BindingBuild)>, Vec<u32>) {
+    for (name, binding) in &mut bindings {
+        *name = renumbered[*name as usize];
+        if let BindingBuild::Value { uses, .. } = binding {
+            *uses = sorted_uses(uses, renumbered);
+        }
+    }
+    // Stable: a name's bindings keep their source order.
+    bindings.sort_by_key(|(id, _)| *id);
+    let mut binding_offsets = Vec::with_capacity(names + 1);
+    let mut next = 0;
+    for name in 0..=names as NameId {
+        while next < bindings.len() && bindings[next].0 < name {
+            next += 1;
+        }
+        binding_offsets.push(next as u32);
+    }
+    (bindings, binding_offsets)
+}
+
+/// Bindings as stored, with their value lists end to end (reads `bound` keeps, then edges).
+/// Flat and exactly sized: summaries of a whole site-packages stay in memory at once, and a
+/// Vec per scope list or binding would cost more than its contents.
+fn flatten_bindings(
+    bindings: Vec<(NameId, BindingBuild)>,
+    bound: &impl Fn(&&[NameId; 2]) -> bool,
+) -> (Vec<Binding>, Vec<u32>) {
+    let mut value_lists = Vec::new();
+    let bindings: Vec<Binding> = bindings
+        .into_iter()
+        .map(|(_, binding)| match binding {
+            BindingBuild::Import { edge } => Binding::Import { edge },
+            BindingBuild::Definition { scope } => Binding::Definition { scope },
+            BindingBuild::Value { line, uses, edges } => {
+                let start = value_lists.len() as u32;
+                value_lists.extend(uses.iter().filter(bound).flatten());
+                let reads = (value_lists.len() as u32 - start) / 2;
+                value_lists.extend_from_slice(&edges);
+                Binding::Value {
+                    line,
+                    start,
+                    reads,
+                    edges: edges.len() as u32,
+                }
+            }
+        })
+        .collect();
+    (bindings, value_lists)
 }
 
 /// `a.b.c` (read from a plain name) as `("a", "b.c")`; `None` when the chain starts at
