@@ -15,7 +15,7 @@ use std::rc::Rc;
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::dists::Owner;
-use crate::extract::{Binding, ImportEdge, ModuleSummary, NameId, ScopeKind, Use};
+use crate::extract::{Binding, ImportEdge, ImportUse, ModuleSummary, NameId, ScopeKind, Use};
 use crate::project::{EdgeTarget, Project};
 use crate::spec::{
     ClosureKind, Contexts, DistributionView, MissingDistribution, MissingView, ModuleKind,
@@ -428,6 +428,8 @@ struct Walk<'p, 'm> {
     slice_lines: Vec<u32>,
     /// Attribute reads through imports already followed: (module, name, path, optional).
     attributes_seen: rustc_hash::FxHashSet<(u32, NameId, NameId, bool)>,
+    /// Reads through in-function imports already followed: (module, edge, path, optional).
+    import_uses_seen: rustc_hash::FxHashSet<(u32, u32, Option<NameId>, bool)>,
 }
 
 /// The closure of module `module` (its import closure), or the `kind` closure of the
@@ -527,6 +529,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             slice_module: None,
             slice_lines: Vec::new(),
             attributes_seen: Default::default(),
+            import_uses_seen: Default::default(),
         }
     }
 
@@ -656,20 +659,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                     scope,
                     chain,
                     optional,
-                } => {
-                    let summary = self.summary(module);
-                    let mut stack = vec![scope];
-                    while let Some(inner) = stack.pop() {
-                        for &index in summary.scope_imports(inner) {
-                            let edge = &summary.imports[index as usize];
-                            self.add_edge(module, index as usize, edge, &chain, optional);
-                        }
-                        stack.extend_from_slice(summary.children(inner));
-                    }
-                    for read in summary.free_uses(scope) {
-                        self.enqueue_use(module, read, &chain, optional);
-                    }
-                }
+                } => self.walk_scope(module, scope, &chain, optional),
                 Work::Definition {
                     module,
                     scope,
@@ -682,6 +672,9 @@ impl<'p, 'm> Walk<'p, 'm> {
                         for &index in summary.scope_imports(scope) {
                             let edge = &summary.imports[index as usize];
                             self.add_edge(module, index as usize, edge, &chain, optional);
+                        }
+                        for used in summary.import_uses(scope) {
+                            self.follow_import_use(module, used, &chain, optional);
                         }
                     }
                     for read in summary.definition_uses(scope) {
@@ -696,6 +689,49 @@ impl<'p, 'm> Walk<'p, 'm> {
                 } => self.follow_name(module, name, chain, optional),
             }
         }
+    }
+
+    /// A def/class body and everything nested in it: its imports, what is read through them,
+    /// and the module globals it reads.
+    fn walk_scope(&mut self, module: u32, scope: u32, chain: &Chain<'p>, optional: bool) {
+        let summary = self.summary(module);
+        let mut stack = vec![scope];
+        while let Some(inner) = stack.pop() {
+            for &index in summary.scope_imports(inner) {
+                let edge = &summary.imports[index as usize];
+                self.add_edge(module, index as usize, edge, chain, optional);
+            }
+            for used in summary.import_uses(inner) {
+                self.follow_import_use(module, used, chain, optional);
+            }
+            stack.extend_from_slice(summary.children(inner));
+        }
+        for read in summary.free_uses(scope) {
+            self.enqueue_use(module, read, chain, optional);
+        }
+    }
+
+    /// A read of a name an import inside a def or class bound: followed into local code as a
+    /// read of a module-level import is ([`Walk::enqueue_use`]). The import itself is already
+    /// an edge of the scope that holds it.
+    fn follow_import_use(
+        &mut self,
+        module: u32,
+        used: ImportUse,
+        chain: &Chain<'p>,
+        optional: bool,
+    ) {
+        let summary = self.summary(module);
+        if summary.imports[used.edge as usize].context.type_checking
+            || !self
+                .import_uses_seen
+                .insert((module, used.edge, used.path, optional))
+        {
+            return;
+        }
+        let chain = chain.then_new(summary.name(used.name));
+        let path = used.path.map(|path| summary.name(path));
+        self.follow_imported(module, used.edge, path, &chain, optional);
     }
 
     fn follow_name(&mut self, module: u32, name_id: NameId, chain: Chain<'p>, optional: bool) {
