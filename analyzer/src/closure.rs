@@ -16,7 +16,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::dists::Owner;
 use crate::extract::{Binding, ImportEdge, ImportUse, ModuleSummary, NameId, ScopeKind, Use};
-use crate::project::{EdgeTarget, Project};
+use crate::project::{EdgeTarget, Project, ThirdPartyModule};
 use crate::spec::{
     ClosureKind, Contexts, DistributionView, MissingDistribution, MissingView, ModuleKind,
     ModuleView, ReasonView, TargetKind, TargetView, WarningView,
@@ -457,6 +457,10 @@ pub fn target_closure<'p>(
             let summary = &loaded.summary;
             let scope = &summary.scopes[scope_id as usize];
             walk.enqueue_definition(module, scope_id);
+            // A function of installed code is that distribution's, even shipped by value.
+            let own_file = loaded.installed.last().map(std::slice::from_ref);
+            let chain = Chain::of(summary.scope_name(scope_id));
+            walk.reach_installed(module, own_file.unwrap_or_default(), &chain, false);
             if kind == ClosureKind::Import {
                 walk.enqueue(Work::Module {
                     module,
@@ -906,6 +910,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             };
             self.reach_local(parent, &reason, chain, optional, Contexts::TOP_LEVEL);
         }
+        self.reach_installed(module, &loaded.installed, chain, optional);
         let summary = self.summary(module);
         for (index, edge) in summary.imports.iter().enumerate() {
             if !edge.context.in_function {
@@ -932,6 +937,34 @@ impl<'p, 'm> Walk<'p, 'm> {
         }
         for read in summary.definition_uses(0) {
             self.enqueue_use(module, read, chain, optional);
+        }
+    }
+
+    /// Installed modules that running `module` needs (its own file and its packages, when a
+    /// distribution provides it: [`crate::project::LoadedModule::installed`]), and so their
+    /// distributions.
+    fn reach_installed(
+        &mut self,
+        module: u32,
+        installed: &'p [std::sync::Arc<ThirdPartyModule>],
+        chain: &Chain<'p>,
+        optional: bool,
+    ) {
+        let project: &'p Project = self.project;
+        let loaded = &project.modules[module as usize];
+        let reason = || Why {
+            file: loaded.display.as_str(),
+            line: 0,
+            chain: chain.to_steps(),
+        };
+        for needed in installed {
+            let what = (
+                ModuleKind::ThirdParty,
+                Some(needed.display.as_str()),
+                Some(&needed.owner),
+            );
+            self.record_reached(&needed.name, what, &reason, chain, optional)
+                .contexts |= Contexts::TOP_LEVEL;
         }
     }
 
