@@ -385,3 +385,53 @@ fn local_code_reading_an_installed_modules_names_carries_its_distribution() {
         assert_eq!(distribution_of(found, "requests.certs"), "requests");
     }
 }
+
+/// The truth oracle of bench/closure_truth.sh on a sample: for modules spread over each
+/// distribution of the venv, what a fresh `import module` brings into sys.modules, mapped to
+/// distributions, must be in lfm's import closure of that module. A distribution missed is
+/// accepted only when the module still imports with it hidden (an optional import).
+#[test]
+fn the_import_closure_of_installed_modules_covers_what_python_imports() {
+    let Some(venv) = real_venv() else { return };
+    let oracle = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/closure_truth.py");
+    let distributions = [
+        "requests",
+        "attrs",
+        "PyYAML",
+        "python-dateutil",
+        "beautifulsoup4",
+        "numpy",
+        "protobuf",
+    ];
+    let output = Command::new("python3")
+        .arg(oracle)
+        .arg("--python")
+        .arg(venv.join("bin/python"))
+        .args(["--lfm", env!("CARGO_BIN_EXE_lfm")])
+        .args(["--sample", "4", "--jobs", "2", "--json"])
+        .args(distributions)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let mut wrong = Vec::new();
+    for dist in distributions {
+        let row = &report[dist];
+        if row["importable"].as_u64().unwrap_or(0) == 0 {
+            wrong.push(format!("{dist}: no sampled module imports: {row}"));
+        }
+        if !row["unanalysed"].as_array().unwrap().is_empty() {
+            wrong.push(format!("{dist}: lfm failed on {}", row["unanalysed"]));
+        }
+        for miss in row["misses"].as_array().unwrap() {
+            if miss["optional"] != true {
+                wrong.push(format!("{dist}: {miss}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
