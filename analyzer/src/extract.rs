@@ -1076,8 +1076,10 @@ impl<'a> Extractor<'a> {
             for &child in &build.children {
                 free.extend_from_slice(&free_uses[child as usize]);
             }
-            sort_unique(&mut free);
-            if !matches!(self.scopes[id].kind, ScopeKind::Class | ScopeKind::Module) {
+            let function_like =
+                !matches!(self.scopes[id].kind, ScopeKind::Class | ScopeKind::Module);
+            if function_like && !build.import_binds.is_empty() {
+                sort_unique(&mut free);
                 import_uses[id] = reads_through_imports(&build.import_binds, &free, renumbered);
             }
             free.retain(unbound);
