@@ -2,7 +2,7 @@
 # The closure truth oracle at full size: every source module of real distributions, imported in
 # a fresh interpreter, against lfm's import closure of it (bench/closure_truth.py says how).
 # Uses the test venvs (target/test-venvs/{real,sci}, made by the tests or here, from PyPI once).
-#   bench/closure_truth.sh               # every module: ~3,800 imports, tens of minutes
+#   bench/closure_truth.sh               # every module: ~3,800 imports, an hour on 2 cores
 #   SAMPLE=20 bench/closure_truth.sh     # 20 modules per distribution
 #   LFM=target/debug/lfm bench/closure_truth.sh
 # Prints, per distribution: modules, importable ones, recall (truth distributions covered),
