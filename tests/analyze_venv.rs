@@ -277,3 +277,161 @@ fn env_prefix_selects_the_same_environment() {
     );
     assert!(String::from_utf8_lossy(&output.stdout).starts_with("PyYAML=="));
 }
+
+/// requests and what importing its package runs (`requests/__init__.py` imports urllib3,
+/// charset_normalizer and, through its submodules, idna and certifi): its Requires-Dist closure.
+const REQUESTS_AND_ITS_REQUIREMENTS: [&str; 5] = [
+    "certifi",
+    "charset-normalizer",
+    "idna",
+    "requests",
+    "urllib3",
+];
+
+#[test]
+fn a_target_inside_an_installed_distribution_carries_it_and_what_its_packages_import() {
+    let Some(venv) = real_venv() else { return };
+    let python = venv.join("bin/python");
+    // What Python runs, so the expectation below is not taken on trust: importing
+    // requests.certs (which imports only certifi) runs requests/__init__.py and its imports.
+    let imported = Command::new(&python)
+        .args([
+            "-c",
+            "import sys, requests.certs; print(*sorted(sys.modules))",
+        ])
+        .output()
+        .unwrap();
+    let imported = String::from_utf8_lossy(&imported.stdout).into_owned();
+    for module in [
+        "requests",
+        "urllib3",
+        "charset_normalizer",
+        "idna",
+        "certifi",
+    ] {
+        assert!(
+            imported.split(' ').any(|m| m == module),
+            "{module}: {imported}"
+        );
+    }
+    let site = std::fs::read_dir(venv.join("lib"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path()
+        .join("site-packages");
+    let certs = site.join("requests/certs.py");
+    let hooks = format!("{}:default_hooks", site.join("requests/hooks.py").display());
+    // (target, closure, the target's name in the Spec).
+    let cases = [
+        ("requests.certs", "slice", "requests.certs"),
+        ("requests.certs", "import", "requests.certs"),
+        (certs.to_str().unwrap(), "import", "requests.certs"),
+        // A function of a module that imports nothing: shipped by value it is still
+        // requests' code, and by reference importing it runs requests/__init__.py.
+        (
+            "requests.hooks:default_hooks",
+            "slice",
+            "requests.hooks:default_hooks",
+        ),
+        (&hooks, "import", "requests.hooks:default_hooks"),
+    ];
+    let mut wrong = Vec::new();
+    for (text, closure, name) in cases {
+        let spec = analyze(&python, &["--closure", closure, text]);
+        let found = target(&spec, name);
+        if dist_names(found) != REQUESTS_AND_ITS_REQUIREMENTS {
+            wrong.push(format!(
+                "{text} --closure {closure}: {:?}",
+                dist_names(found)
+            ));
+            continue;
+        }
+        // requests is needed for itself, not only as someone's requirement.
+        if !dists(found).contains(&("requests".to_string(), true)) {
+            wrong.push(format!(
+                "{text} --closure {closure}: requests is not direct"
+            ));
+        }
+        let parent = (closure == "import").then_some("requests");
+        for module in parent.into_iter().chain([name.split(':').next().unwrap()]) {
+            if distribution_of(found, module) != "requests" {
+                wrong.push(format!("{text} --closure {closure}: {module} not listed"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn local_code_reading_an_installed_modules_names_carries_its_distribution() {
+    let Some(venv) = real_venv() else { return };
+    let project = tempfile::tempdir().unwrap();
+    let file = project.path().join("job.py");
+    std::fs::write(
+        &file,
+        "def top():\n    return where()\n\n\ndef inside():\n    from requests.certs import where\n    return where()\n\n\nfrom requests.certs import where\n",
+    )
+    .unwrap();
+    let spec = analyze(&venv.join("bin/python"), &[file.to_str().unwrap()]);
+    for function in ["job:top", "job:inside"] {
+        let found = target(&spec, function);
+        assert_eq!(
+            dist_names(found),
+            REQUESTS_AND_ITS_REQUIREMENTS,
+            "{function}"
+        );
+        assert_eq!(distribution_of(found, "requests.certs"), "requests");
+    }
+}
+
+/// The truth oracle of bench/closure_truth.sh on a sample: for modules spread over each
+/// distribution of the venv, what a fresh `import module` brings into sys.modules, mapped to
+/// distributions, must be in lfm's import closure of that module. A distribution missed is
+/// accepted only when the module still imports with it hidden (an optional import).
+#[test]
+fn the_import_closure_of_installed_modules_covers_what_python_imports() {
+    let Some(venv) = real_venv() else { return };
+    let oracle = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/closure_truth.py");
+    let distributions = [
+        "requests",
+        "attrs",
+        "PyYAML",
+        "python-dateutil",
+        "beautifulsoup4",
+        "numpy",
+        "protobuf",
+    ];
+    let output = Command::new("python3")
+        .arg(oracle)
+        .arg("--python")
+        .arg(venv.join("bin/python"))
+        .args(["--lfm", env!("CARGO_BIN_EXE_lfm")])
+        .args(["--sample", "4", "--jobs", "2", "--json"])
+        .args(distributions)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let mut wrong = Vec::new();
+    for dist in distributions {
+        let row = &report[dist];
+        if row["importable"].as_u64().unwrap_or(0) == 0 {
+            wrong.push(format!("{dist}: no sampled module imports: {row}"));
+        }
+        if !row["unanalysed"].as_array().unwrap().is_empty() {
+            wrong.push(format!("{dist}: lfm failed on {}", row["unanalysed"]));
+        }
+        for miss in row["misses"].as_array().unwrap() {
+            if miss["optional"] != true {
+                wrong.push(format!("{dist}: {miss}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

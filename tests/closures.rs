@@ -106,3 +106,86 @@ fn a_function_reached_through_a_package_brings_the_package_imports() {
         ]
     );
 }
+
+/// The chain of the reason that brought `module` (installed or missing) into a closure.
+fn chain_of(target: &serde_json::Value, module: &str) -> Vec<String> {
+    let found = ["modules", "missing"]
+        .iter()
+        .flat_map(|list| target[*list].as_array().unwrap())
+        .find(|m| m["name"] == module)
+        .unwrap_or_else(|| panic!("no {module} in {target}"));
+    found["reason"]["chain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| step.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_name_an_import_inside_a_function_binds_is_followed_like_a_global() {
+    let spec = analyze_in_fixture(&[&format!("{FIXTURE}/workflow/apps.py")]);
+    let import_of_helpers = vec!["workflow", "workflow.helpers"];
+    let with_plot = vec!["matplotlib", "workflow", "workflow.helpers"];
+    // (function, what it needs, the reason chain of matplotlib.pyplot when it is needed).
+    let cases = [
+        // Each way of importing helpers inside the function reaches plot, and its matplotlib.
+        ("by_name", &with_plot, vec!["by_name", "plot"]),
+        (
+            "by_module",
+            &with_plot,
+            vec!["by_module", "helpers", "plot"],
+        ),
+        ("by_alias", &with_plot, vec!["by_alias", "h", "plot"]),
+        (
+            "by_dotted_path",
+            &with_plot,
+            vec!["by_dotted_path", "workflow", "plot"],
+        ),
+        (
+            "by_relative_import",
+            &with_plot,
+            vec!["by_relative_import", "helpers", "plot"],
+        ),
+        (
+            "by_relative_member",
+            &with_plot,
+            vec!["by_relative_member", "draw", "plot"],
+        ),
+        // Read from a nested def, under if/try/with, inside a comprehension.
+        (
+            "in_nested_scopes",
+            &with_plot,
+            vec!["in_nested_scopes", "helpers", "plot"],
+        ),
+        // A class read through an in-function import brings its methods' imports.
+        (
+            "class_read",
+            &vec!["tabulate", "workflow", "workflow.helpers"],
+            vec![],
+        ),
+        // Only what is read: slug needs nothing of plot's, and a nested def's parameter of
+        // the same name shadows the import.
+        ("only_slug", &import_of_helpers, vec![]),
+        ("shadowed", &import_of_helpers, vec![]),
+    ];
+    // Every form checked before any assertion fails: the message lists all that are wrong.
+    let mut wrong = Vec::new();
+    for (function, expected, chain) in cases {
+        let closure = target(&spec, &format!("workflow.apps:{function}"));
+        if needed(closure) != *expected {
+            wrong.push(format!(
+                "{function} needs {:?}, not {expected:?}",
+                needed(closure)
+            ));
+        } else if !chain.is_empty() && chain_of(closure, "matplotlib.pyplot") != chain {
+            let found = chain_of(closure, "matplotlib.pyplot");
+            wrong.push(format!(
+                "{function}: matplotlib via {found:?}, not {chain:?}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // Importing the module runs none of it: only its package's (empty) `__init__`.
+    assert_eq!(needed(target(&spec, "workflow.apps")), ["workflow"]);
+}

@@ -19,8 +19,9 @@ use anyhow::{Context, Result};
 
 use crate::extract::ModuleSummary;
 
-/// Bump when extraction rules change: old entries then simply stop matching.
-const EXTRACTOR_VERSION: &[u8] = b"lfm-extract-11";
+/// Bump when extraction rules change: old entries then simply stop matching (stored results
+/// too, whose request keys hash it: a result made by other rules is another result).
+pub(crate) const EXTRACTOR_VERSION: &[u8] = b"lfm-extract-12";
 
 pub type CacheKey = [u8; 32];
 

@@ -15,8 +15,8 @@ use std::rc::Rc;
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::dists::Owner;
-use crate::extract::{Binding, ImportEdge, ModuleSummary, NameId, ScopeKind, Use};
-use crate::project::{EdgeTarget, Project};
+use crate::extract::{Binding, ImportEdge, ImportUse, ModuleSummary, NameId, ScopeKind, Use};
+use crate::project::{EdgeTarget, Project, ThirdPartyModule};
 use crate::spec::{
     ClosureKind, Contexts, DistributionView, MissingDistribution, MissingView, ModuleKind,
     ModuleView, ReasonView, TargetKind, TargetView, WarningView,
@@ -428,6 +428,8 @@ struct Walk<'p, 'm> {
     slice_lines: Vec<u32>,
     /// Attribute reads through imports already followed: (module, name, path, optional).
     attributes_seen: rustc_hash::FxHashSet<(u32, NameId, NameId, bool)>,
+    /// Reads through in-function imports already followed: (module, edge, path, optional).
+    import_uses_seen: rustc_hash::FxHashSet<(u32, u32, Option<NameId>, bool)>,
 }
 
 /// The closure of module `module` (its import closure), or the `kind` closure of the
@@ -455,6 +457,10 @@ pub fn target_closure<'p>(
             let summary = &loaded.summary;
             let scope = &summary.scopes[scope_id as usize];
             walk.enqueue_definition(module, scope_id);
+            // A function of installed code is that distribution's, even shipped by value.
+            let own_file = loaded.installed.last().map(std::slice::from_ref);
+            let chain = Chain::of(summary.scope_name(scope_id));
+            walk.reach_installed(module, own_file.unwrap_or_default(), &chain, false);
             if kind == ClosureKind::Import {
                 walk.enqueue(Work::Module {
                     module,
@@ -527,6 +533,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             slice_module: None,
             slice_lines: Vec::new(),
             attributes_seen: Default::default(),
+            import_uses_seen: Default::default(),
         }
     }
 
@@ -656,20 +663,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                     scope,
                     chain,
                     optional,
-                } => {
-                    let summary = self.summary(module);
-                    let mut stack = vec![scope];
-                    while let Some(inner) = stack.pop() {
-                        for &index in summary.scope_imports(inner) {
-                            let edge = &summary.imports[index as usize];
-                            self.add_edge(module, index as usize, edge, &chain, optional);
-                        }
-                        stack.extend_from_slice(summary.children(inner));
-                    }
-                    for read in summary.free_uses(scope) {
-                        self.enqueue_use(module, read, &chain, optional);
-                    }
-                }
+                } => self.walk_scope(module, scope, &chain, optional),
                 Work::Definition {
                     module,
                     scope,
@@ -682,6 +676,9 @@ impl<'p, 'm> Walk<'p, 'm> {
                         for &index in summary.scope_imports(scope) {
                             let edge = &summary.imports[index as usize];
                             self.add_edge(module, index as usize, edge, &chain, optional);
+                        }
+                        for used in summary.import_uses(scope) {
+                            self.follow_import_use(module, used, &chain, optional);
                         }
                     }
                     for read in summary.definition_uses(scope) {
@@ -696,6 +693,49 @@ impl<'p, 'm> Walk<'p, 'm> {
                 } => self.follow_name(module, name, chain, optional),
             }
         }
+    }
+
+    /// A def/class body and everything nested in it: its imports, what is read through them,
+    /// and the module globals it reads.
+    fn walk_scope(&mut self, module: u32, scope: u32, chain: &Chain<'p>, optional: bool) {
+        let summary = self.summary(module);
+        let mut stack = vec![scope];
+        while let Some(inner) = stack.pop() {
+            for &index in summary.scope_imports(inner) {
+                let edge = &summary.imports[index as usize];
+                self.add_edge(module, index as usize, edge, chain, optional);
+            }
+            for used in summary.import_uses(inner) {
+                self.follow_import_use(module, used, chain, optional);
+            }
+            stack.extend_from_slice(summary.children(inner));
+        }
+        for read in summary.free_uses(scope) {
+            self.enqueue_use(module, read, chain, optional);
+        }
+    }
+
+    /// A read of a name an import inside a def or class bound: followed into local code as a
+    /// read of a module-level import is ([`Walk::enqueue_use`]). The import itself is already
+    /// an edge of the scope that holds it.
+    fn follow_import_use(
+        &mut self,
+        module: u32,
+        used: ImportUse,
+        chain: &Chain<'p>,
+        optional: bool,
+    ) {
+        let summary = self.summary(module);
+        if summary.imports[used.edge as usize].context.type_checking
+            || !self
+                .import_uses_seen
+                .insert((module, used.edge, used.path, optional))
+        {
+            return;
+        }
+        let chain = chain.then_new(summary.name(used.name));
+        let path = used.path.map(|path| summary.name(path));
+        self.follow_imported(module, used.edge, path, &chain, optional);
     }
 
     fn follow_name(&mut self, module: u32, name_id: NameId, chain: Chain<'p>, optional: bool) {
@@ -870,6 +910,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             };
             self.reach_local(parent, &reason, chain, optional, Contexts::TOP_LEVEL);
         }
+        self.reach_installed(module, &loaded.installed, chain, optional);
         let summary = self.summary(module);
         for (index, edge) in summary.imports.iter().enumerate() {
             if !edge.context.in_function {
@@ -896,6 +937,34 @@ impl<'p, 'm> Walk<'p, 'm> {
         }
         for read in summary.definition_uses(0) {
             self.enqueue_use(module, read, chain, optional);
+        }
+    }
+
+    /// Installed modules that running `module` needs (its own file and its packages, when a
+    /// distribution provides it: [`crate::project::LoadedModule::installed`]), and so their
+    /// distributions.
+    fn reach_installed(
+        &mut self,
+        module: u32,
+        installed: &'p [std::sync::Arc<ThirdPartyModule>],
+        chain: &Chain<'p>,
+        optional: bool,
+    ) {
+        let project: &'p Project = self.project;
+        let loaded = &project.modules[module as usize];
+        let reason = || Why {
+            file: loaded.display.as_str(),
+            line: 0,
+            chain: chain.to_steps(),
+        };
+        for needed in installed {
+            let what = (
+                ModuleKind::ThirdParty,
+                Some(needed.display.as_str()),
+                Some(&needed.owner),
+            );
+            self.record_reached(&needed.name, what, &reason, chain, optional)
+                .contexts |= Contexts::TOP_LEVEL;
         }
     }
 

@@ -104,9 +104,9 @@ pub struct Scope {
     /// `outer.inner`; empty for the module scope) in the summary's scope names.
     name: [u32; 2],
     /// Where the lists start in the summary's scope lists, and the length of each: children,
-    /// free names, definition reads, imports.
+    /// free names, definition reads, imports, import uses.
     lists: u32,
-    lengths: [u32; 4],
+    lengths: [u32; 5],
 }
 
 const CHILDREN: usize = 0;
@@ -119,6 +119,9 @@ const FREE_USES: usize = 1;
 const DEFINITION_USES: usize = 2;
 /// Import edges whose innermost scope is this one.
 const IMPORTS: usize = 3;
+/// Reads (in this scope or nested ones) of names an import of this scope binds: (edge, name,
+/// path or [`BARE`]) triples (see [`ImportUse`]).
+const IMPORT_USES: usize = 4;
 
 /// The path of a use that reads a name itself, not an attribute of it.
 const BARE: NameId = NameId::MAX;
@@ -129,6 +132,17 @@ const BARE: NameId = NameId::MAX;
 /// functions a reader needs; a bare use needs all of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Use {
+    pub name: NameId,
+    pub path: Option<NameId>,
+}
+
+/// A read of a name that an import inside a def, class, lambda or comprehension bound: the
+/// edge, the name as read, and the attribute path read from it (as in [`Use`]). Followed like
+/// a read of a module-level import, so that `from pkg.helpers import plot` inside a function
+/// brings what `plot` needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImportUse {
+    pub edge: u32,
     pub name: NameId,
     pub path: Option<NameId>,
 }
@@ -276,6 +290,18 @@ impl ModuleSummary {
     /// Import edges whose innermost scope is this one.
     pub fn scope_imports(&self, scope: u32) -> &[u32] {
         self.scope_list(scope, IMPORTS)
+    }
+
+    /// Reads of names that imports of this scope bind, from the scope or the scopes nested in
+    /// it that do not bind the name themselves (for a class, from its own body only).
+    pub fn import_uses(&self, scope: u32) -> impl Iterator<Item = ImportUse> + '_ {
+        self.scope_list(scope, IMPORT_USES)
+            .chunks_exact(3)
+            .map(|triple| ImportUse {
+                edge: triple[0],
+                name: triple[1],
+                path: (triple[2] != BARE).then_some(triple[2]),
+            })
     }
 
     /// What a [`Binding::Value`] reads (nothing for other bindings).
@@ -448,6 +474,8 @@ struct ScopeBuild {
     binds: Vec<NameId>,
     globals: Vec<NameId>,
     header_uses: Vec<[NameId; 2]>,
+    /// Names an import statement of this (non-module) scope binds, with the edge.
+    import_binds: Vec<(NameId, u32)>,
 }
 
 /// A module-level binding while the module is visited; `finish` flattens value lists.
@@ -557,7 +585,7 @@ impl<'a> Extractor<'a> {
             parent,
             name: [start, self.scope_names.len() as u32],
             lists: 0,
-            lengths: [0; 4],
+            lengths: [0; 5],
         });
         self.builds.push(ScopeBuild::default());
         id
@@ -618,6 +646,20 @@ impl<'a> Extractor<'a> {
         }
     }
 
+    /// A name bound by import `edge`: a module global at the top level; inside a def, class,
+    /// lambda or comprehension, a local whose reads are followed through the edge as a
+    /// global's are (see [`ModuleSummary::import_uses`]).
+    fn bind_import(&mut self, name: &'a str, edge: u32) {
+        let id = self.record_bind(name);
+        if self.current == 0 {
+            self.bindings.push((id, BindingBuild::Import { edge }));
+        } else {
+            self.builds[self.current as usize]
+                .import_binds
+                .push((id, edge));
+        }
+    }
+
     /// `text` appended to the import text, as a span of it.
     fn import_span(&mut self, text: &str) -> [u32; 2] {
         let start = self.import_text.len() as u32;
@@ -659,7 +701,7 @@ impl<'a> Extractor<'a> {
             if module == "importlib" {
                 self.importlib_aliases.insert(bound);
             }
-            self.bind(bound, || BindingBuild::Import { edge });
+            self.bind_import(bound, edge);
         }
     }
 
@@ -694,7 +736,7 @@ impl<'a> Extractor<'a> {
                     self.import_module_aliases.insert(bound);
                 }
             }
-            self.bind(bound, || BindingBuild::Import { edge });
+            self.bind_import(bound, edge);
         }
     }
 
@@ -941,55 +983,104 @@ impl<'a> Extractor<'a> {
     }
 
     fn finish(mut self) -> ModuleSummary {
-        let scope_count = self.scopes.len();
-        let mut scope_imports: Vec<Vec<u32>> = vec![Vec::new(); scope_count];
+        let scope_imports = self.imports_by_scope();
+        // Renumber names in name order: sorted id lists are then sorted name lists, and the
+        // closure walk visits names in the same order whatever order the source used them in.
+        let (order, renumbered) = name_order(&self.names);
+        let uses = self.scope_uses(&renumbered);
+        let bindings = std::mem::take(&mut self.bindings);
+        let (bindings, binding_offsets) = group_bindings(bindings, &renumbered, order.len());
+        // A read of a name no module-level statement binds (a builtin, a typo) leads nowhere,
+        // unless a star import may provide it: drop those reads now rather than follow them
+        // in every closure that passes here.
+        let star = order.binary_search_by(|&old| (*self.names[old as usize]).cmp("*"));
+        let star_bound = star.is_ok_and(|new| binding_offsets[new] < binding_offsets[new + 1]);
+        let bound = |pair: &&[NameId; 2]| {
+            let name = pair[0] as usize;
+            star_bound || binding_offsets[name] < binding_offsets[name + 1]
+        };
+        let (bindings, mut value_lists) = flatten_bindings(bindings, &bound);
+        let mut scope_lists = Vec::new();
+        for (id, scope) in self.scopes.iter_mut().enumerate() {
+            scope.lists = scope_lists.len() as u32;
+            let children = &self.builds[id].children;
+            scope_lists.extend_from_slice(children);
+            let before = scope_lists.len();
+            scope_lists.extend(uses.free[id].iter().filter(&bound).flatten());
+            let free = scope_lists.len() - before;
+            let before = scope_lists.len();
+            scope_lists.extend(uses.definition[id].iter().filter(&bound).flatten());
+            let definition = scope_lists.len() - before;
+            scope_lists.extend_from_slice(&scope_imports[id]);
+            scope_lists.extend(uses.imports[id].iter().flatten());
+            scope.lengths = [
+                children.len() as u32,
+                free as u32,
+                definition as u32,
+                scope_imports[id].len() as u32,
+                3 * uses.imports[id].len() as u32,
+            ];
+        }
+        value_lists.shrink_to_fit();
+        scope_lists.shrink_to_fit();
+        self.scope_names.shrink_to_fit();
+        self.imports.shrink_to_fit();
+        self.import_text.shrink_to_fit();
+        self.scopes.shrink_to_fit();
+        let names = &self.names;
+        let sorted_names = NameTable::from_sorted(order.iter().map(|&old| &*names[old as usize]));
+        ModuleSummary {
+            imports: self.imports,
+            import_text: self.import_text,
+            scopes: self.scopes,
+            scope_names: self.scope_names,
+            scope_lists,
+            names: sorted_names,
+            bindings,
+            binding_offsets,
+            value_lists,
+            problems: self.problems,
+        }
+    }
+
+    /// Each scope's import edges, by index.
+    fn imports_by_scope(&self) -> Vec<Vec<u32>> {
+        let mut scope_imports: Vec<Vec<u32>> = vec![Vec::new(); self.scopes.len()];
         for (index, edge) in self.imports.iter().enumerate() {
             scope_imports[edge.scope as usize].push(index as u32);
         }
-        // Renumber names in name order: sorted id lists are then sorted name lists, and the
-        // closure walk visits names in the same order whatever order the source used them in.
-        let mut order: Vec<NameId> = (0..self.names.len() as NameId).collect();
-        let names = &self.names;
-        order.sort_unstable_by(|&a, &b| names[a as usize].cmp(&names[b as usize]));
-        let mut renumbered = vec![0 as NameId; order.len()];
-        for (new, &old) in order.iter().enumerate() {
-            renumbered[old as usize] = new as NameId;
-        }
-        let renumbered = &renumbered;
-        let sorted_ids = |ids: &[NameId]| -> Vec<NameId> {
-            let mut sorted: Vec<NameId> = ids.iter().map(|&old| renumbered[old as usize]).collect();
-            sort_unique(&mut sorted);
-            sorted
-        };
-        let sorted_uses = |uses: &[[NameId; 2]]| -> Vec<[NameId; 2]> {
-            let renumber = |id: NameId| {
-                if id == BARE {
-                    BARE
-                } else {
-                    renumbered[id as usize]
-                }
-            };
-            let mut sorted: Vec<[NameId; 2]> = uses
-                .iter()
-                .map(|&[name, path]| [renumbered[name as usize], renumber(path)])
-                .collect();
-            sort_unique(&mut sorted);
-            sorted
-        };
+        scope_imports
+    }
+
+    /// Each scope's free uses, definition uses and import uses (see [`FREE_USES`],
+    /// [`DEFINITION_USES`], [`IMPORT_USES`]), renumbered, sorted and unique.
+    fn scope_uses(&self, renumbered: &[NameId]) -> ScopeUses {
+        let scope_count = self.scopes.len();
         // Children were created after their parents, so a reverse sweep sees every child first.
         let mut free_uses: Vec<Vec<[NameId; 2]>> = vec![Vec::new(); scope_count];
         let mut definition_uses: Vec<Vec<[NameId; 2]>> = vec![Vec::new(); scope_count];
+        let mut import_uses: Vec<Vec<[u32; 3]>> = vec![Vec::new(); scope_count];
         for id in (0..scope_count).rev() {
             let build = &self.builds[id];
-            let globals = sorted_ids(&build.globals);
-            let mut binds = sorted_ids(&build.binds);
+            let globals = sorted_ids(&build.globals, renumbered);
+            let mut binds = sorted_ids(&build.binds, renumbered);
             binds.retain(|name| globals.binary_search(name).is_err());
             let unbound = |pair: &[NameId; 2]| binds.binary_search(&pair[0]).is_err();
-            let uses = sorted_uses(&build.uses);
-            let header_uses = sorted_uses(&build.header_uses);
+            let uses = sorted_uses(&build.uses, renumbered);
+            let header_uses = sorted_uses(&build.header_uses, renumbered);
             let mut free = uses.clone();
+            // A class body's names are not visible in its methods: only its own reads count.
+            if self.scopes[id].kind == ScopeKind::Class {
+                import_uses[id] = reads_through_imports(&build.import_binds, &free, renumbered);
+            }
             for &child in &build.children {
                 free.extend_from_slice(&free_uses[child as usize]);
+            }
+            let function_like =
+                !matches!(self.scopes[id].kind, ScopeKind::Class | ScopeKind::Module);
+            if function_like && !build.import_binds.is_empty() {
+                sort_unique(&mut free);
+                import_uses[id] = reads_through_imports(&build.import_binds, &free, renumbered);
             }
             free.retain(unbound);
             free.extend_from_slice(&header_uses);
@@ -1005,91 +1096,10 @@ impl<'a> Extractor<'a> {
             sort_unique(&mut definition);
             definition_uses[id] = definition;
         }
-        let mut bindings: Vec<(NameId, BindingBuild)> = self.bindings;
-        for (name, binding) in &mut bindings {
-            *name = renumbered[*name as usize];
-            if let BindingBuild::Value { uses, .. } = binding {
-                *uses = sorted_uses(uses);
-            }
-        }
-        // Stable: a name's bindings keep their source order.
-        bindings.sort_by_key(|(id, _)| *id);
-        let mut binding_offsets = Vec::with_capacity(order.len() + 1);
-        let mut next = 0;
-        for name in 0..=order.len() as NameId {
-            while next < bindings.len() && bindings[next].0 < name {
-                next += 1;
-            }
-            binding_offsets.push(next as u32);
-        }
-        // A read of a name no module-level statement binds (a builtin, a typo) leads nowhere,
-        // unless a star import may provide it: drop those reads now rather than follow them
-        // in every closure that passes here.
-        let star = order.binary_search_by(|&old| (*names[old as usize]).cmp("*"));
-        let star_bound = star.is_ok_and(|new| binding_offsets[new] < binding_offsets[new + 1]);
-        let bound = |pair: &&[NameId; 2]| {
-            let name = pair[0] as usize;
-            star_bound || binding_offsets[name] < binding_offsets[name + 1]
-        };
-        // Flat and exactly sized: summaries of a whole site-packages stay in memory at once,
-        // and a Vec per scope list or binding would cost more than its contents.
-        let mut value_lists = Vec::new();
-        let bindings: Vec<Binding> = bindings
-            .into_iter()
-            .map(|(_, binding)| match binding {
-                BindingBuild::Import { edge } => Binding::Import { edge },
-                BindingBuild::Definition { scope } => Binding::Definition { scope },
-                BindingBuild::Value { line, uses, edges } => {
-                    let start = value_lists.len() as u32;
-                    value_lists.extend(uses.iter().filter(bound).flatten());
-                    let reads = (value_lists.len() as u32 - start) / 2;
-                    value_lists.extend_from_slice(&edges);
-                    Binding::Value {
-                        line,
-                        start,
-                        reads,
-                        edges: edges.len() as u32,
-                    }
-                }
-            })
-            .collect();
-        let mut scope_lists = Vec::new();
-        for (id, scope) in self.scopes.iter_mut().enumerate() {
-            scope.lists = scope_lists.len() as u32;
-            let children = &self.builds[id].children;
-            scope_lists.extend_from_slice(children);
-            let before = scope_lists.len();
-            scope_lists.extend(free_uses[id].iter().filter(bound).flatten());
-            let free = scope_lists.len() - before;
-            let before = scope_lists.len();
-            scope_lists.extend(definition_uses[id].iter().filter(bound).flatten());
-            let definition = scope_lists.len() - before;
-            scope_lists.extend_from_slice(&scope_imports[id]);
-            scope.lengths = [
-                children.len() as u32,
-                free as u32,
-                definition as u32,
-                scope_imports[id].len() as u32,
-            ];
-        }
-        value_lists.shrink_to_fit();
-        scope_lists.shrink_to_fit();
-        self.scope_names.shrink_to_fit();
-        self.imports.shrink_to_fit();
-        self.import_text.shrink_to_fit();
-        self.scopes.shrink_to_fit();
-        let sorted_names = NameTable::from_sorted(order.iter().map(|&old| &*names[old as usize]));
-        ModuleSummary {
-            imports: self.imports,
-            import_text: self.import_text,
-            scopes: self.scopes,
-            scope_names: self.scope_names,
-            scope_lists,
-            names: sorted_names,
-            bindings,
-            binding_offsets,
-            value_lists,
-            problems: self.problems,
+        ScopeUses {
+            free: free_uses,
+            definition: definition_uses,
+            imports: import_uses,
         }
     }
 
@@ -1223,6 +1233,124 @@ impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
 fn sort_unique<T: Ord>(ids: &mut Vec<T>) {
     ids.sort_unstable();
     ids.dedup();
+}
+
+/// What [`Extractor::scope_uses`] finds, per scope.
+struct ScopeUses {
+    free: Vec<Vec<[NameId; 2]>>,
+    definition: Vec<Vec<[NameId; 2]>>,
+    /// (edge, name, path or [`BARE`]) triples.
+    imports: Vec<Vec<[u32; 3]>>,
+}
+
+/// The `uses` (renumbered, sorted) that read a name one of `import_binds` (first-seen ids)
+/// binds, once per binding edge: a name imported in two branches may come from either.
+fn reads_through_imports(
+    import_binds: &[(NameId, u32)],
+    uses: &[[NameId; 2]],
+    renumbered: &[NameId],
+) -> Vec<[u32; 3]> {
+    let mut out = Vec::new();
+    for &(name, edge) in import_binds {
+        let name = renumbered[name as usize];
+        let first = uses.partition_point(|pair| pair[0] < name);
+        for pair in uses[first..].iter().take_while(|pair| pair[0] == name) {
+            out.push([edge, name, pair[1]]);
+        }
+    }
+    sort_unique(&mut out);
+    out
+}
+
+/// The order of `names` sorted, and for each first-seen id its id in that order.
+fn name_order(names: &[Cow<'_, str>]) -> (Vec<NameId>, Vec<NameId>) {
+    let mut order: Vec<NameId> = (0..names.len() as NameId).collect();
+    order.sort_unstable_by(|&a, &b| names[a as usize].cmp(&names[b as usize]));
+    let mut renumbered = vec![0 as NameId; order.len()];
+    for (new, &old) in order.iter().enumerate() {
+        renumbered[old as usize] = new as NameId;
+    }
+    (order, renumbered)
+}
+
+fn sorted_ids(ids: &[NameId], renumbered: &[NameId]) -> Vec<NameId> {
+    let mut sorted: Vec<NameId> = ids.iter().map(|&old| renumbered[old as usize]).collect();
+    sort_unique(&mut sorted);
+    sorted
+}
+
+/// Use pairs renumbered (a path may be [`BARE`]), sorted and unique.
+fn sorted_uses(uses: &[[NameId; 2]], renumbered: &[NameId]) -> Vec<[NameId; 2]> {
+    let renumber = |id: NameId| {
+        if id == BARE {
+            BARE
+        } else {
+            renumbered[id as usize]
+        }
+    };
+    let mut sorted: Vec<[NameId; 2]> = uses
+        .iter()
+        .map(|&[name, path]| [renumbered[name as usize], renumber(path)])
+        .collect();
+    sort_unique(&mut sorted);
+    sorted
+}
+
+/// Module-level bindings renumbered and grouped by name (a name's statements keep their
+/// source order), with the offset where each of the `names` names' group starts (and one past
+/// the end).
+fn group_bindings(
+    mut bindings: Vec<(NameId, BindingBuild)>,
+    renumbered: &[NameId],
+    names: usize,
+) -> (Vec<(NameId, BindingBuild)>, Vec<u32>) {
+    for (name, binding) in &mut bindings {
+        *name = renumbered[*name as usize];
+        if let BindingBuild::Value { uses, .. } = binding {
+            *uses = sorted_uses(uses, renumbered);
+        }
+    }
+    // Stable: a name's bindings keep their source order.
+    bindings.sort_by_key(|(id, _)| *id);
+    let mut binding_offsets = Vec::with_capacity(names + 1);
+    let mut next = 0;
+    for name in 0..=names as NameId {
+        while next < bindings.len() && bindings[next].0 < name {
+            next += 1;
+        }
+        binding_offsets.push(next as u32);
+    }
+    (bindings, binding_offsets)
+}
+
+/// Bindings as stored, with their value lists end to end (reads `bound` keeps, then edges).
+/// Flat and exactly sized: summaries of a whole site-packages stay in memory at once, and a
+/// Vec per scope list or binding would cost more than its contents.
+fn flatten_bindings(
+    bindings: Vec<(NameId, BindingBuild)>,
+    bound: &impl Fn(&&[NameId; 2]) -> bool,
+) -> (Vec<Binding>, Vec<u32>) {
+    let mut value_lists = Vec::new();
+    let bindings: Vec<Binding> = bindings
+        .into_iter()
+        .map(|(_, binding)| match binding {
+            BindingBuild::Import { edge } => Binding::Import { edge },
+            BindingBuild::Definition { scope } => Binding::Definition { scope },
+            BindingBuild::Value { line, uses, edges } => {
+                let start = value_lists.len() as u32;
+                value_lists.extend(uses.iter().filter(bound).flatten());
+                let reads = (value_lists.len() as u32 - start) / 2;
+                value_lists.extend_from_slice(&edges);
+                Binding::Value {
+                    line,
+                    start,
+                    reads,
+                    edges: edges.len() as u32,
+                }
+            }
+        })
+        .collect();
+    (bindings, value_lists)
 }
 
 /// `a.b.c` (read from a plain name) as `("a", "b.c")`; `None` when the chain starts at
@@ -1359,6 +1487,42 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn reads_through_an_in_function_import_are_kept_where_the_import_binds() {
+        let summary = summarize(
+            "def f():\n    import pkg.helpers as h\n    from pkg import plot\n    def inner(plot):\n        return h.plot(1), plot\n    return [h.x for _ in ()]\nclass C:\n    from pkg import slug\n    S = slug\n    def m(self):\n        return slug\n",
+        );
+        let described = |scope: u32| -> Vec<String> {
+            summary
+                .import_uses(scope)
+                .map(|used| {
+                    let edge = &summary.imports[used.edge as usize];
+                    let path = used.path.map_or("", |p| summary.name(p));
+                    format!(
+                        "{}:{}.{path}",
+                        summary.edge_module(edge),
+                        summary.name(used.name)
+                    )
+                })
+                .collect()
+        };
+        let scope = |name: &str| {
+            (0..summary.scopes.len() as u32)
+                .find(|&id| summary.scope_name(id) == name)
+                .unwrap()
+        };
+        // f's imports bind `h` and `plot`: read in inner (plot is inner's own parameter there)
+        // and in the comprehension, and kept on f, where the imports are.
+        assert_eq!(
+            described(scope("f")),
+            ["pkg.helpers:h.plot", "pkg.helpers:h.x"]
+        );
+        assert!(described(scope("f.inner")).is_empty());
+        // A class body's import is read by the body itself, not by its methods.
+        assert_eq!(described(scope("C")), ["pkg:slug."]);
+        assert!(described(0).is_empty());
     }
 
     #[test]

@@ -42,6 +42,11 @@ pub struct LoadedModule {
     /// The nearest enclosing package with code of its own (`__init__.py`), which Python runs
     /// before this module.
     pub parent: Option<u32>,
+    /// For a file an installed distribution provides (a target inside site-packages): its
+    /// enclosing packages with code, outermost first, then itself, as installed modules.
+    /// Importing it runs those `__init__`s, and what they import is their distributions'
+    /// (whose Requires-Dist closure follows). Empty for local code.
+    pub installed: Vec<Arc<ThirdPartyModule>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -232,6 +237,7 @@ impl Project {
             targets: Vec::new(),
             bound: Vec::new(),
             parent: None,
+            installed: Vec::new(),
         });
         wave.push(id);
         id
@@ -293,10 +299,12 @@ impl Project {
                     .map(|edge| self.resolve_edge(id as usize, &summary, edge, &mut next))
                     .unzip();
                 let parent = self.parent_package(id, &mut next);
+                let installed = self.installed_context(id);
                 let module = &mut self.modules[id as usize];
                 module.targets = targets;
                 module.bound = bound;
                 module.parent = parent;
+                module.installed = installed;
             }
             wave = next;
         }
@@ -331,6 +339,33 @@ impl Project {
             name = parent;
         }
         None
+    }
+
+    /// See [`LoadedModule::installed`].
+    fn installed_context(&mut self, id: u32) -> Vec<Arc<ThirdPartyModule>> {
+        let module = &self.modules[id as usize];
+        if !self.dists.owns(&module.path) {
+            return Vec::new();
+        }
+        let (name, path) = (module.name.clone(), module.path.clone());
+        let mut installed = Vec::new();
+        let parts: Vec<&str> = name.split('.').collect();
+        for end in 1..parts.len() {
+            let ancestor = parts[..end].join(".");
+            let Some(Location::File {
+                path, root_kind, ..
+            }) = self.resolver.resolve(&ancestor)
+            else {
+                continue;
+            };
+            // A namespace package (a directory) has no code to run.
+            let installed_code = root_kind == RootKind::Site || self.dists.owns(&path);
+            if installed_code && !path.is_dir() {
+                installed.push(self.third_party_module(&ancestor, path));
+            }
+        }
+        installed.push(self.third_party_module(&name, path));
+        installed
     }
 
     fn resolve_edge(
@@ -453,8 +488,13 @@ impl Project {
     }
 
     fn third_party(&mut self, name: &str, path: PathBuf) -> EdgeTarget {
+        EdgeTarget::ThirdParty(self.third_party_module(name, path))
+    }
+
+    /// The installed module `name` (file `path`), made once per name.
+    fn third_party_module(&mut self, name: &str, path: PathBuf) -> Arc<ThirdPartyModule> {
         if let Some(known) = self.third_party.get(name) {
-            return EdgeTarget::ThirdParty(known.clone());
+            return known.clone();
         }
         let top = name.split('.').next().unwrap_or_default();
         let module = Arc::new(ThirdPartyModule {
@@ -463,7 +503,7 @@ impl Project {
             owner: self.dists.owner_of(&path, top),
         });
         self.third_party.insert(name.to_string(), module.clone());
-        EdgeTarget::ThirdParty(module)
+        module
     }
 
     fn push_location(

@@ -267,6 +267,7 @@ impl RequestKey {
         let mut hasher = blake3::Hasher::new();
         hasher.update(LAYOUT.as_bytes());
         hasher.update(env!("CARGO_PKG_VERSION").as_bytes());
+        hasher.update(crate::cache::EXTRACTOR_VERSION);
         for part in parts {
             hasher.update(&(part.len() as u64).to_le_bytes());
             hasher.update(part);
