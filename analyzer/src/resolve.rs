@@ -52,6 +52,15 @@ enum Step {
     Package(PathBuf, Arc<Path>, RootKind),
 }
 
+/// One dotted component looked up in a list of directories.
+enum Found {
+    Stdlib,
+    Step(Step),
+    /// Directories without `__init__`: portions of a namespace package, in path order.
+    Portions(Vec<(PathBuf, RootKind)>),
+    Nothing,
+}
+
 impl Resolver {
     pub fn new(
         local_roots: &[PathBuf],
@@ -132,47 +141,10 @@ impl Resolver {
         let mut last: Option<Location> = None;
         for (index, part) in parts.iter().enumerate() {
             let is_top = index == 0;
-            let mut portions: Vec<(PathBuf, RootKind)> = Vec::new();
-            let mut step: Option<Step> = None;
-            for (dir_index, (dir, kind)) in dirs.iter().enumerate() {
-                // The stdlib sits between the local roots and the site directories on sys.path.
-                if is_top && *kind == RootKind::Site && self.stdlib.contains(*part) {
-                    return Some(Location::Stdlib);
-                }
-                let listing = self.listing(dir);
-                // At the top level, `dirs` are the roots, in order.
-                let root = if is_top {
-                    self.root_paths[dir_index].clone()
-                } else {
-                    self.root_of(&last)
-                };
-                if let Some(&true) = listing.get(*part) {
-                    let package_dir = dir.join(part);
-                    let inner = self.listing(&package_dir);
-                    if inner.contains_key("__init__.py") || inner.contains_key("__init__.pyi") {
-                        let init = if inner.contains_key("__init__.py") {
-                            "__init__.py"
-                        } else {
-                            "__init__.pyi"
-                        };
-                        step = Some(Step::Package(package_dir.join(init), root, *kind));
-                        break;
-                    }
-                }
-                if let Some(file) = self.module_file(&listing, part) {
-                    step = Some(Step::Module(dir.join(file), root, *kind));
-                    break;
-                }
-                if let Some(&true) = listing.get(*part) {
-                    portions.push((dir.join(part), *kind));
-                }
-            }
-            if is_top && step.is_none() && self.stdlib.contains(*part) {
-                return Some(Location::Stdlib);
-            }
             let is_last = index + 1 == parts.len();
-            match step {
-                Some(Step::Package(init, root, kind)) => {
+            match self.find_part(&dirs, part, is_top, &last) {
+                Found::Stdlib => return Some(Location::Stdlib),
+                Found::Step(Step::Package(init, root, kind)) => {
                     let package_dir = init.parent().map(Path::to_path_buf).unwrap_or_default();
                     last = Some(Location::File {
                         path: init,
@@ -182,7 +154,7 @@ impl Resolver {
                     });
                     dirs = vec![(package_dir, kind)];
                 }
-                Some(Step::Module(file, root, kind)) => {
+                Found::Step(Step::Module(file, root, kind)) => {
                     last = Some(Location::File {
                         path: file,
                         is_package: false,
@@ -192,7 +164,7 @@ impl Resolver {
                     // `a.b` where `a` is a plain module: `b` is an attribute, `a` is what runs.
                     return if is_last { last } else { None };
                 }
-                None if !portions.is_empty() => {
+                Found::Portions(portions) => {
                     let (first, kind) = portions[0].clone();
                     let root = if is_top {
                         Arc::from(first.parent().unwrap_or(Path::new("")))
@@ -207,10 +179,57 @@ impl Resolver {
                     });
                     dirs = portions;
                 }
-                None => return None,
+                Found::Nothing => return None,
             }
         }
         last
+    }
+
+    /// What dotted component `part` is in `dirs` (the roots in order at the top level, else
+    /// the enclosing package's directories), as the import system searches them.
+    fn find_part(
+        &mut self,
+        dirs: &[(PathBuf, RootKind)],
+        part: &str,
+        is_top: bool,
+        last: &Option<Location>,
+    ) -> Found {
+        let mut portions: Vec<(PathBuf, RootKind)> = Vec::new();
+        for (dir_index, (dir, kind)) in dirs.iter().enumerate() {
+            // The stdlib sits between the local roots and the site directories on sys.path.
+            if is_top && *kind == RootKind::Site && self.stdlib.contains(part) {
+                return Found::Stdlib;
+            }
+            let listing = self.listing(dir);
+            let root = if is_top {
+                self.root_paths[dir_index].clone()
+            } else {
+                self.root_of(last)
+            };
+            if let Some(&true) = listing.get(part) {
+                let package_dir = dir.join(part);
+                let inner = self.listing(&package_dir);
+                let init = ["__init__.py", "__init__.pyi"]
+                    .into_iter()
+                    .find(|init| inner.contains_key(*init));
+                if let Some(init) = init {
+                    return Found::Step(Step::Package(package_dir.join(init), root, *kind));
+                }
+            }
+            if let Some(file) = self.module_file(&listing, part) {
+                return Found::Step(Step::Module(dir.join(file), root, *kind));
+            }
+            if let Some(&true) = listing.get(part) {
+                portions.push((dir.join(part), *kind));
+            }
+        }
+        if is_top && self.stdlib.contains(part) {
+            Found::Stdlib
+        } else if portions.is_empty() {
+            Found::Nothing
+        } else {
+            Found::Portions(portions)
+        }
     }
 
     fn local_shadows(&mut self, top: &str) -> bool {

@@ -99,21 +99,8 @@ pub fn select(interpreter: &Interpreter, seeds: BTreeSet<String>) -> Result<Stdl
     queue.extend(WHOLE_PACKAGES.iter().map(|p| p.to_string()));
     queue.extend(ALWAYS.iter().map(|p| p.to_string()));
     let mut seen: HashSet<String> = HashSet::new();
-    let mut files: BTreeSet<PathBuf> = BTreeSet::new();
-    for entry in std::fs::read_dir(stdlib).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with(SYSCONFIG_DATA_PREFIX) && name.ends_with(".py") {
-            files.insert(PathBuf::from(name));
-        }
-    }
-    let extension_files: Vec<String> = std::fs::read_dir(&dynload)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut files = sysconfig_data_files(stdlib);
+    let extension_files = file_names(&dynload);
     while let Some(name) = queue.pop_front() {
         if !seen.insert(name.clone()) {
             continue;
@@ -128,23 +115,8 @@ pub fn select(interpreter: &Interpreter, seeds: BTreeSet<String>) -> Result<Stdl
         if let Some((parent, _)) = name.rsplit_once('.') {
             queue.push_back(parent.to_string());
         }
-        let relative: PathBuf = name.split('.').collect();
-        let mut found: Vec<PathBuf> = Vec::new();
-        let package_dir = stdlib.join(&relative);
-        if package_dir.join("__init__.py").is_file() {
-            found.push(package_dir.join("__init__.py"));
-            if WHOLE_PACKAGES.contains(&name.as_str()) {
-                found.extend(
-                    walkdir::WalkDir::new(&package_dir)
-                        .into_iter()
-                        .flatten()
-                        .filter(|e| e.path().extension().is_some_and(|x| x == "py"))
-                        .map(|e| e.into_path()),
-                );
-            }
-        } else if stdlib.join(&relative).with_extension("py").is_file() {
-            found.push(stdlib.join(&relative).with_extension("py"));
-        } else if !name.contains('.') {
+        let found = source_files(stdlib, &name);
+        if found.is_empty() && !name.contains('.') {
             let prefix = format!("{name}.");
             for extension in extension_files.iter().filter(|f| f.starts_with(&prefix)) {
                 files.insert(Path::new("lib-dynload").join(extension));
@@ -154,34 +126,7 @@ pub fn select(interpreter: &Interpreter, seeds: BTreeSet<String>) -> Result<Stdl
             let Ok(bytes) = std::fs::read(&file) else {
                 continue;
             };
-            let summary = summarize(&decode(&bytes).text);
-            let package: Vec<&str> = {
-                let mut parts: Vec<&str> = name.split('.').collect();
-                if file.file_name().is_some_and(|f| f != "__init__.py") {
-                    parts.pop();
-                }
-                parts
-            };
-            for edge in summary.imports.iter().filter(|e| !e.context.type_checking) {
-                let module = summary.edge_module(edge);
-                let base = if edge.level == 0 {
-                    module.to_string()
-                } else {
-                    let keep = package.len().saturating_sub(edge.level as usize - 1);
-                    let mut parts: Vec<&str> = package[..keep].to_vec();
-                    if !module.is_empty() {
-                        parts.push(module);
-                    }
-                    parts.join(".")
-                };
-                if base.is_empty() {
-                    continue;
-                }
-                if let Some(member) = summary.edge_member(edge).filter(|m| *m != "*") {
-                    queue.push_back(format!("{base}.{member}"));
-                }
-                queue.push_back(base);
-            }
+            queue_imports(&decode(&bytes).text, &name, &file, &mut queue);
             if let Ok(relative) = file.strip_prefix(stdlib) {
                 files.insert(relative.to_path_buf());
             }
@@ -191,4 +136,79 @@ pub fn select(interpreter: &Interpreter, seeds: BTreeSet<String>) -> Result<Stdl
         modules: seen.len(),
         files,
     })
+}
+
+/// `_sysconfigdata_*.py`, which `sysconfig` imports by a computed name.
+fn sysconfig_data_files(stdlib: &Path) -> BTreeSet<PathBuf> {
+    file_names(stdlib)
+        .into_iter()
+        .filter(|name| name.starts_with(SYSCONFIG_DATA_PREFIX) && name.ends_with(".py"))
+        .map(PathBuf::from)
+        .collect()
+}
+
+fn file_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The source files of stdlib module `name`: a package's `__init__.py` (every file of the
+/// packages kept whole), or the module's own file; empty for an extension or a missing module.
+fn source_files(stdlib: &Path, name: &str) -> Vec<PathBuf> {
+    let relative: PathBuf = name.split('.').collect();
+    let package_dir = stdlib.join(&relative);
+    if package_dir.join("__init__.py").is_file() {
+        let mut found = vec![package_dir.join("__init__.py")];
+        if WHOLE_PACKAGES.contains(&name) {
+            found.extend(
+                walkdir::WalkDir::new(&package_dir)
+                    .into_iter()
+                    .flatten()
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "py"))
+                    .map(|e| e.into_path()),
+            );
+        }
+        return found;
+    }
+    let module_file = package_dir.with_extension("py");
+    if module_file.is_file() {
+        return vec![module_file];
+    }
+    Vec::new()
+}
+
+/// Queue what `source` (file `file` of module `name`) imports, relative imports resolved
+/// against its package.
+fn queue_imports(source: &str, name: &str, file: &Path, queue: &mut VecDeque<String>) {
+    let summary = summarize(source);
+    let mut package: Vec<&str> = name.split('.').collect();
+    if file.file_name().is_some_and(|f| f != "__init__.py") {
+        package.pop();
+    }
+    for edge in summary.imports.iter().filter(|e| !e.context.type_checking) {
+        let module = summary.edge_module(edge);
+        let base = if edge.level == 0 {
+            module.to_string()
+        } else {
+            let keep = package.len().saturating_sub(edge.level as usize - 1);
+            let mut parts: Vec<&str> = package[..keep].to_vec();
+            if !module.is_empty() {
+                parts.push(module);
+            }
+            parts.join(".")
+        };
+        if base.is_empty() {
+            continue;
+        }
+        if let Some(member) = summary.edge_member(edge).filter(|m| *m != "*") {
+            queue.push_back(format!("{base}.{member}"));
+        }
+        queue.push_back(base);
+    }
 }

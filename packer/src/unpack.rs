@@ -168,28 +168,51 @@ fn open_decompressed(archive: &Path) -> Result<Box<dyn Read>> {
 pub fn extract(archive: &Path, dest: &Path, options: &UnpackOptions) -> Result<(), UnpackError> {
     let reader = open_decompressed(archive)?;
     let mut tar = tar::Archive::new(reader);
-    let mut seen: HashSet<PathBuf> = HashSet::new();
-    let mut regular_files: HashSet<PathBuf> = HashSet::new();
-    let mut total_bytes: u64 = 0;
-    let mut count: u64 = 0;
     let unreadable = || {
         format!(
             "{}: not a readable tar, tar.gz or tar.zst archive",
             archive.display()
         )
     };
+    let mut extraction = Extraction {
+        dest,
+        options,
+        seen: HashSet::new(),
+        regular_files: HashSet::new(),
+        total_bytes: 0,
+        count: 0,
+    };
     for entry in tar.entries().with_context(unreadable)? {
-        let mut entry = entry.with_context(unreadable)?;
+        extraction.entry(&mut entry.with_context(unreadable)?)?;
+    }
+    Ok(())
+}
+
+/// What an extraction has written so far, to refuse bombs, duplicates and dangling hard links.
+struct Extraction<'a> {
+    dest: &'a Path,
+    options: &'a UnpackOptions,
+    seen: HashSet<PathBuf>,
+    regular_files: HashSet<PathBuf>,
+    total_bytes: u64,
+    count: u64,
+}
+
+impl Extraction<'_> {
+    fn entry<R: Read>(&mut self, entry: &mut tar::Entry<R>) -> Result<(), UnpackError> {
         let raw = entry
             .path()
             .context("an entry name is not a valid path")?
             .into_owned();
         let path = safe_relative(&raw)?;
-        count += 1;
-        if count > options.max_entries {
+        self.count += 1;
+        if self.count > self.options.max_entries {
             return Err(refused(
                 &raw,
-                format!("more than {} entries (a tar bomb?)", options.max_entries),
+                format!(
+                    "more than {} entries (a tar bomb?)",
+                    self.options.max_entries
+                ),
             ));
         }
         let kind = entry.header().entry_type();
@@ -197,108 +220,134 @@ pub fn extract(archive: &Path, dest: &Path, options: &UnpackOptions) -> Result<(
             kind,
             tar::EntryType::XGlobalHeader | tar::EntryType::XHeader
         ) {
-            continue; // pax metadata records (the tar crate applies per-entry ones itself)
+            return Ok(()); // pax metadata records (the tar crate applies per-entry ones itself)
         }
         if path.as_os_str().is_empty() {
             if kind.is_dir() {
-                continue; // "./" itself
+                return Ok(()); // "./" itself
             }
             return Err(refused(&raw, "empty path"));
         }
-        if !seen.insert(path.clone()) && !kind.is_dir() {
+        if !self.seen.insert(path.clone()) && !kind.is_dir() {
             return Err(refused(&raw, "duplicate path"));
         }
-        let target = dest.join(&path);
         match kind {
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                let size = entry.header().size().unwrap_or(0);
-                total_bytes = total_bytes.saturating_add(size);
-                if total_bytes > options.max_bytes {
-                    return Err(refused(
-                        &raw,
-                        format!(
-                            "archive expands past {} bytes (a tar bomb?)",
-                            options.max_bytes
-                        ),
-                    ));
-                }
-                make_parents(dest, &path, &raw)?;
-                let mut file = fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&target)
-                    .map_err(|e| refused(&raw, format!("cannot create: {e}")))?;
-                let copied = io::copy(&mut (&mut entry).take(size), &mut file)?;
-                if copied != size {
-                    return Err(refused(&raw, "truncated entry"));
-                }
-                let mode = entry.header().mode().unwrap_or(0o644);
-                // No setuid/setgid/sticky, nothing group/world-writable; owner can always read.
-                let masked = (mode & 0o755) | 0o600;
-                fs::set_permissions(&target, fs::Permissions::from_mode(masked))?;
-                regular_files.insert(path);
-            }
-            tar::EntryType::Directory => {
-                make_parents(dest, &path, &raw)?;
-                match fs::symlink_metadata(&target) {
-                    Ok(meta) if meta.is_dir() => {}
-                    Ok(_) => return Err(refused(&raw, "directory over an existing non-directory")),
-                    Err(_) => fs::create_dir(&target)?,
-                }
-            }
-            tar::EntryType::Symlink => {
-                let link = entry
-                    .link_name()
-                    .context("symlink without a target")?
-                    .ok_or_else(|| refused(&raw, "symlink without a target"))?
-                    .into_owned();
-                if link.is_absolute() {
-                    return Err(refused(
-                        &raw,
-                        format!("symlink to an absolute path {}", link.display()),
-                    ));
-                }
-                let parent = path.parent().unwrap_or(Path::new(""));
-                if !stays_inside(&parent.join(&link)) {
-                    return Err(refused(
-                        &raw,
-                        format!("symlink target {} leaves the root", link.display()),
-                    ));
-                }
-                make_parents(dest, &path, &raw)?;
-                std::os::unix::fs::symlink(&link, &target)
-                    .map_err(|e| refused(&raw, format!("cannot create: {e}")))?;
-            }
-            tar::EntryType::Link => {
-                let link = entry
-                    .link_name()
-                    .context("hard link without a target")?
-                    .ok_or_else(|| refused(&raw, "hard link without a target"))?
-                    .into_owned();
-                let link = safe_relative(&link).map_err(|_| {
-                    refused(
-                        &raw,
-                        format!("hard link target {} leaves the root", link.display()),
-                    )
-                })?;
-                if !regular_files.contains(&link) {
-                    return Err(refused(&raw, format!("hard link to {}, which is not a file extracted earlier from this archive", link.display())));
-                }
-                make_parents(dest, &path, &raw)?;
-                fs::hard_link(dest.join(&link), &target)
-                    .map_err(|e| refused(&raw, format!("cannot link: {e}")))?;
-            }
-            other => {
-                return Err(refused(
-                    &raw,
-                    format!(
-                        "entry type {other:?} is not allowed (only files, directories and links)"
-                    ),
-                ));
-            }
+            tar::EntryType::Regular | tar::EntryType::Continuous => self.file(entry, &raw, path),
+            tar::EntryType::Directory => self.directory(&raw, &path),
+            tar::EntryType::Symlink => self.symlink(entry, &raw, &path),
+            tar::EntryType::Link => self.hard_link(entry, &raw, &path),
+            other => Err(refused(
+                &raw,
+                format!("entry type {other:?} is not allowed (only files, directories and links)"),
+            )),
         }
     }
-    Ok(())
+
+    fn file<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<R>,
+        raw: &Path,
+        path: PathBuf,
+    ) -> Result<(), UnpackError> {
+        let size = entry.header().size().unwrap_or(0);
+        self.total_bytes = self.total_bytes.saturating_add(size);
+        if self.total_bytes > self.options.max_bytes {
+            return Err(refused(
+                raw,
+                format!(
+                    "archive expands past {} bytes (a tar bomb?)",
+                    self.options.max_bytes
+                ),
+            ));
+        }
+        make_parents(self.dest, &path, raw)?;
+        let target = self.dest.join(&path);
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&target)
+            .map_err(|e| refused(raw, format!("cannot create: {e}")))?;
+        let copied = io::copy(&mut entry.take(size), &mut file)?;
+        if copied != size {
+            return Err(refused(raw, "truncated entry"));
+        }
+        let mode = entry.header().mode().unwrap_or(0o644);
+        // No setuid/setgid/sticky, nothing group/world-writable; owner can always read.
+        let masked = (mode & 0o755) | 0o600;
+        fs::set_permissions(&target, fs::Permissions::from_mode(masked))?;
+        self.regular_files.insert(path);
+        Ok(())
+    }
+
+    fn directory(&self, raw: &Path, path: &Path) -> Result<(), UnpackError> {
+        make_parents(self.dest, path, raw)?;
+        let target = self.dest.join(path);
+        match fs::symlink_metadata(&target) {
+            Ok(meta) if meta.is_dir() => Ok(()),
+            Ok(_) => Err(refused(raw, "directory over an existing non-directory")),
+            Err(_) => Ok(fs::create_dir(&target)?),
+        }
+    }
+
+    fn symlink<R: Read>(
+        &self,
+        entry: &tar::Entry<R>,
+        raw: &Path,
+        path: &Path,
+    ) -> Result<(), UnpackError> {
+        let link = entry
+            .link_name()
+            .context("symlink without a target")?
+            .ok_or_else(|| refused(raw, "symlink without a target"))?
+            .into_owned();
+        if link.is_absolute() {
+            return Err(refused(
+                raw,
+                format!("symlink to an absolute path {}", link.display()),
+            ));
+        }
+        let parent = path.parent().unwrap_or(Path::new(""));
+        if !stays_inside(&parent.join(&link)) {
+            return Err(refused(
+                raw,
+                format!("symlink target {} leaves the root", link.display()),
+            ));
+        }
+        make_parents(self.dest, path, raw)?;
+        std::os::unix::fs::symlink(&link, self.dest.join(path))
+            .map_err(|e| refused(raw, format!("cannot create: {e}")))
+    }
+
+    fn hard_link<R: Read>(
+        &self,
+        entry: &tar::Entry<R>,
+        raw: &Path,
+        path: &Path,
+    ) -> Result<(), UnpackError> {
+        let link = entry
+            .link_name()
+            .context("hard link without a target")?
+            .ok_or_else(|| refused(raw, "hard link without a target"))?
+            .into_owned();
+        let link = safe_relative(&link).map_err(|_| {
+            refused(
+                raw,
+                format!("hard link target {} leaves the root", link.display()),
+            )
+        })?;
+        if !self.regular_files.contains(&link) {
+            return Err(refused(
+                raw,
+                format!(
+                    "hard link to {}, which is not a file extracted earlier from this archive",
+                    link.display()
+                ),
+            ));
+        }
+        make_parents(self.dest, path, raw)?;
+        fs::hard_link(self.dest.join(&link), self.dest.join(path))
+            .map_err(|e| refused(raw, format!("cannot link: {e}")))
+    }
 }
 
 /// A relative path of normal components only.
