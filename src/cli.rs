@@ -52,6 +52,9 @@ pub enum Command {
     /// What the recorded calls really imported, against what their closures pack.
     #[command(after_help = USAGE_EXAMPLES)]
     Usage(UsageArgs),
+    /// What lfm keeps on this node (unpacked packs, analyze caches), and cleaning it.
+    #[command(after_help = CACHE_EXAMPLES)]
+    Cache(CacheArgs),
     /// Print a shell completion script: `lfm completions bash > /etc/bash_completion.d/lfm`.
     Completions(CompletionsArgs),
 }
@@ -647,6 +650,29 @@ From the history: the modules and distributions the calls of `lfm call` and `lfm
 imported (calls, categories, last used); modules imported that the function's static closure
 does not list (an analyzer miss: the module and the call); and per category what its closure
 packs that no call imported (candidates to slim).";
+
+#[derive(Args)]
+pub struct CacheArgs {
+    /// Remove every unpacked pack no process uses, and the analyze caches.
+    #[arg(long, conflicts_with = "prune")]
+    pub clean: bool,
+    /// Evict least recently used packs (never one in use) down to the budget, or to SIZE.
+    #[arg(long, value_name = "SIZE", num_args = 0..=1, default_missing_value = "")]
+    pub prune: Option<String>,
+    /// The pack cache (default: $LFM_CACHE_DIR/packs, $XDG_CACHE_HOME/lfm/packs, ~/.cache/lfm/packs).
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+}
+
+const CACHE_EXAMPLES: &str = "\
+Examples:
+  lfm cache                 what each cache holds, its budget, which packs are in use
+  lfm cache --prune         evict least recently used packs down to the budget
+  lfm cache --prune 5G      ... down to 5 GiB
+  lfm cache --clean         remove every pack no process uses, and the analyze caches
+
+The pack cache's budget is $LFM_PACK_CACHE_MAX when set, else 25% of the free space of its
+filesystem (counting what it holds) and at most 20 GiB; a new extraction evicts down to it.";
 
 #[derive(Args)]
 pub struct UsageArgs {

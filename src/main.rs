@@ -37,6 +37,7 @@ fn main() {
         cli::Command::History(args) => commands::sizing::history(args),
         cli::Command::Size(args) => commands::sizing::size(args),
         cli::Command::Usage(args) => commands::usage::usage(args),
+        cli::Command::Cache(args) => commands::cache::cache(args),
         cli::Command::Plot(args) => commands::plot::plot(args),
         cli::Command::Completions(args) => {
             use clap::CommandFactory;

@@ -2,11 +2,16 @@
 //! python on PATH; and where that interpreter finds the call's local modules.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use lfm_analyzer::Environment;
+use lfm_packer::{PackLease, UnpackOptions};
 
 use crate::error::{CallError, Result};
+
+/// The environment variable that sets the pack cache's budget (bytes, or with K/M/G/T).
+pub const PACK_CACHE_MAX_VARIABLE: &str = "LFM_PACK_CACHE_MAX";
 
 /// What the caller chose (`--pack`, `--env`, `--python`, `--root`).
 #[derive(Debug, Clone, Default)]
@@ -26,21 +31,22 @@ pub struct Interpreter {
     pub analysis_env: Environment,
     /// `--root` directories.
     pub roots: Vec<PathBuf>,
+    /// Keeps the unpacked pack in the cache while this interpreter may run from it.
+    pub pack_lease: Option<Arc<PackLease>>,
 }
 
 impl InterpreterChoice {
     /// A pack is unpacked (once per cache) before its interpreter can be named.
     pub fn interpreter(&self) -> Result<Interpreter> {
         if let Some(pack) = &self.pack {
-            let options =
-                lfm_packer::UnpackOptions::new(lfm_packer::UnpackOptions::default_cache());
-            let root = lfm_packer::unpack(pack, &options)
-                .map_err(|e| CallError::failed(format!("unpacking {}: {e}", pack.display())))?;
+            let lease = unpack(pack)?;
+            let root = lease.root().to_path_buf();
             return Ok(Interpreter {
                 argv: vec![root.join("run").into_os_string(), "python3".into()],
                 source_roots: vec![root.join("app")],
                 analysis_env: Environment::Python("python3".into()),
                 roots: self.roots.clone(),
+                pack_lease: Some(Arc::new(lease)),
             });
         }
         let cwd = std::env::current_dir().map_err(CallError::failed)?;
@@ -50,6 +56,7 @@ impl InterpreterChoice {
                 source_roots: vec![cwd],
                 analysis_env: Environment::Prefix(prefix.clone()),
                 roots: self.roots.clone(),
+                pack_lease: None,
             });
         }
         let python = self.python.clone().unwrap_or_else(|| "python3".into());
@@ -58,8 +65,23 @@ impl InterpreterChoice {
             source_roots: vec![cwd],
             analysis_env: Environment::Python(python),
             roots: self.roots.clone(),
+            pack_lease: None,
         })
     }
+}
+
+/// Unpack `pack` into the default cache, whose budget `LFM_PACK_CACHE_MAX` may set.
+fn unpack(pack: &Path) -> Result<PackLease> {
+    let mut options = UnpackOptions::new(UnpackOptions::default_cache());
+    if let Some(max) = std::env::var_os(PACK_CACHE_MAX_VARIABLE) {
+        let max = max.to_string_lossy();
+        options.cache_max = Some(
+            lfm_monitor::limits::parse_size(PACK_CACHE_MAX_VARIABLE, &max)
+                .map_err(|e| CallError::usage(e.to_string()))?,
+        );
+    }
+    lfm_packer::unpack_leased(pack, &options)
+        .map_err(|e| CallError::failed(format!("unpacking {}: {e}", pack.display())))
 }
 
 impl Interpreter {

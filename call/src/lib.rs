@@ -22,7 +22,7 @@ pub use arguments::{
 };
 pub use error::{CallError, ErrorKind, Result};
 pub use files::CallFiles;
-pub use interpreter::{Interpreter, InterpreterChoice};
+pub use interpreter::{Interpreter, InterpreterChoice, PACK_CACHE_MAX_VARIABLE};
 pub use locate::{locate, Located};
 pub use slice::{slice, static_closure, with_distributions, Sliced};
 pub use target::{prepare, runner_target, Prepared, Resolved, Targets};

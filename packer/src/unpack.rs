@@ -5,17 +5,14 @@
 use std::collections::HashSet;
 use std::fs;
 use std::io::{self, BufReader, Read};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
+use nix::fcntl::FlockArg;
 
-/// Written last inside an extraction: a root without it is not used.
-const COMPLETE_MARKER: &str = ".lfm-complete";
-/// Touched on every use, for least-recently-used eviction.
-const USED_MARKER: &str = ".lfm-used";
+use crate::cache::{self, PackLease, COMPLETE_MARKER, USED_MARKER};
 
 #[derive(Debug, Clone)]
 pub struct UnpackOptions {
@@ -23,7 +20,8 @@ pub struct UnpackOptions {
     /// Refuse archives that expand to more than this (a tar bomb).
     pub max_bytes: u64,
     pub max_entries: u64,
-    /// After unpacking, evict least recently used packs until the cache is at most this big.
+    /// After unpacking, evict least recently used packs until the cache is at most this big
+    /// (`None`: [`cache::default_budget`]).
     pub cache_max: Option<u64>,
     /// Compile the pack's Python files once, with this interpreter, before it is published.
     pub compile_with: Option<PathBuf>,
@@ -69,35 +67,60 @@ fn refused(entry: &Path, rule: impl Into<String>) -> UnpackError {
     }
 }
 
-/// Unpack `archive` into the cache (once) and return its root.
+/// Unpack `archive` into the cache (once) and return its root. Nothing keeps the pack from a
+/// later eviction: a process that runs from it holds [`unpack_leased`]'s lease instead.
 pub fn unpack(archive: &Path, options: &UnpackOptions) -> Result<PathBuf, UnpackError> {
+    unpack_leased(archive, options).map(|lease| lease.root().to_path_buf())
+}
+
+/// Unpack `archive` into the cache (once) and hold it there: no eviction removes it while the
+/// lease lives. A new extraction then evicts least recently used packs over the budget.
+pub fn unpack_leased(archive: &Path, options: &UnpackOptions) -> Result<PackLease, UnpackError> {
     let hash = hash_file(archive).with_context(|| format!("reading {}", archive.display()))?;
     fs::create_dir_all(&options.cache)
         .with_context(|| format!("creating {}", options.cache.display()))?;
     let root = options.cache.join(&hash);
-    if root.join(COMPLETE_MARKER).exists() {
-        touch(&root.join(USED_MARKER));
-        return Ok(root);
+    let lock_path = cache::lock_path(&options.cache, &hash);
+    let mut extracted = false;
+    // An eviction can only take the pack between its extraction and our shared lock.
+    for _ in 0..3 {
+        let shared = cache::lock(&lock_path, FlockArg::LockShared)?;
+        if root.join(COMPLETE_MARKER).exists() {
+            touch(&root.join(USED_MARKER));
+            if extracted {
+                let budget = options.cache_max.unwrap_or_else(|| {
+                    cache::default_budget(&options.cache, cache::tree_bytes(&options.cache))
+                });
+                cache::evict(&options.cache, budget, Some(&root));
+            }
+            return Ok(cache::lease(root, shared));
+        }
+        drop(shared);
+        extract_into_cache(archive, options, &hash, &root)?;
+        extracted = true;
     }
-    let lock_path = options.cache.join(format!("{hash}.lock"));
-    let lock = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .with_context(|| format!("opening {}", lock_path.display()))?;
-    // SAFETY: flock on a descriptor we own; released when `lock` is dropped.
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(anyhow::anyhow!(
-            "locking {}: {}",
-            lock_path.display(),
-            io::Error::last_os_error()
-        )
-        .into());
-    }
+    Err(anyhow::anyhow!(
+        "{}: evicted from {} as soon as it was unpacked, three times; is the cache budget \
+         smaller than the pack?",
+        archive.display(),
+        options.cache.display()
+    )
+    .into())
+}
+
+/// Extract `archive` to `root` under the pack's exclusive lock, unless another process did.
+fn extract_into_cache(
+    archive: &Path,
+    options: &UnpackOptions,
+    hash: &str,
+    root: &Path,
+) -> Result<(), UnpackError> {
+    let _exclusive = cache::lock(
+        &cache::lock_path(&options.cache, hash),
+        FlockArg::LockExclusive,
+    )?;
     if root.join(COMPLETE_MARKER).exists() {
-        touch(&root.join(USED_MARKER));
-        return Ok(root);
+        return Ok(());
     }
     clean_stale_temporaries(&options.cache);
     let tmp = options
@@ -105,31 +128,24 @@ pub fn unpack(archive: &Path, options: &UnpackOptions) -> Result<PathBuf, Unpack
         .join(format!(".tmp-{hash}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let result = extract(archive, &tmp, options);
+    let result = extract(archive, &tmp, options).and_then(|()| match &options.compile_with {
+        Some(python) => compile(&tmp, python).map_err(UnpackError::from),
+        None => Ok(()),
+    });
     if let Err(error) = result {
         let _ = fs::remove_dir_all(&tmp);
         return Err(error);
-    }
-    if let Some(python) = &options.compile_with {
-        if let Err(error) = compile(&tmp, python) {
-            let _ = fs::remove_dir_all(&tmp);
-            return Err(error.into());
-        }
     }
     fs::write(tmp.join(COMPLETE_MARKER), hash.as_bytes())?;
     touch(&tmp.join(USED_MARKER));
     if root.exists() {
         // A directory without the marker: an interrupted run of an older lfm. Replace it.
-        fs::remove_dir_all(&root)
+        fs::remove_dir_all(root)
             .with_context(|| format!("removing incomplete {}", root.display()))?;
     }
-    fs::rename(&tmp, &root).with_context(|| format!("moving {} into place", root.display()))?;
-    log_extraction(&options.cache, &hash, archive);
-    drop(lock);
-    if let Some(max) = options.cache_max {
-        evict(&options.cache, max, &root);
-    }
-    Ok(root)
+    fs::rename(&tmp, root).with_context(|| format!("moving {} into place", root.display()))?;
+    log_extraction(&options.cache, hash, archive);
+    Ok(())
 }
 
 /// blake3 of the archive bytes: the cache key.
@@ -463,7 +479,7 @@ fn touch(path: &Path) {
     let _ = fs::write(path, b"");
 }
 
-/// Remove extraction directories left by processes that died mid-way.
+/// Remove extraction and eviction directories left by processes that died mid-way.
 fn clean_stale_temporaries(cache: &Path) {
     let Ok(entries) = fs::read_dir(cache) else {
         return;
@@ -472,6 +488,7 @@ fn clean_stale_temporaries(cache: &Path) {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(pid) = name
             .strip_prefix(".tmp-")
+            .or_else(|| name.strip_prefix(".evicted-"))
             .and_then(|rest| rest.rsplit('-').next())
             .and_then(|p| p.parse::<u32>().ok())
         else {
@@ -479,44 +496,6 @@ fn clean_stale_temporaries(cache: &Path) {
         };
         if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
-/// Evict least recently used packs until the cache is at most `max` bytes (never `keep`).
-fn evict(cache: &Path, max: u64, keep: &Path) {
-    let Ok(entries) = fs::read_dir(cache) else {
-        return;
-    };
-    let mut packs: Vec<(SystemTime, u64, PathBuf)> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.join(COMPLETE_MARKER).exists())
-        .map(|p| {
-            let used = fs::metadata(p.join(USED_MARKER))
-                .and_then(|m| m.modified())
-                .unwrap_or(SystemTime::UNIX_EPOCH);
-            let size = walkdir::WalkDir::new(&p)
-                .into_iter()
-                .flatten()
-                .filter_map(|e| e.metadata().ok())
-                .filter(|m| m.is_file())
-                .map(|m| m.len())
-                .sum();
-            (used, size, p)
-        })
-        .collect();
-    let mut total: u64 = packs.iter().map(|(_, size, _)| size).sum();
-    packs.sort();
-    for (_, size, path) in packs {
-        if total <= max {
-            break;
-        }
-        if path == keep {
-            continue;
-        }
-        if fs::remove_dir_all(&path).is_ok() {
-            total = total.saturating_sub(size);
         }
     }
 }

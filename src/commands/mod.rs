@@ -1,4 +1,5 @@
 pub mod analyze;
+pub mod cache;
 pub mod call;
 pub mod pack;
 pub mod plot;

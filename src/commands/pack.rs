@@ -146,7 +146,8 @@ pub fn unpack(args: UnpackArgs) -> i32 {
             return EXIT_USAGE;
         }
     }
-    if let Some(max) = &args.cache_max {
+    let from_environment = std::env::var(lfm_call::PACK_CACHE_MAX_VARIABLE).ok();
+    if let Some(max) = args.cache_max.as_ref().or(from_environment.as_ref()) {
         match parse_size("--cache-max", max) {
             Ok(bytes) => options.cache_max = Some(bytes),
             Err(error) => {
@@ -176,14 +177,15 @@ pub fn unpack(args: UnpackArgs) -> i32 {
 
 pub fn verify(args: VerifyArgs) -> i32 {
     let options = unpack_options(args.cache);
-    let root = match lfm_packer::unpack(&args.pack, &options) {
-        Ok(root) => root,
+    // Held while verify imports from the pack: no eviction takes it meanwhile.
+    let lease = match lfm_packer::unpack_leased(&args.pack, &options) {
+        Ok(lease) => lease,
         Err(error) => {
             eprintln!("error: {error}");
             return EXIT_FAILED;
         }
     };
-    match lfm_packer::verify::verify(&root, &args.python, args.target.as_deref()) {
+    match lfm_packer::verify::verify(lease.root(), &args.python, args.target.as_deref()) {
         Ok(result) => {
             for module in &result.skipped {
                 println!("skipped  {module} (optional, not installed when packed)");

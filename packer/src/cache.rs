@@ -1,0 +1,224 @@
+//! The node-local pack cache: what it holds, its budget, and leases that keep a pack in use
+//! from being evicted.
+//!
+//! A process that runs from a pack holds a shared `flock` on the pack's `<hash>.lock` for as
+//! long as it uses it ([`PackLease`]); eviction removes a pack only under an exclusive,
+//! non-blocking lock on the same file, and also spares a pack that a process runs from
+//! (its executable or working directory inside the pack) for users that took no lease, such as
+//! a script that ran `lfm unpack` and then the pack's `run`. Lock files stay (0 bytes each):
+//! removing one while another process waits on it would let two processes each believe they
+//! hold it.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use anyhow::{Context, Result};
+use nix::fcntl::{Flock, FlockArg};
+
+/// Written last inside an extraction: a root without it is not used.
+pub(crate) const COMPLETE_MARKER: &str = ".lfm-complete";
+/// Touched on every use, for least-recently-used eviction.
+pub(crate) const USED_MARKER: &str = ".lfm-used";
+
+/// The default budget's ceiling, whatever the filesystem's size.
+pub const DEFAULT_CEILING: u64 = 20 << 30;
+/// The default budget's share of what the cache's filesystem could give it (its free space plus
+/// what the cache already holds).
+pub const DEFAULT_SHARE_PERCENT: u64 = 25;
+
+/// A pack unpacked in the cache, held so that no eviction removes it while this lives.
+#[derive(Debug)]
+pub struct PackLease {
+    root: PathBuf,
+    _lock: Flock<fs::File>,
+}
+
+impl PackLease {
+    /// The unpacked pack's directory (its `run`, `app/`, ...).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+/// One pack of the cache, as `lfm cache` shows it.
+#[derive(Debug, Clone)]
+pub struct CachedPack {
+    pub root: PathBuf,
+    pub bytes: u64,
+    pub last_used: SystemTime,
+    pub in_use: bool,
+}
+
+/// What an eviction did.
+#[derive(Debug, Default, Clone)]
+pub struct Evicted {
+    pub removed: Vec<PathBuf>,
+    pub freed_bytes: u64,
+    /// Packs over the budget that were kept because a process uses them.
+    pub kept_in_use: Vec<PathBuf>,
+}
+
+pub(crate) fn lock_path(cache: &Path, hash: &str) -> PathBuf {
+    cache.join(format!("{hash}.lock"))
+}
+
+/// Wait for `how` (shared or exclusive) on the lock file at `path`, created if absent.
+pub(crate) fn lock(path: &Path, how: FlockArg) -> Result<Flock<fs::File>> {
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    Flock::lock(file, how)
+        .map_err(|(_, errno)| anyhow::anyhow!("locking {}: {errno}", path.display()))
+}
+
+pub(crate) fn lease(root: PathBuf, lock: Flock<fs::File>) -> PackLease {
+    PackLease { root, _lock: lock }
+}
+
+/// The budget when none is given: [`DEFAULT_SHARE_PERCENT`] of the free space of the cache's
+/// filesystem plus what the cache holds, at most [`DEFAULT_CEILING`].
+pub fn default_budget(cache: &Path, held_bytes: u64) -> u64 {
+    let existing = cache
+        .ancestors()
+        .find(|dir| dir.exists())
+        .unwrap_or(Path::new("/"));
+    let free = nix::sys::statvfs::statvfs(existing)
+        .map(|stat| stat.blocks_available().saturating_mul(stat.fragment_size()))
+        .unwrap_or(0);
+    (free.saturating_add(held_bytes) / 100 * DEFAULT_SHARE_PERCENT).min(DEFAULT_CEILING)
+}
+
+/// Every complete pack in `cache`, least recently used first.
+pub fn list(cache: &Path) -> Vec<CachedPack> {
+    let cache = &fs::canonicalize(cache).unwrap_or_else(|_| cache.to_path_buf());
+    let Ok(entries) = fs::read_dir(cache) else {
+        return Vec::new();
+    };
+    let mut packs: Vec<CachedPack> = entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|root| root.join(COMPLETE_MARKER).exists())
+        .map(|root| CachedPack {
+            bytes: tree_bytes(&root),
+            last_used: fs::metadata(root.join(USED_MARKER))
+                .and_then(|meta| meta.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH),
+            in_use: false,
+            root,
+        })
+        .collect();
+    let runners = processes_running_from(cache);
+    for pack in &mut packs {
+        pack.in_use = runners.iter().any(|dir| dir.starts_with(&pack.root))
+            || try_exclusive(cache, &pack.root).is_none();
+    }
+    packs.sort_by(|a, b| (a.last_used, &a.root).cmp(&(b.last_used, &b.root)));
+    packs
+}
+
+/// Remove least recently used packs until the cache holds at most `budget` bytes; never
+/// `keep`, never a pack in use.
+pub fn evict(cache: &Path, budget: u64, keep: Option<&Path>) -> Evicted {
+    let keep = keep.map(|root| fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf()));
+    let packs = list(cache);
+    let mut held: u64 = packs.iter().map(|pack| pack.bytes).sum();
+    let mut evicted = Evicted::default();
+    for pack in packs {
+        if held <= budget {
+            break;
+        }
+        if Some(&pack.root) == keep.as_ref() {
+            continue;
+        }
+        match remove_unless_used(&pack) {
+            true => {
+                held = held.saturating_sub(pack.bytes);
+                evicted.freed_bytes += pack.bytes;
+                evicted.removed.push(pack.root);
+            }
+            false => evicted.kept_in_use.push(pack.root),
+        }
+    }
+    evicted
+}
+
+/// Remove every pack no process uses (`lfm cache clean`).
+pub fn remove_unused(cache: &Path) -> Evicted {
+    evict(cache, 0, None)
+}
+
+/// Remove `pack` under its exclusive lock, unless a process uses it.
+fn remove_unless_used(pack: &CachedPack) -> bool {
+    // The listed roots are canonical, so is their parent.
+    let Some(cache) = pack.root.parent().filter(|_| !pack.in_use) else {
+        return false;
+    };
+    let Some(_exclusive) = try_exclusive(cache, &pack.root) else {
+        return false;
+    };
+    // Checked again under the lock: a process may have started from it since `list`.
+    if processes_running_from(cache)
+        .iter()
+        .any(|dir| dir.starts_with(&pack.root))
+    {
+        return false;
+    }
+    // Renamed first so that no reader ever sees half a pack with its marker.
+    let doomed = cache.join(format!(
+        ".evicted-{}-{}",
+        pack.root.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ));
+    if fs::rename(&pack.root, &doomed).is_err() {
+        return false;
+    }
+    let _ = fs::remove_dir_all(&doomed);
+    true
+}
+
+fn try_exclusive(cache: &Path, root: &Path) -> Option<Flock<fs::File>> {
+    let hash = root.file_name()?.to_string_lossy();
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_path(cache, &hash))
+        .ok()?;
+    Flock::lock(file, FlockArg::LockExclusiveNonblock).ok()
+}
+
+/// The executables and working directories of this machine's processes that lie in `cache`.
+fn processes_running_from(cache: &Path) -> Vec<PathBuf> {
+    let cache = fs::canonicalize(cache).unwrap_or_else(|_| cache.to_path_buf());
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .flat_map(|entry| ["exe", "cwd"].map(|link| fs::read_link(entry.path().join(link))))
+        .flatten()
+        .filter(|path| path.starts_with(&cache))
+        .collect()
+}
+
+/// Bytes of the regular files under `dir`.
+pub fn tree_bytes(dir: &Path) -> u64 {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.metadata().ok())
+        .filter(|meta| meta.is_file())
+        .map(|meta| meta.len())
+        .sum()
+}

@@ -1,0 +1,145 @@
+//! `lfm cache`: what lfm keeps on this node, and cleaning it (docs/pack.md, "The cache").
+
+use std::path::{Path, PathBuf};
+
+use lfm_analyzer::cache::SummaryCache;
+use lfm_call::PACK_CACHE_MAX_VARIABLE;
+use lfm_monitor::limits::parse_size;
+use lfm_packer::cache::{self, CachedPack, Evicted};
+use lfm_packer::UnpackOptions;
+
+use crate::cli::CacheArgs;
+use crate::monitoring::EXIT_USAGE;
+
+/// The analyze caches under the cache directory: each bounded by its own rule.
+const ANALYZE_CACHES: [(&str, &str); 2] = [
+    ("analyze-summaries.bin", "entries unused for 32 runs leave"),
+    ("analyze-results", "the 16 most recent results"),
+];
+
+pub fn cache(args: CacheArgs) -> i32 {
+    let packs_dir = args
+        .cache
+        .clone()
+        .unwrap_or_else(UnpackOptions::default_cache);
+    let budget = match budget(&packs_dir, args.prune.as_deref()) {
+        Ok(budget) => budget,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return EXIT_USAGE;
+        }
+    };
+    if args.clean {
+        report_evicted("removed", &cache::remove_unused(&packs_dir));
+        if let Some(dir) = SummaryCache::default_dir() {
+            remove_analyze_caches(&dir);
+        }
+    } else if args.prune.is_some() {
+        report_evicted("evicted", &cache::evict(&packs_dir, budget, None));
+    }
+    show(&packs_dir, budget);
+    0
+}
+
+/// `--prune SIZE`, else `$LFM_PACK_CACHE_MAX`, else the default budget.
+fn budget(packs_dir: &Path, prune: Option<&str>) -> Result<u64, String> {
+    if let Some(size) = prune.filter(|size| !size.is_empty()) {
+        // A limit must be positive; an empty cache is a fine target.
+        if size.trim() == "0" {
+            return Ok(0);
+        }
+        return parse_size("--prune", size).map_err(|e| e.to_string());
+    }
+    if let Some(size) = std::env::var_os(PACK_CACHE_MAX_VARIABLE) {
+        return parse_size(PACK_CACHE_MAX_VARIABLE, &size.to_string_lossy())
+            .map_err(|e| e.to_string());
+    }
+    Ok(cache::default_budget(
+        packs_dir,
+        cache::tree_bytes(packs_dir),
+    ))
+}
+
+fn show(packs_dir: &Path, budget: u64) {
+    let packs = cache::list(packs_dir);
+    let held: u64 = packs.iter().map(|pack| pack.bytes).sum();
+    let in_use = packs.iter().filter(|pack| pack.in_use).count();
+    println!(
+        "packs     {}  {} in {} packs ({in_use} in use), budget {}",
+        packs_dir.display(),
+        human(held),
+        packs.len(),
+        human(budget)
+    );
+    for pack in packs.iter().rev() {
+        println!("  {}", pack_line(pack));
+    }
+    if let Some(dir) = SummaryCache::default_dir() {
+        for (name, bound) in ANALYZE_CACHES {
+            let path = dir.join(name);
+            let bytes = if path.is_dir() {
+                cache::tree_bytes(&path)
+            } else {
+                path.metadata().map(|meta| meta.len()).unwrap_or(0)
+            };
+            println!("analyze   {}  {} ({bound})", path.display(), human(bytes));
+        }
+    }
+}
+
+fn pack_line(pack: &CachedPack) -> String {
+    let age = pack.last_used.elapsed().map(|d| d.as_secs()).unwrap_or(0);
+    format!(
+        "{}  {:>9}  used {} ago{}",
+        pack.root.file_name().unwrap_or_default().to_string_lossy(),
+        human(pack.bytes),
+        duration(age),
+        if pack.in_use { "  in use" } else { "" }
+    )
+}
+
+fn report_evicted(verb: &str, evicted: &Evicted) {
+    println!(
+        "{verb} {} packs ({}); {} kept because a process uses them",
+        evicted.removed.len(),
+        human(evicted.freed_bytes),
+        evicted.kept_in_use.len()
+    );
+}
+
+fn remove_analyze_caches(dir: &Path) {
+    for (name, _) in ANALYZE_CACHES {
+        let path: PathBuf = dir.join(name);
+        let removed = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        if removed.is_ok() {
+            println!("removed {}", path.display());
+        }
+    }
+}
+
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    match unit {
+        0 => format!("{bytes} B"),
+        _ => format!("{value:.1} {}", UNITS[unit]),
+    }
+}
+
+fn duration(seconds: u64) -> String {
+    match seconds {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7_200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3_600),
+        s => format!("{}d", s / 86_400),
+    }
+}
