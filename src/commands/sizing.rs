@@ -115,7 +115,8 @@ pub fn size(args: SizeArgs) -> i32 {
             return EXIT_USAGE;
         }
     };
-    let rows = match open_history(args.history.as_ref()).and_then(|h| h.rows(Some(&args.category)))
+    let rows = match open_history(args.history.as_ref())
+        .and_then(|h| h.sizing_rows(Some(&args.category)))
     {
         Ok(rows) => rows,
         Err(error) => {

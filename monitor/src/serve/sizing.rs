@@ -50,7 +50,7 @@ impl Server {
             .history
             .as_ref()
             .ok_or("\"auto\" sizes from the history, and this server runs with --no-history")?;
-        history.rows(category)
+        history.sizing_rows(category)
     }
 
     /// Mark the sized limits in the Report; whether there were any.

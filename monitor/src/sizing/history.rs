@@ -19,6 +19,8 @@ pub use imports::IMPORTS_SCHEMA;
 
 const SCHEMA: &str = "lfm-history/1";
 const MIB: f64 = 1_048_576.0;
+/// How many of a category's most recent runs sizing reads ([`History::sizing_rows`]).
+pub const SIZING_WINDOW: usize = 2_000;
 /// How long a write waits for the other lfm processes writing the same history.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -201,21 +203,43 @@ impl History {
 
     /// Rows in the order they were recorded, of one category or all.
     pub fn rows(&self, category: Option<&str>) -> Result<Vec<Row>, String> {
+        let filter = "WHERE ?1 IS NULL OR category = ?1 ORDER BY id LIMIT ?2";
+        self.select_rows(filter, category, i64::MAX)
+    }
+
+    /// What sizing reads: the [`SIZING_WINDOW`] most recent rows of one category (or of all),
+    /// in the order they were recorded. A decision then costs the same after a million runs as
+    /// after a thousand, and follows a category whose needs drift.
+    pub fn sizing_rows(&self, category: Option<&str>) -> Result<Vec<Row>, String> {
+        // Two statements, so that a category's rows come from the (category, id) index.
+        let filter = match category {
+            Some(_) => "WHERE category = ?1 ORDER BY id DESC LIMIT ?2",
+            None => "WHERE ?1 IS NULL ORDER BY id DESC LIMIT ?2",
+        };
+        let mut rows = self.select_rows(filter, category, SIZING_WINDOW as i64)?;
+        rows.reverse();
+        Ok(rows)
+    }
+
+    fn select_rows(
+        &self,
+        filter: &str,
+        category: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Row>, String> {
         let fail = |e: rusqlite::Error| format!("history {}: {e}", self.path.display());
-        let mut statement = self
-            .connection
-            .prepare(
-                "SELECT id, category, time, exit, exceeded, memory_mb, cores, disk_mb, wall_time,
-                        memory_limit_mb, sized, json_extract(report, '$.limits.cores'),
-                        json_extract(report, '$.cpu_throttling.throttled_periods')
-                          * 1.0 / json_extract(report, '$.cpu_throttling.periods'),
-                        json_extract(report, '$.gpu.memory_peak_bytes') / 1048576.0,
-                        json_extract(report, '$.gpu.devices_used')
-                 FROM runs WHERE ?1 IS NULL OR category = ?1 ORDER BY id",
-            )
-            .map_err(fail)?;
+        let sql = format!(
+            "SELECT id, category, time, exit, exceeded, memory_mb, cores, disk_mb, wall_time,
+                    memory_limit_mb, sized, json_extract(report, '$.limits.cores'),
+                    json_extract(report, '$.cpu_throttling.throttled_periods')
+                      * 1.0 / json_extract(report, '$.cpu_throttling.periods'),
+                    json_extract(report, '$.gpu.memory_peak_bytes') / 1048576.0,
+                    json_extract(report, '$.gpu.devices_used')
+             FROM runs {filter}"
+        );
+        let mut statement = self.connection.prepare_cached(&sql).map_err(fail)?;
         let rows = statement
-            .query_map(params![category], |r| {
+            .query_map(params![category, limit], |r| {
                 Ok(Row {
                     id: r.get(0)?,
                     category: r.get(1)?,
@@ -363,4 +387,37 @@ fn retry_pause() -> Duration {
         .unwrap_or(0);
     let spread = (nanos ^ std::process::id().wrapping_mul(2_654_435_761)) % 15;
     Duration::from_millis(5 + u64::from(spread))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizing_reads_the_most_recent_window_of_its_category_in_recorded_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(&dir.path().join("h.sqlite")).unwrap();
+        let runs = SIZING_WINDOW + 300;
+        let imported: Vec<Imported> = (0..2 * runs)
+            .map(|i| Imported {
+                category: if i % 2 == 0 { "a" } else { "b" }.into(),
+                memory_mb: i as f64,
+                cores: 1.0,
+                disk_mb: None,
+                wall_time: 1.0,
+                source: format!("trace:{i}"),
+            })
+            .collect();
+        history.import(&imported).unwrap();
+        let window = history.sizing_rows(Some("a")).unwrap();
+        let expected: Vec<f64> = (runs - SIZING_WINDOW..runs)
+            .map(|i| (2 * i) as f64)
+            .collect();
+        let memory: Vec<f64> = window.iter().map(|row| row.memory_mb).collect();
+        assert_eq!(memory, expected, "the last {SIZING_WINDOW} of a, oldest first");
+        assert_eq!(history.rows(Some("a")).unwrap().len(), runs, "rows() reads all");
+        let everything = history.sizing_rows(None).unwrap();
+        assert_eq!(everything.len(), SIZING_WINDOW);
+        assert_eq!(everything.last().unwrap().memory_mb, (2 * runs - 1) as f64);
+    }
 }

@@ -149,7 +149,8 @@ pub struct Sizer {
     resource: Resource,
     /// Normally ended runs: (peak used, wall time or 1).
     points: Vec<(f64, f64)>,
-    /// The same runs as bucketing points (value, sequence number), sorted by value.
+    /// The same runs as bucketing points (value, sequence number), sorted by value: the first
+    /// `sorted.len()` of `points`, brought up to date when buckets are made ([`Sizer::sort`]).
     sorted: Vec<bucketing::Point>,
     /// Largest value seen, exhausted runs included (it never goes down).
     max_seen: f64,
@@ -223,7 +224,6 @@ impl Sizer {
             return;
         }
         self.points.push((used, time));
-        bucketing::insert(&mut self.sorted, (used, self.points.len() as f64));
         self.buckets = None;
         self.completions_since_update += 1;
         let histogram = matches!(self.strategy, Strategy::MinWaste | Strategy::MaxThroughput);
@@ -253,6 +253,28 @@ impl Sizer {
         }
     }
 
+    /// Bring `sorted` up to date: a few new points are inserted (a simulation asks after each
+    /// task), many are sorted at once (sizing from a history replays thousands, and inserting
+    /// each moved the whole vector: quadratic).
+    fn sort(&mut self) {
+        let known = self.sorted.len();
+        let new = self.points.len() - known;
+        if new == 0 {
+            return;
+        }
+        let point = |(index, &(used, _)): (usize, &(f64, f64))| (used, (index + 1) as f64);
+        if new * 8 <= known {
+            for (index, used) in self.points.iter().enumerate().skip(known) {
+                bucketing::insert(&mut self.sorted, point((index, used)));
+            }
+            return;
+        }
+        self.sorted = self.points.iter().enumerate().map(point).collect();
+        // By value; among equal values the newest first, as `bucketing::insert` puts them.
+        self.sorted
+            .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+    }
+
     fn bucketing_allocation(&mut self, previous: f64) -> f64 {
         let default = self.resource.default;
         if self.points.len() < bucketing::SAMPLING_POINTS {
@@ -261,6 +283,7 @@ impl Sizer {
         let Some(method) = self.strategy.bucketing() else {
             return self.resource.node;
         };
+        self.sort();
         let sorted = &self.sorted;
         let buckets = self.buckets.get_or_insert_with(|| method.buckets(sorted));
         if method.deterministic() {

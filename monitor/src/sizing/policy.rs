@@ -149,7 +149,7 @@ pub fn run_sized(
 ) -> Result<Report, SizedRunError> {
     let category = options.category.clone();
     let sandbox = options.sandbox.clone();
-    let rows = || super::history::History::open(history)?.rows(category.as_deref());
+    let rows = || super::history::History::open(history)?.sizing_rows(category.as_deref());
     if let Some(attempts) = attempts.as_mut() {
         attempts
             .first(&mut options.limits, sandbox.as_deref(), gpus_sized, &rows)

@@ -386,3 +386,21 @@ fn strategies_are_parsed_by_name_and_an_unknown_one_lists_the_known() {
         "{error}"
     );
 }
+
+#[test]
+fn bucketing_answers_the_same_whether_a_history_is_replayed_at_once_or_asked_after_each_run() {
+    let used: Vec<f64> = (0..600).map(|i| ((i * 7919) % 97) as f64 + 1.0).collect();
+    for strategy in [Strategy::GreedyBucketing, Strategy::ExhaustiveBucketing] {
+        let mut replayed = Sizer::new(strategy, memory());
+        let mut asked = Sizer::new(strategy, memory());
+        for &value in &used {
+            replayed.record(value, 1.0, false);
+            asked.record(value, 1.0, false);
+            // Few points between questions: inserted one by one.
+            asked.first_allocation();
+        }
+        // All points at once: sorted in one go (equal values newest first, as inserted).
+        assert_eq!(replayed.first_allocation(), asked.first_allocation());
+        assert_eq!(replayed.sorted, asked.sorted);
+    }
+}

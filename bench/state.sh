@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Bounded state on long-lived nodes (issue 34): what sizing costs on a history of a million runs.
+#   bench/state.sh                  # release build; histories cached in target/bench-state/
+#   LFM=target/debug/lfm RUNS=100000 bench/state.sh
+# Makes two histories with `lfm history --import` (RUNS runs in one category; RUNS runs over 100
+# categories), then prints each file's size and the wall time of sizing decisions against them:
+# `lfm size` per strategy, and `lfm run --auto` against a plain `lfm run` of the same command
+# (the difference is what the decision costs a run). p50 and p99 over ROUNDS processes each.
+# Goal: a sizing decision <= 5 ms at p99 at any history size.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${LFM:-}" ]; then
+  cargo build --release --quiet
+  LFM=target/release/lfm
+fi
+RUNS=${RUNS:-1000000}
+ROUNDS=${ROUNDS:-50}
+dir=target/bench-state
+mkdir -p "$dir"
+
+history() { # name categories: a cached history of RUNS imported runs
+  local name=$1 categories=$2 file="$dir/$1-$RUNS.sqlite"
+  if [ ! -f "$file.done" ]; then
+    rm -f "$file" "$file-wal" "$file-shm"
+    python3 - "$RUNS" "$categories" > "$dir/$name.csv" <<'PY'
+import random, sys
+runs, categories = int(sys.argv[1]), int(sys.argv[2])
+rng = random.Random(34)
+print("category,cores,memory,disk,cpu_time,wall_time")
+for i in range(runs):
+    c = i % categories
+    print(f"c{c},1,{rng.lognormvariate(6 + c % 5, 0.3):.1f},{rng.randint(1, 500)},0,{rng.uniform(1, 600):.1f}")
+PY
+    local start=$(date +%s.%N)
+    LFM_HISTORY=$file "$LFM" history --import "$dir/$name.csv" > /dev/null
+    echo "  imported $RUNS runs in $(python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')") s" >&2
+    rm -f "$dir/$name.csv"
+    touch "$file.done"
+  fi
+  echo "$file"
+}
+
+percentiles() { # command...: p50 and p99 wall time (ms) of ROUNDS runs
+  python3 - "$ROUNDS" "$@" <<'PY'
+import subprocess, sys, time
+rounds, command = int(sys.argv[1]), sys.argv[2:]
+times = []
+for _ in range(rounds):
+    start = time.perf_counter()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    times.append((time.perf_counter() - start) * 1000)
+times.sort()
+p99 = times[min(len(times) - 1, int(round(0.99 * (len(times) - 1))))]
+print(f"p50 {times[len(times) // 2]:7.2f} ms   p99 {p99:7.2f} ms")
+PY
+}
+
+for spec in "one-category 1 c0" "100-categories 100 c7"; do
+  set -- $spec
+  file=$(history "$1" "$2")
+  echo "# $RUNS runs, $1: $(du -h "$file" | cut -f1) ($file)"
+  for strategy in max-seen greedy-bucketing quantized-bucketing min-waste; do
+    printf '  lfm size --strategy %-20s ' "$strategy"
+    percentiles "$LFM" size --history "$file" --category "$3" --strategy "$strategy"
+  done
+  copy="$dir/auto.sqlite"
+  cp "$file" "$copy"
+  printf '  lfm run (no sizing)                       '
+  percentiles "$LFM" run --backend rlimit -- true
+  printf '  lfm run --auto (sized, then recorded)     '
+  percentiles "$LFM" run --backend rlimit --history "$copy" --category "$3" --auto -- true
+  rm -f "$copy" "$copy-wal" "$copy-shm"
+done
