@@ -74,6 +74,17 @@ pub struct HistoryArgs {
     /// MiB, disk MiB, wall_time s): each row a normally ended run.
     #[arg(long, value_name = "TRACE.csv")]
     pub import: Option<PathBuf>,
+    /// Apply retention now (lfm also does as it records): per category, keep the most recent
+    /// runs whole, older ones up to what sizing reads compact, fold their imports into totals
+    /// that `lfm usage` still reports, and remove the rest (docs/sizing.md).
+    #[arg(long, conflicts_with = "import")]
+    pub prune: bool,
+    /// With --prune: runs of each category kept whole (Report and import rows).
+    #[arg(long, value_name = "N", requires = "prune", default_value_t = 20)]
+    pub keep_whole: usize,
+    /// With --prune: runs of each category kept at all (sizing reads the 2,000 most recent).
+    #[arg(long, value_name = "N", requires = "prune", default_value_t = 2_000)]
+    pub keep_runs: usize,
     #[arg(long, value_enum, default_value_t = HistoryFormat::Table)]
     pub format: HistoryFormat,
     /// The history file (default: $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).

@@ -129,6 +129,38 @@ fn usage_names_what_calls_imported_what_the_analyzer_missed_and_what_was_never_i
     let one = usage(history, &["--category", "lazy_json", "--since", "1h"]);
     assert_eq!(one["calls"], 1);
     assert_eq!(one["not_in_closure"], serde_json::json!([]));
+
+    // Retention folds the calls' imports into totals, then removes the runs: the answers stay.
+    let from_config = ["--category", "from_config"];
+    let before = [usage(history, &[]), usage(history, &from_config)];
+    for keep_runs in ["1", "0"] {
+        let pruned = common::lfm_in(
+            "/",
+            &[
+                "history",
+                "--history",
+                history,
+                "--prune",
+                "--keep-whole",
+                "0",
+                "--keep-runs",
+                keep_runs,
+            ],
+        );
+        assert!(pruned.status.success(), "{pruned:?}");
+        let after = [usage(history, &[]), usage(history, &from_config)];
+        assert_eq!(
+            after, before,
+            "usage changed by --prune --keep-runs {keep_runs}"
+        );
+    }
+    let left = common::lfm_in("/", &["history", "--history", history, "--format", "json"]);
+    let left: Value = serde_json::from_slice(&left.stdout).unwrap();
+    assert_eq!(
+        left,
+        serde_json::json!([]),
+        "every run removed, the totals kept"
+    );
     let table = common::lfm_in("/", &["usage", "--history", history]);
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(

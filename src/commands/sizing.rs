@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use lfm_monitor::sizing::advice;
-use lfm_monitor::sizing::history::{imports, Row};
+use lfm_monitor::sizing::history::{imports, Retention, Row};
 use lfm_monitor::sizing::trace::Trace;
 use lfm_monitor::sizing::Strategy;
 
@@ -16,6 +16,9 @@ const EXIT_USAGE: i32 = 2;
 pub fn history(args: HistoryArgs) -> i32 {
     if let Some(trace) = &args.import {
         return import(&args, trace);
+    }
+    if args.prune {
+        return prune(&args);
     }
     let rows =
         match open_history(args.history.as_ref()).and_then(|h| h.rows(args.category.as_deref())) {
@@ -37,6 +40,42 @@ pub fn history(args: HistoryArgs) -> i32 {
         return EXIT_FAILED;
     }
     0
+}
+
+/// `lfm history --prune`: retention now, with the file's size before and after.
+fn prune(args: &HistoryArgs) -> i32 {
+    let retention = Retention {
+        whole_runs: args.keep_whole,
+        sized_runs: args.keep_runs,
+    };
+    let pruned = open_history(args.history.as_ref()).and_then(|history| {
+        let before = history.file_bytes();
+        let pruned = history.prune(&retention)?;
+        Ok((
+            before,
+            pruned,
+            history.file_bytes(),
+            history.path().to_path_buf(),
+        ))
+    });
+    match pruned {
+        Ok((before, pruned, after, path)) => {
+            println!(
+                "{}: {} runs made compact, {} removed, in {} categories; {:.1} MB -> {:.1} MB",
+                path.display(),
+                pruned.compacted,
+                pruned.removed,
+                pruned.categories,
+                before as f64 / 1e6,
+                after as f64 / 1e6
+            );
+            0
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            EXIT_FAILED
+        }
+    }
 }
 
 /// `lfm history --import TRACE`: all rows or none; a bad row is an error naming its line.

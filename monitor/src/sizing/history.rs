@@ -14,8 +14,10 @@ use super::trace::Trace;
 use crate::report::Report;
 
 mod imports;
+mod retention;
 pub mod usage;
 pub use imports::IMPORTS_SCHEMA;
+pub use retention::{Pruned, Retention, PRUNE_EVERY, RETENTION_SCHEMA};
 
 const SCHEMA: &str = "lfm-history/1";
 const MIB: f64 = 1_048_576.0;
@@ -109,6 +111,9 @@ impl History {
             )
             .map_err(|e| e.to_string())?;
         if tables == 0 {
+            // Set before the first table: pages freed by retention can then leave the file.
+            c.execute_batch("PRAGMA auto_vacuum=INCREMENTAL")
+                .map_err(|e| e.to_string())?;
             c.execute_batch(
                 "BEGIN IMMEDIATE;
                  CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -130,7 +135,7 @@ impl History {
             .optional()
             .map_err(|_| "not an lfm history (it has other tables)".to_string())?;
         match schema.as_deref() {
-            Some(SCHEMA) => imports::prepare(c),
+            Some(SCHEMA) => imports::prepare(c).and_then(|()| retention::prepare(c)),
             Some(other) => Err(format!("schema {other}, this lfm reads {SCHEMA}")),
             None => Err("not an lfm history (no schema version)".into()),
         }
@@ -168,7 +173,9 @@ impl History {
         let transaction = self.connection.unchecked_transaction().map_err(fail)?;
         self.insert_run(report, sized)?;
         imports::record(&transaction, transaction.last_insert_rowid(), report).map_err(fail)?;
-        transaction.commit().map_err(fail)
+        transaction.commit().map_err(fail)?;
+        self.prune_when_due(report.category.as_deref().unwrap_or("default"));
+        Ok(())
     }
 
     fn insert_run(&self, report: &Report, sized: bool) -> Result<(), String> {
@@ -414,8 +421,15 @@ mod tests {
             .map(|i| (2 * i) as f64)
             .collect();
         let memory: Vec<f64> = window.iter().map(|row| row.memory_mb).collect();
-        assert_eq!(memory, expected, "the last {SIZING_WINDOW} of a, oldest first");
-        assert_eq!(history.rows(Some("a")).unwrap().len(), runs, "rows() reads all");
+        assert_eq!(
+            memory, expected,
+            "the last {SIZING_WINDOW} of a, oldest first"
+        );
+        assert_eq!(
+            history.rows(Some("a")).unwrap().len(),
+            runs,
+            "rows() reads all"
+        );
         let everything = history.sizing_rows(None).unwrap();
         assert_eq!(everything.len(), SIZING_WINDOW);
         assert_eq!(everything.last().unwrap().memory_mb, (2 * runs - 1) as f64);

@@ -1,0 +1,347 @@
+//! Retention: what the history keeps of each category, so that a node's file stops growing.
+//!
+//! Per category, the most recent [`Retention::whole_runs`] runs keep their whole Report and
+//! their import rows. Older runs, up to [`Retention::sized_runs`] (what sizing reads), keep
+//! their row with a compact Report holding only the fields sizing reads; their import rows are
+//! folded into per-category totals (`pruned_calls`, `pruned_imports`, `pruned_distributions`)
+//! that `lfm usage` adds to the rows still kept. Older runs leave. Each category is pruned in
+//! its own short transaction, so writers wait milliseconds, never the whole pass; freed pages
+//! go back to the filesystem in a new file (incremental auto-vacuum) and are reused otherwise.
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::{History, SIZING_WINDOW};
+
+pub const RETENTION_SCHEMA: &str = "lfm-retention/1";
+
+/// A category is pruned when its run count passes a multiple of this (and by `lfm history
+/// --prune`): a pass handles at most this many runs of it.
+pub const PRUNE_EVERY: i64 = 500;
+
+/// Sentinels for absent values in the totals' keys (SQLite keys never match on NULL).
+const NO_DISTRIBUTION: &str = "";
+const NO_CLOSURE: i64 = -1;
+
+const CREATE: &str = "
+    CREATE TABLE IF NOT EXISTS pruned_calls (
+        category TEXT NOT NULL, target TEXT NOT NULL, closure_id INTEGER NOT NULL,
+        preloaded TEXT NOT NULL, calls INTEGER NOT NULL, first_time REAL NOT NULL,
+        last_time REAL NOT NULL, PRIMARY KEY (category, target, closure_id, preloaded));
+    CREATE TABLE IF NOT EXISTS pruned_imports (
+        category TEXT NOT NULL, target TEXT NOT NULL, module TEXT NOT NULL,
+        distribution TEXT NOT NULL, found INTEGER NOT NULL, missed INTEGER NOT NULL,
+        calls INTEGER NOT NULL, first_time REAL NOT NULL, last_time REAL NOT NULL,
+        last_run INTEGER NOT NULL,
+        PRIMARY KEY (category, target, module, distribution, found, missed));
+    CREATE TABLE IF NOT EXISTS pruned_distributions (
+        category TEXT NOT NULL, distribution TEXT NOT NULL, calls INTEGER NOT NULL,
+        first_time REAL NOT NULL, last_time REAL NOT NULL,
+        PRIMARY KEY (category, distribution));
+    CREATE TABLE IF NOT EXISTS retention_state (
+        category TEXT PRIMARY KEY, compacted_below INTEGER NOT NULL);";
+
+/// How much of each category the history keeps.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    /// Runs kept whole: Report and import rows.
+    pub whole_runs: usize,
+    /// Runs kept at all (rows sizing reads, with a compact Report).
+    pub sized_runs: usize,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            whole_runs: 20,
+            sized_runs: SIZING_WINDOW,
+        }
+    }
+}
+
+/// What a pass did.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Pruned {
+    pub categories: usize,
+    /// Runs whose Report was made compact and whose imports were folded into totals.
+    pub compacted: u64,
+    /// Runs removed (older than what sizing reads).
+    pub removed: u64,
+}
+
+/// Add the totals' tables to a history that has none.
+pub(super) fn prepare(c: &Connection) -> Result<(), String> {
+    let version: Option<String> = c
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'retention_schema'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|e| e.to_string())?;
+    match version.as_deref() {
+        Some(RETENTION_SCHEMA) => Ok(()),
+        Some(other) => Err(format!(
+            "retention tables of schema {other}, this lfm reads {RETENTION_SCHEMA}"
+        )),
+        None => c
+            .execute_batch(&format!(
+                "BEGIN IMMEDIATE; {CREATE}
+                 INSERT OR IGNORE INTO meta VALUES ('retention_schema', '{RETENTION_SCHEMA}');
+                 COMMIT;"
+            ))
+            .map_err(|e| {
+                let _ = c.execute_batch("ROLLBACK");
+                format!("adding the retention tables ({RETENTION_SCHEMA}) failed: {e}")
+            }),
+    }
+}
+
+impl History {
+    /// Prune every category to `retention`, then give freed pages back where the file allows.
+    pub fn prune(&self, retention: &Retention) -> Result<Pruned, String> {
+        let fail = |e: rusqlite::Error| format!("history {}: {e}", self.path.display());
+        let categories: Vec<String> = {
+            let mut statement = self
+                .connection
+                .prepare("SELECT DISTINCT category FROM runs")
+                .map_err(fail)?;
+            let rows = statement.query_map([], |r| r.get(0)).map_err(fail)?;
+            rows.collect::<Result<_, _>>().map_err(fail)?
+        };
+        let mut pruned = Pruned::default();
+        for category in &categories {
+            let (compacted, removed) = self.prune_category(category, retention).map_err(fail)?;
+            pruned.compacted += compacted;
+            pruned.removed += removed;
+            pruned.categories += usize::from(compacted + removed > 0);
+        }
+        // Freed pages leave the file (where it was made with incremental auto-vacuum), and
+        // the log is folded back so that it does not keep them.
+        self.connection
+            .execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);")
+            .map_err(fail)?;
+        Ok(pruned)
+    }
+
+    /// Bytes of the file and its write-ahead log.
+    pub fn file_bytes(&self) -> u64 {
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        let wal = std::path::PathBuf::from(wal);
+        [&self.path, &wal]
+            .iter()
+            .filter_map(|path| std::fs::metadata(path).ok())
+            .map(|meta| meta.len())
+            .sum()
+    }
+
+    /// After a run of `category` is recorded: prune it when its count passes a multiple of
+    /// [`PRUNE_EVERY`] (a failure is a warning: the run is recorded).
+    pub(super) fn prune_when_due(&self, category: &str) {
+        let count: rusqlite::Result<i64> = self.connection.query_row(
+            "SELECT count(*) FROM runs WHERE category = ?1",
+            params![category],
+            |r| r.get(0),
+        );
+        let retention = Retention::default();
+        let due = count.is_ok_and(|n| n > retention.sized_runs as i64 && n % PRUNE_EVERY == 0);
+        if due {
+            if let Err(error) = self.prune_category(category, &retention) {
+                eprintln!(
+                    "lfm: warning: pruning history {}: {error}",
+                    self.path.display()
+                );
+            }
+        }
+    }
+
+    /// One category, in one transaction: (runs compacted, runs removed).
+    fn prune_category(
+        &self,
+        category: &str,
+        retention: &Retention,
+    ) -> rusqlite::Result<(u64, u64)> {
+        let c = &self.connection;
+        let transaction = c.unchecked_transaction()?;
+        // The id of the oldest of the `kept` most recent runs (past the newest when none).
+        let boundary = |kept: usize| -> rusqlite::Result<Option<i64>> {
+            if kept == 0 {
+                return c.query_row(
+                    "SELECT max(id) + 1 FROM runs WHERE category = ?1",
+                    params![category],
+                    |r| r.get(0),
+                );
+            }
+            c.query_row(
+                "SELECT id FROM runs WHERE category = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2",
+                params![category, kept as i64 - 1],
+                |r| r.get(0),
+            )
+            .optional()
+        };
+        let whole_from = boundary(retention.whole_runs)?;
+        let kept_from = boundary(retention.sized_runs.max(retention.whole_runs))?;
+        let compacted = match whole_from {
+            Some(whole_from) => fold_and_compact(c, category, whole_from)?,
+            None => 0,
+        };
+        let removed = match kept_from {
+            Some(kept_from) => remove_before(c, category, kept_from)?,
+            None => 0,
+        };
+        transaction.commit()?;
+        Ok((compacted, removed))
+    }
+}
+
+/// Fold the import rows of `category`'s runs before `whole_from` into the totals, and keep of
+/// their Reports only what sizing reads.
+fn fold_and_compact(c: &Connection, category: &str, whole_from: i64) -> rusqlite::Result<u64> {
+    let from: i64 = c
+        .query_row(
+            "SELECT compacted_below FROM retention_state WHERE category = ?1",
+            params![category],
+            |r| r.get(0),
+        )
+        .optional()?
+        .unwrap_or(0);
+    if from >= whole_from {
+        return Ok(0);
+    }
+    fold(c, category, from, whole_from)?;
+    c.execute(
+        "DELETE FROM call_imports WHERE run_id IN
+             (SELECT id FROM runs WHERE category = ?1 AND id >= ?2 AND id < ?3)",
+        params![category, from, whole_from],
+    )?;
+    c.execute(
+        "DELETE FROM calls WHERE run_id IN
+             (SELECT id FROM runs WHERE category = ?1 AND id >= ?2 AND id < ?3)",
+        params![category, from, whole_from],
+    )?;
+    let compacted = c.execute(COMPACT_REPORTS, params![category, from, whole_from])?;
+    c.execute(
+        "INSERT INTO retention_state VALUES (?1, ?2)
+         ON CONFLICT (category) DO UPDATE SET compacted_below = excluded.compacted_below",
+        params![category, whole_from],
+    )?;
+    Ok(compacted as u64)
+}
+
+/// Remove `category`'s runs before `kept_from` (their imports were folded already).
+fn remove_before(c: &Connection, category: &str, kept_from: i64) -> rusqlite::Result<u64> {
+    // Runs kept whole until now (a retention narrower than before) are folded first.
+    fold(c, category, 0, kept_from)?;
+    for table in ["call_imports", "calls"] {
+        c.execute(
+            &format!(
+                "DELETE FROM {table} WHERE run_id IN
+                     (SELECT id FROM runs WHERE category = ?1 AND id < ?2)"
+            ),
+            params![category, kept_from],
+        )?;
+    }
+    let removed = c.execute(
+        "DELETE FROM runs WHERE category = ?1 AND id < ?2",
+        params![category, kept_from],
+    )?;
+    Ok(removed as u64)
+}
+
+/// Add the calls and imports of `category`'s runs `from <= id < to` to the totals.
+fn fold(c: &Connection, category: &str, from: i64, to: i64) -> rusqlite::Result<()> {
+    c.execute(FOLD_CALLS, params![category, from, to, NO_CLOSURE])?;
+    c.execute(FOLD_IMPORTS, params![category, from, to, NO_DISTRIBUTION])?;
+    c.execute(FOLD_DISTRIBUTIONS, params![category, from, to])?;
+    Ok(())
+}
+
+/// The calls of runs `?2 <= id < ?3` of category `?1`, added to their totals.
+const FOLD_CALLS: &str = "
+    INSERT INTO pruned_calls (category, target, closure_id, preloaded, calls, first_time,
+                              last_time)
+    SELECT r.category, k.target, coalesce(k.closure_id, ?4), k.preloaded, count(*),
+           min(r.time), max(r.time)
+    FROM calls k JOIN runs r ON r.id = k.run_id
+    WHERE r.category = ?1 AND r.id >= ?2 AND r.id < ?3
+    GROUP BY 1, 2, 3, 4
+    ON CONFLICT (category, target, closure_id, preloaded) DO UPDATE SET
+        calls = calls + excluded.calls, first_time = min(first_time, excluded.first_time),
+        last_time = max(last_time, excluded.last_time)";
+
+const FOLD_IMPORTS: &str = "
+    INSERT INTO pruned_imports (category, target, module, distribution, found, missed, calls,
+                                first_time, last_time, last_run)
+    SELECT r.category, k.target, i.module, coalesce(i.distribution, ?4), i.found, i.missed,
+           count(*), min(r.time), max(r.time), max(r.id)
+    FROM call_imports i JOIN calls k ON k.run_id = i.run_id JOIN runs r ON r.id = k.run_id
+    WHERE r.category = ?1 AND r.id >= ?2 AND r.id < ?3
+    GROUP BY 1, 2, 3, 4, 5, 6
+    ON CONFLICT (category, target, module, distribution, found, missed) DO UPDATE SET
+        calls = calls + excluded.calls, first_time = min(first_time, excluded.first_time),
+        last_time = max(last_time, excluded.last_time),
+        last_run = max(last_run, excluded.last_run)";
+
+/// Per distribution, the calls that imported any of its modules (one each, however many).
+const FOLD_DISTRIBUTIONS: &str = "
+    INSERT INTO pruned_distributions (category, distribution, calls, first_time, last_time)
+    SELECT r.category, i.distribution, count(DISTINCT r.id), min(r.time), max(r.time)
+    FROM call_imports i JOIN calls k ON k.run_id = i.run_id JOIN runs r ON r.id = k.run_id
+    WHERE r.category = ?1 AND r.id >= ?2 AND r.id < ?3 AND i.found
+          AND i.distribution IS NOT NULL
+    GROUP BY 1, 2
+    ON CONFLICT (category, distribution) DO UPDATE SET
+        calls = calls + excluded.calls, first_time = min(first_time, excluded.first_time),
+        last_time = max(last_time, excluded.last_time)";
+
+/// Of a Report, what sizing reads ([`History::sizing_rows`]), and a mark.
+const COMPACT_REPORTS: &str = "
+    UPDATE runs SET report = json_object(
+        'compacted', json('true'),
+        'limits', json_object('cores', json_extract(report, '$.limits.cores')),
+        'cpu_throttling', json_object(
+            'throttled_periods', json_extract(report, '$.cpu_throttling.throttled_periods'),
+            'periods', json_extract(report, '$.cpu_throttling.periods')),
+        'gpu', json_object(
+            'memory_peak_bytes', json_extract(report, '$.gpu.memory_peak_bytes'),
+            'devices_used', json_extract(report, '$.gpu.devices_used')))
+    WHERE category = ?1 AND id >= ?2 AND id < ?3 AND json_valid(report)";
+
+#[cfg(test)]
+mod tests {
+    use super::super::Imported;
+    use super::*;
+
+    fn history_with(runs: usize) -> (tempfile::TempDir, History) {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(&dir.path().join("h.sqlite")).unwrap();
+        let rows: Vec<Imported> = (0..runs)
+            .map(|i| Imported {
+                category: "a".into(),
+                memory_mb: i as f64,
+                cores: 1.0,
+                disk_mb: None,
+                wall_time: 1.0,
+                source: format!("trace:{i}"),
+            })
+            .collect();
+        history.import(&rows).unwrap();
+        (dir, history)
+    }
+
+    #[test]
+    fn recording_prunes_a_category_each_time_its_count_passes_a_multiple_of_prune_every() {
+        let window = Retention::default().sized_runs;
+        let (_dir, history) = history_with(window + PRUNE_EVERY as usize - 1);
+        history.prune_when_due("a");
+        let count = |h: &History| h.rows(Some("a")).unwrap().len();
+        assert_eq!(count(&history), window + PRUNE_EVERY as usize - 1, "not due");
+
+        let (_dir, history) = history_with(window + PRUNE_EVERY as usize);
+        history.prune_when_due("a");
+        let rows = history.rows(Some("a")).unwrap();
+        assert_eq!(rows.len(), window, "due: back to what sizing reads");
+        assert_eq!(rows[0].memory_mb, PRUNE_EVERY as f64, "the oldest left");
+        assert_eq!(history.sizing_rows(Some("a")).unwrap(), rows);
+    }
+}
