@@ -170,7 +170,7 @@ impl History {
             entry.categories.dedup();
         }
         // Most called first, then by name (the map's order).
-        used.sort_by(|a, b| b.calls.cmp(&a.calls));
+        used.sort_by_key(|entry| std::cmp::Reverse(entry.calls));
         Ok(used)
     }
 
