@@ -6,7 +6,10 @@
 # categories), then prints each file's size and the wall time of sizing decisions against them:
 # `lfm size` per strategy, and `lfm run --auto` against a plain `lfm run` of the same command
 # (the difference is what the decision costs a run). p50 and p99 over ROUNDS processes each.
-# Goal: a sizing decision <= 5 ms at p99 at any history size.
+# Then retention on a history of RUNS calls with import rows (bench/state_history.py): size
+# before and after `lfm history --prune`, and `lfm usage` answers before and after.
+# Goals: a sizing decision <= 5 ms at p99 at any history size; history <= 50 MB after
+# retention; `lfm usage` answers unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${LFM:-}" ]; then
@@ -71,3 +74,8 @@ for spec in "one-category 1 c0" "100-categories 100 c7"; do
   percentiles "$LFM" run --backend rlimit --history "$copy" --category "$3" --auto -- true
   rm -f "$copy" "$copy-wal" "$copy-shm"
 done
+
+# Retention on a history of RUNS calls with their import rows (bench/state_history.py says how).
+report="$dir/report.json"
+"$LFM" run --backend rlimit --report "$report" -- true > /dev/null 2>&1
+python3 bench/state_history.py "$LFM" "$dir" "$RUNS" 100 "$report"

@@ -95,6 +95,10 @@ impl History {
 
     fn prepare(&self) -> Result<(), String> {
         let c = &self.connection;
+        // Before anything is written (the switch to WAL writes the header): pages freed by
+        // retention can then leave the file.
+        c.execute_batch("PRAGMA auto_vacuum=INCREMENTAL")
+            .map_err(|e| e.to_string())?;
         let wal = self.switch_to_wal()?;
         if wal != "wal" {
             return Err(format!("cannot switch to WAL mode (got {wal})"));
@@ -111,9 +115,6 @@ impl History {
             )
             .map_err(|e| e.to_string())?;
         if tables == 0 {
-            // Set before the first table: pages freed by retention can then leave the file.
-            c.execute_batch("PRAGMA auto_vacuum=INCREMENTAL")
-                .map_err(|e| e.to_string())?;
             c.execute_batch(
                 "BEGIN IMMEDIATE;
                  CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -184,7 +185,7 @@ impl History {
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default();
         let exceeded: Vec<&str> = report.limits_exceeded.keys().map(String::as_str).collect();
-        let json = serde_json::to_string(report).map_err(|e| e.to_string())?;
+        let json = retention::sizing_fields(report).to_string();
         self.connection
             .execute(
                 "INSERT INTO runs (category, time, exit, exceeded, memory_mb, cores, disk_mb,
@@ -203,6 +204,13 @@ impl History {
                     sized,
                     json,
                 ],
+            )
+            .map_err(|e| format!("history {}: {e}", self.path.display()))?;
+        let whole = serde_json::to_string(report).map_err(|e| e.to_string())?;
+        self.connection
+            .execute(
+                "INSERT INTO reports (run_id, report) VALUES (?1, ?2)",
+                params![self.connection.last_insert_rowid(), whole],
             )
             .map_err(|e| format!("history {}: {e}", self.path.display()))?;
         Ok(())

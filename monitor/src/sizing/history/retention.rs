@@ -11,6 +11,7 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{History, SIZING_WINDOW};
+use crate::report::Report;
 
 pub const RETENTION_SCHEMA: &str = "lfm-retention/1";
 
@@ -37,8 +38,38 @@ const CREATE: &str = "
         category TEXT NOT NULL, distribution TEXT NOT NULL, calls INTEGER NOT NULL,
         first_time REAL NOT NULL, last_time REAL NOT NULL,
         PRIMARY KEY (category, distribution));
+    CREATE TABLE IF NOT EXISTS reports (
+        run_id INTEGER PRIMARY KEY, report TEXT NOT NULL);
     CREATE TABLE IF NOT EXISTS retention_state (
         category TEXT PRIMARY KEY, compacted_below INTEGER NOT NULL);";
+
+/// What a run row keeps of its Report: the fields sizing reads ([`History::sizing_rows`]),
+/// those present only. The whole Report goes to the `reports` table, which retention empties.
+pub(super) fn sizing_fields(report: &Report) -> serde_json::Value {
+    let mut fields = serde_json::Map::new();
+    if let Some(cores) = report.limits.cores {
+        fields.insert("limits".into(), serde_json::json!({ "cores": cores }));
+    }
+    if let Some(throttling) = &report.cpu_throttling {
+        fields.insert(
+            "cpu_throttling".into(),
+            serde_json::json!({
+                "periods": throttling.periods,
+                "throttled_periods": throttling.throttled_periods,
+            }),
+        );
+    }
+    if let Some(gpu) = &report.gpu {
+        fields.insert(
+            "gpu".into(),
+            serde_json::json!({
+                "memory_peak_bytes": gpu.memory_peak_bytes,
+                "devices_used": gpu.devices_used,
+            }),
+        );
+    }
+    serde_json::Value::Object(fields)
+}
 
 /// How much of each category the history keeps.
 #[derive(Debug, Clone, Copy)]
@@ -117,10 +148,26 @@ impl History {
         }
         // Freed pages leave the file (where it was made with incremental auto-vacuum), and
         // the log is folded back so that it does not keep them.
-        self.connection
-            .execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);")
-            .map_err(fail)?;
+        self.give_back_pages().map_err(fail)?;
         Ok(pruned)
+    }
+
+    /// Give freed pages back to the filesystem. A file made before retention (no auto-vacuum)
+    /// is rewritten once by VACUUM, during which writers wait; later passes are incremental.
+    fn give_back_pages(&self) -> rusqlite::Result<()> {
+        let mode: i64 = self
+            .connection
+            .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
+        if mode != 2 {
+            self.connection
+                .execute_batch("PRAGMA auto_vacuum=INCREMENTAL; VACUUM;")?;
+        }
+        // Each step of `incremental_vacuum` frees one page: stepped to the end.
+        let mut vacuum = self.connection.prepare("PRAGMA incremental_vacuum")?;
+        let mut freed = vacuum.query([])?;
+        while freed.next()?.is_some() {}
+        self.connection
+            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
     }
 
     /// Bytes of the file and its write-ahead log.
@@ -219,7 +266,13 @@ fn fold_and_compact(c: &Connection, category: &str, whole_from: i64) -> rusqlite
              (SELECT id FROM runs WHERE category = ?1 AND id >= ?2 AND id < ?3)",
         params![category, from, whole_from],
     )?;
-    let compacted = c.execute(COMPACT_REPORTS, params![category, from, whole_from])?;
+    let compacted = c.execute(
+        "DELETE FROM reports WHERE run_id IN
+             (SELECT id FROM runs WHERE category = ?1 AND id >= ?2 AND id < ?3)",
+        params![category, from, whole_from],
+    )?;
+    // Rows written before the `reports` table hold their whole Report themselves.
+    let compacted = compacted + c.execute(COMPACT_REPORTS, params![category, from, whole_from])?;
     c.execute(
         "INSERT INTO retention_state VALUES (?1, ?2)
          ON CONFLICT (category) DO UPDATE SET compacted_below = excluded.compacted_below",
@@ -232,7 +285,7 @@ fn fold_and_compact(c: &Connection, category: &str, whole_from: i64) -> rusqlite
 fn remove_before(c: &Connection, category: &str, kept_from: i64) -> rusqlite::Result<u64> {
     // Runs kept whole until now (a retention narrower than before) are folded first.
     fold(c, category, 0, kept_from)?;
-    for table in ["call_imports", "calls"] {
+    for table in ["call_imports", "calls", "reports"] {
         c.execute(
             &format!(
                 "DELETE FROM {table} WHERE run_id IN
@@ -294,18 +347,20 @@ const FOLD_DISTRIBUTIONS: &str = "
         calls = calls + excluded.calls, first_time = min(first_time, excluded.first_time),
         last_time = max(last_time, excluded.last_time)";
 
-/// Of a Report, what sizing reads ([`History::sizing_rows`]), and a mark.
+/// A whole Report kept in its run row (a history written before the `reports` table) made
+/// what [`sizing_fields`] keeps (merge-patching onto `{}` drops the absent ones). Pages it
+/// frees are only partly free: a VACUUM (`lfm history --prune` on such a file) returns them.
 const COMPACT_REPORTS: &str = "
-    UPDATE runs SET report = json_object(
-        'compacted', json('true'),
+    UPDATE runs SET report = json_patch('{}', json_object(
         'limits', json_object('cores', json_extract(report, '$.limits.cores')),
         'cpu_throttling', json_object(
-            'throttled_periods', json_extract(report, '$.cpu_throttling.throttled_periods'),
-            'periods', json_extract(report, '$.cpu_throttling.periods')),
+            'periods', json_extract(report, '$.cpu_throttling.periods'),
+            'throttled_periods', json_extract(report, '$.cpu_throttling.throttled_periods')),
         'gpu', json_object(
             'memory_peak_bytes', json_extract(report, '$.gpu.memory_peak_bytes'),
-            'devices_used', json_extract(report, '$.gpu.devices_used')))
-    WHERE category = ?1 AND id >= ?2 AND id < ?3 AND json_valid(report)";
+            'devices_used', json_extract(report, '$.gpu.devices_used'))))
+    WHERE category = ?1 AND id >= ?2 AND id < ?3 AND json_valid(report)
+          AND length(report) > 512";
 
 #[cfg(test)]
 mod tests {
@@ -335,7 +390,11 @@ mod tests {
         let (_dir, history) = history_with(window + PRUNE_EVERY as usize - 1);
         history.prune_when_due("a");
         let count = |h: &History| h.rows(Some("a")).unwrap().len();
-        assert_eq!(count(&history), window + PRUNE_EVERY as usize - 1, "not due");
+        assert_eq!(
+            count(&history),
+            window + PRUNE_EVERY as usize - 1,
+            "not due"
+        );
 
         let (_dir, history) = history_with(window + PRUNE_EVERY as usize);
         history.prune_when_due("a");
