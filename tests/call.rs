@@ -324,3 +324,34 @@ fn the_import_log_survives_limits_and_crashes_and_names_the_analyzers_misses() {
         report["imports"]
     );
 }
+
+#[test]
+fn numpy_results_come_back_as_json_and_what_has_none_points_at_a_result_file() {
+    let Some(venv) = common::real_venv() else {
+        return;
+    };
+    let venv = venv.to_str().unwrap();
+    let call = |target: &str, extra: &[&str]| {
+        let mut args = vec!["call", "--quiet", "--env", venv, target];
+        args.extend_from_slice(extra);
+        common::lfm_in(CALL_FIXTURES, &args)
+    };
+    let mean = call("scientific.py:mean", &["--args", "[5]"]);
+    assert!(mean.status.success(), "{mean:?}");
+    assert_eq!(String::from_utf8_lossy(&mean.stdout).trim(), "2.0");
+    let table = call("scientific.py:table", &[]);
+    assert!(table.status.success(), "{table:?}");
+    let table: serde_json::Value = serde_json::from_slice(&table.stdout).unwrap();
+    assert_eq!(
+        table,
+        serde_json::json!({"counts": [1, 2, 0, 1], "total": 4})
+    );
+
+    let duration = call("scientific.py:duration", &[]);
+    let stderr = String::from_utf8_lossy(&duration.stderr);
+    assert_eq!(duration.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("numpy.timedelta64") && stderr.contains("--result-file"),
+        "{stderr}"
+    );
+}

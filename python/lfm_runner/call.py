@@ -10,6 +10,7 @@ import os
 import sys
 
 from . import headroom
+from . import results
 from . import target as targets
 
 # pickle, traceback and importlib are imported where needed: every millisecond of imports
@@ -77,7 +78,7 @@ def encode_result(value, result_spec):
         data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     else:
         try:
-            data = json.dumps(value).encode()
+            data = results.dumps(value).encode()
         except (TypeError, ValueError) as error:
             fields["not_json"] = str(error)
             import pickle

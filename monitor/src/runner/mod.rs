@@ -33,6 +33,10 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../../../python/lfm_runner/call.py"),
     ),
     (
+        "lfm_runner/results.py",
+        include_str!("../../../python/lfm_runner/results.py"),
+    ),
+    (
         "lfm_runner/headroom.py",
         include_str!("../../../python/lfm_runner/headroom.py"),
     ),

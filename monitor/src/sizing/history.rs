@@ -22,7 +22,7 @@ pub use retention::{Pruned, Retention, PRUNE_EVERY, RETENTION_SCHEMA};
 const SCHEMA: &str = "lfm-history/1";
 const MIB: f64 = 1_048_576.0;
 /// How many of a category's most recent runs sizing reads ([`History::sizing_rows`]).
-pub const SIZING_WINDOW: usize = 2_000;
+pub const SIZING_WINDOW: usize = 1_000;
 /// How long a write waits for the other lfm processes writing the same history.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
