@@ -94,11 +94,19 @@ def main():
     one = ["--category", "c7"]
     print(f"# {RUNS:,} calls over {CATEGORIES} categories, 18 import rows each")
     print(f"  history before retention      {size() / 1e6:9.1f} MB")
-    before = {}
-    for name, extra in (("all", []), ("c7", one)):
-        out, took = lfm("usage", "--history", path, "--format", "json", *extra)
-        before[name] = json.loads(out)
-        print(f"  lfm usage {name:<4} before          {took * 1000:9.0f} ms")
+    # The answers before retention, once per cached history (on a million calls they take
+    # minutes: the import rows are what retention folds).
+    answers = cached + ".usage.json"
+    if not os.path.exists(answers):
+        before = {}
+        for name, extra in (("all", []), ("c7", one)):
+            out, took = lfm("usage", "--history", cached, "--format", "json", *extra)
+            before[name] = {"answer": json.loads(out), "ms": took * 1000}
+        json.dump(before, open(answers, "w"))
+    before = json.load(open(answers))
+    for name in ("all", "c7"):
+        print(f"  lfm usage {name:<4} before          {before[name]['ms']:9.0f} ms")
+    before = {name: value["answer"] for name, value in before.items()}
     _, took = lfm("size", "--history", path, "--category", "c7")
     print(f"  lfm size before               {took * 1000:9.1f} ms")
     out, took = lfm("history", "--history", path, "--prune")

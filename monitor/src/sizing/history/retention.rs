@@ -19,6 +19,9 @@ pub const RETENTION_SCHEMA: &str = "lfm-retention/1";
 /// --prune`): a pass handles at most this many runs of it.
 pub const PRUNE_EVERY: i64 = 500;
 
+/// Pages an incremental vacuum frees per transaction.
+const VACUUM_CHUNK: i64 = 2_000;
+
 /// Sentinels for absent values in the totals' keys (SQLite keys never match on NULL).
 const NO_DISTRIBUTION: &str = "";
 const NO_CLOSURE: i64 = -1;
@@ -152,20 +155,28 @@ impl History {
         Ok(pruned)
     }
 
-    /// Give freed pages back to the filesystem. A file made before retention (no auto-vacuum)
-    /// is rewritten once by VACUUM, during which writers wait; later passes are incremental.
+    /// Give freed pages back to the filesystem: in chunks where the file was made for it
+    /// (incremental auto-vacuum), else, or when it is mostly free pages (a first pass over a
+    /// long history), by one VACUUM, during which writers wait; it costs what is left, while
+    /// moving pages one by one out of a huge free list took hours here.
     fn give_back_pages(&self) -> rusqlite::Result<()> {
-        let mode: i64 = self
-            .connection
-            .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
-        if mode != 2 {
+        let pragma = |pragma: &str| -> rusqlite::Result<i64> {
+            self.connection.query_row(pragma, [], |r| r.get(0))
+        };
+        let free = pragma("PRAGMA freelist_count")?;
+        if pragma("PRAGMA auto_vacuum")? != 2 || free * 2 > pragma("PRAGMA page_count")? {
             self.connection
                 .execute_batch("PRAGMA auto_vacuum=INCREMENTAL; VACUUM;")?;
+        } else {
+            // Each chunk its own transaction, so that writers wait for one at most; each step
+            // of `incremental_vacuum` frees one page: stepped to the end.
+            for _ in 0..(free + VACUUM_CHUNK - 1) / VACUUM_CHUNK {
+                let sql = format!("PRAGMA incremental_vacuum({VACUUM_CHUNK})");
+                let mut vacuum = self.connection.prepare_cached(&sql)?;
+                let mut freed = vacuum.query([])?;
+                while freed.next()?.is_some() {}
+            }
         }
-        // Each step of `incremental_vacuum` frees one page: stepped to the end.
-        let mut vacuum = self.connection.prepare("PRAGMA incremental_vacuum")?;
-        let mut freed = vacuum.query([])?;
-        while freed.next()?.is_some() {}
         self.connection
             .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
     }
