@@ -7,6 +7,18 @@ sys.path so that the user's code sees the path it would see without lfm.
 import os
 import sys
 
+# Checked before lfm_runner is imported, in syntax every Python parses: an older interpreter
+# gets one clear line and this status, which lfm reports (docs/python.md). Newer ones than the
+# tested 3.13 are let run.
+OLDEST = (3, 8)
+EXIT_UNSUPPORTED = 87
+if tuple(sys.version_info[:2]) < OLDEST:
+    sys.stderr.write(
+        "lfm: Python %s is not supported: lfm runs functions on Python %d.%d and newer\n"
+        % ((sys.version.split()[0],) + OLDEST)
+    )
+    sys.exit(EXIT_UNSUPPORTED)
+
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _here)
 # lfm's own modules are compiled once and cached beside them even where the user's environment

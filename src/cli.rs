@@ -82,8 +82,8 @@ pub struct HistoryArgs {
     /// With --prune: runs of each category kept whole (Report and import rows).
     #[arg(long, value_name = "N", requires = "prune", default_value_t = 20)]
     pub keep_whole: usize,
-    /// With --prune: runs of each category kept at all (sizing reads the 2,000 most recent).
-    #[arg(long, value_name = "N", requires = "prune", default_value_t = 2_000)]
+    /// With --prune: runs of each category kept at all (sizing reads the 1,000 most recent).
+    #[arg(long, value_name = "N", requires = "prune", default_value_t = 1_000)]
     pub keep_runs: usize,
     #[arg(long, value_enum, default_value_t = HistoryFormat::Table)]
     pub format: HistoryFormat,

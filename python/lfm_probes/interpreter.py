@@ -2,7 +2,13 @@
 written), it prints one JSON object (analyzer/src/interpreter.rs reads it). Runs on every
 Python 3 the analyzer may meet, so it uses nothing newer than 3.6 has.
 """
-import sys, os, json, platform, sysconfig, importlib.machinery
+import sys
+if sys.version_info[0] < 3:
+    # Python 2 cannot import what follows: one clear line, as the runner gives older Pythons.
+    sys.stderr.write("lfm: Python %s is not supported: lfm runs functions on Python 3.8 and newer\n"
+                     % sys.version.split()[0])
+    sys.exit(87)
+import os, json, platform, sysconfig, importlib.machinery
 paths = sysconfig.get_paths()
 # In a venv, sysconfig's platstdlib is the venv's own lib/pythonX.Y (site-packages lives there);
 # the real stdlib and lib-dynload belong to the base install. os.py marks the stdlib itself.

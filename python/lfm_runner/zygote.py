@@ -56,6 +56,12 @@ def send(sock, message):
     sock.send(json.dumps(message).encode())
 
 
+def send_fds(sock, data, fds):
+    """`socket.send_fds` (3.9+) by hand, for 3.8: one message carrying `fds` (SCM_RIGHTS)."""
+    rights = array.array("i", fds)
+    sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+
+
 def receive(sock):
     """(message, fds) or (None, []) when lfm closed the socket."""
     fds = array.array("i")
@@ -273,7 +279,7 @@ def fork_call(message, fds, control, selector, wakeup):
         child(message, fds, control, theirs, go_read)
     theirs.close()
     handed = [ours.fileno()] + ([go_write] if go_write is not None else [])
-    socket.send_fds(control, [json.dumps({"op": "started", "id": message["id"], "pid": pid}).encode()], handed)
+    send_fds(control, json.dumps({"op": "started", "id": message["id"], "pid": pid}).encode(), handed)
     ours.close()
     for fd in fds:
         os.close(fd)

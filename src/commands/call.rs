@@ -13,6 +13,7 @@ use lfm_monitor::report::{ExitKind, FunctionCall, Report};
 
 use crate::cli::CallArgs;
 use crate::monitoring::{self, Failure, EXIT_LIMITS, EXIT_MONITOR_FAILED, EXIT_USAGE};
+use lfm_monitor::runner::EXIT_UNSUPPORTED_PYTHON;
 
 pub const EXIT_EXCEPTION: i32 = 1;
 pub const EXIT_TARGET_NOT_FOUND: i32 = 3;
@@ -165,6 +166,10 @@ fn conclude(report: &mut Report, files: &CallFiles, args: &CallArgs) -> i32 {
             ExitKind::Signal => 128 + report.exit.signal.unwrap_or(0),
             _ => EXIT_MONITOR_FAILED,
         },
+        Outcome::Missing if report.exit.status == Some(EXIT_UNSUPPORTED_PYTHON) => {
+            eprintln!("error: this Python is older than lfm supports (3.8): see above");
+            EXIT_USAGE
+        }
         Outcome::Missing => {
             eprintln!(
                 "error: {}",

@@ -10,6 +10,10 @@ pub mod request;
 
 use anyhow::{Context, Result};
 
+/// The status `lfm_runner_main.py` exits with, at once, on a Python older than the runner
+/// supports (3.8), after one line on stderr naming the version.
+pub const EXIT_UNSUPPORTED_PYTHON: i32 = 87;
+
 /// (path relative to the runner directory, contents).
 const FILES: &[(&str, &str)] = &[
     (

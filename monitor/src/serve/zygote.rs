@@ -94,7 +94,7 @@ impl Zygote {
         while Instant::now() < deadline {
             if !self.readable(Duration::from_millis(100)) {
                 if let Ok(Some(status)) = self.child.try_wait() {
-                    bail!("the zygote exited while starting ({status}): see its stderr above");
+                    return Err(exited_while_starting(Some(status)));
                 }
                 continue;
             }
@@ -111,7 +111,11 @@ impl Zygote {
                         error["traceback"].as_str().unwrap_or("unknown error")
                     );
                 }
-                None => bail!("the zygote exited while starting: see its stderr above"),
+                None => {
+                    // The socket closed: the process is gone or about to be.
+                    std::thread::sleep(Duration::from_millis(50));
+                    return Err(exited_while_starting(self.child.try_wait().ok().flatten()));
+                }
                 Some(other) => bail!("unexpected message from the zygote: {other}"),
             }
         }
@@ -341,4 +345,16 @@ fn spawn(config: &ZygoteConfig, config_path: &Path, control: RawFd) -> Result<st
 fn stderr_copy() -> Result<OwnedFd> {
     use std::os::fd::AsFd;
     Ok(std::io::stderr().as_fd().try_clone_to_owned()?)
+}
+
+fn exited_while_starting(status: Option<std::process::ExitStatus>) -> anyhow::Error {
+    match status {
+        Some(status) if status.code() == Some(crate::runner::EXIT_UNSUPPORTED_PYTHON) => {
+            anyhow::anyhow!("this Python is older than lfm supports (3.8): see above")
+        }
+        Some(status) => {
+            anyhow::anyhow!("the zygote exited while starting ({status}): see its stderr above")
+        }
+        None => anyhow::anyhow!("the zygote exited while starting: see its stderr above"),
+    }
 }
