@@ -1168,8 +1168,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         let project: &'p Project = self.project;
         let loaded = &project.modules[module as usize];
         let mut warnings: Vec<WarningView<'p>> = Vec::new();
-        let mut direct: BTreeMap<u32, (bool, Vec<Cow<'p, str>>)> = BTreeMap::new();
-        let mut modules = Vec::with_capacity(self.reached.len());
+        let mut direct: Direct<'p> = BTreeMap::new();
         // Hash maps while walking (looked up far more often than listed); put in order here:
         // by kind, then name, the order of the Spec's list (and of each distribution's modules).
         let mut reached_in_order: Vec<(&'p str, Reached<'p>)> =
@@ -1178,119 +1177,9 @@ impl<'p, 'm> Walk<'p, 'm> {
         let mut missing_in_order: Vec<(&'p str, Missed<'p>)> =
             std::mem::take(&mut self.missing).into_iter().collect();
         missing_in_order.sort_unstable_by_key(|(name, _)| *name);
-        for (name, reached) in reached_in_order {
-            let mut distribution = None;
-            if let Some(owner) = reached.owner {
-                match owner {
-                    &Owner::One(id) => {
-                        let entry = direct.entry(id).or_insert((false, Vec::new()));
-                        entry.0 |= reached.required;
-                        entry.1.push(Cow::Borrowed(name));
-                        distribution = Some(project.dists.dists[id as usize].name.as_str());
-                    }
-                    Owner::Ambiguous(ids) => {
-                        let names: Vec<&str> = ids
-                            .iter()
-                            .map(|&i| project.dists.dists[i as usize].name.as_str())
-                            .collect();
-                        warnings.push(WarningView {
-                            file: Cow::Borrowed(reached.reason.file),
-                            line: reached.reason.line,
-                            message: Cow::Owned(format!(
-                                "module {name} is provided by several distributions ({}); none was chosen",
-                                names.join(", ")
-                            )),
-                        });
-                    }
-                    Owner::Unknown => warnings.push(WarningView {
-                        file: Cow::Borrowed(reached.reason.file),
-                        line: reached.reason.line,
-                        message: Cow::Owned(format!(
-                            "module {name} ({}) is not listed by any installed distribution",
-                            reached.file.unwrap_or_default()
-                        )),
-                    }),
-                }
-            }
-            modules.push(ModuleView {
-                name,
-                kind: reached.kind,
-                file: reached.file,
-                distribution,
-                optional: !reached.required,
-                contexts: reached.contexts,
-                reason: reached.reason,
-            });
-        }
-
-        let required_roots: Vec<u32> = direct
-            .iter()
-            .filter(|(_, (req, _))| *req)
-            .map(|(&id, _)| id)
-            .collect();
-        let optional_roots: Vec<u32> = direct
-            .iter()
-            .filter(|(_, (req, _))| !*req)
-            .map(|(&id, _)| id)
-            .collect();
-        let required = project
-            .dists
-            .requirement_closure(&required_roots, &project.interpreter);
-        let optional = project
-            .dists
-            .requirement_closure(&optional_roots, &project.interpreter);
-        let mut distributions = Vec::new();
-        let mut listed = BTreeSet::new();
-        for (closure, is_optional) in [(&*required, false), (&*optional, true)] {
-            for (&id, chain) in &closure.reached {
-                if !listed.insert(id) {
-                    continue;
-                }
-                let dist = &project.dists.dists[id as usize];
-                let (is_direct, reason) = match direct.remove(&id) {
-                    Some((_, modules)) => (true, modules),
-                    None => (
-                        false,
-                        chain.iter().map(|step| Cow::Owned(step.clone())).collect(),
-                    ),
-                };
-                distributions.push((
-                    id,
-                    DistributionView {
-                        name: &dist.name,
-                        version: &dist.version,
-                        direct: is_direct,
-                        optional: is_optional,
-                        conda_name: dist.conda_name.as_deref(),
-                        reason,
-                    },
-                ));
-            }
-        }
-        distributions.sort_by(|(a, _), (b, _)| {
-            project
-                .dists
-                .normalized_name(*a)
-                .cmp(project.dists.normalized_name(*b))
-        });
-        let distributions: Vec<DistributionView<'p>> =
-            distributions.into_iter().map(|(_, need)| need).collect();
-        for problem in required.problems.iter().chain(&optional.problems) {
-            warnings.push(WarningView {
-                file: Cow::Borrowed(""),
-                line: 0,
-                message: Cow::Owned(problem.clone()),
-            });
-        }
-        let missing_distributions = required
-            .missing
-            .iter()
-            .map(|(name, chain)| MissingDistribution {
-                name: name.clone(),
-                required_by: chain.clone(),
-            })
-            .collect();
-
+        let modules = module_views(project, reached_in_order, &mut direct, &mut warnings);
+        let (distributions, missing_distributions) =
+            distribution_views(project, direct, &mut warnings);
         // Problems of every local file in the closure (syntax errors, computed dynamic imports).
         let files_in_closure = std::iter::once(module).chain(
             self.local_modules
@@ -1333,6 +1222,141 @@ impl<'p, 'm> Walk<'p, 'm> {
             escape_free: project.escape_free,
         }
     }
+}
+
+/// The distributions that own reached modules: (whether a required module needs it, the
+/// modules it provides), by distribution id.
+type Direct<'p> = BTreeMap<u32, (bool, Vec<Cow<'p, str>>)>;
+
+/// The Spec's module list, noting in `direct` which distribution provides each, and warning
+/// where none or several do.
+fn module_views<'p>(
+    project: &'p Project,
+    reached_in_order: Vec<(&'p str, Reached<'p>)>,
+    direct: &mut Direct<'p>,
+    warnings: &mut Vec<WarningView<'p>>,
+) -> Vec<ModuleView<'p>> {
+    let mut modules = Vec::with_capacity(reached_in_order.len());
+    for (name, reached) in reached_in_order {
+        let mut distribution = None;
+        match reached.owner {
+            Some(&Owner::One(id)) => {
+                let entry = direct.entry(id).or_insert((false, Vec::new()));
+                entry.0 |= reached.required;
+                entry.1.push(Cow::Borrowed(name));
+                distribution = Some(project.dists.dists[id as usize].name.as_str());
+            }
+            Some(Owner::Ambiguous(ids)) => {
+                let names: Vec<&str> = ids
+                    .iter()
+                    .map(|&i| project.dists.dists[i as usize].name.as_str())
+                    .collect();
+                warnings.push(WarningView {
+                    file: Cow::Borrowed(reached.reason.file),
+                    line: reached.reason.line,
+                    message: Cow::Owned(format!(
+                        "module {name} is provided by several distributions ({}); none was chosen",
+                        names.join(", ")
+                    )),
+                });
+            }
+            Some(Owner::Unknown) => warnings.push(WarningView {
+                file: Cow::Borrowed(reached.reason.file),
+                line: reached.reason.line,
+                message: Cow::Owned(format!(
+                    "module {name} ({}) is not listed by any installed distribution",
+                    reached.file.unwrap_or_default()
+                )),
+            }),
+            None => {}
+        }
+        modules.push(ModuleView {
+            name,
+            kind: reached.kind,
+            file: reached.file,
+            distribution,
+            optional: !reached.required,
+            contexts: reached.contexts,
+            reason: reached.reason,
+        });
+    }
+    modules
+}
+
+/// The distributions the modules need with their Requires-Dist closure (required ones first,
+/// then optional), in name order, and the requirements no installed distribution meets.
+fn distribution_views<'p>(
+    project: &'p Project,
+    mut direct: Direct<'p>,
+    warnings: &mut Vec<WarningView<'p>>,
+) -> (Vec<DistributionView<'p>>, Vec<MissingDistribution>) {
+    let roots = |required: bool| -> Vec<u32> {
+        direct
+            .iter()
+            .filter(|(_, (req, _))| *req == required)
+            .map(|(&id, _)| id)
+            .collect()
+    };
+    let (required_roots, optional_roots) = (roots(true), roots(false));
+    let required = project
+        .dists
+        .requirement_closure(&required_roots, &project.interpreter);
+    let optional = project
+        .dists
+        .requirement_closure(&optional_roots, &project.interpreter);
+    let mut distributions = Vec::new();
+    let mut listed = BTreeSet::new();
+    for (closure, is_optional) in [(&*required, false), (&*optional, true)] {
+        for (&id, chain) in &closure.reached {
+            if !listed.insert(id) {
+                continue;
+            }
+            let dist = &project.dists.dists[id as usize];
+            let (is_direct, reason) = match direct.remove(&id) {
+                Some((_, modules)) => (true, modules),
+                None => (
+                    false,
+                    chain.iter().map(|step| Cow::Owned(step.clone())).collect(),
+                ),
+            };
+            distributions.push((
+                id,
+                DistributionView {
+                    name: &dist.name,
+                    version: &dist.version,
+                    direct: is_direct,
+                    optional: is_optional,
+                    conda_name: dist.conda_name.as_deref(),
+                    reason,
+                },
+            ));
+        }
+    }
+    distributions.sort_by(|(a, _), (b, _)| {
+        project
+            .dists
+            .normalized_name(*a)
+            .cmp(project.dists.normalized_name(*b))
+    });
+    for problem in required.problems.iter().chain(&optional.problems) {
+        warnings.push(WarningView {
+            file: Cow::Borrowed(""),
+            line: 0,
+            message: Cow::Owned(problem.clone()),
+        });
+    }
+    let missing = required
+        .missing
+        .iter()
+        .map(|(name, chain)| MissingDistribution {
+            name: name.clone(),
+            required_by: chain.clone(),
+        })
+        .collect();
+    (
+        distributions.into_iter().map(|(_, need)| need).collect(),
+        missing,
+    )
 }
 
 impl Drop for Walk<'_, '_> {
