@@ -311,11 +311,7 @@ impl Extraction<'_> {
         raw: &Path,
         path: &Path,
     ) -> Result<(), UnpackError> {
-        let link = entry
-            .link_name()
-            .context("symlink without a target")?
-            .ok_or_else(|| refused(raw, "symlink without a target"))?
-            .into_owned();
+        let link = link_target(entry, raw, "symlink")?;
         if link.is_absolute() {
             return Err(refused(
                 raw,
@@ -340,11 +336,7 @@ impl Extraction<'_> {
         raw: &Path,
         path: &Path,
     ) -> Result<(), UnpackError> {
-        let link = entry
-            .link_name()
-            .context("hard link without a target")?
-            .ok_or_else(|| refused(raw, "hard link without a target"))?
-            .into_owned();
+        let link = link_target(entry, raw, "hard link")?;
         let link = safe_relative(&link).map_err(|_| {
             refused(
                 raw,
@@ -364,6 +356,20 @@ impl Extraction<'_> {
         fs::hard_link(self.dest.join(&link), self.dest.join(path))
             .map_err(|e| refused(raw, format!("cannot link: {e}")))
     }
+}
+
+/// What a link entry (`kind`: symlink or hard link) points at, as written in the archive.
+fn link_target<R: Read>(
+    entry: &tar::Entry<R>,
+    raw: &Path,
+    kind: &str,
+) -> Result<PathBuf, UnpackError> {
+    let without = || format!("{kind} without a target");
+    Ok(entry
+        .link_name()
+        .with_context(without)?
+        .ok_or_else(|| refused(raw, without()))?
+        .into_owned())
 }
 
 /// A relative path of normal components only.

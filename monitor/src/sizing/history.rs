@@ -405,8 +405,20 @@ fn retry_pause() -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+
+    /// The `i`th run of a trace, in `category`, using `i` MiB.
+    pub(in crate::sizing::history) fn run(category: &str, i: usize) -> Imported {
+        Imported {
+            category: category.into(),
+            memory_mb: i as f64,
+            cores: 1.0,
+            disk_mb: None,
+            wall_time: 1.0,
+            source: format!("trace:{i}"),
+        }
+    }
 
     #[test]
     fn sizing_reads_the_most_recent_window_of_its_category_in_recorded_order() {
@@ -414,14 +426,7 @@ mod tests {
         let history = History::open(&dir.path().join("h.sqlite")).unwrap();
         let runs = SIZING_WINDOW + 300;
         let imported: Vec<Imported> = (0..2 * runs)
-            .map(|i| Imported {
-                category: if i % 2 == 0 { "a" } else { "b" }.into(),
-                memory_mb: i as f64,
-                cores: 1.0,
-                disk_mb: None,
-                wall_time: 1.0,
-                source: format!("trace:{i}"),
-            })
+            .map(|i| run(if i % 2 == 0 { "a" } else { "b" }, i))
             .collect();
         history.import(&imported).unwrap();
         let window = history.sizing_rows(Some("a")).unwrap();

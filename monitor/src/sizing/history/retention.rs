@@ -375,22 +375,14 @@ const COMPACT_REPORTS: &str = "
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::run;
     use super::super::Imported;
     use super::*;
 
     fn history_with(runs: usize) -> (tempfile::TempDir, History) {
         let dir = tempfile::tempdir().unwrap();
         let history = History::open(&dir.path().join("h.sqlite")).unwrap();
-        let rows: Vec<Imported> = (0..runs)
-            .map(|i| Imported {
-                category: "a".into(),
-                memory_mb: i as f64,
-                cores: 1.0,
-                disk_mb: None,
-                wall_time: 1.0,
-                source: format!("trace:{i}"),
-            })
-            .collect();
+        let rows: Vec<Imported> = (0..runs).map(|i| run("a", i)).collect();
         history.import(&rows).unwrap();
         (dir, history)
     }
