@@ -142,13 +142,9 @@ impl History {
             let rows = statement.query_map([], |r| r.get(0)).map_err(fail)?;
             rows.collect::<Result<_, _>>().map_err(fail)?
         };
-        let mut pruned = Pruned::default();
-        for category in &categories {
-            let (compacted, removed) = self.prune_category(category, retention).map_err(fail)?;
-            pruned.compacted += compacted;
-            pruned.removed += removed;
-            pruned.categories += usize::from(compacted + removed > 0);
-        }
+        let pruned = self
+            .prune_categories(&categories, retention)
+            .map_err(fail)?;
         // Freed pages leave the file (where it was made with incremental auto-vacuum), and
         // the log is folded back so that it does not keep them.
         self.give_back_pages().map_err(fail)?;
@@ -204,7 +200,7 @@ impl History {
         let retention = Retention::default();
         let due = count.is_ok_and(|n| n > retention.sized_runs as i64 && n % PRUNE_EVERY == 0);
         if due {
-            if let Err(error) = self.prune_category(category, &retention) {
+            if let Err(error) = self.prune_categories(&[category.to_string()], &retention) {
                 eprintln!(
                     "lfm: warning: pruning history {}: {error}",
                     self.path.display()
@@ -213,14 +209,56 @@ impl History {
         }
     }
 
-    /// One category, in one transaction: (runs compacted, runs removed).
-    fn prune_category(
+    /// Prune `categories`: their bounds first, then the runs by ranges of ids, each range in
+    /// its own transaction (writers wait for one range at most) and each page read once
+    /// whatever the number of categories: runs of many categories share pages, and a pass per
+    /// category rewrote every page once per category (hundreds of GB of I/O on a million runs).
+    fn prune_categories(
         &self,
-        category: &str,
+        categories: &[String],
         retention: &Retention,
-    ) -> rusqlite::Result<(u64, u64)> {
+    ) -> rusqlite::Result<Pruned> {
         let c = &self.connection;
-        let transaction = c.unchecked_transaction()?;
+        c.execute_batch(
+            "CREATE TEMP TABLE IF NOT EXISTS prune_bounds (
+                 category TEXT PRIMARY KEY, compacted_below INTEGER NOT NULL,
+                 whole_from INTEGER NOT NULL, kept_from INTEGER NOT NULL);
+             DELETE FROM temp.prune_bounds;",
+        )?;
+        let mut pruned = Pruned::default();
+        for category in categories {
+            pruned.categories += usize::from(self.bound(category, retention)?);
+        }
+        let (first, last): (Option<i64>, Option<i64>) = c.query_row(
+            "SELECT min(first), max(max(b.whole_from, b.kept_from)) FROM temp.prune_bounds b,
+                 (SELECT min(id) AS first FROM runs)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let (Some(mut start), Some(last)) = (first, last) else {
+            return Ok(pruned);
+        };
+        while start < last {
+            let end = start + PRUNE_RANGE;
+            let transaction = c.unchecked_transaction()?;
+            pruned.compacted += fold_range(c, start, end)?;
+            pruned.removed += remove_range(c, start, end)?;
+            transaction.commit()?;
+            start = end;
+        }
+        c.execute_batch(
+            "INSERT INTO retention_state (category, compacted_below)
+                 SELECT category, whole_from FROM temp.prune_bounds
+                 WHERE whole_from > compacted_below
+             ON CONFLICT (category) DO UPDATE SET compacted_below = excluded.compacted_below",
+        )?;
+        Ok(pruned)
+    }
+
+    /// Note in `prune_bounds` where `category`'s whole runs and kept runs start; whether there
+    /// is anything to fold or remove.
+    fn bound(&self, category: &str, retention: &Retention) -> rusqlite::Result<bool> {
+        let c = &self.connection;
         // The id of the oldest of the `kept` most recent runs (past the newest when none).
         let boundary = |kept: usize| -> rusqlite::Result<Option<i64>> {
             if kept == 0 {
@@ -237,109 +275,111 @@ impl History {
             )
             .optional()
         };
-        let whole_from = boundary(retention.whole_runs)?;
-        let kept_from = boundary(retention.sized_runs.max(retention.whole_runs))?;
-        let compacted = match whole_from {
-            Some(whole_from) => fold_and_compact(c, category, whole_from)?,
-            None => 0,
-        };
-        let removed = match kept_from {
-            Some(kept_from) => remove_before(c, category, kept_from)?,
-            None => 0,
-        };
-        transaction.commit()?;
-        Ok((compacted, removed))
+        let compacted_below: i64 = c
+            .query_row(
+                "SELECT compacted_below FROM retention_state WHERE category = ?1",
+                params![category],
+                |r| r.get(0),
+            )
+            .optional()?
+            .unwrap_or(0);
+        let whole_from = boundary(retention.whole_runs)?
+            .unwrap_or(0)
+            .max(compacted_below);
+        let kept_from = boundary(retention.sized_runs.max(retention.whole_runs))?.unwrap_or(0);
+        c.execute(
+            "INSERT INTO temp.prune_bounds VALUES (?1, ?2, ?3, ?4)",
+            params![category, compacted_below, whole_from, kept_from],
+        )?;
+        let has_older: bool = c.query_row(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE category = ?1 AND id < ?2)",
+            params![category, kept_from],
+            |r| r.get(0),
+        )?;
+        Ok(whole_from > compacted_below || has_older)
     }
 }
 
-/// Fold the import rows of `category`'s runs before `whole_from` into the totals, and keep of
-/// their Reports only what sizing reads.
-fn fold_and_compact(c: &Connection, category: &str, whole_from: i64) -> rusqlite::Result<u64> {
-    let from: i64 = c
-        .query_row(
-            "SELECT compacted_below FROM retention_state WHERE category = ?1",
-            params![category],
-            |r| r.get(0),
-        )
-        .optional()?
-        .unwrap_or(0);
-    if from >= whole_from {
+/// Ids a pass handles per transaction.
+const PRUNE_RANGE: i64 = 20_000;
+
+/// The runs with ids in `?1..?2` whose detail retention folds now: past their category's
+/// whole runs, not folded before.
+const FOLDED: &str = "
+    WITH folded AS (
+        SELECT r.id, r.category, r.time FROM runs r
+        JOIN temp.prune_bounds b ON b.category = r.category
+        WHERE r.id >= ?1 AND r.id < ?2 AND r.id >= b.compacted_below AND r.id < b.whole_from)";
+
+/// Fold the calls and imports of the runs of `start..end` whose detail leaves into the totals,
+/// remove their rows and whole Reports, and make compact a Report a run row holds itself.
+fn fold_range(c: &Connection, start: i64, end: i64) -> rusqlite::Result<u64> {
+    let range = params![start, end];
+    let folded: i64 = c.query_row(
+        &format!("{FOLDED} SELECT count(*) FROM folded"),
+        range,
+        |r| r.get(0),
+    )?;
+    if folded == 0 {
         return Ok(0);
     }
-    fold(c, category, from, whole_from)?;
     c.execute(
-        "DELETE FROM call_imports WHERE run_id IN
-             (SELECT id FROM runs WHERE category = ?1 AND id >= ?2 AND id < ?3)",
-        params![category, from, whole_from],
+        &format!("{FOLDED} {FOLD_CALLS}"),
+        params![start, end, NO_CLOSURE],
     )?;
     c.execute(
-        "DELETE FROM calls WHERE run_id IN
-             (SELECT id FROM runs WHERE category = ?1 AND id >= ?2 AND id < ?3)",
-        params![category, from, whole_from],
+        &format!("{FOLDED} {FOLD_IMPORTS}"),
+        params![start, end, NO_DISTRIBUTION],
     )?;
-    let compacted = c.execute(
-        "DELETE FROM reports WHERE run_id IN
-             (SELECT id FROM runs WHERE category = ?1 AND id >= ?2 AND id < ?3)",
-        params![category, from, whole_from],
-    )?;
-    // Rows written before the `reports` table hold their whole Report themselves.
-    let compacted = compacted + c.execute(COMPACT_REPORTS, params![category, from, whole_from])?;
-    c.execute(
-        "INSERT INTO retention_state VALUES (?1, ?2)
-         ON CONFLICT (category) DO UPDATE SET compacted_below = excluded.compacted_below",
-        params![category, whole_from],
-    )?;
-    Ok(compacted as u64)
-}
-
-/// Remove `category`'s runs before `kept_from` (their imports were folded already).
-fn remove_before(c: &Connection, category: &str, kept_from: i64) -> rusqlite::Result<u64> {
-    // Runs kept whole until now (a retention narrower than before) are folded first.
-    fold(c, category, 0, kept_from)?;
+    c.execute(&format!("{FOLDED} {FOLD_DISTRIBUTIONS}"), range)?;
     for table in ["call_imports", "calls", "reports"] {
         c.execute(
-            &format!(
-                "DELETE FROM {table} WHERE run_id IN
-                     (SELECT id FROM runs WHERE category = ?1 AND id < ?2)"
-            ),
-            params![category, kept_from],
+            &format!("{FOLDED} DELETE FROM {table} WHERE run_id IN (SELECT id FROM folded)"),
+            range,
         )?;
     }
-    let removed = c.execute(
-        "DELETE FROM runs WHERE category = ?1 AND id < ?2",
-        params![category, kept_from],
+    c.execute(&format!("{FOLDED} {COMPACT_REPORTS}"), range)?;
+    Ok(folded as u64)
+}
+
+/// Remove the runs of `start..end` older than what their category keeps (folded already).
+fn remove_range(c: &Connection, start: i64, end: i64) -> rusqlite::Result<u64> {
+    let removed = "SELECT r.id FROM runs r JOIN temp.prune_bounds b ON b.category = r.category
+                   WHERE r.id >= ?1 AND r.id < ?2 AND r.id < b.kept_from";
+    for table in ["call_imports", "calls", "reports"] {
+        c.execute(
+            &format!("DELETE FROM {table} WHERE run_id IN ({removed})"),
+            params![start, end],
+        )?;
+    }
+    let count = c.execute(
+        &format!("DELETE FROM runs WHERE id IN ({removed})"),
+        params![start, end],
     )?;
-    Ok(removed as u64)
+    Ok(count as u64)
 }
 
-/// Add the calls and imports of `category`'s runs `from <= id < to` to the totals.
-fn fold(c: &Connection, category: &str, from: i64, to: i64) -> rusqlite::Result<()> {
-    c.execute(FOLD_CALLS, params![category, from, to, NO_CLOSURE])?;
-    c.execute(FOLD_IMPORTS, params![category, from, to, NO_DISTRIBUTION])?;
-    c.execute(FOLD_DISTRIBUTIONS, params![category, from, to])?;
-    Ok(())
-}
-
-/// The calls of runs `?2 <= id < ?3` of category `?1`, added to their totals.
+/// The calls of the folded runs, added to their totals (`?3`: the key of no closure).
 const FOLD_CALLS: &str = "
     INSERT INTO pruned_calls (category, target, closure_id, preloaded, calls, first_time,
                               last_time)
-    SELECT r.category, k.target, coalesce(k.closure_id, ?4), k.preloaded, count(*),
-           min(r.time), max(r.time)
-    FROM calls k JOIN runs r ON r.id = k.run_id
-    WHERE r.category = ?1 AND r.id >= ?2 AND r.id < ?3
+    SELECT f.category, k.target, coalesce(k.closure_id, ?3), k.preloaded, count(*),
+           min(f.time), max(f.time)
+    FROM folded f JOIN calls k ON k.run_id = f.id
+    WHERE true
     GROUP BY 1, 2, 3, 4
     ON CONFLICT (category, target, closure_id, preloaded) DO UPDATE SET
         calls = calls + excluded.calls, first_time = min(first_time, excluded.first_time),
         last_time = max(last_time, excluded.last_time)";
 
+/// Their imports (`?3`: the key of no distribution).
 const FOLD_IMPORTS: &str = "
     INSERT INTO pruned_imports (category, target, module, distribution, found, missed, calls,
                                 first_time, last_time, last_run)
-    SELECT r.category, k.target, i.module, coalesce(i.distribution, ?4), i.found, i.missed,
-           count(*), min(r.time), max(r.time), max(r.id)
-    FROM call_imports i JOIN calls k ON k.run_id = i.run_id JOIN runs r ON r.id = k.run_id
-    WHERE r.category = ?1 AND r.id >= ?2 AND r.id < ?3
+    SELECT f.category, k.target, i.module, coalesce(i.distribution, ?3), i.found, i.missed,
+           count(*), min(f.time), max(f.time), max(f.id)
+    FROM folded f JOIN calls k ON k.run_id = f.id JOIN call_imports i ON i.run_id = f.id
+    WHERE true
     GROUP BY 1, 2, 3, 4, 5, 6
     ON CONFLICT (category, target, module, distribution, found, missed) DO UPDATE SET
         calls = calls + excluded.calls, first_time = min(first_time, excluded.first_time),
@@ -349,10 +389,9 @@ const FOLD_IMPORTS: &str = "
 /// Per distribution, the calls that imported any of its modules (one each, however many).
 const FOLD_DISTRIBUTIONS: &str = "
     INSERT INTO pruned_distributions (category, distribution, calls, first_time, last_time)
-    SELECT r.category, i.distribution, count(DISTINCT r.id), min(r.time), max(r.time)
-    FROM call_imports i JOIN calls k ON k.run_id = i.run_id JOIN runs r ON r.id = k.run_id
-    WHERE r.category = ?1 AND r.id >= ?2 AND r.id < ?3 AND i.found
-          AND i.distribution IS NOT NULL
+    SELECT f.category, i.distribution, count(DISTINCT f.id), min(f.time), max(f.time)
+    FROM folded f JOIN calls k ON k.run_id = f.id JOIN call_imports i ON i.run_id = f.id
+    WHERE i.found AND i.distribution IS NOT NULL
     GROUP BY 1, 2
     ON CONFLICT (category, distribution) DO UPDATE SET
         calls = calls + excluded.calls, first_time = min(first_time, excluded.first_time),
@@ -370,8 +409,7 @@ const COMPACT_REPORTS: &str = "
         'gpu', json_object(
             'memory_peak_bytes', json_extract(report, '$.gpu.memory_peak_bytes'),
             'devices_used', json_extract(report, '$.gpu.devices_used'))))
-    WHERE category = ?1 AND id >= ?2 AND id < ?3 AND json_valid(report)
-          AND length(report) > 512";
+    WHERE id IN (SELECT id FROM folded) AND json_valid(report) AND length(report) > 512";
 
 #[cfg(test)]
 mod tests {
