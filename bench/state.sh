@@ -66,6 +66,10 @@ for spec in "one-category 1 c0" "100-categories 100 c7"; do
     printf '  lfm size --strategy %-20s ' "$strategy"
     percentiles "$LFM" size --history "$file" --category "$3" --strategy "$strategy"
   done
+  # In process, without the process start: what a serve pays (history open) and what a run
+  # with --auto pays (opening it first).
+  cargo run --release --quiet -p lfm-monitor --example sizing_decision -- "$file" "$3" 300 |
+    sed 's/^/  /'
   copy="$dir/auto.sqlite"
   cp "$file" "$copy"
   printf '  lfm run (no sizing)                       '

@@ -107,6 +107,10 @@ impl History {
         // each commit (an fsync per call). A power cut may lose the last rows, never corrupt.
         c.execute_batch("PRAGMA synchronous=NORMAL")
             .map_err(|e| e.to_string())?;
+        // Reads through a mapping, not a pread per page: a category's window lies on as many
+        // pages as it has runs where categories interleave (1,000 syscalls, ~4 ms a decision).
+        c.execute_batch("PRAGMA mmap_size=268435456")
+            .map_err(|e| e.to_string())?;
         let tables: i64 = c
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
