@@ -143,7 +143,7 @@ impl History {
             rows.collect::<Result<_, _>>().map_err(fail)?
         };
         let pruned = self
-            .prune_categories(&categories, retention)
+            .prune_categories(&categories, retention, Pace::WHOLE)
             .map_err(fail)?;
         // Freed pages leave the file (where it was made with incremental auto-vacuum), and
         // the log is folded back so that it does not keep them.
@@ -200,7 +200,8 @@ impl History {
         let retention = Retention::default();
         let due = count.is_ok_and(|n| n > retention.sized_runs as i64 && n % PRUNE_EVERY == 0);
         if due {
-            if let Err(error) = self.prune_categories(&[category.to_string()], &retention) {
+            let one = [category.to_string()];
+            if let Err(error) = self.prune_categories(&one, &retention, Pace::WHILE_RECORDING) {
                 eprintln!(
                     "lfm: warning: pruning history {}: {error}",
                     self.path.display()
@@ -217,6 +218,7 @@ impl History {
         &self,
         categories: &[String],
         retention: &Retention,
+        pace: Pace,
     ) -> rusqlite::Result<Pruned> {
         let c = &self.connection;
         c.execute_batch(
@@ -229,28 +231,34 @@ impl History {
         for category in categories {
             pruned.categories += usize::from(self.bound(category, retention)?);
         }
+        // From the oldest run of these categories to the last boundary.
         let (first, last): (Option<i64>, Option<i64>) = c.query_row(
-            "SELECT min(first), max(max(b.whole_from, b.kept_from)) FROM temp.prune_bounds b,
-                 (SELECT min(id) AS first FROM runs)",
+            "SELECT min((SELECT min(id) FROM runs r WHERE r.category = b.category)),
+                    max(max(b.whole_from, b.kept_from))
+             FROM temp.prune_bounds b",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
         let (Some(mut start), Some(last)) = (first, last) else {
             return Ok(pruned);
         };
-        while start < last {
-            let end = start + PRUNE_RANGE;
+        let mut ranges = 0;
+        while start < last && ranges < pace.most_ranges {
+            let end = start + pace.range;
             let transaction = c.unchecked_transaction()?;
             pruned.compacted += fold_range(c, start, end)?;
             pruned.removed += remove_range(c, start, end)?;
             transaction.commit()?;
             start = end;
+            ranges += 1;
         }
-        c.execute_batch(
+        // Folded up to `start` (all of it unless the pace stopped the pass early).
+        c.execute(
             "INSERT INTO retention_state (category, compacted_below)
-                 SELECT category, whole_from FROM temp.prune_bounds
-                 WHERE whole_from > compacted_below
+                 SELECT category, min(whole_from, ?1) FROM temp.prune_bounds
+                 WHERE min(whole_from, ?1) > compacted_below
              ON CONFLICT (category) DO UPDATE SET compacted_below = excluded.compacted_below",
+            params![start],
         )?;
         Ok(pruned)
     }
@@ -300,8 +308,27 @@ impl History {
     }
 }
 
-/// Ids a pass handles per transaction.
-const PRUNE_RANGE: i64 = 20_000;
+/// How a pass walks the ids: so many per transaction, and at most so many transactions.
+#[derive(Clone, Copy)]
+struct Pace {
+    range: i64,
+    most_ranges: usize,
+}
+
+impl Pace {
+    /// `lfm history --prune`: everything, in large ranges (a first pass over a million calls
+    /// takes minutes; writers wait for one range, about 4 s there).
+    const WHOLE: Pace = Pace {
+        range: 20_000,
+        most_ranges: usize::MAX,
+    };
+    /// After a run is recorded (a serve records between calls): small ranges, and a bounded
+    /// pass; a long history never pruned before is caught up over the next passes.
+    const WHILE_RECORDING: Pace = Pace {
+        range: 1_000,
+        most_ranges: 200,
+    };
+}
 
 /// The runs with ids in `?1..?2` whose detail retention folds now: past their category's
 /// whole runs, not folded before.
@@ -443,5 +470,30 @@ mod tests {
         assert_eq!(rows.len(), window, "due: back to what sizing reads");
         assert_eq!(rows[0].memory_mb, PRUNE_EVERY as f64, "the oldest left");
         assert_eq!(history.sizing_rows(Some("a")).unwrap(), rows);
+    }
+
+    #[test]
+    fn a_paced_pass_stops_early_and_the_next_ones_go_on_where_it_stopped() {
+        let window = Retention::default().sized_runs;
+        let (_dir, history) = history_with(window + 500);
+        let pace = Pace {
+            range: 100,
+            most_ranges: 2,
+        };
+        let one = ["a".to_string()];
+        let count = |h: &History| h.rows(Some("a")).unwrap().len();
+        let first = history
+            .prune_categories(&one, &Retention::default(), pace)
+            .unwrap();
+        assert_eq!(first.removed, 200, "two ranges of 100 ids");
+        assert_eq!(count(&history), window + 300);
+        for _ in 0..3 {
+            history
+                .prune_categories(&one, &Retention::default(), pace)
+                .unwrap();
+        }
+        assert_eq!(count(&history), window, "caught up");
+        let rows = history.rows(Some("a")).unwrap();
+        assert_eq!(rows[0].memory_mb, 500.0, "the oldest kept");
     }
 }
