@@ -120,12 +120,13 @@ pub fn list(cache: &Path) -> Vec<CachedPack> {
     packs
 }
 
-/// Remove least recently used packs until the cache holds at most `budget` bytes; never
-/// `keep`, never a pack in use.
-pub fn evict(cache: &Path, budget: u64, keep: Option<&Path>) -> Evicted {
+/// Remove least recently used packs until the cache holds at most `budget` bytes (`None`:
+/// [`default_budget`]); never `keep`, never a pack in use.
+pub fn evict(cache: &Path, budget: Option<u64>, keep: Option<&Path>) -> Evicted {
     let keep = keep.map(|root| fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf()));
     let packs = list(cache);
     let mut held: u64 = packs.iter().map(|pack| pack.bytes).sum();
+    let budget = budget.unwrap_or_else(|| default_budget(cache, held));
     let mut evicted = Evicted::default();
     for pack in packs {
         if held <= budget {
@@ -148,7 +149,7 @@ pub fn evict(cache: &Path, budget: u64, keep: Option<&Path>) -> Evicted {
 
 /// Remove every pack no process uses (`lfm cache clean`).
 pub fn remove_unused(cache: &Path) -> Evicted {
-    evict(cache, 0, None)
+    evict(cache, Some(0), None)
 }
 
 /// Remove `pack` under its exclusive lock, unless a process uses it.

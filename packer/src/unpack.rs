@@ -88,10 +88,7 @@ pub fn unpack_leased(archive: &Path, options: &UnpackOptions) -> Result<PackLeas
         if root.join(COMPLETE_MARKER).exists() {
             touch(&root.join(USED_MARKER));
             if extracted {
-                let budget = options.cache_max.unwrap_or_else(|| {
-                    cache::default_budget(&options.cache, cache::tree_bytes(&options.cache))
-                });
-                cache::evict(&options.cache, budget, Some(&root));
+                cache::evict(&options.cache, options.cache_max, Some(&root));
             }
             return Ok(cache::lease(root, shared));
         }

@@ -22,7 +22,7 @@ pub fn cache(args: CacheArgs) -> i32 {
         .cache
         .clone()
         .unwrap_or_else(UnpackOptions::default_cache);
-    let budget = match budget(&packs_dir, args.prune.as_deref()) {
+    let budget = match budget(args.prune.as_deref()) {
         Ok(budget) => budget,
         Err(message) => {
             eprintln!("error: {message}");
@@ -41,28 +41,29 @@ pub fn cache(args: CacheArgs) -> i32 {
     0
 }
 
-/// `--prune SIZE`, else `$LFM_PACK_CACHE_MAX`, else the default budget.
-fn budget(packs_dir: &Path, prune: Option<&str>) -> Result<u64, String> {
+/// `--prune SIZE`, else `$LFM_PACK_CACHE_MAX`; `None`: the default budget.
+fn budget(prune: Option<&str>) -> Result<Option<u64>, String> {
     if let Some(size) = prune.filter(|size| !size.is_empty()) {
         // A limit must be positive; an empty cache is a fine target.
         if size.trim() == "0" {
-            return Ok(0);
+            return Ok(Some(0));
         }
-        return parse_size("--prune", size).map_err(|e| e.to_string());
-    }
-    if let Some(size) = std::env::var_os(PACK_CACHE_MAX_VARIABLE) {
-        return parse_size(PACK_CACHE_MAX_VARIABLE, &size.to_string_lossy())
+        return parse_size("--prune", size)
+            .map(Some)
             .map_err(|e| e.to_string());
     }
-    Ok(cache::default_budget(
-        packs_dir,
-        cache::tree_bytes(packs_dir),
-    ))
+    match std::env::var_os(PACK_CACHE_MAX_VARIABLE) {
+        Some(size) => parse_size(PACK_CACHE_MAX_VARIABLE, &size.to_string_lossy())
+            .map(Some)
+            .map_err(|e| e.to_string()),
+        None => Ok(None),
+    }
 }
 
-fn show(packs_dir: &Path, budget: u64) {
+fn show(packs_dir: &Path, budget: Option<u64>) {
     let packs = cache::list(packs_dir);
     let held: u64 = packs.iter().map(|pack| pack.bytes).sum();
+    let budget = budget.unwrap_or_else(|| cache::default_budget(packs_dir, held));
     let in_use = packs.iter().filter(|pack| pack.in_use).count();
     println!(
         "packs     {}  {} in {} packs ({in_use} in use), budget {}",
