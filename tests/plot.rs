@@ -100,7 +100,11 @@ fn a_run_killed_by_its_memory_limit_is_drawn_with_its_limit_and_the_kill() {
         2 + legend,
         "{lines:?} vs {samples}"
     );
-    assert_eq!(lines.iter().filter(|&&n| n == 2).count(), 2 + legend, "{lines:?}");
+    assert_eq!(
+        lines.iter().filter(|&&n| n == 2).count(),
+        2 + legend,
+        "{lines:?}"
+    );
 
     let alone = dir.path().join("alone.svg");
     let plot = lfm_in(
