@@ -21,7 +21,7 @@ class LfmError(Exception):
 
 
 class BinaryNotFound(LfmError, FileNotFoundError):
-    """No lfm binary: neither LFM_BIN nor PATH gives one."""
+    """No lfm binary: neither LFM_BIN nor an installed lfm-toolkit gives one."""
 
 
 class ServeError(LfmError):
