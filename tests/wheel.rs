@@ -11,8 +11,18 @@ use std::process::{Command, Output};
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// What the wheel is built from.
 const INPUTS: &[&str] = &[
-    "Cargo.toml", "Cargo.lock", "pyproject.toml", "scripts/build_wheel.sh", "src", "analyzer",
-    "packer", "monitor", "call", "python/lfm", "python/lfm_runner", "python/lfm_probes",
+    "Cargo.toml",
+    "Cargo.lock",
+    "pyproject.toml",
+    "scripts/build_wheel.sh",
+    "src",
+    "analyzer",
+    "packer",
+    "monitor",
+    "call",
+    "python/lfm",
+    "python/lfm_runner",
+    "python/lfm_probes",
     "python/lfm_runner_main.py",
 ];
 
@@ -66,11 +76,23 @@ fn installed() -> PathBuf {
     let built = run(Command::new("bash")
         .arg(Path::new(ROOT).join("scripts/build_wheel.sh"))
         .arg(dir.join("wheels")));
-    let wheel = String::from_utf8(built.stdout).unwrap().trim().lines().last().unwrap().to_string();
+    let wheel = String::from_utf8(built.stdout)
+        .unwrap()
+        .trim()
+        .lines()
+        .last()
+        .unwrap()
+        .to_string();
     run(Command::new("python3").args(["-m", "venv"]).arg(&venv));
     let pins = Path::new(ROOT).join("python/requirements-test.txt");
     run(Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", "--disable-pip-version-check", &wheel, "-r"])
+        .args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            &wheel,
+            "-r",
+        ])
         .arg(pins));
     std::fs::write(venv.join(".complete"), wheel).unwrap();
     venv
@@ -102,14 +124,24 @@ fn the_wheel_works_where_there_is_no_cargo_and_no_lfm_on_path() {
         String::from_utf8_lossy(&version.stdout).trim(),
         format!("lfm {}", env!("CARGO_PKG_VERSION"))
     );
-    let analyzed = python(&venv, None, &["-m", "lfm", "analyze", "workflow.py", "--format", "json"]);
+    let analyzed = python(
+        &venv,
+        None,
+        &["-m", "lfm", "analyze", "workflow.py", "--format", "json"],
+    );
     let spec: serde_json::Value = serde_json::from_slice(&analyzed.stdout).unwrap();
-    assert!(spec["targets"].as_array().is_some_and(|t| !t.is_empty()), "{spec}");
+    assert!(
+        spec["targets"].as_array().is_some_and(|t| !t.is_empty()),
+        "{spec}"
+    );
 
     let called = python(
         &venv,
         None,
-        &["-c", "import lfm\nwith lfm.Executor() as ex:\n    print(ex.submit(pow, 2, 10).result())"],
+        &[
+            "-c",
+            "import lfm\nwith lfm.Executor() as ex:\n    print(ex.submit(pow, 2, 10).result())",
+        ],
     );
     assert_eq!(String::from_utf8_lossy(&called.stdout).trim(), "1024");
 
