@@ -83,6 +83,7 @@ fn installed() -> PathBuf {
         .last()
         .unwrap()
         .to_string();
+    assert_portable(&built.stderr, &wheel);
     run(Command::new("python3").args(["-m", "venv"]).arg(&venv));
     let pins = Path::new(ROOT).join("python/requirements-test.txt");
     run(Command::new(venv.join("bin/pip"))
@@ -96,6 +97,21 @@ fn installed() -> PathBuf {
         .arg(pins));
     std::fs::write(venv.join(".complete"), wheel).unwrap();
     venv
+}
+
+/// The wheel runs on glibc 2.17 and later (auditwheel agrees with its tag), and is small.
+fn assert_portable(build_log: &[u8], wheel: &str) {
+    let log = String::from_utf8_lossy(build_log);
+    assert!(
+        wheel.contains("-py3-none-manylinux_2_17_x86_64"),
+        "the wheel's tag: {wheel}"
+    );
+    assert!(
+        log.contains("consistent with the following platform tag:\n\"manylinux_2_17_x86_64\""),
+        "auditwheel show:\n{log}"
+    );
+    let size = std::fs::metadata(wheel).unwrap().len();
+    assert!(size < 10 << 20, "the wheel is {size} bytes");
 }
 
 /// `python` of the venv, with no cargo, no project directory and no venv `bin/` on PATH:
