@@ -448,6 +448,60 @@ fn a_bad_auto_request_is_malformed_and_names_the_field() {
 }
 
 #[test]
+fn large_arguments_come_from_a_file_and_a_large_value_goes_back_as_one() {
+    let setup = setup("rlimit", "rlimit", false);
+    let args_file = setup.dir.path().join("args.pickle");
+    let written = Command::new(setup.python)
+        .args(["-c", "import pickle,sys; pickle.dump((('a' * 300000,), {'b': 'b' * 300000}), open(sys.argv[1], 'wb'))"])
+        .arg(&args_file)
+        .status()
+        .unwrap();
+    assert!(written.success());
+    let by_file = |id: &str, memory: &str| {
+        let mut request = call(id, "add", json!(null), json!({"memory": memory}));
+        request["args"] = Value::Null;
+        request["args_file"] = args_file.to_str().unwrap().into();
+        request["result_by_file"] = true.into();
+        request
+    };
+    let mut both = by_file("both", "1G");
+    both["args_pickle"] = "AA==".into();
+    let mut relative = by_file("relative", "1G");
+    relative["args_file"] = "args.pickle".into();
+    let mut server = setup.start(&[]);
+    server.send(&by_file("big", "1G"));
+    let big = server.reply();
+    assert_eq!(big["ok"], true, "{big}");
+    assert!(big.get("result").is_none(), "{big}");
+    let handed = PathBuf::from(big["result_file"].as_str().unwrap());
+    assert_eq!(handed.parent().unwrap().file_name().unwrap(), "results");
+    let value: Value = serde_json::from_slice(&std::fs::read(&handed).unwrap()).unwrap();
+    assert_eq!(value.as_str().unwrap().len(), 600_000);
+    for request in [by_file("small", "200K"), both, relative] {
+        server.send(&request);
+    }
+    let replies = [server.reply(), server.reply(), server.reply()];
+    drop(server.child.stdin.take());
+    assert!(server.child.wait().unwrap().success());
+    assert!(
+        !handed.exists(),
+        "the serve removes what clients left when it exits"
+    );
+    let refused = |id: &str| {
+        let reply = by_id(&replies, id);
+        assert_eq!(reply["error"]["reason"], "malformed", "{reply}");
+        reply["error"]["message"].as_str().unwrap().to_string()
+    };
+    assert!(
+        refused("small").contains("over the call's memory limit of 0.2 MiB"),
+        "{}",
+        refused("small")
+    );
+    assert!(refused("both").contains("not both"), "{}", refused("both"));
+    assert!(refused("relative").contains("not an absolute path"));
+}
+
+#[test]
 fn a_dead_zygote_fails_its_calls_cleanly_and_is_restarted() {
     let setup = setup("auto", "auto", false);
     let mut server = setup.start(&[]);

@@ -52,6 +52,33 @@ pub fn from_pickle_file(file: &Path) -> Result<Arguments> {
     Ok(Arguments::PickleFile(absolute))
 }
 
+/// A serve request's `args_file`: an absolute path to a file, whose pickle fits the call's
+/// memory limit (unpickled, arguments take at least the pickle's size).
+pub fn pickle_file_fitting(
+    file: &Path,
+    memory_limit: Option<u64>,
+) -> std::result::Result<Arguments, String> {
+    let shown = file.display();
+    if !file.is_absolute() {
+        return Err(format!("\"args_file\": {shown}: not an absolute path"));
+    }
+    let size = match std::fs::metadata(file) {
+        Ok(meta) if meta.is_file() => meta.len(),
+        Ok(_) => return Err(format!("\"args_file\": {shown}: not a file")),
+        Err(error) => return Err(format!("\"args_file\": {shown}: {error}")),
+    };
+    if let Some(limit) = memory_limit.filter(|&limit| size > limit) {
+        return Err(format!(
+            "\"args_file\": the arguments' pickle is {:.1} MiB, over the call's memory limit of {:.1} MiB",
+            size as f64 / MIB,
+            limit as f64 / MIB
+        ));
+    }
+    Ok(Arguments::PickleFile(file.to_path_buf()))
+}
+
+const MIB: f64 = (1 << 20) as f64;
+
 fn parse_json(flag: &str, text: &str) -> Result<serde_json::Value> {
     serde_json::from_str(text).map_err(|e| CallError::usage(format!("{flag}: not JSON: {e}")))
 }

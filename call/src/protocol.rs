@@ -6,7 +6,7 @@ use serde::{Deserialize, Deserializer};
 
 use lfm_monitor::limits::{LimitValues, Written};
 use lfm_monitor::report::FunctionCall;
-use lfm_monitor::runner::request::{ResultFormat, Target};
+use lfm_monitor::runner::request::{Arguments, ResultFormat, Target};
 use lfm_monitor::serve::{Auto, CallSpec, Reply};
 use lfm_monitor::sizing::policy::{Attempts, DEFAULT_MAX_RETRIES};
 use lfm_monitor::sizing::{Strategy, DEFAULT_STRATEGY};
@@ -30,6 +30,13 @@ pub struct Request {
     pub args: Option<serde_json::Value>,
     pub kwargs: Option<serde_json::Value>,
     pub args_pickle: Option<String>,
+    /// A file holding the pickle of `(args, kwargs)`: large arguments skip base64 and JSON.
+    /// The client keeps it until the reply, and removes it.
+    pub args_file: Option<std::path::PathBuf>,
+    /// A value the child wrote to a file (over 60 KB) comes back as `result_file`, a path the
+    /// client reads and removes, instead of inline.
+    #[serde(default)]
+    pub result_by_file: Option<bool>,
     #[serde(default)]
     pub limits: Option<LimitValues>,
     pub category: Option<String>,
@@ -64,12 +71,16 @@ pub fn parse(targets: &mut Targets, client: u64, line: &str) -> Result<CallSpec,
 impl Request {
     fn into_call(self, targets: &mut Targets, client: u64) -> Result<CallSpec, String> {
         let (target, function, closure) = self.function(targets)?;
-        let args = match self.args_pickle {
-            Some(pickle) => lfm_monitor::runner::request::Arguments::Pickle(pickle),
-            None => arguments::json(self.args, self.kwargs)?,
-        };
         let limits = self.limits.unwrap_or_default();
         let limits = limits.parse(Written::Json).map_err(|e| e.to_string())?;
+        let args = match (self.args_pickle, self.args_file) {
+            (Some(pickle), None) => Arguments::Pickle(pickle),
+            (None, Some(file)) => arguments::pickle_file_fitting(&file, limits.memory_bytes)?,
+            (None, None) => arguments::json(self.args, self.kwargs)?,
+            (Some(_), Some(_)) => {
+                return Err("give \"args_pickle\" or \"args_file\", not both".into())
+            }
+        };
         let auto = auto(self.auto, self.strategy.as_deref(), self.max_retries)?;
         // A call's category is its function's name unless given: its history sizes the next.
         let category = self.category.or_else(|| {
@@ -84,6 +95,7 @@ impl Request {
             function,
             args,
             result_format: self.result,
+            result_by_file: self.result_by_file.unwrap_or(false),
             limits,
             auto,
             closure,

@@ -10,6 +10,7 @@ import inspect
 import os
 import pickle
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
@@ -26,6 +27,8 @@ from .errors import (
 )
 
 Size = Union[str, int, float, None]
+# Arguments whose pickle is larger go to the serve as a file, not base64 in the request line.
+ARGS_INLINE_MAX = 1 << 20
 LIMIT_KEYS = ("memory", "cores", "wall", "processes", "disk", "gpus", "gpu_memory")
 
 
@@ -139,9 +142,12 @@ def request(
     options: Options,
     roots: Sequence[str],
     name: Optional[str] = None,
+    spill_dir: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The request line for one call (without its id); `name` names a pickled callable in
-    the Report (default: its qualified name)."""
+    the Report (default: its qualified name). Arguments over ARGS_INLINE_MAX go to a file in
+    `spill_dir` when given (the caller removes it with `discard` once the reply is in), and
+    a large value comes back as a file either way."""
     fields = function_fields(fn, roots, name)
     try:
         # cloudpickle: an argument may itself be a lambda or a __main__ function.
@@ -149,7 +155,11 @@ def request(
     except Exception as error:
         name = getattr(fn, "__qualname__", repr(fn))
         raise SerializationError(f"could not pickle the arguments of {name}: {error}") from error
-    fields.update(args_pickle=_b64(data), limits=options.limits(), result="pickle")
+    if spill_dir is not None and len(data) > ARGS_INLINE_MAX:
+        fields["args_file"] = _spill(data, spill_dir)
+    else:
+        fields["args_pickle"] = _b64(data)
+    fields.update(limits=options.limits(), result="pickle", result_by_file=True)
     if options.category is not None:
         fields["category"] = options.category
     if options.auto:
@@ -159,12 +169,44 @@ def request(
     return fields
 
 
+def _spill(data: bytes, directory: str) -> str:
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    handle, path = tempfile.mkstemp(prefix=f"args-{os.getpid()}-", suffix=".pickle", dir=directory)
+    with os.fdopen(handle, "wb") as file:
+        file.write(data)
+    return path
+
+
+def discard(fields: Dict[str, Any]) -> None:
+    """Remove the arguments' file of a request whose reply is in (or that is given up)."""
+    if "args_file" in fields:
+        try:
+            os.unlink(fields["args_file"])
+        except OSError:
+            pass
+
+
+def _value_bytes(reply: Dict[str, Any]) -> bytes:
+    """The value's pickle: inline, or in the file the serve handed over (read, then removed)."""
+    path = reply.get("result_file")
+    if path is None:
+        return base64.b64decode(reply["result_pickle"])
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 def outcome(reply: Dict[str, Any]) -> Tuple[bool, Any, Optional[Report]]:
     """(True, value, report) or (False, exception to raise, report) for a reply."""
     report = reply.get("report")
     if reply.get("ok"):
         try:
-            return True, pickle.loads(base64.b64decode(reply["result_pickle"])), report
+            return True, pickle.loads(_value_bytes(reply)), report
         except Exception as error:
             message = f"the call's result could not be unpickled here: {error}"
             return False, SerializationError(message, report), report

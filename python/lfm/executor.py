@@ -34,7 +34,10 @@ def run_call(
     """Send one call to the node's serve; `future` gets its value or exception, and Report."""
     from . import packs  # only pack=True needs lfm pack
 
+    fields: Dict[str, Any] = {}
+
     def done(reply: Optional[Dict[str, Any]], error: Optional[BaseException]) -> None:
+        calls.discard(fields)
         if reply is not None:
             ok, value, future.report = calls.outcome(reply)
             future.retries = list(reply.get("retries") or [])
@@ -47,9 +50,10 @@ def run_call(
     try:
         pack = packs.pack_for(calls.unwrapped(fn)) if options.pack else None
         key = node.ServeKey.here(pack, preload)
-        fields = calls.request(fn, args, kwargs, options, key.roots, name)
+        fields.update(calls.request(fn, args, kwargs, options, key.roots, name, node.spill_dir()))
         node.CALLS.send(key, fields, done)
     except Exception as error:  # no binary, no serve, unpicklable: the future says why
+        calls.discard(fields)
         if not future.done():
             future.set_exception(error)
 

@@ -52,6 +52,11 @@ def runtime_dir() -> str:
     return os.path.join("/tmp", f"lfm-{os.getuid()}")
 
 
+def spill_dir() -> str:
+    """Where large arguments wait for their call (in memory where the runtime dir is tmpfs)."""
+    return os.path.join(runtime_dir(), "data")
+
+
 def source_roots() -> List[str]:
     """This process's own source directories on sys.path: not the stdlib nor site-packages,
     which the interpreter has anyway, nor Dask's per-worker scratch directories (each worker
@@ -281,7 +286,8 @@ class Connection:
         return False
 
     def _read(self) -> None:
-        buffer = b""
+        # A reply line may be long (a value inline, a Report): its pieces are joined once.
+        pieces: List[bytes] = []
         idle = idle_timeout()
         self.sock.settimeout(idle)
         while True:
@@ -297,8 +303,12 @@ class Connection:
             if not data:
                 self._fail(f"{self._name()} closed the connection")
                 return
-            buffer += data
-            *lines, buffer = buffer.split(b"\n")
+            if b"\n" not in data:
+                pieces.append(data)
+                continue
+            *lines, rest = data.split(b"\n")
+            lines[0] = b"".join(pieces + [lines[0]])
+            pieces = [rest] if rest else []
             for line in lines:
                 self._dispatch(line)
 

@@ -43,6 +43,36 @@ def test_importable_functions_go_by_name_the_others_by_cloudpickle(executor):
     assert closure.report["function"]["mode"] == "pickle"
 
 
+def _spilled_files():
+    spill = node.spill_dir()
+    return sorted(os.listdir(spill)) if os.path.isdir(spill) else []
+
+
+def test_large_arguments_and_values_travel_as_files_that_are_removed(executor):
+    data = os.urandom(3 << 20)  # over ARGS_INLINE_MAX: the request names a file
+    future = executor.submit(fns.double, data)
+    assert future.result() == data + data
+    assert _spilled_files() == []
+    served = os.path.join(os.environ["XDG_CACHE_HOME"], "lfm")
+    results = [root for root, _, _ in os.walk(served) if os.path.basename(root) == "results"]
+    assert results, "the value came back as a file, in the serve's results/"
+    assert [os.listdir(r) for r in results] == [[]] * len(results), "the client removed it"
+
+
+def test_a_large_value_reply_is_read_whole_among_small_ones(executor):
+    futures = [executor.submit(fns.double, "x" * (200 << 10) if n % 2 else n) for n in range(6)]
+    for n, future in enumerate(futures):
+        assert future.result() == ("x" * (400 << 10) if n % 2 else 2 * n)
+
+
+def test_arguments_larger_than_the_memory_limit_are_refused_naming_both():
+    with lfm.Executor(max_workers=1, memory="2M") as small:
+        future = small.submit(fns.double, b"y" * (3 << 20))
+        with pytest.raises(lfm.LfmError, match="over the call's memory limit of 2.0 MiB"):
+            future.result()
+    assert _spilled_files() == []
+
+
 def test_map_keeps_the_order(executor):
     assert list(executor.map(fns.double, range(6))) == [0, 2, 4, 6, 8, 10]
 

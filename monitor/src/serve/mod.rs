@@ -47,6 +47,8 @@ pub struct CallSpec {
     pub function: FunctionCall,
     pub args: Arguments,
     pub result_format: ResultFormat,
+    /// A value in a file goes back as a file (`result_file`), not inline.
+    pub result_by_file: bool,
     pub limits: Limits,
     pub category: Option<String>,
     /// `"auto": true`: limits not given come from the category's history, and a call that

@@ -32,6 +32,10 @@ pub struct Message {
     pub result: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result_pickle: Option<String>,
+    /// The value's bytes (in the format asked) in a file the client reads and removes; with
+    /// `result_by_file`, for values the child wrote to a file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_file: Option<std::path::PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result_not_json: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -78,6 +82,7 @@ impl Message {
             ok,
             result: None,
             result_pickle: None,
+            result_file: None,
             result_not_json: None,
             error: None,
             report: None,
@@ -147,15 +152,8 @@ impl Reply {
         message.stderr = Some(tail(&dir.join("stderr")));
         match applied {
             Outcome::Returned { result, not_json } => {
-                let bytes = value
-                    .or_else(|| std::fs::read(dir.join("result")).ok())
-                    .unwrap_or_default();
-                if result.format == "pickle" {
-                    message.result_pickle = Some(BASE64.encode(&bytes));
-                    message.result_not_json = not_json;
-                } else {
-                    message.result = Some(serde_json::from_slice(&bytes).unwrap_or_default());
-                }
+                message.result_not_json = not_json;
+                message.set_value(&result.format, dir, value, spec.result_by_file);
             }
             _ => {
                 let mut error = error_of(&report);
@@ -175,6 +173,39 @@ impl Reply {
             message: Box::new(message),
         }
     }
+}
+
+impl Message {
+    /// The value: sent inline (`value`), else in the call's `result` file, which is handed
+    /// over as it is when the client takes files.
+    fn set_value(&mut self, format: &str, dir: &Path, value: Option<Vec<u8>>, by_file: bool) {
+        if value.is_none() && by_file {
+            self.result_file = hand_over(dir);
+            if self.result_file.is_some() {
+                return;
+            }
+        }
+        let bytes = value
+            .or_else(|| std::fs::read(dir.join("result")).ok())
+            .unwrap_or_default();
+        if format == "pickle" {
+            self.result_pickle = Some(BASE64.encode(&bytes));
+        } else {
+            self.result = Some(serde_json::from_slice(&bytes).unwrap_or_default());
+            self.result_not_json = None;
+        }
+    }
+}
+
+/// The call's value file moved out of its directory (which is removed after the reply) into
+/// the serve's `results/`, beside it: the client reads it there and removes it. None when
+/// there is no file to move (the client then gets the value inline).
+fn hand_over(dir: &Path) -> Option<std::path::PathBuf> {
+    let results = dir.parent()?.join("results");
+    std::fs::create_dir_all(&results).ok()?;
+    let handed = results.join(dir.file_name()?);
+    std::fs::rename(dir.join("result"), &handed).ok()?;
+    Some(handed)
 }
 
 /// `reason` is one of: exception, limits, signal, no-result, error.
