@@ -207,6 +207,14 @@ pub struct ServeArgs {
     /// Record nothing (requests cannot ask for "auto" then).
     #[arg(long)]
     pub no_history: bool,
+    /// The zygote imports what calls imported from the standard library and installed
+    /// distributions, so later calls start warm, until it is this large (then it is replaced
+    /// by a fresh one once no call runs, and learns no more).
+    #[arg(long, value_name = "SIZE", default_value = "2G")]
+    pub learn_max: String,
+    /// The zygote imports only the --preload modules and --function targets.
+    #[arg(long, conflicts_with = "learn_max")]
+    pub no_learn: bool,
 }
 
 const CALL_EXAMPLES: &str = "\

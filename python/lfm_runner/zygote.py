@@ -24,6 +24,12 @@ a cgroup v1 costs the child an RCU grace period (~10 ms), which a spare pays bet
 instead of during one. `{"op": "remember", "target": {...}}` tells the zygote what a call ran,
 so that it compiles the function's slice once for the calls after it.
 
+`{"op": "learn", "modules": [[NAME, FILE or null], ...]}` names modules a call imported: the
+zygote imports those of the standard library and of installed distributions (never a file of
+the user's own tree: its top level is the user's code) so that the next calls find them
+loaded, and answers `{"op": "learned", "imported", "packages", "failed", "skipped",
+"seconds", "rss"}` (counts, the top-level names it imported, its resident size after).
+
 A child puts itself into the call's cgroups before any user code runs (writing its pid to each
 descriptor lfm opened, checking every write), leaves the zygote's state behind (signals, fds,
 random seeds, stdio), runs the call as `lfm call` does, and `os._exit`s.
@@ -90,6 +96,70 @@ def preload(config):
         importlib.import_module(name)
     for name, spec in config.get("functions", {}).items():
         targets.REGISTERED[name] = targets.load(spec)
+
+
+def installed_dirs():
+    """Where the standard library and installed distributions live, as path prefixes."""
+    import site
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    dirs = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    try:
+        dirs.update(site.getsitepackages())
+        dirs.add(site.getusersitepackages())
+    except AttributeError:  # an old virtualenv's site module
+        pass
+    dirs.update(p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages"))
+    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs if d)
+
+
+def learnable(name, file, prefixes):
+    """A module the zygote may import for later calls: loaded from the standard library or an
+    installed distribution (or built in), under a parent that is loaded already."""
+    if name.startswith(("lfm_runner", "__main__")):
+        return False
+    parent = name.rpartition(".")[0]
+    if parent and parent not in sys.modules:
+        return False
+    if file is None:
+        return name in sys.builtin_module_names or bool(parent)
+    return os.path.realpath(file).startswith(prefixes)
+
+
+def learn(modules):
+    """Import what calls imported, where it is the standard library's or installed (see
+    `learnable`), so that the next forks have it: the `learned` answer."""
+    import time
+
+    started = time.perf_counter()
+    prefixes = installed_dirs()
+    imported, failed, skipped = [], 0, 0
+    for name, file in modules:
+        if name in sys.modules:
+            continue
+        if not learnable(name, file, prefixes):
+            skipped += 1
+            continue
+        try:
+            importlib.import_module(name)
+            imported.append(name)
+        except BaseException:  # noqa: BLE001 - an import may raise anything; the call had it
+            failed += 1
+    gc.freeze()
+    return {
+        "op": "learned", "imported": len(imported), "failed": failed, "skipped": skipped,
+        "packages": sorted({name.partition(".")[0] for name in imported}),
+        "seconds": time.perf_counter() - started, "rss": resident_bytes(),
+    }
+
+
+def resident_bytes():
+    try:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def join_cgroups(fds):
@@ -251,6 +321,9 @@ def serve(control):
                 return 0
             if message.get("op") == "remember":
                 targets.remember(message.get("target"))
+                continue
+            if message.get("op") == "learn":
+                send(control, learn(message.get("modules", [])))
                 continue
             pid = fork_call(message, fds, control, selector, (wakeup_read, wakeup_write))
             running[pid] = message["id"]

@@ -5,7 +5,7 @@ use std::time::Duration;
 use lfm_call::serve::{serve as run_serve, ServeConfig};
 use lfm_call::ErrorKind;
 use lfm_monitor::gpu::GpuPolicy;
-use lfm_monitor::limits::parse_duration;
+use lfm_monitor::limits::{parse_duration, parse_size};
 use lfm_monitor::sizing::history::default_path;
 
 use crate::cli::ServeArgs;
@@ -41,6 +41,7 @@ fn config(args: ServeArgs) -> Result<ServeConfig, (i32, String)> {
         .map(|idle| parse_duration("--idle-timeout", idle))
         .transpose()
         .map_err(usage)?;
+    let learn_max = parse_size("--learn-max", &args.learn_max).map_err(usage)?;
     let interpreter = args.interpreter.choice().interpreter().map_err(exit_of)?;
     Ok(ServeConfig {
         interpreter,
@@ -59,5 +60,6 @@ fn config(args: ServeArgs) -> Result<ServeConfig, (i32, String)> {
         socket: args.socket,
         grace: Duration::from_secs_f64(grace),
         idle: idle.map(Duration::from_secs_f64),
+        learn_budget: (!args.no_learn).then_some(learn_max),
     })
 }

@@ -40,6 +40,8 @@ pub struct ServeConfig {
     pub socket: Option<PathBuf>,
     pub grace: Duration,
     pub idle: Option<Duration>,
+    /// The zygote's budget for what it learns from calls (none: it learns nothing).
+    pub learn_budget: Option<u64>,
 }
 
 /// Serve until stdin closes, a signal arrives, or the socket was idle; the working directory
@@ -91,6 +93,7 @@ fn start(
         history: config.history.clone(),
         gpus_per_slot: config.gpus_per_slot,
         gpu: config.gpu.clone(),
+        learn_budget: config.learn_budget,
     })
     .map_err(|e| CallError::failed_chain(&e))
 }

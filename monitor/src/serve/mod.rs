@@ -8,6 +8,7 @@
 
 mod done;
 mod janitor;
+mod learn;
 mod reply;
 mod sizing;
 mod spare;
@@ -71,6 +72,9 @@ pub struct ServerOptions {
     pub gpus_per_slot: u64,
     /// How calls' GPUs are kept; a call waits in the queue, not in the ledger, for busy ones.
     pub gpu: GpuPolicy,
+    /// What calls import is imported in the zygote for the next calls, until the zygote's
+    /// resident size passes this (learn.rs); none: nothing is learned.
+    pub learn_budget: Option<u64>,
 }
 
 /// What a finished call leaves to do once its reply is out ([`Server::after_delivery`]): its
@@ -129,6 +133,7 @@ pub struct Server {
     aftermath: Vec<Aftermath>,
     leftovers: Vec<Leftover>,
     janitor: janitor::Janitor,
+    learner: learn::Learner,
 }
 
 impl Server {
@@ -146,6 +151,7 @@ impl Server {
         std::fs::create_dir_all(&options.zygote.work_dir)
             .with_context(|| format!("creating {}", options.zygote.work_dir.display()))?;
         let zygote = Zygote::start(&options.zygote)?;
+        let learner = learn::Learner::new(options.learn_budget);
         Ok(Server {
             options,
             zygote: Some(zygote),
@@ -159,6 +165,7 @@ impl Server {
             aftermath: Vec::new(),
             leftovers: Vec::new(),
             janitor,
+            learner,
             retired: Vec::new(),
             last_limits: None,
             last_start: None,
@@ -428,6 +435,7 @@ impl Server {
                 self.finish(id, status, cpu);
             }
             Event::Exited { id: None, .. } => {}
+            Event::Learned(learned) => self.learner.learned(learned),
             Event::Died => self.zygote_died(),
         }
     }
@@ -510,6 +518,7 @@ impl Server {
         let (mut report, cgroup) = running.monitor.finish_keeping_cgroup(ending);
         report.function = Some(running.spec.function.clone());
         report.imports = self.imports_of(&running.dir, &running.spec);
+        self.learn_from(report.imports.as_ref());
         let applied = crate::outcome::apply(&mut report, outcome.as_ref());
         let sized = Server::mark_sized(&running.spec, &mut report);
         self.aftermath.push(Aftermath {
@@ -550,6 +559,7 @@ impl Server {
             }
             self.leftovers.push(done.leftover);
         }
+        self.shed_zygote();
         let starting = more && self.call_starting();
         let (mut due, mut wait): (Vec<Leftover>, Vec<Leftover>) =
             std::mem::take(&mut self.leftovers)
@@ -627,10 +637,35 @@ impl Server {
         let _ = std::fs::remove_dir_all(&running.dir);
     }
 
+    /// The zygote learns what a call imported; the spares forked before it did lack it.
+    fn learn_from(&mut self, imports: Option<&crate::report::Imports>) {
+        let Some(zygote) = &self.zygote else { return };
+        if self.learner.after_call(zygote, imports) {
+            for spare in std::mem::take(&mut self.spares) {
+                self.drop_spare(spare);
+            }
+        }
+    }
+
+    /// A zygote past its budget goes once no call runs under it; the next call starts a
+    /// fresh one (with the configured preloads).
+    fn shed_zygote(&mut self) {
+        if !self.learner.must_shed || !self.running.is_empty() {
+            return;
+        }
+        self.drop_spares();
+        if let Some(zygote) = self.zygote.take() {
+            zygote.stop();
+        }
+        self.learner.forget();
+    }
+
     /// What the call's log says it imported, compared with its function's closure.
     fn imports_of(&self, dir: &std::path::Path, spec: &CallSpec) -> Option<crate::report::Imports> {
         let log = dir.join("imports.log");
-        let mut imports = crate::imports::read(&log, &self.options.preloaded)?;
+        let mut preloaded = self.options.preloaded.clone();
+        preloaded.extend(self.learner.packages.iter().cloned());
+        let mut imports = crate::imports::read(&log, &preloaded)?;
         if let Some(closure) = &spec.closure {
             crate::imports::compare(&mut imports, closure.clone());
         }
@@ -638,6 +673,7 @@ impl Server {
     }
 
     fn restart_zygote(&mut self) {
+        self.learner.forget();
         match Zygote::start(&self.options.zygote) {
             Ok(zygote) => {
                 self.zygote = Some(zygote);

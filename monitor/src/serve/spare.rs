@@ -120,7 +120,7 @@ impl Server {
     /// Send a spare away without waiting: closing its go pipe, it reads end-of-file and exits,
     /// and its cgroup and directory go when the zygote reports it reaped
     /// ([`Server::spare_exited`]), off the path of the call that found it unfit.
-    fn drop_spare(&mut self, mut spare: Spare) {
+    pub(super) fn drop_spare(&mut self, mut spare: Spare) {
         spare.go = None;
         spare.done = None;
         match &self.zygote {

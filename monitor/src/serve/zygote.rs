@@ -48,8 +48,23 @@ pub enum Event {
         system: f64,
         maxrss: u64,
     },
+    /// It imported modules calls had imported ([`Zygote::learn`]).
+    Learned(Learned),
     /// The zygote is gone (its socket closed).
     Died,
+}
+
+/// The zygote's answer to a `learn`: what it imported for the next calls, and its size after.
+#[derive(Debug, Default, Clone, serde::Deserialize)]
+pub struct Learned {
+    pub imported: u64,
+    pub failed: u64,
+    pub skipped: u64,
+    /// The top-level names of the modules it imported.
+    pub packages: Vec<String>,
+    pub seconds: f64,
+    /// Its resident size after the imports.
+    pub rss: u64,
 }
 
 pub struct Zygote {
@@ -225,6 +240,37 @@ impl Zygote {
         }
     }
 
+    /// Modules calls imported (name, file): the zygote imports those of the standard library
+    /// and installed distributions, and answers [`Event::Learned`] for each message sent.
+    /// Returns how many messages went (a long list goes in several, each under the zygote's
+    /// message size).
+    pub fn learn(&self, modules: &[(String, Option<String>)]) -> Result<usize> {
+        let mut sent = 0;
+        let mut batch: Vec<&(String, Option<String>)> = Vec::new();
+        let mut size = 0;
+        for module in modules {
+            let entry = module.0.len() + module.1.as_ref().map_or(4, |f| f.len()) + 8;
+            if size + entry > MAX_MESSAGE / 2 && !batch.is_empty() {
+                self.send_learn(&std::mem::take(&mut batch))?;
+                sent += 1;
+                size = 0;
+            }
+            batch.push(module);
+            size += entry;
+        }
+        if !batch.is_empty() {
+            self.send_learn(&batch)?;
+            sent += 1;
+        }
+        Ok(sent)
+    }
+
+    fn send_learn(&self, modules: &[&(String, Option<String>)]) -> Result<()> {
+        let message = serde_json::json!({"op": "learn", "modules": modules});
+        self.send(&message, &[])
+            .context("sending modules to learn to the zygote")
+    }
+
     fn send(&self, message: &serde_json::Value, fds: &[RawFd]) -> Result<()> {
         let message = message.to_string();
         let iov = [IoSlice::new(message.as_bytes())];
@@ -283,6 +329,11 @@ pub fn go(go: OwnedFd, request: &Request, request_file: &Path) -> Result<()> {
 }
 
 fn parse_event(message: &serde_json::Value, fds: Vec<OwnedFd>) -> Option<Event> {
+    if message["op"] == "learned" {
+        return serde_json::from_value(message.clone())
+            .ok()
+            .map(Event::Learned);
+    }
     let pid = message["pid"].as_i64()? as i32;
     match message["op"].as_str()? {
         "started" => {
