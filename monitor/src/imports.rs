@@ -41,6 +41,10 @@ pub fn read(path: &Path, preloaded: &[String]) -> Option<Imports> {
         let Some((name, origin)) = line.trim_end_matches('\n').split_once('\t') else {
             continue;
         };
+        let (origin, loaded) = match origin.split_once('\t') {
+            Some((origin, flag)) => (origin, flag == "loaded"),
+            None => (origin, false),
+        };
         if name.is_empty() || !seen.insert(name.to_string()) {
             continue;
         }
@@ -50,6 +54,7 @@ pub fn read(path: &Path, preloaded: &[String]) -> Option<Imports> {
             file: (!origin.is_empty() && origin != "!" && origin.starts_with('/'))
                 .then(|| origin.to_string()),
             distribution: None,
+            loaded,
         });
     }
     Some(Imports {
@@ -130,7 +135,7 @@ mod tests {
         let log = dir.path().join("imports.log");
         std::fs::write(
             &log,
-            "json\t/usr/lib/python3.11/json/__init__.py\nposix\tbuilt-in\nmissing\t!\njson\t/x\nyam",
+            "json\t/usr/lib/python3.11/json/__init__.py\nposix\tbuilt-in\tloaded\nmissing\t!\njson\t/x\nyam",
         )
         .unwrap();
         let imports = read(&log, &["pandas".into()]).unwrap();
@@ -141,6 +146,7 @@ mod tests {
             Some("/usr/lib/python3.11/json/__init__.py")
         );
         assert_eq!(imports.modules[1].file, None);
+        assert!(imports.modules[1].loaded && !imports.modules[0].loaded);
         assert!(!imports.modules[2].found);
         assert_eq!(imports.preloaded, ["pandas"]);
     }
@@ -151,6 +157,7 @@ mod tests {
             file: Some(file.into()),
             found: true,
             distribution: distribution.map(str::to_string),
+            loaded: false,
         }
     }
 

@@ -133,6 +133,10 @@ pub struct ImportedModule {
     /// environment's distributions (`lfm call` in slice mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub distribution: Option<String>,
+    /// Loaded before the call (the interpreter's, the runner's, the zygote's): the call used
+    /// it without loading it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub loaded: bool,
 }
 
 /// What a call returned: its type and size, never the value.

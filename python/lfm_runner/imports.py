@@ -7,7 +7,8 @@ before it died. `!` as origin: no finder found the module (an ImportError follow
 
 Modules loaded before the call (by the interpreter, the runner, or a zygote's preload) never
 reach a finder, yet the call may well need them (`import json` inside a function): an
-`__import__` wrapper logs the first import statement that names each of them. A Python-level
+`__import__` wrapper logs the first import statement that names each of them, as
+`name<TAB>origin<TAB>loaded` (the call used it; it did not load it). A Python-level
 `__import__` makes every import statement slower (~8% of the CPU of importing pandas and
 scikit-learn, ~11,000 statements), so while the top level of an installed or stdlib module
 runs (those are what such imports consist of) the interpreter's own `__import__` is put back:
@@ -45,9 +46,10 @@ class ImportLog:
         self.write(name, "!")
         return None
 
-    def write(self, name, origin):
+    def write(self, name, origin, loaded=False):
+        line = f"{name}\t{origin}\tloaded\n" if loaded else f"{name}\t{origin}\n"
         try:
-            os.write(self.fd, f"{name}\t{origin}\n".encode("utf-8", "surrogateescape"))
+            os.write(self.fd, line.encode("utf-8", "surrogateescape"))
         except OSError:
             pass
 
@@ -79,7 +81,7 @@ class ImportLog:
             self.touched(parent)
         self.logged.add(name)
         spec = getattr(sys.modules.get(name), "__spec__", None)
-        self.write(name, getattr(spec, "origin", None) or "")
+        self.write(name, getattr(spec, "origin", None) or "", loaded=True)
 
     def user_code(self, origin):
         if not origin or not origin.startswith(os.sep):

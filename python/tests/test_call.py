@@ -78,10 +78,10 @@ def test_the_import_log_lists_what_the_call_loaded_as_it_happens(tmp_path, monke
     req["import_log"] = str(tmp_path / "imports.log")
     assert call.run(req)["exception"]["type"] == "ModuleNotFoundError"
     lines = [line.split("\t") for line in (tmp_path / "imports.log").read_text().splitlines()]
-    names = [name for name, _ in lines]
+    names = [line[0] for line in lines]
     assert names[:1] == ["callee"]
     assert "colorsys" in names
-    origin = dict(lines)
+    origin = {line[0]: line[1] for line in lines}
     assert origin["colorsys"].endswith("colorsys.py")
     assert origin["no_such_module_anywhere"] == "!"
     # The stdlib module loaded with the interpreter's own __import__ keeps its real loader.
@@ -101,9 +101,11 @@ def test_modules_loaded_before_the_call_are_logged_when_it_imports_them(tmp_path
     req["import_log"] = str(tmp_path / "imports.log")
     before = builtins.__import__
     assert call.run(req)["ok"]
-    names = [line.split("\t")[0] for line in (tmp_path / "imports.log").read_text().splitlines()]
+    lines = [line.split("\t") for line in (tmp_path / "imports.log").read_text().splitlines()]
+    names = [line[0] for line in lines]
     assert "json" in names and "os.path" in names and "os" in names
     assert names.count("json") == 1
+    assert all(line[2:] == ["loaded"] for line in lines if line[0] in ("json", "os.path"))
     # The log ends with the call: the runner's own imports after it are not the call's.
     assert builtins.__import__ is before
     assert not any(type(f).__name__ == "ImportLog" for f in sys.meta_path)

@@ -318,3 +318,47 @@ def test_gpus_give_a_call_a_device_of_its_own():
 def test_gpus_must_be_whole_devices():
     with pytest.raises(TypeError, match="gpus"):
         lfm.task(gpus=0.5)(fns.double)
+
+
+WARM_SCRIPT = textwrap.dedent('''
+    import json, sys
+    import pandas as pd
+    import lfm
+
+    def total(n):  # a __main__ function using pandas: sent by value, pandas by reference
+        return int(pd.Series(range(n)).sum())
+
+    if __name__ == "__main__":
+        from pandas.api.types import is_number  # a function of an installed package
+        rows = []
+        with lfm.Executor(max_workers=1, memory="1G") as executor:
+            for fn, arg in [(total, 100)] * 5 + [(is_number, 3)] * 5:
+                future = executor.submit(fn, arg)
+                future.result()
+                report = future.report
+                rows.append({
+                    "function": report["function"]["mode"],
+                    "imported": [m["name"] for m in report["imports"]["modules"]
+                                 if not m.get("loaded")],
+                    "preloaded": report["imports"].get("preloaded", []),
+                    "peak": report["memory"]["peak_bytes"],
+                })
+        json.dump(rows, sys.stdout)
+''')
+
+
+def test_what_a_call_imports_is_warm_for_the_next_and_not_counted_in_its_memory(tmp_path):
+    script = tmp_path / "warm.py"
+    script.write_text(WARM_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = __import__("json").loads(done.stdout)
+    first = rows[0]
+    assert "pandas" in first["imported"] and len(first["imported"]) > 100, first
+    for row in rows[1:]:
+        assert row["imported"] == [], row
+        assert "pandas" in row["preloaded"], row
+    # pandas alone makes an interpreter ~60 MB larger; a warm call allocates a fraction.
+    zygote_sized = 60 << 20
+    assert all(row["peak"] < zygote_sized for row in rows[1:]), [r["peak"] for r in rows]

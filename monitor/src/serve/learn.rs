@@ -39,7 +39,7 @@ impl Learner {
         let new: Vec<(String, Option<String>)> = imports
             .modules
             .iter()
-            .filter(|module| module.found && !self.sent.contains(&module.name))
+            .filter(|module| module.found && !module.loaded && !self.sent.contains(&module.name))
             .map(|module| (module.name.clone(), module.file.clone()))
             .collect();
         if new.is_empty() {
