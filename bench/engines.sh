@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Per-task overhead of lfm inside Parsl HTEX (LfmHighThroughputExecutor vs HighThroughputExecutor)
-# and Dask (LfmPlugin's "lfm" executor vs the worker's threads), on noop and 100 ms tasks,
+# and Dask (LfmPlugin's "lfm" executor vs the worker's threads), on noop, 100 ms and typical tasks
+# (a __main__ app importing numpy and pandas inside, 100 ms of work),
 # 2 workers, in one run. Usage: bash bench/engines.sh   (from the repository root;
-# ROUNDS, NOOP_TASKS, SLEEP_TASKS, WORKERS to change the counts, 0 tasks to skip a kind;
+# ROUNDS, NOOP_TASKS, SLEEP_TASKS, TYPICAL_TASKS, WORKERS to change the counts, 0 tasks to skip a kind;
 # ENGINES="parsl" or "dask" for one engine)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,7 @@
 """Per-task overhead of lfm inside Parsl HTEX and Dask, against the same engine without lfm,
-on noop and 100 ms tasks, all measured in one run (bench/engines.sh).
+on noop and 100 ms tasks and on a typical app (defined here, in `__main__`, so the engines
+send it by value; it imports numpy and pandas inside, as Parsl's documentation asks, builds a
+small frame and works 100 ms), all measured in one run (bench/engines.sh).
 
 Each way runs a batch of tasks submitted at once on 2 workers; the figure is the batch's
 makespan (median of ROUNDS, ways interleaved). Overhead per task = (lfm - plain) makespan x
@@ -20,10 +22,22 @@ import engines_fns  # noqa: E402
 
 WORKERS = int(os.environ.get("WORKERS", "2"))
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
+
+
+def typical():
+    import numpy
+    import pandas
+
+    frame = pandas.DataFrame(numpy.arange(10_000).reshape(1000, 10))
+    time.sleep(0.1)
+    return int(frame.sum().sum())
+
+
 TASKS = {"noop": int(os.environ.get("NOOP_TASKS", "400")),
-         "100 ms": int(os.environ.get("SLEEP_TASKS", "60"))}
+         "100 ms": int(os.environ.get("SLEEP_TASKS", "60")),
+         "typical": int(os.environ.get("TYPICAL_TASKS", "40"))}
 TASKS = {kind: n for kind, n in TASKS.items() if n > 0}
-FUNCTIONS = {"noop": engines_fns.noop, "100 ms": engines_fns.sleep100}
+FUNCTIONS = {"noop": engines_fns.noop, "100 ms": engines_fns.sleep100, "typical": typical}
 ENGINES = os.environ.get("ENGINES", "parsl dask").split()
 
 

@@ -133,8 +133,9 @@ def learn(modules):
     import time
 
     started = time.perf_counter()
+    before = set(sys.modules)
     prefixes = installed_dirs()
-    imported, failed, skipped = [], 0, 0
+    failed, skipped = 0, 0
     for name, file in modules:
         if name in sys.modules:
             continue
@@ -143,13 +144,13 @@ def learn(modules):
             continue
         try:
             importlib.import_module(name)
-            imported.append(name)
         except BaseException:  # noqa: BLE001 - an import may raise anything; the call had it
             failed += 1
     gc.freeze()
+    new = set(sys.modules) - before
     return {
-        "op": "learned", "imported": len(imported), "failed": failed, "skipped": skipped,
-        "packages": sorted({name.partition(".")[0] for name in imported}),
+        "op": "learned", "imported": len(new), "failed": failed, "skipped": skipped,
+        "packages": sorted({name.partition(".")[0] for name in new}),
         "seconds": time.perf_counter() - started, "rss": resident_bytes(),
     }
 

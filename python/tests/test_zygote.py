@@ -219,3 +219,24 @@ def test_a_spare_leaves_without_running_when_its_go_pipe_closes_unwritten(tmp_pa
         raise AssertionError("the spare outlived its go pipe")
     assert not (tmp_path / "d1" / "sandbox" / "ran").exists()
     assert not (tmp_path / "d2" / "sandbox" / "ran").exists()
+
+
+def test_the_zygote_learns_installed_and_stdlib_modules_never_the_users(tmp_path, monkeypatch):
+    import colorsys as loaded_once
+
+    from lfm_runner import zygote
+
+    user_module = tmp_path / "mine.py"
+    user_module.write_text("raise SystemExit('user code ran in the zygote')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "colorsys")
+    prefixes = zygote.installed_dirs()
+    assert zygote.learnable("colorsys", loaded_once.__file__, prefixes)
+    assert not zygote.learnable("mine", str(user_module), prefixes)
+    assert not zygote.learnable("nowhere_loaded.child", loaded_once.__file__, prefixes)
+    answer = zygote.learn([["mine", str(user_module)], ["colorsys", loaded_once.__file__],
+                           ["json", None]])
+    assert "colorsys" in sys.modules and "mine" not in sys.modules
+    assert answer["op"] == "learned" and answer["skipped"] == 1 and answer["failed"] == 0
+    assert "colorsys" in answer["packages"] and answer["imported"] >= 1
+    assert answer["rss"] > 0
