@@ -25,6 +25,8 @@ ROUNDS = int(os.environ.get("ROUNDS", "5"))
 
 
 def typical():
+    import time
+
     import numpy
     import pandas
 
