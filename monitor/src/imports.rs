@@ -34,8 +34,40 @@ pub struct ClosureModule {
 /// half-written last line (the call was killed mid-write) is dropped.
 pub fn read(path: &Path, preloaded: &[String]) -> Option<Imports> {
     let text = std::fs::read(path).ok()?;
-    let text = String::from_utf8_lossy(&text);
     let mut seen = std::collections::HashSet::new();
+    let mut modules = parse(&text);
+    modules.retain(|module| seen.insert(module.name.clone()));
+    Some(Imports {
+        modules,
+        preloaded: preloaded.to_vec(),
+        not_in_closure: Vec::new(),
+        closure: None,
+    })
+}
+
+/// The complete lines written since `offset` (a running call's log, read as it grows);
+/// `offset` moves past them.
+pub fn read_new(path: &Path, offset: &mut u64) -> Vec<ImportedModule> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut text = Vec::new();
+    let read = std::fs::File::open(path).and_then(|mut file| {
+        file.seek(SeekFrom::Start(*offset))?;
+        file.read_to_end(&mut text)
+    });
+    if read.is_err() {
+        return Vec::new();
+    }
+    let complete = text
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |end| end + 1);
+    *offset += complete as u64;
+    parse(&text[..complete])
+}
+
+/// Every complete line as a module (repeats kept).
+fn parse(text: &[u8]) -> Vec<ImportedModule> {
+    let text = String::from_utf8_lossy(text);
     let mut modules = Vec::new();
     for line in text.split_inclusive('\n').filter(|l| l.ends_with('\n')) {
         let Some((name, origin)) = line.trim_end_matches('\n').split_once('\t') else {
@@ -45,7 +77,7 @@ pub fn read(path: &Path, preloaded: &[String]) -> Option<Imports> {
             Some((origin, flag)) => (origin, flag == "loaded"),
             None => (origin, false),
         };
-        if name.is_empty() || !seen.insert(name.to_string()) {
+        if name.is_empty() {
             continue;
         }
         modules.push(ImportedModule {
@@ -57,12 +89,7 @@ pub fn read(path: &Path, preloaded: &[String]) -> Option<Imports> {
             loaded,
         });
     }
-    Some(Imports {
-        modules,
-        preloaded: preloaded.to_vec(),
-        not_in_closure: Vec::new(),
-        closure: None,
-    })
+    modules
 }
 
 /// Compare a call's imports with its function's static closure. A module with no known

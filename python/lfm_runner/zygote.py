@@ -27,8 +27,9 @@ so that it compiles the function's slice once for the calls after it.
 `{"op": "learn", "modules": [[NAME, FILE or null], ...]}` names modules a call imported: the
 zygote imports those of the standard library and of installed distributions (never a file of
 the user's own tree: its top level is the user's code) so that the next calls find them
-loaded, and answers `{"op": "learned", "imported", "packages", "failed", "skipped",
-"seconds", "rss"}` (counts, the top-level names it imported, its resident size after).
+loaded, and answers `{"op": "learned", "imported", "packages", "installed", "failed", "skipped",
+"seconds", "rss"}` (counts, the top-level names it imported and those of them from installed
+distributions, its resident size after).
 
 A child puts itself into the call's cgroups before any user code runs (writing its pid to each
 descriptor lfm opened, checking every write), leaves the zygote's state behind (signals, fds,
@@ -98,8 +99,19 @@ def preload(config):
         targets.REGISTERED[name] = targets.load(spec)
 
 
+_INSTALLED_DIRS = None
+
+
 def installed_dirs():
-    """Where the standard library and installed distributions live, as path prefixes."""
+    """Where the standard library and installed distributions live, as path prefixes
+    (found once: lfm sends a running call's imports every few milliseconds)."""
+    global _INSTALLED_DIRS
+    if _INSTALLED_DIRS is None:
+        _INSTALLED_DIRS = _find_installed_dirs()
+    return _INSTALLED_DIRS
+
+
+def _find_installed_dirs():
     import site
     import sysconfig
 
@@ -133,6 +145,10 @@ def learn(modules):
     import time
 
     started = time.perf_counter()
+    modules = [(name, file) for name, file in modules if name not in sys.modules]
+    if not modules:
+        return {"op": "learned", "imported": 0, "failed": 0, "skipped": 0, "packages": [],
+                "installed": [], "seconds": time.perf_counter() - started, "rss": resident_bytes()}
     before = set(sys.modules)
     prefixes = installed_dirs()
     failed, skipped = 0, 0
@@ -148,11 +164,18 @@ def learn(modules):
             failed += 1
     gc.freeze()
     new = set(sys.modules) - before
+    packages = sorted({name.partition(".")[0] for name in new})
     return {
         "op": "learned", "imported": len(new), "failed": failed, "skipped": skipped,
-        "packages": sorted({name.partition(".")[0] for name in new}),
+        "packages": packages, "installed": [p for p in packages if from_distribution(p)],
         "seconds": time.perf_counter() - started, "rss": resident_bytes(),
     }
+
+
+def from_distribution(name):
+    """A module loaded from site-packages (an installed distribution), not the stdlib."""
+    file = getattr(sys.modules.get(name), "__file__", None) or ""
+    return "site-packages" in file or "dist-packages" in file
 
 
 def resident_bytes():

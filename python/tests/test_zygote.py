@@ -239,4 +239,5 @@ def test_the_zygote_learns_installed_and_stdlib_modules_never_the_users(tmp_path
     assert "colorsys" in sys.modules and "mine" not in sys.modules
     assert answer["op"] == "learned" and answer["skipped"] == 1 and answer["failed"] == 0
     assert "colorsys" in answer["packages"] and answer["imported"] >= 1
+    assert "colorsys" not in answer["installed"]  # the standard library's
     assert answer["rss"] > 0

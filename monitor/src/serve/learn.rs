@@ -3,11 +3,15 @@
 //! library and of installed distributions, so the next calls fork with them loaded. The
 //! zygote's growth is bounded: past the budget, learning stops and the zygote is replaced by
 //! a fresh one (with the configured preloads only) once no call runs under it.
+//!
+//! A running call's log is offered as it grows (every sample), so the zygote imports alongside
+//! the call; while the zygote works on one batch the next is gathered, and sent when it answers:
+//! one message per batch, not per sample (each answer wakes the serve loop).
 
 use std::collections::{BTreeSet, HashSet};
 
 use super::zygote::{Learned, Zygote};
-use crate::report::Imports;
+use crate::report::ImportedModule;
 
 pub struct Learner {
     /// The zygote's resident size past which it is replaced; none: nothing is learned.
@@ -18,6 +22,10 @@ pub struct Learner {
     pub packages: BTreeSet<String>,
     /// Over the budget: the zygote is to be replaced once no call runs.
     pub must_shed: bool,
+    /// Modules gathered while the zygote works on the batches sent.
+    pending: Vec<(String, Option<String>)>,
+    /// Batches sent and not answered yet.
+    in_flight: usize,
 }
 
 impl Learner {
@@ -27,39 +35,48 @@ impl Learner {
             sent: HashSet::new(),
             packages: BTreeSet::new(),
             must_shed: false,
+            pending: Vec::new(),
+            in_flight: 0,
         }
     }
 
-    /// Send the zygote what this call imported that it was not sent before; true when
-    /// something went (the spares forked before lack it).
-    pub fn after_call(&mut self, zygote: &Zygote, imports: Option<&Imports>) -> bool {
-        let (Some(_), Some(imports)) = (self.budget, imports) else {
-            return false;
-        };
-        let new: Vec<(String, Option<String>)> = imports
-            .modules
-            .iter()
-            .filter(|module| module.found && !module.loaded && !self.sent.contains(&module.name))
-            .map(|module| (module.name.clone(), module.file.clone()))
-            .collect();
-        if new.is_empty() {
+    /// Gather what calls imported (a running call's new log lines, or a finished call's
+    /// whole log) that the zygote was not sent before, and send it unless a batch is in flight.
+    /// True when something went (the spares forked before lack it).
+    pub fn offer(&mut self, zygote: &Zygote, modules: &[ImportedModule]) -> bool {
+        if self.budget.is_none() {
             return false;
         }
-        self.sent.extend(new.iter().map(|(name, _)| name.clone()));
-        if let Err(error) = zygote.learn(&new) {
-            eprintln!("lfm serve: warning: {error:#}");
+        for module in modules {
+            if module.found && !module.loaded && self.sent.insert(module.name.clone()) {
+                self.pending
+                    .push((module.name.clone(), module.file.clone()));
+            }
+        }
+        self.flush(zygote)
+    }
+
+    /// Send what was gathered once the zygote has answered every batch.
+    pub fn flush(&mut self, zygote: &Zygote) -> bool {
+        if self.in_flight > 0 || self.pending.is_empty() || self.budget.is_none() {
+            return false;
+        }
+        match zygote.learn(&std::mem::take(&mut self.pending)) {
+            Ok(batches) => self.in_flight = batches,
+            Err(error) => eprintln!("lfm serve: warning: {error:#}"),
         }
         true
     }
 
     /// The zygote's answer: logged; past the budget, learning stops and the zygote is shed.
     pub fn learned(&mut self, learned: Learned) {
+        self.in_flight = self.in_flight.saturating_sub(1);
         if learned.imported > 0 {
             eprintln!(
-                "lfm serve: the zygote imported {} module(s) calls used ({}) in {:.0} ms, now {} MiB \
+                "lfm serve: the zygote imported {} module(s) calls used (of {}) in {:.0} ms, now {} MiB \
                  ({} left to the calls: not installed or not loadable here)",
                 learned.imported,
-                learned.packages.join(", "),
+                named(&learned.installed),
                 learned.seconds * 1e3,
                 learned.rss >> 20,
                 learned.skipped + learned.failed,
@@ -81,8 +98,23 @@ impl Learner {
     /// The zygote was replaced: it has learned nothing.
     pub fn forget(&mut self) {
         self.sent.clear();
+        self.pending.clear();
+        self.in_flight = 0;
         self.packages.clear();
         self.must_shed = false;
+    }
+}
+
+/// The public top-level names, at most ten of them.
+fn named(packages: &[String]) -> String {
+    let public: Vec<&str> = packages
+        .iter()
+        .map(String::as_str)
+        .filter(|name| !name.starts_with('_'))
+        .collect();
+    match public.len() {
+        0..=10 => public.join(", "),
+        more => format!("{}, and {} more", public[..10].join(", "), more - 10),
     }
 }
 
@@ -111,5 +143,17 @@ mod tests {
         assert_eq!(learner.budget, None, "it learns no more");
         learner.forget();
         assert!(learner.packages.is_empty() && !learner.must_shed);
+    }
+
+    #[test]
+    fn the_log_names_ten_public_packages_at_most() {
+        let names: Vec<String> = ["_csv", "numpy", "pandas"].map(String::from).to_vec();
+        assert_eq!(named(&names), "numpy, pandas");
+        let many: Vec<String> = (0..13).map(|n| format!("p{n:02}")).collect();
+        assert!(
+            named(&many).ends_with("p09, and 3 more"),
+            "{}",
+            named(&many)
+        );
     }
 }

@@ -108,6 +108,8 @@ struct Running {
     done: Option<OwnedFd>,
     /// What it said.
     delivered: Option<done::Delivered>,
+    /// How far its import log was read while it ran (learn.rs).
+    import_log_read: u64,
 }
 
 pub struct Server {
@@ -365,6 +367,7 @@ impl Server {
                 abandoned: false,
                 done: None,
                 delivered: None,
+                import_log_read: 0,
             },
         );
         Ok(())
@@ -435,7 +438,10 @@ impl Server {
                 self.finish(id, status, cpu);
             }
             Event::Exited { id: None, .. } => {}
-            Event::Learned(learned) => self.learner.learned(learned),
+            Event::Learned(learned) => {
+                self.learner.learned(learned);
+                self.learn_from(&[]);
+            }
             Event::Died => self.zygote_died(),
         }
     }
@@ -481,6 +487,7 @@ impl Server {
 
     fn sample_due(&mut self) {
         let now = Instant::now();
+        let mut imported = Vec::new();
         for running in self.running.values_mut() {
             if running.pid.is_none() || running.next_sample > now {
                 continue;
@@ -489,7 +496,12 @@ impl Server {
                 running.monitor.kill();
             }
             running.next_sample = Instant::now() + running.monitor.interval();
+            // The zygote imports what a long call imports while it runs: the next call then
+            // finds it loaded instead of waiting for the zygote after this one ends.
+            let log = running.dir.join("imports.log");
+            imported.extend(crate::imports::read_new(&log, &mut running.import_log_read));
         }
+        self.learn_from(&imported);
     }
 
     fn finish(&mut self, id: u64, status: i32, cpu: (f64, f64)) {
@@ -518,7 +530,9 @@ impl Server {
         let (mut report, cgroup) = running.monitor.finish_keeping_cgroup(ending);
         report.function = Some(running.spec.function.clone());
         report.imports = self.imports_of(&running.dir, &running.spec);
-        self.learn_from(report.imports.as_ref());
+        if let Some(imports) = &report.imports {
+            self.learn_from(&imports.modules);
+        }
         let applied = crate::outcome::apply(&mut report, outcome.as_ref());
         let sized = Server::mark_sized(&running.spec, &mut report);
         self.aftermath.push(Aftermath {
@@ -638,9 +652,9 @@ impl Server {
     }
 
     /// The zygote learns what a call imported; the spares forked before it did lack it.
-    fn learn_from(&mut self, imports: Option<&crate::report::Imports>) {
+    fn learn_from(&mut self, modules: &[crate::report::ImportedModule]) {
         let Some(zygote) = &self.zygote else { return };
-        if self.learner.after_call(zygote, imports) {
+        if self.learner.offer(zygote, modules) {
             for spare in std::mem::take(&mut self.spares) {
                 self.drop_spare(spare);
             }

@@ -182,6 +182,7 @@ impl Server {
                 abandoned: false,
                 done: spare.done,
                 delivered: None,
+                import_log_read: 0,
             },
         );
         None

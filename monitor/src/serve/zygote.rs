@@ -62,6 +62,9 @@ pub struct Learned {
     pub skipped: u64,
     /// The top-level names of the modules it imported.
     pub packages: Vec<String>,
+    /// Those of them from installed distributions (not the standard library).
+    #[serde(default)]
+    pub installed: Vec<String>,
     pub seconds: f64,
     /// Its resident size after the imports.
     pub rss: u64,
