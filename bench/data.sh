@@ -4,13 +4,7 @@
 # SIZES="1 10 100" and CALLS=N to change the sizes in MiB and the calls per size)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=target/bench-venv-engines
-if [ ! -f "$VENV/.complete" ] || ! cmp -s python/requirements-test.txt "$VENV/.complete"; then
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r python/requirements-test.txt
-  cp python/requirements-test.txt "$VENV/.complete"
-fi
+source bench/engines_venv.sh
 cargo build --release -q
 export LFM_BIN=$PWD/target/release/lfm
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}

@@ -7,13 +7,7 @@
 # ENGINES="parsl" or "dask" for one engine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=target/bench-venv-engines
-if [ ! -f "$VENV/.complete" ] || ! cmp -s python/requirements-test.txt "$VENV/.complete"; then
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r python/requirements-test.txt
-  cp python/requirements-test.txt "$VENV/.complete"
-fi
+source bench/engines_venv.sh
 cargo build --release -q
 export LFM_BIN=$PWD/target/release/lfm
 # The client from the source tree; Parsl's interchange and worker pool from the venv's bin/.

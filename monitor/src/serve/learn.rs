@@ -40,6 +40,11 @@ impl Learner {
         }
     }
 
+    /// Whether calls' imports are still wanted (learning is on and under its budget).
+    pub fn active(&self) -> bool {
+        self.budget.is_some()
+    }
+
     /// Gather what calls imported (a running call's new log lines, or a finished call's
     /// whole log) that the zygote was not sent before, and send it unless a batch is in flight.
     /// True when something went (the spares forked before lack it).

@@ -487,6 +487,7 @@ impl Server {
 
     fn sample_due(&mut self) {
         let now = Instant::now();
+        let learning = self.learner.active();
         let mut imported = Vec::new();
         for running in self.running.values_mut() {
             if running.pid.is_none() || running.next_sample > now {
@@ -498,8 +499,10 @@ impl Server {
             running.next_sample = Instant::now() + running.monitor.interval();
             // The zygote imports what a long call imports while it runs: the next call then
             // finds it loaded instead of waiting for the zygote after this one ends.
-            let log = running.dir.join("imports.log");
-            imported.extend(crate::imports::read_new(&log, &mut running.import_log_read));
+            if learning {
+                let log = running.dir.join("imports.log");
+                imported.extend(crate::imports::read_new(&log, &mut running.import_log_read));
+            }
         }
         self.learn_from(&imported);
     }
