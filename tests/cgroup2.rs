@@ -37,14 +37,29 @@ fn checks(layout: &str) -> Option<Vec<Value>> {
     let [lfm, workload, script, faults] = &staged.paths[..] else {
         unreachable!()
     };
-    let output = Command::new("bash")
-        .arg(root.join("tests/cgroup2host/run.sh"))
-        .arg(layout)
-        .arg("bash")
-        .args([script, lfm, workload, faults])
-        .env("CACHE", root.join("target/cgroup2host"))
-        .output()
-        .expect("run bash tests/cgroup2host/run.sh");
+    let boot = || {
+        Command::new("bash")
+            .arg(root.join("tests/cgroup2host/run.sh"))
+            .arg(layout)
+            .arg("bash")
+            .args([script, lfm, workload, faults])
+            .env("CACHE", root.join("target/cgroup2host"))
+            .output()
+            .expect("run bash tests/cgroup2host/run.sh")
+    };
+    let mut output = boot();
+    // Exit 4: the guest itself stopped answering (every check has its own time limit inside,
+    // so a hung lfm shows as a failed check, not as this). Seen once in CI (the root guest, silent
+    // after its third check; not reproduced in 40 runs of that check): one more boot tells a fluke
+    // of the emulator from a fault.
+    if output.status.code() == Some(4) {
+        eprintln!(
+            "cgroup2host: the {layout} guest stopped answering; booting it once more. Its output:\n{}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output = boot();
+    }
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     if output.status.code() == Some(3) {

@@ -535,7 +535,9 @@ fn no_cgroup_is_left_behind() {
             .next()
             .and_then(|n| n.strip_prefix("run-"))
             .and_then(|r| r.split('-').next());
-        pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists())
+        // Looked at again after its pid: a run that ended between the walk and the pid check
+        // removed its cgroup just before it exited.
+        pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) && Path::new(dir).exists()
     })
     .collect();
     assert!(leftovers.is_empty(), "stale run cgroups: {leftovers:?}");

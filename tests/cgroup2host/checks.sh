@@ -14,6 +14,19 @@ parent="$(dirname "$own")"
 reports="$(mktemp -d)"
 n=0
 
+# guard COMMAND...: COMMAND, killed after LFM_CHECK_TIMEOUT seconds (default 240; a check takes
+# seconds). A hung check then shows as status 137 with the guest's processes printed, instead of
+# a guest that never reports.
+guard() {
+    timeout -s KILL "${LFM_CHECK_TIMEOUT:-240}" "$@"
+    local status=$?
+    if [ "$status" = 137 ]; then
+        echo "HUNG after ${LFM_CHECK_TIMEOUT:-240}s: $*"
+        ps -eo pid,ppid,stat,wchan:32,etime,args | grep -v ' \[' || true
+    fi
+    return "$status"
+}
+
 # emit NAME STATUS REPORT [EXTRA]: one JSON line; EXTRA is `"key": value, ...`.
 emit() {
     local report
@@ -25,7 +38,7 @@ run() {
     local name="$1"; shift
     n=$((n + 1))
     local report="$reports/$n.json"
-    "$lfm" run --quiet --report "$report" "$@"
+    guard "$lfm" run --quiet --report "$report" "$@"
     emit "$name" $? "$report"
 }
 # alone SCOPE NAME ARGS...: like run, with lfm the only process of a new cgroup SCOPE, as
@@ -35,7 +48,7 @@ alone() {
     n=$((n + 1))
     local report="$reports/$n.json"
     mkdir -p "$scope"
-    bash -c 'echo $$ >"$1/cgroup.procs" || exit 124; shift; exec "$@"' _ "$scope" \
+    guard bash -c 'echo $$ >"$1/cgroup.procs" || exit 124; shift; exec "$@"' _ "$scope" \
         "$lfm" run --quiet --report "$report" "$@"
     emit "$name" $? "$report"
 }
@@ -53,7 +66,7 @@ fi
 
 pidfile="$reports/daemon.pid"
 n=$((n + 1))
-"$lfm" run --quiet --report "$reports/$n.json" --wall 2 -- "$workload" doublefork "$pidfile"
+guard "$lfm" run --quiet --report "$reports/$n.json" --wall 2 -- "$workload" doublefork "$pidfile"
 status=$?
 daemon="$(cat "$pidfile" 2>/dev/null || echo 0)"
 alive=false
@@ -78,13 +91,13 @@ fi
 
 # 8 runs at once, started from this shell (beside it) and alone in one new cgroup.
 for i in 1 2 3 4 5 6 7 8; do
-    "$lfm" run --quiet --report "$reports/beside-$i.json" --memory 100M -- "$workload" touch 40 500 &
+    guard "$lfm" run --quiet --report "$reports/beside-$i.json" --memory 100M -- "$workload" touch 40 500 &
 done
 wait
 for i in 1 2 3 4 5 6 7 8; do emit concurrent_beside 0 "$reports/beside-$i.json"; done
 mkdir -p "$parent/lfm-alone8.scope"
 for i in 1 2 3 4 5 6 7 8; do
-    bash -c 'echo $$ >"$1/cgroup.procs" || exit 124; shift; exec "$@"' _ \
+    guard bash -c 'echo $$ >"$1/cgroup.procs" || exit 124; shift; exec "$@"' _ \
         "$parent/lfm-alone8.scope" "$lfm" run --quiet --report "$reports/alone-$i.json" --memory 100M -- "$workload" touch 40 500 &
 done
 wait
@@ -96,7 +109,7 @@ if [ "$(id -u)" != 0 ]; then
     ro="$parent/lfm-readonly.slice/ro.scope"
     mkdir -p "$ro"
     n=$((n + 1))
-    bash -c 'echo $$ >"$1/cgroup.procs" || exit 124
+    guard bash -c 'echo $$ >"$1/cgroup.procs" || exit 124
         chmod a-w "$1" "$1/cgroup.procs" "$1/cgroup.subtree_control" "$1/.." "$1/../cgroup.procs" "$1/../cgroup.subtree_control"
         shift; exec "$@"' _ "$ro" "$lfm" run --quiet --report "$reports/$n.json" --memory 100M -- "$workload" touch 300 2000
     emit not_delegated $? "$reports/$n.json"
@@ -107,7 +120,7 @@ if [ "$(id -u)" != 0 ]; then
     mkdir -p "$slice/shell.scope"
     echo "+memory +pids +cpu +io" >"$slice/cgroup.subtree_control"
     n=$((n + 1))
-    bash -c 'echo $$ >"$1/shell.scope/cgroup.procs" || exit 124
+    guard bash -c 'echo $$ >"$1/shell.scope/cgroup.procs" || exit 124
         chmod a-w "$1" "$1/cgroup.procs" "$1/cgroup.subtree_control"
         shift; "$@"; exit $?' _ "$slice" "$lfm" run --quiet --report "$reports/$n.json" --memory 100M -- "$workload" touch 300 2000
     emit shell_in_a_delegated_scope $? "$reports/$n.json"
@@ -120,7 +133,7 @@ if [ -x /usr/bin/python3 ]; then
     printf '%s\n' \
         '{"id": "alloc64", "function": "faults.py:alloc", "args": [64], "import_module": true}' \
         '{"id": "oom", "function": "faults.py:alloc", "args": [300], "import_module": true, "limits": {"memory": "100M"}}' |
-        (cd "$(dirname "$faults")" && "$lfm" serve --python /usr/bin/python3 --no-history --cache-dir "$reports/cache") >"$replies"
+        (cd "$(dirname "$faults")" && guard "$lfm" serve --python /usr/bin/python3 --no-history --cache-dir "$reports/cache") >"$replies"
     while read -r reply; do
         printf '{"check": "serve", "status": 0, "report": null, "reply": %s}\n' "$reply"
     done <"$replies"

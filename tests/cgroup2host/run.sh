@@ -14,7 +14,7 @@
 # Exit 3: the guest could not be prepared (setup.sh says why on stderr); exit 4: the guest booted
 # but reported no status (the console log is printed on stderr). Environment: CACHE (default
 # target/cgroup2host), LFM_GUEST_MEMORY (MiB, default 1024), LFM_GUEST_CPUS (default 2),
-# LFM_GUEST_TIMEOUT (seconds before a hung guest is stopped, default 1200).
+# LFM_GUEST_TIMEOUT (seconds before a hung guest is stopped, default 600).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 [ $# -ge 2 ] || { echo "usage: $0 root|user|slurm COMMAND [ARG...]" >&2; exit 2; }
@@ -33,7 +33,7 @@ truncate -s 512M "$run/scratch.img"
 
 started=$(date +%s.%N)
 set +e
-timeout "${LFM_GUEST_TIMEOUT:-1200}" qemu-system-x86_64 -accel tcg -m "${LFM_GUEST_MEMORY:-1024}" -smp "${LFM_GUEST_CPUS:-2}" \
+timeout "${LFM_GUEST_TIMEOUT:-600}" qemu-system-x86_64 -accel tcg -m "${LFM_GUEST_MEMORY:-1024}" -smp "${LFM_GUEST_CPUS:-2}" \
     -nographic -no-reboot -nodefaults -serial "file:$run/console.log" \
     -kernel "$KERNEL" -initrd "$INITRD" \
     -append "console=ttyS0 panic=-1 quiet loglevel=3 lfm.out=$run lfm.guest=$here/guest.sh" \
