@@ -172,9 +172,18 @@ pub struct ServeArgs {
     /// Modules the zygote imports before forking (comma-separated).
     #[arg(long, value_name = "MOD,...", value_delimiter = ',')]
     pub preload: Vec<String>,
-    /// Calls running at once; more are queued.
+    /// The most calls running at once; fewer run when their allocations (memory, cores) do
+    /// not fit the node's together, and the others wait in the queue (docs/serve.md
+    /// "Admission"). A call without a memory limit is allocated the node's memory / slots.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub slots: u32,
+    /// The node's memory calls are admitted against (default: the machine's, or the limit of
+    /// the cgroup lfm runs in when lower).
+    #[arg(long, value_name = "SIZE")]
+    pub node_memory: Option<String>,
+    /// The node's cores calls are admitted against (default: those lfm may run on).
+    #[arg(long, value_name = "N")]
+    pub node_cores: Option<String>,
     /// Cores a slot's math libraries use (OPENBLAS/OMP/MKL threads, set before imports).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub cores_per_slot: u32,

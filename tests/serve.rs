@@ -969,3 +969,105 @@ fn spares_run_only_calls_of_their_limits_and_a_killed_spare_is_replaced() {
         assert_no_leftovers(&setup);
     }
 }
+
+/// The calls' allocations held at `t` (between their Report's start and end).
+fn held_at(replies: &[Value], t: f64) -> u64 {
+    replies
+        .iter()
+        .map(|r| &r["report"])
+        .filter(|r| r["start"].as_f64().unwrap() <= t && t < r["end"].as_f64().unwrap())
+        .map(|r| r["allocation"]["memory_bytes"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn calls_start_when_their_memory_fits_the_node_and_a_large_one_is_not_starved() {
+    const MIB: u64 = 1 << 20;
+    for setup in setups() {
+        let name = setup.name;
+        let hold = |id: String, mib: u64, seconds: f64, limit: &str| {
+            call(
+                &id,
+                "alloc_hold",
+                json!([mib, seconds]),
+                json!({"memory": limit}),
+            )
+        };
+        // 600M runs; 700M cannot beside it; 100M ones can, four at a time, and go first, but
+        // at most OVERTAKE_LIMIT (8) of them before the 700M one.
+        let mut requests = vec![
+            hold("big".into(), 20, 1.5, "600M"),
+            hold("large".into(), 20, 0.3, "700M"),
+        ];
+        requests.extend((0..20).map(|i| hold(format!("s{i}"), 10, 0.3, "100M")));
+        let replies = setup.serve_all(&["--node-memory", "1G", "--slots", "8"], &requests);
+        assert!(
+            replies.iter().all(|r| r["ok"] == true),
+            "{name}: {replies:?}"
+        );
+        for reply in &replies {
+            let allocation = &reply["report"]["allocation"];
+            assert_eq!(allocation["node_memory_bytes"], 1024 * MIB, "{name}");
+            assert_eq!(
+                allocation["memory_bytes"], reply["report"]["limits"]["memory_bytes"],
+                "{name}: the allocation is the limit"
+            );
+        }
+        for reply in &replies {
+            let start = reply["report"]["start"].as_f64().unwrap();
+            let held = held_at(&replies, start);
+            assert!(held <= 1024 * MIB, "{name}: {held} bytes held at {start}");
+        }
+        let start = |id: &str| by_id(&replies, id)["report"]["start"].as_f64().unwrap();
+        let before_large = (0..20)
+            .filter(|i| start(&format!("s{i}")) < start("large"))
+            .count();
+        assert!(
+            (1..=8).contains(&before_large),
+            "{name}: {before_large} small calls started before the large one"
+        );
+        let big_end = by_id(&replies, "big")["report"]["end"].as_f64().unwrap();
+        assert!(
+            start("large") >= big_end,
+            "{name}: the large one waited for room"
+        );
+        let waited = by_id(&replies, "large")["report"]["allocation"]["queue_wait_seconds"]
+            .as_f64()
+            .unwrap();
+        assert!(waited > 0.0, "{name}");
+    }
+}
+
+#[test]
+fn a_call_larger_than_the_node_is_refused_at_once_naming_both() {
+    let setup = setups().remove(0);
+    let requests = [
+        call("huge", "add", json!([1]), json!({"memory": "2G"})),
+        call("fine", "add", json!([1]), json!({"memory": "100M"})),
+    ];
+    let replies = setup.serve_all(&["--node-memory", "1G"], &requests);
+    let refused = by_id(&replies, "huge");
+    assert_eq!(refused["error"]["reason"], "refused", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("2048.0 MiB") && message.contains("1024.0 MiB"),
+        "{message}"
+    );
+    assert_eq!(by_id(&replies, "fine")["ok"], true);
+}
+
+#[test]
+fn a_call_without_a_memory_limit_is_held_to_its_share_of_the_node() {
+    for setup in setups() {
+        let name = setup.name;
+        let requests = [call("share", "alloc", json!([300]), json!({}))];
+        let replies = setup.serve_all(&["--node-memory", "400M", "--slots", "2"], &requests);
+        let report = &by_id(&replies, "share")["report"];
+        assert_eq!(report["limits"]["memory_bytes"], 200u64 << 20, "{name}");
+        assert_eq!(report["allocation"]["memory_bytes"], 200u64 << 20, "{name}");
+        assert!(
+            report["limits_exceeded"]["memory"].is_number(),
+            "{name}: stopped by its own limit: {report}"
+        );
+    }
+}

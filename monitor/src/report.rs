@@ -28,6 +28,10 @@ pub struct Report {
     /// The limits that came from sizing (`--auto`), not from the user.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limits_from_sizing: Vec<String>,
+    /// `lfm serve`: what the call held of the node's budget while it ran, and how long it
+    /// waited in the queue for that (docs/serve.md "Admission").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<Allocated>,
     pub exit: Exit,
     /// Each exceeded resource with its limit (bytes, cores, seconds, processes).
     pub limits_exceeded: BTreeMap<String, f64>,
@@ -58,6 +62,18 @@ pub struct Report {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Allocated {
+    /// The call's memory allocation, which is also its memory limit.
+    pub memory_bytes: u64,
+    /// Its cores allocation (counted; enforced only as a `cores` limit).
+    pub cores: f64,
+    pub queue_wait_seconds: f64,
+    /// The node's budget the serve admitted calls against.
+    pub node_memory_bytes: u64,
+    pub node_cores: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Exit {
     /// `normal`, `signal`, `limits` or `error`.
     #[serde(rename = "type")]

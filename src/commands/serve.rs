@@ -5,7 +5,8 @@ use std::time::Duration;
 use lfm_call::serve::{serve as run_serve, ServeConfig};
 use lfm_call::ErrorKind;
 use lfm_monitor::gpu::GpuPolicy;
-use lfm_monitor::limits::{parse_duration, parse_size};
+use lfm_monitor::limits::{parse_duration, parse_positive, parse_size};
+use lfm_monitor::serve::NodeBudget;
 use lfm_monitor::sizing::history::default_path;
 
 use crate::cli::ServeArgs;
@@ -42,6 +43,18 @@ fn config(args: ServeArgs) -> Result<ServeConfig, (i32, String)> {
         .transpose()
         .map_err(usage)?;
     let learn_max = parse_size("--learn-max", &args.learn_max).map_err(usage)?;
+    let node_memory = args
+        .node_memory
+        .as_deref()
+        .map(|size| parse_size("--node-memory", size))
+        .transpose()
+        .map_err(usage)?;
+    let node_cores = args
+        .node_cores
+        .as_deref()
+        .map(|cores| parse_positive("--node-cores", cores))
+        .transpose()
+        .map_err(usage)?;
     let interpreter = args.interpreter.choice().interpreter().map_err(exit_of)?;
     Ok(ServeConfig {
         interpreter,
@@ -49,6 +62,7 @@ fn config(args: ServeArgs) -> Result<ServeConfig, (i32, String)> {
         preload: args.preload,
         cores_per_slot: args.cores_per_slot,
         slots: args.slots as usize,
+        node: NodeBudget::detect(node_memory, node_cores),
         gpus_per_slot: args.gpus_per_slot,
         gpu: GpuPolicy {
             wait: Duration::ZERO,

@@ -14,7 +14,7 @@ use lfm_monitor::backend::BackendChoice;
 use lfm_monitor::gpu::GpuPolicy;
 use lfm_monitor::runner::request::Target;
 use lfm_monitor::serve::zygote::ZygoteConfig;
-use lfm_monitor::serve::{Server, ServerOptions};
+use lfm_monitor::serve::{NodeBudget, Server, ServerOptions};
 
 use crate::error::{CallError, Result};
 use crate::interpreter::Interpreter;
@@ -29,6 +29,8 @@ pub struct ServeConfig {
     pub preload: Vec<String>,
     pub cores_per_slot: u32,
     pub slots: usize,
+    /// What the node has for calls: they start when their allocations fit in it.
+    pub node: NodeBudget,
     pub gpus_per_slot: u64,
     pub gpu: GpuPolicy,
     pub backend: BackendChoice,
@@ -89,6 +91,7 @@ fn start(
         zygote,
         backend: config.backend,
         slots: config.slots,
+        node: config.node,
         preloaded: config.preload.clone(),
         history: config.history.clone(),
         gpus_per_slot: config.gpus_per_slot,

@@ -6,6 +6,7 @@
 //! call, enforces its limits, and turns the zygote's exit message plus the runner's outcome
 //! into one reply. It knows nothing of transports (stdin, sockets) or of how targets are found.
 
+mod admission;
 mod done;
 mod janitor;
 mod learn;
@@ -14,7 +15,7 @@ mod sizing;
 mod spare;
 pub mod zygote;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -28,6 +29,7 @@ use crate::report::FunctionCall;
 use crate::runner::request::{Arguments, Outputs, Request, ResultFormat, Target};
 use crate::supervisor::{self, Ending, MonitorOptions, RunMonitor};
 
+pub use admission::{Allocation, NodeBudget, OVERTAKE_LIMIT};
 pub use reply::{ErrorBody, Message, Reply};
 pub use sizing::Auto;
 use zygote::{Event, Zygote, ZygoteConfig};
@@ -63,7 +65,10 @@ pub struct CallSpec {
 pub struct ServerOptions {
     pub zygote: ZygoteConfig,
     pub backend: BackendChoice,
+    /// The most calls running at once; how many do is up to their allocations and `node`.
     pub slots: usize,
+    /// What the node has for calls (admission.rs).
+    pub node: NodeBudget,
     /// Modules the zygote imports before forking (named in each call's import log).
     pub preloaded: Vec<String>,
     /// The history every call is recorded in (and `auto` sizes from); none: not recorded.
@@ -110,13 +115,15 @@ struct Running {
     delivered: Option<done::Delivered>,
     /// How far its import log was read while it ran (learn.rs).
     import_log_read: u64,
+    /// What it holds of the node's budget, and how long it waited for that.
+    allocated: crate::report::Allocated,
 }
 
 pub struct Server {
     options: ServerOptions,
     zygote: Option<Zygote>,
     next_id: u64,
-    queue: VecDeque<CallSpec>,
+    admission: admission::Admission,
     running: HashMap<u64, Running>,
     replies: Vec<Reply>,
     /// Zygote restarts after a crash, for the notes of later calls.
@@ -158,7 +165,7 @@ impl Server {
             options,
             zygote: Some(zygote),
             next_id: 0,
-            queue: VecDeque::new(),
+            admission: admission::Admission::default(),
             running: HashMap::new(),
             replies: Vec::new(),
             restarts: 0,
@@ -199,7 +206,7 @@ impl Server {
     }
 
     pub fn busy(&self) -> bool {
-        !self.running.is_empty() || !self.queue.is_empty()
+        !self.running.is_empty() || !self.admission.queue.is_empty()
     }
 
     /// A reply made without running anything (a malformed request), sent with the next step's.
@@ -208,7 +215,7 @@ impl Server {
     }
 
     pub fn submit(&mut self, spec: CallSpec) {
-        self.queue.push_back(spec);
+        self.admission.queue.push_back(admission::Queued::new(spec));
         self.dispatch();
     }
 
@@ -228,7 +235,12 @@ impl Server {
 
     /// The client is gone: its queued calls are dropped, its running calls killed.
     pub fn abandon_client(&mut self, client: u64) {
-        self.queue.retain(|spec| spec.client != client);
+        let queue = &mut self.admission.queue;
+        let head = queue.front().map(|q| q.spec.client);
+        queue.retain(|queued| queued.spec.client != client);
+        if head == Some(client) {
+            self.admission.head_left();
+        }
         for running in self
             .running
             .values_mut()
@@ -243,9 +255,9 @@ impl Server {
     /// are refused. Returns the last replies; the zygote is stopped.
     pub fn shutdown(&mut self, grace: Duration) -> Vec<Reply> {
         self.drop_spares();
-        for spec in std::mem::take(&mut self.queue) {
+        for queued in std::mem::take(&mut self.admission.queue) {
             self.replies
-                .push(Reply::refused(&spec, "the server is shutting down"));
+                .push(Reply::refused(&queued.spec, "the server is shutting down"));
         }
         let mut replies = Vec::new();
         let deadline = Instant::now() + grace;
@@ -276,15 +288,15 @@ impl Server {
 
     fn dispatch(&mut self) {
         while self.running.len() < self.options.slots.max(1) {
-            let Some(mut spec) = self.queue.pop_front() else {
+            let Some((mut spec, allocated)) = self.admit() else {
                 return;
             };
-            // Devices first: a call that must wait for them keeps its place unsized.
+            // Devices: a call that must wait for them goes back to its place.
             let gpus = match self.claim_gpus(&mut spec) {
                 Ok(gpus) => gpus,
                 Err(GpuError::Busy { .. }) => {
                     // Held by other lfm processes: the next step tries again.
-                    self.queue.push_front(spec);
+                    self.admission.put_back(spec, &allocated);
                     return;
                 }
                 Err(error) => {
@@ -292,20 +304,15 @@ impl Server {
                     continue;
                 }
             };
-            // Sized as it starts, not as it was queued: from every call recorded until now.
-            if let Err(message) = self.size(&mut spec) {
-                self.replies.push(Reply::refused(&spec, &message));
-                continue;
-            }
             if self.zygote.is_none() {
                 self.restart_zygote();
             }
             self.last_limits = Some(spec.limits.clone());
             self.last_start = Some(Instant::now());
-            let Some((spec, gpus)) = self.start_in_spare(spec, gpus) else {
+            let Some((spec, gpus)) = self.start_in_spare(spec, gpus, &allocated) else {
                 continue;
             };
-            if let Err(error) = self.start_call(spec, gpus) {
+            if let Err(error) = self.start_call(spec, gpus, allocated) {
                 self.replies.push(error);
             }
         }
@@ -325,7 +332,12 @@ impl Server {
         crate::gpu::meter::assign(count, &policy, &Ledger::of_node()).map(Some)
     }
 
-    fn start_call(&mut self, spec: CallSpec, gpus: Option<GpuMeter>) -> Result<(), Reply> {
+    fn start_call(
+        &mut self,
+        spec: CallSpec,
+        gpus: Option<GpuMeter>,
+        allocated: crate::report::Allocated,
+    ) -> Result<(), Reply> {
         self.next_id += 1;
         let id = self.next_id;
         let dir = self.options.zygote.work_dir.join(format!("call-{id}"));
@@ -368,6 +380,7 @@ impl Server {
                 done: None,
                 delivered: None,
                 import_log_read: 0,
+                allocated,
             },
         );
         Ok(())
@@ -532,6 +545,7 @@ impl Server {
         };
         let (mut report, cgroup) = running.monitor.finish_keeping_cgroup(ending);
         report.function = Some(running.spec.function.clone());
+        report.allocation = Some(running.allocated.clone());
         report.imports = self.imports_of(&running.dir, &running.spec);
         if let Some(imports) = &report.imports {
             self.learn_from(&imports.modules);
@@ -554,7 +568,7 @@ impl Server {
             self.retry(&running.spec, &report)
         };
         match again {
-            Some(again) => self.queue.push_front(again),
+            Some(again) => self.admission.retry(again),
             None if !running.abandoned => self.replies.push(Reply::finished(
                 &running.spec,
                 report,
@@ -644,6 +658,7 @@ impl Server {
         running.monitor.kill();
         let mut report = running.monitor.finish(Ending::default());
         report.function = Some(running.spec.function.clone());
+        report.allocation = Some(running.allocated.clone());
         report.imports = self.imports_of(&running.dir, &running.spec);
         let sized = Server::mark_sized(&running.spec, &mut report);
         self.record(&report, sized);

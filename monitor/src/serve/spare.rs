@@ -37,10 +37,13 @@ impl Server {
     pub fn prepare_spare(&mut self) {
         let ready = self.spares.len() < self.options.slots.max(1)
             && self.options.backend != BackendChoice::Auto;
+        // The first queued call's limits are known once it was sized for its allocation.
         let expected = self
+            .admission
             .queue
             .front()
-            .map(|next| &next.limits)
+            .filter(|next| next.allocation.is_some())
+            .map(|next| &next.spec.limits)
             .or(self.last_limits.as_ref());
         let (Some(limits), Some(zygote), true) = (expected, &self.zygote, ready) else {
             return;
@@ -135,6 +138,7 @@ impl Server {
         &mut self,
         spec: CallSpec,
         gpus: Option<GpuMeter>,
+        allocated: &crate::report::Allocated,
     ) -> Option<(CallSpec, Option<GpuMeter>)> {
         let ready = |s: &Spare| s.pid.is_some() && s.go.is_some();
         let Some(at) = self
@@ -183,6 +187,7 @@ impl Server {
                 done: spare.done,
                 delivered: None,
                 import_log_read: 0,
+                allocated: allocated.clone(),
             },
         );
         None

@@ -1,0 +1,321 @@
+//! Which queued call starts next. The node has a budget (memory and cores: the machine's, or
+//! the cgroup the serve runs in, or what `--node-memory`/`--node-cores` say); every call holds
+//! an allocation from it while it runs, and a queued call starts only when its allocation fits
+//! beside those of the running calls. `--slots` bounds how many run at once, on top.
+//!
+//! A call's allocation is its limits (given, or sized from history with `auto`); a limit it
+//! lacks is a default: memory, the whole node for an `auto` call its category has no history
+//! for (the first-allocation rule of Tovar's and cctools' strategies), else the node divided by
+//! the slots; cores, the node's cores divided by the slots. The memory allocation becomes the
+//! call's memory limit, so a call that outgrows it is stopped by its own cgroup, never by the
+//! kernel acting on the node. Cores are counted, not enforced, unless the call has a limit.
+//!
+//! Order: first come, first started, with backfill: when the first queued call does not fit,
+//! later ones that fit may start before it, but only [`OVERTAKE_LIMIT`] of them; then nothing
+//! overtakes it until it has started, so a large call waits for at most that many small ones.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::limits::Limits;
+use crate::report::Allocated;
+
+use super::{CallSpec, Reply, Server};
+
+/// How many calls may start before a first queued call that does not fit (docs/serve.md).
+pub const OVERTAKE_LIMIT: u32 = 8;
+
+/// What the node has for calls.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NodeBudget {
+    pub memory_bytes: u64,
+    pub cores: f64,
+}
+
+impl NodeBudget {
+    /// The machine's memory and cores, less where the serve's own cgroup limits them; either
+    /// can be given instead.
+    pub fn detect(memory_bytes: Option<u64>, cores: Option<f64>) -> NodeBudget {
+        NodeBudget {
+            memory_bytes: memory_bytes.unwrap_or_else(detected_memory),
+            cores: cores.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
+            }),
+        }
+    }
+}
+
+/// The memory and cores a running call holds from the node's budget.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Allocation {
+    pub memory_bytes: u64,
+    pub cores: f64,
+}
+
+impl Allocation {
+    /// `limits`' allocation; `whole_node`: a memory limit it lacks is the node's (an `auto`
+    /// call without history), else the node's share per slot.
+    pub fn of(limits: &Limits, budget: &NodeBudget, slots: usize, whole_node: bool) -> Allocation {
+        let share = slots.max(1) as u64;
+        let default_memory = if whole_node {
+            budget.memory_bytes
+        } else {
+            budget.memory_bytes / share
+        };
+        Allocation {
+            memory_bytes: limits.memory_bytes.unwrap_or(default_memory),
+            cores: limits.cores.unwrap_or(budget.cores / share as f64),
+        }
+    }
+
+    pub fn fits_beside(&self, held: Allocation, budget: &NodeBudget) -> bool {
+        // A little slack for cores summed from fractions (0.1 + 0.2 + ...).
+        held.memory_bytes.saturating_add(self.memory_bytes) <= budget.memory_bytes
+            && held.cores + self.cores <= budget.cores + 1e-9
+    }
+
+    /// Why this allocation can never start on the node; none when it can.
+    pub fn larger_than(&self, budget: &NodeBudget) -> Option<String> {
+        if self.memory_bytes > budget.memory_bytes {
+            return Some(format!(
+                "the call's memory ({}) is more than the node's ({}): it can never start here",
+                mib(self.memory_bytes),
+                mib(budget.memory_bytes)
+            ));
+        }
+        if self.cores > budget.cores + 1e-9 {
+            return Some(format!(
+                "the call's cores ({}) are more than the node's ({}): it can never start here",
+                self.cores, budget.cores
+            ));
+        }
+        None
+    }
+
+    pub fn sum(allocations: impl Iterator<Item = Allocation>) -> Allocation {
+        allocations.fold(
+            Allocation {
+                memory_bytes: 0,
+                cores: 0.0,
+            },
+            |sum, a| Allocation {
+                memory_bytes: sum.memory_bytes + a.memory_bytes,
+                cores: sum.cores + a.cores,
+            },
+        )
+    }
+}
+
+/// A call waiting for room, and since when.
+pub(super) struct Queued {
+    pub spec: CallSpec,
+    pub since: Instant,
+    /// Known once the call was sized (when it first came up for a start; its limits then hold
+    /// its memory allocation): kept, so that a waiting call is sized once, not at every step.
+    pub allocation: Option<Allocation>,
+    /// Why it may not run (its sizing failed, or it is larger than the node): it is refused
+    /// when it comes up.
+    refusal: Option<String>,
+}
+
+impl Queued {
+    pub fn new(spec: CallSpec) -> Queued {
+        Queued {
+            spec,
+            since: Instant::now(),
+            allocation: None,
+            refusal: None,
+        }
+    }
+}
+
+/// The order calls start in: first come first started, with at most [`OVERTAKE_LIMIT`] calls
+/// started before a first queued call that does not fit.
+#[derive(Default)]
+pub struct Overtaking {
+    /// How many calls started before the present first queued call since it first did not fit.
+    overtaken: u32,
+}
+
+impl Overtaking {
+    /// Which of `waiting` queued calls (in queue order) starts now, given what running calls
+    /// hold: the first when it fits, else the first later one that fits, while the first has
+    /// been overtaken fewer than [`OVERTAKE_LIMIT`] times. `allocation(i)` is call i's.
+    pub fn pick(
+        &mut self,
+        waiting: usize,
+        held: Allocation,
+        budget: &NodeBudget,
+        mut allocation: impl FnMut(usize) -> Allocation,
+    ) -> Option<usize> {
+        for at in 0..waiting {
+            if at > 0 && self.overtaken >= OVERTAKE_LIMIT {
+                return None;
+            }
+            if allocation(at).fits_beside(held, budget) {
+                self.overtaken = if at == 0 { 0 } else { self.overtaken + 1 };
+                return Some(at);
+            }
+        }
+        None
+    }
+
+    /// The first queued call changed without starting (dropped, or a retry went before it).
+    pub fn head_left(&mut self) {
+        self.overtaken = 0;
+    }
+}
+
+/// The queue of calls waiting for room.
+#[derive(Default)]
+pub(super) struct Admission {
+    pub queue: VecDeque<Queued>,
+    order: Overtaking,
+}
+
+impl Admission {
+    pub fn head_left(&mut self) {
+        self.order.head_left();
+    }
+
+    /// A call admitted but not started (its GPUs are busy) goes back first, as it was.
+    pub fn put_back(&mut self, spec: CallSpec, allocated: &Allocated) {
+        let waited = Duration::from_secs_f64(allocated.queue_wait_seconds);
+        self.queue.push_front(Queued {
+            spec,
+            since: Instant::now()
+                .checked_sub(waited)
+                .unwrap_or_else(Instant::now),
+            allocation: Some(allocation(allocated)),
+            refusal: None,
+        });
+    }
+
+    /// A call's next attempt goes first, to wait for room at its new allocation.
+    pub fn retry(&mut self, spec: CallSpec) {
+        self.queue.push_front(Queued::new(spec));
+        self.head_left();
+    }
+}
+
+impl Server {
+    /// The next queued call to start and what it holds of the node; the calls refused on the
+    /// way (sizing failed, larger than the node) are replied to.
+    pub(super) fn admit(&mut self) -> Option<(CallSpec, Allocated)> {
+        loop {
+            let held = Allocation::sum(self.running.values().map(|r| allocation(&r.allocated)));
+            let mut admission = std::mem::take(&mut self.admission);
+            let node = self.options.node;
+            let queue = &mut admission.queue;
+            let at = admission
+                .order
+                .pick(queue.len(), held, &node, |at| self.allocate(&mut queue[at]));
+            self.admission = admission;
+            let queued = self.admission.queue.remove(at?)?;
+            if let Some(reason) = &queued.refusal {
+                self.replies.push(Reply::refused(&queued.spec, reason));
+                continue;
+            }
+            let allocation = queued.allocation?;
+            let allocated = Allocated {
+                memory_bytes: allocation.memory_bytes,
+                cores: allocation.cores,
+                queue_wait_seconds: queued.since.elapsed().as_secs_f64(),
+                node_memory_bytes: node.memory_bytes,
+                node_cores: node.cores,
+            };
+            return Some((queued.spec, allocated));
+        }
+    }
+
+    /// Size a queued call (once: sized as it first comes up, from every call recorded until
+    /// then) and fix its allocation; a refused call takes nothing, so that it comes up at once.
+    fn allocate(&self, queued: &mut Queued) -> Allocation {
+        const NOTHING: Allocation = Allocation {
+            memory_bytes: 0,
+            cores: 0.0,
+        };
+        if let Some(allocation) = queued.allocation {
+            return allocation;
+        }
+        if queued.refusal.is_some() {
+            return NOTHING;
+        }
+        if let Err(message) = self.size(&mut queued.spec) {
+            queued.refusal = Some(message);
+            return NOTHING;
+        }
+        let limits = &mut queued.spec.limits;
+        let whole_node = queued.spec.auto.is_some() && limits.memory_bytes.is_none();
+        let node = &self.options.node;
+        let allocation = Allocation::of(limits, node, self.options.slots, whole_node);
+        if let Some(reason) = allocation.larger_than(node) {
+            queued.refusal = Some(reason);
+            return NOTHING;
+        }
+        limits.memory_bytes.get_or_insert(allocation.memory_bytes);
+        queued.allocation = Some(allocation);
+        allocation
+    }
+}
+
+/// The allocation a running call holds, from its Report's record.
+fn allocation(allocated: &Allocated) -> Allocation {
+    Allocation {
+        memory_bytes: allocated.memory_bytes,
+        cores: allocated.cores,
+    }
+}
+
+fn detected_memory() -> u64 {
+    let total = procfs_memtotal().unwrap_or(u64::MAX);
+    total.min(own_cgroup_memory_limit().unwrap_or(u64::MAX))
+}
+
+fn procfs_memtotal() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// The tightest memory limit on the way from the serve's cgroup up to its hierarchy's root, in
+/// the v2 hierarchy (memory.max) and in v1's memory one (memory.limit_in_bytes): a serve in a
+/// Slurm job's cgroup has the job's memory.
+fn own_cgroup_memory_limit() -> Option<u64> {
+    use crate::backend::files::{mount_point, own_cgroup};
+    let v2 = mount_point("cgroup2", None)
+        .zip(own_cgroup(None))
+        .and_then(|(root, path)| tightest_upwards(&root, &path, "memory.max"));
+    let v1 = mount_point("cgroup", Some("memory"))
+        .zip(own_cgroup(Some("memory")))
+        .and_then(|(root, path)| tightest_upwards(&root, &path, "memory.limit_in_bytes"));
+    v2.into_iter().chain(v1).min()
+}
+
+fn tightest_upwards(root: &Path, path: &str, file: &str) -> Option<u64> {
+    let mut dir = root.join(path.trim_start_matches('/'));
+    let mut tightest: Option<u64> = None;
+    while dir.starts_with(root) {
+        // "max" (v2) and v1's huge "unlimited" number parse as no limit or as more than the
+        // machine has: either way MemTotal wins.
+        let limit = std::fs::read_to_string(dir.join(file))
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok());
+        if let Some(limit) = limit {
+            tightest = Some(tightest.map_or(limit, |t| t.min(limit)));
+        }
+        if !dir.pop() {
+            break;
+        }
+    }
+    tightest
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+#[cfg(test)]
+mod tests;
