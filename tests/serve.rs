@@ -1071,3 +1071,45 @@ fn a_call_without_a_memory_limit_is_held_to_its_share_of_the_node() {
         );
     }
 }
+
+#[test]
+fn a_retried_call_waits_for_room_at_its_larger_allocation_then_succeeds() {
+    let setup = setups().remove(0);
+    let history = setup.dir.path().join("history.sqlite");
+    let with_history = ["--history", history.to_str().unwrap()];
+    let hold = |id: String, mib: u64, seconds: f64| {
+        json!({"id": id, "function": "faults.py:alloc_hold", "import_module": true,
+               "args": [mib, seconds], "category": "grow"})
+    };
+    let past: Vec<Value> = (0..12).map(|i| hold(format!("h{i}"), 30, 0.0)).collect();
+    assert!(setup
+        .serve_all(&with_history, &past)
+        .iter()
+        .all(|r| r["ok"] == true));
+
+    // 240M held for 3 s of a 300M node: the first attempt (sized from 30 MiB calls) fits
+    // beside it, runs out; the attempt that holds 60 MiB cannot fit until the holder ends.
+    let holder = call("holder", "alloc_hold", json!([10, 3.0]), json!({"memory": "240M"}));
+    let mut grow = hold("grow".into(), 60, 0.2);
+    grow["auto"] = true.into();
+    grow["max_retries"] = 6.into();
+    let mut args = with_history.to_vec();
+    args.extend(["--node-memory", "300M", "--slots", "4"]);
+    let replies = setup.serve_all(&args, &[holder, grow]);
+    let grown = by_id(&replies, "grow");
+    assert_eq!(grown["ok"], true, "{grown}");
+    assert!(grown["attempts"].as_u64().unwrap() >= 2, "{grown}");
+    let first_limit = grown["retries"][0]["limits"]["memory_bytes"].as_u64().unwrap();
+    assert!(first_limit <= 60 << 20, "the first attempt fitted beside: {grown}");
+    let report = &grown["report"];
+    let holder_end = by_id(&replies, "holder")["report"]["end"].as_f64().unwrap();
+    assert!(
+        report["start"].as_f64().unwrap() >= holder_end,
+        "the last attempt waited for the holder: {grown}"
+    );
+    assert!(report["allocation"]["queue_wait_seconds"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        report["allocation"]["memory_bytes"],
+        report["limits"]["memory_bytes"]
+    );
+}

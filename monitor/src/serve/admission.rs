@@ -3,12 +3,13 @@
 //! an allocation from it while it runs, and a queued call starts only when its allocation fits
 //! beside those of the running calls. `--slots` bounds how many run at once, on top.
 //!
-//! A call's allocation is its limits (given, or sized from history with `auto`); a limit it
-//! lacks is a default: memory, the whole node for an `auto` call its category has no history
-//! for (the first-allocation rule of Tovar's and cctools' strategies), else the node divided by
-//! the slots; cores, the node's cores divided by the slots. The memory allocation becomes the
+//! A call's memory allocation is its memory limit (given, or sized from history with `auto`),
+//! else the whole node for an `auto` call its category has no history for (the first-allocation
+//! rule of Tovar's and cctools' strategies), else the node divided by the slots; it becomes the
 //! call's memory limit, so a call that outgrows it is stopped by its own cgroup, never by the
-//! kernel acting on the node. Cores are counted, not enforced, unless the call has a limit.
+//! kernel acting on the node. Cores are reserved only by a `cores` limit the request gives:
+//! oversubscribed memory kills calls, oversubscribed CPU only slows them, and a sized cores
+//! limit is a call's peak, which an I/O-bound call holds for a moment of its run.
 //!
 //! Order: first come, first started, with backfill: when the first queued call does not fit,
 //! later ones that fit may start before it, but only [`OVERTAKE_LIMIT`] of them; then nothing
@@ -25,6 +26,9 @@ use super::{CallSpec, Reply, Server};
 
 /// How many calls may start before a first queued call that does not fit (docs/serve.md).
 pub const OVERTAKE_LIMIT: u32 = 8;
+/// How far down the queue a call that fits is looked for: each one looked at is sized, again
+/// after every call that ends while it waits.
+pub const BACKFILL_WINDOW: usize = 32;
 
 /// What the node has for calls.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,9 +58,16 @@ pub struct Allocation {
 }
 
 impl Allocation {
-    /// `limits`' allocation; `whole_node`: a memory limit it lacks is the node's (an `auto`
-    /// call without history), else the node's share per slot.
-    pub fn of(limits: &Limits, budget: &NodeBudget, slots: usize, whole_node: bool) -> Allocation {
+    /// The allocation of a call with these limits (`requested_cores`: the cores its request
+    /// gave); `whole_node`: without a memory limit it gets the node's memory (an `auto` call
+    /// without history), else the node's share per slot.
+    pub fn of(
+        limits: &Limits,
+        requested_cores: Option<f64>,
+        budget: &NodeBudget,
+        slots: usize,
+        whole_node: bool,
+    ) -> Allocation {
         let share = slots.max(1) as u64;
         let default_memory = if whole_node {
             budget.memory_bytes
@@ -65,7 +76,7 @@ impl Allocation {
         };
         Allocation {
             memory_bytes: limits.memory_bytes.unwrap_or(default_memory),
-            cores: limits.cores.unwrap_or(budget.cores / share as f64),
+            cores: requested_cores.unwrap_or(0.0),
         }
     }
 
@@ -112,8 +123,12 @@ pub(super) struct Queued {
     pub spec: CallSpec,
     pub since: Instant,
     /// Known once the call was sized (when it first came up for a start; its limits then hold
-    /// its memory allocation): kept, so that a waiting call is sized once, not at every step.
+    /// its memory allocation): kept until a call ends (the history then has one more row).
     pub allocation: Option<Allocation>,
+    /// The limits the request gave, which sizing starts from again.
+    requested: Limits,
+    /// How many calls had ended when it was sized.
+    sized_after: u64,
     /// Why it may not run (its sizing failed, or it is larger than the node): it is refused
     /// when it comes up.
     refusal: Option<String>,
@@ -122,10 +137,12 @@ pub(super) struct Queued {
 impl Queued {
     pub fn new(spec: CallSpec) -> Queued {
         Queued {
+            requested: spec.limits.clone(),
             spec,
             since: Instant::now(),
             allocation: None,
             refusal: None,
+            sized_after: 0,
         }
     }
 }
@@ -149,7 +166,7 @@ impl Overtaking {
         budget: &NodeBudget,
         mut allocation: impl FnMut(usize) -> Allocation,
     ) -> Option<usize> {
-        for at in 0..waiting {
+        for at in 0..waiting.min(BACKFILL_WINDOW) {
             if at > 0 && self.overtaken >= OVERTAKE_LIMIT {
                 return None;
             }
@@ -182,14 +199,12 @@ impl Admission {
     /// A call admitted but not started (its GPUs are busy) goes back first, as it was.
     pub fn put_back(&mut self, spec: CallSpec, allocated: &Allocated) {
         let waited = Duration::from_secs_f64(allocated.queue_wait_seconds);
-        self.queue.push_front(Queued {
-            spec,
-            since: Instant::now()
-                .checked_sub(waited)
-                .unwrap_or_else(Instant::now),
-            allocation: Some(allocation(allocated)),
-            refusal: None,
-        });
+        let mut queued = Queued::new(spec);
+        queued.since = Instant::now()
+            .checked_sub(waited)
+            .unwrap_or_else(Instant::now);
+        queued.allocation = Some(allocation(allocated));
+        self.queue.push_front(queued);
     }
 
     /// A call's next attempt goes first, to wait for room at its new allocation.
@@ -229,19 +244,30 @@ impl Server {
         }
     }
 
-    /// Size a queued call (once: sized as it first comes up, from every call recorded until
-    /// then) and fix its allocation; a refused call takes nothing, so that it comes up at once.
+    /// Size a queued call and fix its allocation: as it first comes up, and again after calls
+    /// ended (an `auto` call from every call recorded until then, so that calls queued before
+    /// their category had a history do not keep the whole node). A refused call takes
+    /// nothing, so that it comes up at once.
     fn allocate(&self, queued: &mut Queued) -> Allocation {
         const NOTHING: Allocation = Allocation {
             memory_bytes: 0,
             cores: 0.0,
         };
-        if let Some(allocation) = queued.allocation {
-            return allocation;
-        }
         if queued.refusal.is_some() {
             return NOTHING;
         }
+        let first_attempt = queued
+            .spec
+            .auto
+            .as_ref()
+            .is_some_and(|a| a.attempts.retried == 0);
+        let stale = first_attempt && queued.sized_after != self.calls_ended;
+        match queued.allocation {
+            Some(allocation) if !stale => return allocation,
+            Some(_) => queued.spec.limits = queued.requested.clone(),
+            None => {}
+        }
+        queued.sized_after = self.calls_ended;
         if let Err(message) = self.size(&mut queued.spec) {
             queued.refusal = Some(message);
             return NOTHING;
@@ -249,7 +275,8 @@ impl Server {
         let limits = &mut queued.spec.limits;
         let whole_node = queued.spec.auto.is_some() && limits.memory_bytes.is_none();
         let node = &self.options.node;
-        let allocation = Allocation::of(limits, node, self.options.slots, whole_node);
+        let cores = queued.requested.cores;
+        let allocation = Allocation::of(limits, cores, node, self.options.slots, whole_node);
         if let Some(reason) = allocation.larger_than(node) {
             queued.refusal = Some(reason);
             return NOTHING;

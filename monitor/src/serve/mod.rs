@@ -143,6 +143,10 @@ pub struct Server {
     leftovers: Vec<Leftover>,
     janitor: janitor::Janitor,
     learner: learn::Learner,
+    /// Calls that ended or were recorded: queued calls are sized again after one was.
+    calls_ended: u64,
+    /// The history rows sizing read since the last call ended, by category.
+    sizing_rows: std::cell::RefCell<HashMap<Option<String>, Vec<crate::sizing::history::Row>>>,
 }
 
 impl Server {
@@ -179,6 +183,8 @@ impl Server {
             last_limits: None,
             last_start: None,
             last_wall: None,
+            calls_ended: 0,
+            sizing_rows: Default::default(),
         })
     }
 
@@ -524,6 +530,7 @@ impl Server {
         let Some(running) = self.running.remove(&id) else {
             return;
         };
+        self.history_changed();
         // Nothing the call started outlives it: killed once the reply is out, and waited for
         // (before its cgroup is removed) by the janitor. A call's devices are free for the
         // next call from here: whatever of it could still use them is killed now.
@@ -587,6 +594,7 @@ impl Server {
         for done in std::mem::take(&mut self.aftermath) {
             if let Some((report, sized)) = done.record {
                 self.janitor.record(report, sized);
+                self.history_changed();
             }
             self.leftovers.push(done.leftover);
         }
@@ -655,6 +663,7 @@ impl Server {
         let Some(running) = self.running.remove(&id) else {
             return;
         };
+        self.history_changed();
         running.monitor.kill();
         let mut report = running.monitor.finish(Ending::default());
         report.function = Some(running.spec.function.clone());
@@ -667,6 +676,12 @@ impl Server {
                 .push(Reply::failed(&running.spec, report, "zygote", reason));
         }
         let _ = std::fs::remove_dir_all(&running.dir);
+    }
+
+    /// A call ended, or its row went to the history: what queued calls were sized from is old.
+    fn history_changed(&mut self) {
+        self.calls_ended += 1;
+        self.sizing_rows.get_mut().clear();
     }
 
     /// The zygote learns what a call imported; the spares forked before it did lack it.

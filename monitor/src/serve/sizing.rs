@@ -43,14 +43,21 @@ impl Server {
         auto.attempts.first(limits, sandbox, false, &rows)
     }
 
-    /// The category's rows, once those of calls that finished before are in.
+    /// The category's rows, once those of calls that finished before are in (read once
+    /// between two calls' ends: many queued calls of one category are sized from them).
     fn rows(&self, category: Option<&str>) -> Result<Vec<crate::sizing::history::Row>, String> {
+        let key = category.map(str::to_string);
+        if let Some(rows) = self.sizing_rows.borrow().get(&key) {
+            return Ok(rows.clone());
+        }
         self.janitor.sync();
         let history = self
             .history
             .as_ref()
             .ok_or("\"auto\" sizes from the history, and this server runs with --no-history")?;
-        history.sizing_rows(category)
+        let rows = history.sizing_rows(category)?;
+        self.sizing_rows.borrow_mut().insert(key, rows.clone());
+        Ok(rows)
     }
 
     /// Mark the sized limits in the Report; whether there were any.

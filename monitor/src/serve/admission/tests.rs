@@ -131,28 +131,30 @@ fn allocations_default_to_the_node_per_slot_or_the_whole_node() {
     let budget = node();
     let none = Limits::default();
     assert_eq!(
-        Allocation::of(&none, &budget, 4, false),
+        Allocation::of(&none, None, &budget, 4, false),
         Allocation {
             memory_bytes: 6 * GIB / 4,
-            cores: 0.5
+            cores: 0.0
         }
     );
     assert_eq!(
-        Allocation::of(&none, &budget, 4, true).memory_bytes,
+        Allocation::of(&none, None, &budget, 4, true).memory_bytes,
         6 * GIB
     );
-    let given = Limits {
+    // Sized limits (cores among them) come in `limits`; only requested cores are reserved.
+    let sized = Limits {
         memory_bytes: Some(300 << 20),
-        cores: Some(0.25),
+        cores: Some(1.0),
         ..Limits::default()
     };
     assert_eq!(
-        Allocation::of(&given, &budget, 4, true),
+        Allocation::of(&sized, Some(0.25), &budget, 4, true),
         Allocation {
             memory_bytes: 300 << 20,
             cores: 0.25
         }
     );
+    assert_eq!(Allocation::of(&sized, None, &budget, 4, true).cores, 0.0);
 }
 
 #[test]
