@@ -111,13 +111,14 @@ class ServeKey:
     pack: Optional[str] = None
     preload: Tuple[str, ...] = ()
     backend: str = "auto"
+    node_memory: Optional[str] = None
 
     @staticmethod
     def here(pack: Optional[str] = None, preload: Tuple[str, ...] = ()) -> "ServeKey":
         # A pack holds what its function needs: nothing more is preloaded from it.
         modules = tuple(preload) if pack else preloads(preload)
         roots = tuple(source_roots())
-        return ServeKey(find_binary(), sys.executable, roots, pack, modules, backend())
+        return ServeKey(find_binary(), sys.executable, roots, pack, modules, backend(), node_memory())
 
     @property
     def stem(self) -> str:
@@ -131,6 +132,8 @@ class ServeKey:
         if self.preload:
             argv += ["--preload", ",".join(self.preload)]
         argv += ["--backend", self.backend]
+        if self.node_memory:
+            argv += ["--node-memory", self.node_memory]
         for root in self.roots:
             argv += ["--root", root]
         return argv
@@ -145,6 +148,12 @@ def backend() -> str:
     if name not in BACKENDS:
         raise ValueError(f"LFM_BACKEND: one of {', '.join(BACKENDS)}, not {name!r}")
     return name
+
+
+def node_memory() -> Optional[str]:
+    """The memory the node's serve admits calls against: LFM_NODE_MEMORY (`6G`), else what
+    the serve detects (lfm serve --node-memory)."""
+    return os.environ.get("LFM_NODE_MEMORY") or None
 
 
 def slots() -> int:

@@ -362,3 +362,22 @@ def test_what_a_call_imports_is_warm_for_the_next_and_not_counted_in_its_memory(
     # pandas alone makes an interpreter ~60 MB larger; a warm call allocates a fraction.
     zygote_sized = 60 << 20
     assert all(row["peak"] < zygote_sized for row in rows[1:]), [r["peak"] for r in rows]
+
+
+def test_the_node_serve_runs_as_many_calls_as_their_memory_fits(monkeypatch):
+    # A serve of its own (the budget is part of what makes serves shareable): 1 GiB for calls
+    # of 400M each runs two at a time, though eight may be in flight.
+    monkeypatch.setenv("LFM_NODE_MEMORY", "1G")
+    monkeypatch.setenv("LFM_SLOTS", "8")
+    with lfm.Executor(max_workers=8, memory="400M") as ex:
+        futures = [ex.submit(fns.sleep_then, 0.4, n) for n in range(6)]
+        assert [f.result(timeout=60) for f in futures] == list(range(6))
+    reports = [f.report for f in futures]
+    for report in reports:
+        assert report["allocation"]["node_memory_bytes"] == 1 << 30
+        assert report["allocation"]["memory_bytes"] == 400 << 20
+    for report in reports:
+        at = report["start"]
+        running = [r for r in reports if r["start"] <= at < r["end"]]
+        assert len(running) <= 2, [(r["start"], r["end"]) for r in reports]
+    assert max(r["allocation"]["queue_wait_seconds"] for r in reports) > 0.2
