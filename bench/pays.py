@@ -123,6 +123,10 @@ def main():
         for mode in args.modes:
             makespan, replies = serve(args.lfm, args.python, mode, work, args, budget_mib, scratch)
             rows[mode] = figures(mode, makespan, replies, budget_mib)
+    print_rows(rows, args.lfm, work)
+
+
+def print_rows(rows, lfm, work):
     names = {"a": "(a) one at a time", "b": "(b) fixed largest peak", "c": "(c) lfm sizing (auto)",
              "d": "(d) oracle"}
     print(f"{'':26} {'makespan s':>10} {'failed':>6} {'retries':>7} {'mem used':>8} "
@@ -130,18 +134,19 @@ def main():
     for mode, row in rows.items():
         print(f"{names[mode]:26} {row['makespan']:10.1f} {row['failed']:6d} {row['retries']:7d} "
               f"{row['used']:8.1%} {row['allocated']:9.1%} {row['wait_p50']:10.2f}")
-    if "c" in rows:
-        c = rows["c"]["makespan"]
-        for other, goal in (("b", ">= 1.5x"), ("a", ">= 4x")):
-            if other in rows:
-                print(f"(c) vs {names[other]}: {rows[other]['makespan'] / c:.2f}x faster (goal {goal})")
-        if "d" in rows:
-            print(f"(c) vs oracle: {c / rows['d']['makespan']:.2f}x the oracle's makespan (goal <= 1.25x)")
-        if "b" in rows:
-            predicted = simulated_speedup(args.lfm, work)
-            measured = rows["b"]["makespan"] / c
-            print(f"lfm simulate predicts (c) {predicted:.2f}x faster than (b); measured {measured:.2f}x "
-                  f"({measured / predicted - 1:+.1%}; goal within 15%)")
+    if "c" not in rows:
+        return
+    c = rows["c"]["makespan"]
+    for other, goal in (("b", ">= 1.5x"), ("a", ">= 4x")):
+        if other in rows:
+            print(f"(c) vs {names[other]}: {rows[other]['makespan'] / c:.2f}x faster (goal {goal})")
+    if "d" in rows:
+        print(f"(c) vs oracle: {c / rows['d']['makespan']:.2f}x the oracle's makespan (goal <= 1.25x)")
+    if "b" in rows:
+        predicted = simulated_speedup(lfm, work)
+        measured = rows["b"]["makespan"] / c
+        print(f"lfm simulate predicts (c) {predicted:.2f}x faster than (b); measured {measured:.2f}x "
+              f"({measured / predicted - 1:+.1%}; goal within 15%)")
 
 
 if __name__ == "__main__":

@@ -1089,7 +1089,12 @@ fn a_retried_call_waits_for_room_at_its_larger_allocation_then_succeeds() {
 
     // 240M held for 3 s of a 300M node: the first attempt (sized from 30 MiB calls) fits
     // beside it, runs out; the attempt that holds 60 MiB cannot fit until the holder ends.
-    let holder = call("holder", "alloc_hold", json!([10, 3.0]), json!({"memory": "240M"}));
+    let holder = call(
+        "holder",
+        "alloc_hold",
+        json!([10, 3.0]),
+        json!({"memory": "240M"}),
+    );
     let mut grow = hold("grow".into(), 60, 0.2);
     grow["auto"] = true.into();
     grow["max_retries"] = 6.into();
@@ -1099,8 +1104,13 @@ fn a_retried_call_waits_for_room_at_its_larger_allocation_then_succeeds() {
     let grown = by_id(&replies, "grow");
     assert_eq!(grown["ok"], true, "{grown}");
     assert!(grown["attempts"].as_u64().unwrap() >= 2, "{grown}");
-    let first_limit = grown["retries"][0]["limits"]["memory_bytes"].as_u64().unwrap();
-    assert!(first_limit <= 60 << 20, "the first attempt fitted beside: {grown}");
+    let first_limit = grown["retries"][0]["limits"]["memory_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        first_limit <= 60 << 20,
+        "the first attempt fitted beside: {grown}"
+    );
     let report = &grown["report"];
     let holder_end = by_id(&replies, "holder")["report"]["end"].as_f64().unwrap();
     assert!(
@@ -1111,5 +1121,18 @@ fn a_retried_call_waits_for_room_at_its_larger_allocation_then_succeeds() {
     assert_eq!(
         report["allocation"]["memory_bytes"],
         report["limits"]["memory_bytes"]
+    );
+    // Every attempt's allocation and wait are in the history too.
+    let rows = history_rows(&history, "grow");
+    let attempts = &rows[12..];
+    assert_eq!(attempts.len() as u64, grown["attempts"].as_u64().unwrap());
+    for row in attempts {
+        assert_eq!(row["allocation_mb"], row["memory_limit_mb"], "{row}");
+        assert!(row["queue_wait_seconds"].is_number(), "{row}");
+    }
+    let last_wait = attempts.last().unwrap()["queue_wait_seconds"].as_f64();
+    assert_eq!(
+        last_wait,
+        report["allocation"]["queue_wait_seconds"].as_f64()
     );
 }

@@ -204,6 +204,8 @@ mod tests {
             throttled,
             gpu_memory_mb: None,
             gpus: None,
+            allocation_mb: None,
+            queue_wait_seconds: None,
         }
     }
 

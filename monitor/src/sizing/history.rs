@@ -52,6 +52,12 @@ pub struct Row {
     pub gpu_memory_mb: Option<f64>,
     /// Devices a process of the run used, where measured.
     pub gpus: Option<f64>,
+    /// A served call's memory allocation (MiB) and how long it waited in the queue for it
+    /// (docs/serve.md "Admission").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocation_mb: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_wait_seconds: Option<f64>,
 }
 
 pub struct History {
@@ -253,7 +259,9 @@ impl History {
                     json_extract(report, '$.cpu_throttling.throttled_periods')
                       * 1.0 / json_extract(report, '$.cpu_throttling.periods'),
                     json_extract(report, '$.gpu.memory_peak_bytes') / 1048576.0,
-                    json_extract(report, '$.gpu.devices_used')
+                    json_extract(report, '$.gpu.devices_used'),
+                    json_extract(report, '$.allocation.memory_bytes') / 1048576.0,
+                    json_extract(report, '$.allocation.queue_wait_seconds')
              FROM runs {filter}"
         );
         let mut statement = self.connection.prepare_cached(&sql).map_err(fail)?;
@@ -275,6 +283,8 @@ impl History {
                     throttled: r.get(12)?,
                     gpu_memory_mb: r.get(13)?,
                     gpus: r.get(14)?,
+                    allocation_mb: r.get(15)?,
+                    queue_wait_seconds: r.get(16)?,
                 })
             })
             .map_err(fail)?;

@@ -71,6 +71,18 @@ pub(super) fn sizing_fields(report: &Report) -> serde_json::Value {
             }),
         );
     }
+    if let Some(allocation) = &report.allocation {
+        // What a served call held of the node and waited for it: kept with the run, not only
+        // in its whole Report (which retention drops first).
+        fields.insert(
+            "allocation".into(),
+            serde_json::json!({
+                "memory_bytes": allocation.memory_bytes,
+                "cores": allocation.cores,
+                "queue_wait_seconds": allocation.queue_wait_seconds,
+            }),
+        );
+    }
     serde_json::Value::Object(fields)
 }
 
