@@ -14,7 +14,7 @@ interpreter's own pages add to a call's cgroup). Prints makespan, retries, memor
 the node (used: sum of each call's peak x wall / (budget x makespan); allocated: the same with
 allocations) and the speed-ups, and `lfm simulate`'s prediction of (c) over (b) on the same tasks.
 
-  python bench/pays.py LFM [--calls 300] [--hold 0.5] [--scale 4] [--node-gib 6]
+  python bench/pays.py LFM [--calls 300] [--hold 2] [--scale 1] [--node-gib 6] [--modes abcd]
 """
 import argparse
 import csv
@@ -101,15 +101,21 @@ def simulated_speedup(lfm, work):
     return by_name["greedy-bucketing"]["throughput"] / by_name["fixed"]["throughput"]
 
 
-def main():
+def arguments():
+    """The knobs this bench and bench/pays_dask.py share."""
     parser = argparse.ArgumentParser()
     parser.add_argument("lfm")
-    parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--hold", type=float, default=0.5)
-    parser.add_argument("--scale", type=float, default=4)
+    parser.add_argument("--hold", type=float, default=2.0)
+    parser.add_argument("--scale", type=float, default=1)
     parser.add_argument("--node-gib", type=float, default=6)
     parser.add_argument("--modes", default="abcd")
+    return parser
+
+
+def main():
+    parser = arguments()
+    parser.add_argument("--python", default=sys.executable)
     args = parser.parse_args()
     args.lfm = os.path.abspath(args.lfm)
     work = tasks(args.calls, args.scale)

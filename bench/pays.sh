@@ -8,4 +8,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q
-python3 bench/pays.py target/release/lfm --scale 1 --hold 2 "$@"
+python3 bench/pays.py target/release/lfm "$@"

@@ -5,7 +5,6 @@ with LFM_SLOTS=1. Same modes, figures and knobs as bench/pays.py.
 
   python bench/pays_dask.py LFM [--calls 300] [--hold 2] [--scale 1] [--node-gib 6]
 """
-import argparse
 import os
 import sqlite3
 import sys
@@ -69,14 +68,7 @@ def run(mode, work, args, budget_mib, scratch):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("lfm")
-    parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--hold", type=float, default=2.0)
-    parser.add_argument("--scale", type=float, default=1)
-    parser.add_argument("--node-gib", type=float, default=6)
-    parser.add_argument("--modes", default="abcd")
-    args = parser.parse_args()
+    args = pays.arguments().parse_args()
     args.lfm = os.path.abspath(args.lfm)
     work = pays.tasks(args.calls, args.scale)
     budget_mib = int(args.node_gib * 1024 / args.scale)
