@@ -127,7 +127,7 @@ pub(super) struct Queued {
     pub allocation: Option<Allocation>,
     /// The limits the request gave, which sizing starts from again.
     requested: Limits,
-    /// How many calls had ended when it was sized.
+    /// The server's history_changes when it was sized.
     sized_after: u64,
     /// Why it may not run (its sizing failed, or it is larger than the node): it is refused
     /// when it comes up.
@@ -261,13 +261,13 @@ impl Server {
             .auto
             .as_ref()
             .is_some_and(|a| a.attempts.retried == 0);
-        let stale = first_attempt && queued.sized_after != self.calls_ended;
+        let stale = first_attempt && queued.sized_after != self.history_changes;
         match queued.allocation {
             Some(allocation) if !stale => return allocation,
             Some(_) => queued.spec.limits = queued.requested.clone(),
             None => {}
         }
-        queued.sized_after = self.calls_ended;
+        queued.sized_after = self.history_changes;
         if let Err(message) = self.size(&mut queued.spec) {
             queued.refusal = Some(message);
             return NOTHING;

@@ -143,9 +143,9 @@ pub struct Server {
     leftovers: Vec<Leftover>,
     janitor: janitor::Janitor,
     learner: learn::Learner,
-    /// Calls that ended or were recorded: queued calls are sized again after one was.
-    calls_ended: u64,
-    /// The history rows sizing read since the last call ended, by category.
+    /// How often a call ended or went to the history: queued calls are sized again after.
+    history_changes: u64,
+    /// The history rows sizing read since the history last changed, by category.
     sizing_rows: std::cell::RefCell<HashMap<Option<String>, Vec<crate::sizing::history::Row>>>,
 }
 
@@ -183,7 +183,7 @@ impl Server {
             last_limits: None,
             last_start: None,
             last_wall: None,
-            calls_ended: 0,
+            history_changes: 0,
             sizing_rows: Default::default(),
         })
     }
@@ -680,7 +680,7 @@ impl Server {
 
     /// A call ended, or its row went to the history: what queued calls were sized from is old.
     fn history_changed(&mut self) {
-        self.calls_ended += 1;
+        self.history_changes += 1;
         self.sizing_rows.get_mut().clear();
     }
 
