@@ -723,6 +723,7 @@ Examples:
   lfm plot r.json ts.jsonl -o run.svg            memory, cores, disk over time; limits; the kill
   lfm plot --history --category train -o train.svg
                                                  peaks per resource, retries, next allocation
+  lfm plot --history --node -o node.svg          memory lfm serve's calls held vs used over time
 
 A run's plot takes its Report, its series, or both (each file is told by its content): the
 series gives the lines over time, the Report the limits and how the run ended.";
@@ -737,11 +738,15 @@ pub struct PlotArgs {
     pub output: PathBuf,
     /// Plot a category's history instead (optionally this history file; default:
     /// $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
-    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "", requires = "category")]
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "")]
     pub history: Option<String>,
     /// With --history: the category.
     #[arg(long)]
     pub category: Option<String>,
+    /// With --history: the memory served calls held (allocations) and used (peaks) on the node
+    /// over time (of --category's calls, or all), instead of one category's peaks.
+    #[arg(long, requires = "history")]
+    pub node: bool,
     /// With --history: the strategy whose next allocation is drawn.
     #[arg(long, default_value = "greedy-bucketing", value_name = "S")]
     pub strategy: String,

@@ -270,3 +270,108 @@ fn a_category_history_is_drawn_as_peaks_retries_and_the_next_allocation() {
     assert_eq!(none.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&none.stderr).contains("no run of category nope"));
 }
+
+#[test]
+fn a_nodes_served_calls_are_drawn_as_memory_allocated_and_used_over_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.sqlite");
+    let history = history.to_str().unwrap();
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/serve");
+    let requests: String = (0..3)
+        .map(|i| {
+            format!(
+                "{{\"id\": {i}, \"function\": \"faults.py:alloc_hold\", \"args\": [20, 0.2], \
+                 \"import_module\": true, \"limits\": {{\"memory\": \"200M\"}}}}\n"
+            )
+        })
+        .collect();
+    let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_lfm"))
+        .args([
+            "serve",
+            "--backend",
+            "rlimit",
+            "--slots",
+            "2",
+            "--history",
+            history,
+        ])
+        .current_dir(fixtures)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    serve
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(requests.as_bytes())
+        .unwrap();
+    assert!(serve.wait().unwrap().success());
+
+    let svg = dir.path().join("node.svg");
+    let plot = lfm_in(
+        "/",
+        &[
+            "plot",
+            "--history",
+            history,
+            "--node",
+            "-o",
+            svg.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        plot.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plot.stderr)
+    );
+    let (root, texts, allocated) = parse(&svg, "#008C3C");
+    assert_eq!(root, "svg");
+    assert!(
+        texts
+            .iter()
+            .any(|t| t == "memory of the node's 3 served calls"),
+        "{texts:?}"
+    );
+    assert!(texts.iter().any(|t| t.starts_with("allocated")));
+    // Each line steps up and down once per call at least (the legend's lines have 2 points).
+    let lines = |counts: Vec<usize>| counts.into_iter().filter(|&n| n > 2).collect::<Vec<_>>();
+    let allocated = lines(allocated);
+    assert_eq!(allocated.len(), 1);
+    assert!(allocated[0] > 2 * 3 * 2, "{allocated:?}");
+    let (_, _, used) = parse(&svg, SERIES_BLUE);
+    assert_eq!(lines(used).len(), 1);
+
+    // A history without served calls says so, and draws nothing.
+    let empty = dir.path().join("empty.sqlite");
+    let run = lfm_in(
+        "/",
+        &[
+            "run",
+            "--quiet",
+            "--history",
+            empty.to_str().unwrap(),
+            "--category",
+            "x",
+            "--",
+            "true",
+        ],
+    );
+    assert!(run.status.success());
+    let none = dir.path().join("none.svg");
+    let plot = lfm_in(
+        "/",
+        &[
+            "plot",
+            "--history",
+            empty.to_str().unwrap(),
+            "--node",
+            "-o",
+            none.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(plot.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&plot.stderr).contains("no call of lfm serve"));
+    assert!(!none.exists());
+}

@@ -1,7 +1,7 @@
 //! `lfm plot`: a run over time, or a category's history, as SVG (src/plots draws them).
 
 use crate::cli::PlotArgs;
-use crate::plots::{history, run};
+use crate::plots::{history, node, run};
 
 const EXIT_FAILED: i32 = 1;
 const EXIT_USAGE: i32 = 2;
@@ -10,7 +10,11 @@ pub fn plot(args: PlotArgs) -> i32 {
     let drawn = match &args.history {
         Some(path) => {
             let path = (!path.is_empty()).then(|| std::path::PathBuf::from(path));
-            history::plot(&args, path.as_ref())
+            if args.node {
+                node::plot(&args, path.as_ref())
+            } else {
+                history::plot(&args, path.as_ref())
+            }
         }
         None if args.inputs.is_empty() => {
             eprintln!("error: give a Report and/or a series file, or --history --category C");

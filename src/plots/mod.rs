@@ -2,6 +2,7 @@
 //! --plot`, drawn with plotters' SVG backend, one panel per resource.
 
 pub mod history;
+pub mod node;
 pub mod run;
 mod simulate;
 
