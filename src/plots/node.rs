@@ -128,13 +128,7 @@ mod tests {
         ];
         let refs: Vec<&Row> = rows.iter().collect();
         let allocated = steps(&refs, |r| r.allocation_mb.unwrap());
-        let level_at = |line: &Steps, t: f64| {
-            line.iter()
-                .filter(|p| p.0 <= t)
-                .last()
-                .map(|p| p.1)
-                .unwrap()
-        };
+        let level_at = |line: &Steps, t: f64| line.iter().rfind(|p| p.0 <= t).map(|p| p.1).unwrap();
         assert_eq!(level_at(&allocated, 2.0), 100.0);
         assert_eq!(level_at(&allocated, 7.0), 400.0);
         assert_eq!(level_at(&allocated, 12.0), 300.0);
