@@ -1136,3 +1136,61 @@ fn a_retried_call_waits_for_room_at_its_larger_allocation_then_succeeds() {
         report["allocation"]["queue_wait_seconds"].as_f64()
     );
 }
+
+#[test]
+fn a_status_request_says_what_runs_what_is_held_and_what_the_zygote_learned() {
+    let setup = setups().remove(0);
+    let mut server = setup.start(&["--node-memory", "1G", "--slots", "2"]);
+    let status = json!({"id": "s", "status": true});
+    server.send(&call(
+        "long",
+        "alloc_hold",
+        json!([20, 1.0]),
+        json!({"memory": "300M"}),
+    ));
+    server.send(&status);
+    let reply = server.reply();
+    assert_eq!(reply["id"], "s", "the status comes first: {reply}");
+    assert_eq!(reply["ok"], true);
+    let now = &reply["status"];
+    assert_eq!(now["running"], 1, "{reply}");
+    assert_eq!(now["queued"], 0);
+    assert_eq!(now["slots"], 2);
+    assert_eq!(now["node_memory_bytes"], 1u64 << 30);
+    assert_eq!(now["held_memory_bytes"], 300u64 << 20);
+    assert!(now["zygote"]["pid"].as_i64().unwrap() > 0);
+    assert!(now["zygote"]["rss_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(now["zygote"]["learning"], true);
+    assert_eq!(server.reply()["id"], "long");
+
+    // What a call imported from the standard library, the zygote learns and says so.
+    server.send(&call("fractions", "uses_fractions", json!([]), json!({})));
+    assert_eq!(server.reply()["result"], "1/3");
+    let mut learned = Value::Null;
+    for _ in 0..100 {
+        server.send(&status);
+        let reply = server.reply();
+        assert_eq!(reply["status"]["running"], 0);
+        assert_eq!(reply["status"]["held_memory_bytes"], 0);
+        learned = reply["status"]["zygote"]["learned"].clone();
+        if learned.as_array().unwrap().iter().any(|p| p == "fractions") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        learned.as_array().unwrap().iter().any(|p| p == "fractions"),
+        "{learned}"
+    );
+
+    // A status request with a call's fields is refused, naming why.
+    server.send(&json!({"id": "both", "status": true, "function": "faults.py:noop"}));
+    let refused = server.reply();
+    assert_eq!(refused["error"]["reason"], "malformed", "{refused}");
+    assert!(refused["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("status"));
+    drop(server.child.stdin.take());
+    assert!(server.child.wait().unwrap().success());
+}

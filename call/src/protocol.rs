@@ -47,10 +47,21 @@ pub struct Request {
     pub max_retries: Option<u32>,
     #[serde(default, deserialize_with = "result_format")]
     pub result: ResultFormat,
+    /// `true`: no call; the reply says what the serve holds and runs (docs/serve.md "Status").
+    #[serde(default)]
+    pub status: Option<bool>,
 }
 
-/// A request line into a call, or the `malformed` reply naming what is wrong.
-pub fn parse(targets: &mut Targets, client: u64, line: &str) -> Result<CallSpec, Reply> {
+/// What a request line asks.
+pub enum Asked {
+    Call(Box<CallSpec>),
+    /// The serve's status, for this client and request id.
+    Status(u64, serde_json::Value),
+}
+
+/// A request line into a call (or a status request), or the `malformed` reply naming what is
+/// wrong.
+pub fn parse(targets: &mut Targets, client: u64, line: &str) -> Result<Asked, Reply> {
     let request: Request = serde_json::from_str(line).map_err(|error| {
         // The id still goes back when only the rest is wrong.
         let id = serde_json::from_str::<serde_json::Value>(line)
@@ -63,12 +74,32 @@ pub fn parse(targets: &mut Targets, client: u64, line: &str) -> Result<CallSpec,
         Reply::malformed(client, id.unwrap_or_default(), &message)
     })?;
     let id = request.id.clone();
+    if request.status == Some(true) {
+        return match request.only_status() {
+            true => Ok(Asked::Status(client, id)),
+            false => Err(Reply::malformed(
+                client,
+                id,
+                "a status request has only \"id\" and \"status\"",
+            )),
+        };
+    }
     request
         .into_call(targets, client)
+        .map(|spec| Asked::Call(Box::new(spec)))
         .map_err(|message| Reply::malformed(client, id, &message))
 }
 
 impl Request {
+    fn only_status(&self) -> bool {
+        self.function.is_none()
+            && self.function_pickle.is_none()
+            && self.args.is_none()
+            && self.args_pickle.is_none()
+            && self.args_file.is_none()
+            && self.limits.is_none()
+    }
+
     fn into_call(self, targets: &mut Targets, client: u64) -> Result<CallSpec, String> {
         let (target, function, closure) = self.function(targets)?;
         let limits = self.limits.unwrap_or_default();

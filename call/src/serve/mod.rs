@@ -18,6 +18,7 @@ use lfm_monitor::serve::{NodeBudget, Server, ServerOptions};
 
 use crate::error::{CallError, Result};
 use crate::interpreter::Interpreter;
+use crate::protocol::Asked;
 use crate::target::Targets;
 use transport::{Clients, Input};
 
@@ -229,7 +230,8 @@ fn submit(server: &mut Server, targets: &mut Targets, client: u64, line: &str) {
         return;
     }
     match crate::protocol::parse(targets, client, line) {
-        Ok(spec) => server.submit(spec),
+        Ok(Asked::Call(spec)) => server.submit(*spec),
+        Ok(Asked::Status(client, id)) => server.push_reply(server.status(client, id)),
         Err(reply) => server.push_reply(reply),
     }
 }

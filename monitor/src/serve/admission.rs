@@ -288,7 +288,7 @@ impl Server {
 }
 
 /// The allocation a running call holds, from its Report's record.
-fn allocation(allocated: &Allocated) -> Allocation {
+pub(super) fn allocation(allocated: &Allocated) -> Allocation {
     Allocation {
         memory_bytes: allocated.memory_bytes,
         cores: allocated.cores,

@@ -13,6 +13,7 @@ mod learn;
 mod reply;
 mod sizing;
 mod spare;
+mod status;
 pub mod zygote;
 
 use std::collections::HashMap;
@@ -32,6 +33,7 @@ use crate::supervisor::{self, Ending, MonitorOptions, RunMonitor};
 pub use admission::{Allocation, NodeBudget, OVERTAKE_LIMIT};
 pub use reply::{ErrorBody, Message, Reply};
 pub use sizing::Auto;
+pub use status::{Status, ZygoteStatus};
 use zygote::{Event, Zygote, ZygoteConfig};
 
 /// How long a call handed to its child is "starting": the CPU is left to it meanwhile.

@@ -52,6 +52,9 @@ pub struct Message {
     pub stdout: Option<Option<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stderr: Option<Option<String>>,
+    /// The reply to a status request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<Box<super::Status>>,
 }
 
 /// Why a call has no value: `reason` and `message`, and what the reason adds.
@@ -90,7 +93,13 @@ impl Message {
             attempts: None,
             stdout: None,
             stderr: None,
+            status: None,
         }
+    }
+
+    /// A status reply, before its `status` is set.
+    pub(super) fn status(id: serde_json::Value) -> Message {
+        Message::new(id, true)
     }
 
     fn error(id: serde_json::Value, reason: &'static str, message: &str) -> Message {
