@@ -517,6 +517,9 @@ fn resource_monitor_summary_and_series() {
 
 #[test]
 fn no_cgroup_is_left_behind() {
+    // Only this test's runs count: a run cgroup made before it (an lfm killed on this machine
+    // earlier, in another parent cgroup that no later run cleaned) is not its leftover.
+    let started = std::time::SystemTime::now() - Duration::from_secs(1);
     for backend in backends() {
         let _ = run_report(backend, &["--wall", "1s"], &["sleep", "5"]);
     }
@@ -535,9 +538,12 @@ fn no_cgroup_is_left_behind() {
             .next()
             .and_then(|n| n.strip_prefix("run-"))
             .and_then(|r| r.split('-').next());
-        // Looked at again after its pid: a run that ended between the walk and the pid check
-        // removed its cgroup just before it exited.
-        pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) && Path::new(dir).exists()
+        // Read after the walk: a run that ended between the walk and the pid check removed
+        // its cgroup just before it exited, and has no metadata now.
+        let made_since = std::fs::metadata(dir)
+            .and_then(|m| m.modified())
+            .is_ok_and(|made| made >= started);
+        pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) && made_since
     })
     .collect();
     assert!(leftovers.is_empty(), "stale run cgroups: {leftovers:?}");
