@@ -1194,3 +1194,24 @@ fn a_status_request_says_what_runs_what_is_held_and_what_the_zygote_learned() {
     drop(server.child.stdin.take());
     assert!(server.child.wait().unwrap().success());
 }
+
+#[test]
+fn sizing_in_a_serve_counts_its_node_budget_as_the_whole_node() {
+    let setup = setups().remove(0);
+    let history = setup.dir.path().join("history.sqlite");
+    // max-seen without history gives the whole node: the serve's 300M, not the machine's.
+    let mut request = call("first", "alloc_hold", json!([10, 0.0]), json!({}));
+    request["auto"] = true.into();
+    request["strategy"] = "max-seen".into();
+    let args = [
+        "--history",
+        history.to_str().unwrap(),
+        "--node-memory",
+        "300M",
+    ];
+    let replies = setup.serve_all(&args, &[request]);
+    let reply = by_id(&replies, "first");
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(reply["report"]["limits"]["memory_bytes"], 300u64 << 20);
+    assert_eq!(reply["report"]["allocation"]["memory_bytes"], 300u64 << 20);
+}

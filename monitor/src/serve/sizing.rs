@@ -38,9 +38,15 @@ impl Server {
         let Some(auto) = auto.as_mut().filter(|a| a.attempts.retried == 0) else {
             return Ok(());
         };
+        auto.attempts.node_memory_mb = Some(self.node_memory_mb());
         let sandbox = Some(self.options.zygote.work_dir.as_path());
         let rows = || self.rows(category.as_deref());
         auto.attempts.first(limits, sandbox, false, &rows)
+    }
+
+    /// The serve's node budget's memory, in the MiB sizing counts in.
+    fn node_memory_mb(&self) -> f64 {
+        self.options.node.memory_bytes as f64 / (1u64 << 20) as f64
     }
 
     /// The category's rows, once those of calls that finished before are in (read once
@@ -103,6 +109,7 @@ impl Server {
     pub(super) fn retry(&self, spec: &CallSpec, report: &Report) -> Option<CallSpec> {
         let mut again = spec.clone();
         let auto = again.auto.as_mut()?;
+        auto.attempts.node_memory_mb = Some(self.node_memory_mb());
         let sandbox = Some(self.options.zygote.work_dir.as_path());
         let rows = || self.rows(spec.category.as_deref());
         auto.attempts

@@ -27,6 +27,10 @@ pub struct Attempts {
     pub sized: Vec<AutoLimit>,
     /// Attempts that ran out before the current one.
     pub retried: u32,
+    /// The node's memory (MiB) where it is not the machine's: a serve's `--node-memory`, so
+    /// that "the whole node" (a strategy's first allocation without history, a retry's cap)
+    /// is what the serve may give.
+    pub node_memory_mb: Option<f64>,
 }
 
 /// One resource an attempt ran out of, and what the next attempt gets.
@@ -44,6 +48,7 @@ impl Attempts {
             max_retries,
             sized: Vec::new(),
             retried: 0,
+            node_memory_mb: None,
         }
     }
 
@@ -111,7 +116,10 @@ impl Attempts {
         rows: Rows,
     ) -> Result<f64, String> {
         let rows = rows()?;
-        let node = auto::node(resource, sandbox);
+        let node = match (resource, self.node_memory_mb) {
+            (AutoLimit::Memory, Some(mb)) => mb,
+            _ => auto::node(resource, sandbox),
+        };
         Ok(resource.allocation(&rows, self.strategy, node, failed))
     }
 }
