@@ -508,7 +508,9 @@ fn resource_monitor_summary_and_series() {
         })
         .max()
         .unwrap();
-    assert!(peak > 50 << 20, "series never saw the 50 MiB: {lines}");
+    // The memory cgroup charges pages in per-CPU batches: its usage may read up to a few
+    // hundred KiB under what was touched (49.93 MiB for these 50 MiB, once in CI).
+    assert!(peak > 48 << 20, "series never saw the 50 MiB: {lines}");
     for line in lines.lines() {
         let sample: serde_json::Value = serde_json::from_str(line).unwrap();
         assert!(sample["memory_bytes"].is_u64() && sample["t"].is_f64());
