@@ -175,11 +175,5 @@ fn draw_peaks(
             strategy.name()
         ))
         .legend(legend_line(green));
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(e)
+    super::draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
 }

@@ -23,6 +23,27 @@ pub(crate) fn canvas(path: &std::path::Path, panels: usize) -> Result<Vec<Area<'
     Ok(root.split_evenly((panels.max(1), 1)))
 }
 
+/// The charts' f64-by-f64 plotting context.
+pub(crate) type Chart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// Every chart's legend: a bordered, slightly transparent box at `position`.
+pub(crate) fn draw_legend<'a, 'b: 'a>(
+    chart: &mut Chart<'a, 'b>,
+    position: SeriesLabelPosition,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(position)
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
 /// A legend entry's short line in `color`.
 pub(crate) fn legend_line(color: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
     move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))

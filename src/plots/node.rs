@@ -84,13 +84,7 @@ fn draw(area: &super::Area, allocated: &Steps, used: &Steps, calls: usize) -> Re
             .label(label)
             .legend(legend_line(color));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(e)
+    super::draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 #[cfg(test)]

@@ -170,11 +170,5 @@ fn draw_track(area: &Area, track: &Track, report: Option<&Report>, end: f64) -> 
             .label(why)
             .legend(legend_line(dark));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(e)
+    super::draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)
 }

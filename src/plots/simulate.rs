@@ -71,13 +71,7 @@ fn draw_panel(area: &Area, panel: &Panel) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .label("use")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK));
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(|e| e.to_string())
+    super::draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 fn indexed(values: &[f64]) -> impl Iterator<Item = (f64, f64)> + '_ {
