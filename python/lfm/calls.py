@@ -1,7 +1,8 @@
 """One call as the serve protocol (docs/serve.md) wants it, and its reply as a value or an
 exception. Functions importable on the worker go by name (`pkg.mod:func`, run from their
-slice); the others (`__main__`, lambdas, closures) by cloudpickle. Arguments and results
-are pickles."""
+slice); the others (`__main__`, lambdas, closures) by cloudpickle. Arguments, results and
+exceptions are cloudpickles (the runner makes results with cloudpickle too), read back with
+`pickle.loads`."""
 
 from __future__ import annotations
 
@@ -143,15 +144,20 @@ def request(
     roots: Sequence[str],
     name: Optional[str] = None,
     spill_dir: Optional[str] = None,
+    cwd: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The request line for one call (without its id); `name` names a pickled callable in
     the Report (default: its qualified name). Arguments over ARGS_INLINE_MAX go to a file in
     `spill_dir` when given (the caller removes it with `discard` once the reply is in), and
-    a large value comes back as a file either way."""
+    a large value comes back as a file either way. `cwd`: the call runs in that directory
+    instead of its sandbox (the runner reads it with the arguments)."""
     fields = function_fields(fn, roots, name)
+    arguments: Tuple = (tuple(args), dict(kwargs))
+    if cwd is not None:
+        arguments += ({"cwd": cwd},)
     try:
         # cloudpickle: an argument may itself be a lambda or a __main__ function.
-        data = cloudpickle.dumps((tuple(args), dict(kwargs)))
+        data = cloudpickle.dumps(arguments)
     except Exception as error:
         name = getattr(fn, "__qualname__", repr(fn))
         raise SerializationError(f"could not pickle the arguments of {name}: {error}") from error

@@ -15,6 +15,7 @@ the app's exception (or lfm.LimitExceeded); `report_of(app_future)` is the call'
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, Optional
 
@@ -86,11 +87,13 @@ _WRAP_ERROR = _where(wrap_error(lambda: None).__code__)
 
 
 def execute_task(buffer: bytes, options: Dict[str, Any]) -> LfmResult:
-    """On the worker (HTEX's task_executor): run the app in this node's lfm serve. An
-    exception (the app's, or lfm.LimitExceeded) propagates with `.report` attached."""
+    """On the worker (HTEX's task_executor): run the app in this node's lfm serve, in the
+    worker's working directory as HTEX runs it (a bash app's relative `stdout` lands there).
+    An exception (the app's, or lfm.LimitExceeded) propagates with `.report` attached."""
     func, args, kwargs = unpack_apply_message(buffer)
     kwargs.pop("parsl_resource_specification", None)
-    done = call(calls.unwrapped(user_function(func)), args, kwargs, Options(**options))
+    done = call(calls.unwrapped(user_function(func)), args, kwargs, Options(**options),
+                cwd=os.getcwd())
     return LfmResult(done.result(), done.report)
 
 

@@ -65,3 +65,26 @@ def module_file():
 def visible_devices():
     """The GPUs lfm gave the call (docs/gpu.md)."""
     return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def make_local_instance(value):
+    """An instance of a class defined inside the call (pickle cannot send it by name)."""
+
+    class Local:
+        def __init__(self, held):
+            self.held = held
+
+    return Local(value)
+
+
+def raise_local_exception(message):
+    """An exception whose class is defined inside the call."""
+
+    class LocalError(Exception):
+        pass
+
+    raise LocalError(message)
+
+
+def working_directory():
+    return os.getcwd()

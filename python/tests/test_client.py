@@ -107,6 +107,30 @@ def test_an_exception_that_does_not_unpickle_comes_back_as_remote_error(executor
     assert "in raise_unpicklable" in raised.value.__cause__.traceback
 
 
+def test_an_instance_of_a_class_defined_in_the_call_comes_back(executor):
+    # Results go as arguments go, by cloudpickle: pickle cannot name the local class.
+    value = executor.submit(fns.make_local_instance, 7).result()
+    assert type(value).__name__ == "Local"
+    assert value.held == 7
+
+
+def test_an_exception_of_a_class_defined_in_the_call_is_raised_as_itself(executor):
+    with pytest.raises(Exception) as raised:
+        executor.submit(fns.raise_local_exception, "local").result()
+    assert type(raised.value).__name__ == "LocalError"
+    assert raised.value.args == ("local",)
+    assert raised.value.report["exit"]["type"] == "exception"
+
+
+def test_a_call_given_a_working_directory_runs_there(executor, tmp_path):
+    from lfm.calls import Options
+    from lfm.executor import call
+
+    done = call(fns.working_directory, (), {}, Options(), cwd=str(tmp_path))
+    assert done.result() == str(tmp_path)
+    assert executor.submit(fns.working_directory).result() != str(tmp_path)
+
+
 def test_an_unpicklable_argument_fails_the_future_naming_it(executor):
     future = executor.submit(fns.double, threading.Lock())
     with pytest.raises(lfm.SerializationError, match="arguments of double"):
