@@ -66,11 +66,18 @@ def test_a_large_value_reply_is_read_whole_among_small_ones(executor):
 
 
 def test_arguments_larger_than_the_memory_limit_are_refused_naming_both():
-    with lfm.Executor(max_workers=1, memory="2M") as small:
-        future = small.submit(fns.double, b"y" * (3 << 20))
-        with pytest.raises(lfm.LfmError, match="over the call's memory limit of 2.0 MiB"):
+    with lfm.Executor(max_workers=1, memory="4M") as small:
+        future = small.submit(fns.double, b"y" * (5 << 20))
+        with pytest.raises(lfm.LfmError, match="over the call's memory limit of 4.0 MiB"):
             future.result()
     assert _spilled_files() == []
+
+
+def test_a_memory_limit_no_call_runs_under_is_refused_before_it_runs():
+    with pytest.raises(ValueError, match="memory: '1M' is less than the 4 MiB"):
+        lfm.Executor(memory="1M")
+    with pytest.raises(ValueError, match="memory: 1000 is less than"):
+        lfm.task(memory=1000)(fns.double)
 
 
 def test_map_keeps_the_order(executor):

@@ -147,3 +147,10 @@ def test_an_app_raising_an_exception_of_a_class_it_defines_fails_with_it(dfk):
     assert type(error).__name__ == "LocalError", error
     assert error.args == ("inner",)
 
+
+def test_a_memory_no_python_call_runs_under_is_refused_before_it_runs(dfk):
+    # 1 MB (Parsl's test_resource_spec asks for it): refused at submit, never a LimitExceeded.
+    future = app(fns.double)(1, parsl_resource_specification={"cores": 1, "memory": 1})
+    with pytest.raises(InvalidResourceSpecification, match="memory"):
+        future.result()
+    assert report_of(future) is None
