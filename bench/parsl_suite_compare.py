@@ -7,13 +7,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 
-def outcomes(path):
+def outcomes(path, times=None):
     found = {}
     for case in ET.parse(path).getroot().iter("testcase"):
         classname = case.get("classname") or ""
         # From the venv's path: keep what follows parsl.tests.
         classname = classname.split("parsl.tests.", 1)[-1]
         name = f"{classname}::{case.get('name')}"
+        if times is not None:
+            times[name] = float(case.get("time") or 0)
         kinds = {child.tag for child in case}
         if kinds & {"failure", "error"}:
             found[name] = "failed"
@@ -26,14 +28,15 @@ def outcomes(path):
 
 def main(work):
     work = Path(work)
-    results, walls = {}, {}
+    results, walls, times = {}, {}, {}
     for executor in ("htex", "lfm"):
         xml = work / f"{executor}.xml"
         if not xml.exists():
             print(f"{executor}: no results (see its log)")
             print((work / f"{executor}.log").read_text()[-3000:])
             return 1
-        results[executor] = outcomes(xml)
+        times[executor] = {}
+        results[executor] = outcomes(xml, times[executor])
         start, end = map(float, (work / f"{executor}.wall").read_text().split())
         walls[executor] = end - start
     print(f"{'executor':10} {'passed':>7} {'failed':>7} {'skipped':>8} {'wall':>9}")
@@ -42,6 +45,10 @@ def main(work):
         print(f"{executor:10} {counts['passed']:7} {counts['failed']:7} {counts['skipped']:8}"
               f" {walls[executor]:8.1f}s")
     print(f"wall ratio lfm/htex: {walls['lfm'] / walls['htex']:.2f}x")
+    slower = sorted(times["lfm"], key=lambda n: times["htex"].get(n, 0) - times["lfm"][n])
+    print("the tests lfm is slowest on against htex (pytest's seconds, htex -> lfm):")
+    for name in slower[:8]:
+        print(f"  {times['htex'].get(name, 0):6.2f} -> {times['lfm'][name]:6.2f}  {name}")
     htex, lfm = results["htex"], results["lfm"]
     worse = sorted(n for n, v in htex.items() if v == "passed" and lfm.get(n) != "passed")
     print(f"passed with htex, not with lfm: {len(worse)}")

@@ -69,6 +69,8 @@ def test_apps_resolve_to_raw_values_with_a_report(dfk):
     assert report["limits"]["memory_bytes"] == 200 << 20
     assert report["function"] == {"target": "client_functions:double", "mode": "slice"}
     assert report["category"] == "double"
+    # The serve's zygote has parsl imported, as HTEX's worker has (the apps' modules import it).
+    assert "parsl" in report["imports"]["preloaded"]
 
 
 def test_resource_spec_keys_become_limits(dfk):
