@@ -1,8 +1,8 @@
 """One call as the serve protocol (docs/serve.md) wants it, and its reply as a value or an
 exception. Functions importable on the worker go by name (`pkg.mod:func`, run from their
-slice); the others (`__main__`, lambdas, closures) by cloudpickle. Arguments, results and
-exceptions are cloudpickles (the runner makes results with cloudpickle too), read back with
-`pickle.loads`."""
+slice); the others (`__main__`, lambdas, closures) by cloudpickle. Arguments are
+cloudpickles; results and exceptions pickles, or cloudpickles when pickle cannot make them
+(lfm_runner.call.dumps); all load with `pickle.loads`."""
 
 from __future__ import annotations
 

@@ -44,16 +44,20 @@ def read_arguments(spec):
 
 
 def dumps(value):
-    """A value's or an exception's pickle, made as the client makes the arguments': with
-    cloudpickle when it imports (a class or function defined in the call goes by value, so
-    an instance of a class made inside the function comes back), else with pickle. Either
-    loads with `pickle.loads` where cloudpickle is installed."""
+    """A value's or an exception's pickle: with pickle, and when pickle cannot (a class or a
+    function made in the call, a lambda) with cloudpickle, which sends those by value as the
+    client sends arguments (Parsl's serializer does the same with dill). cloudpickle is
+    imported only then (~20 ms). Either loads with `pickle.loads` where cloudpickle is
+    installed."""
     import pickle
 
     try:
-        import cloudpickle
-    except ImportError:
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as error:  # PicklingError, AttributeError, TypeError: pickle's refusals
+        try:
+            import cloudpickle
+        except ImportError:
+            raise error from None
     return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
