@@ -77,6 +77,17 @@ def make_local_instance(value):
     return Local(value)
 
 
+def make_local_class():
+    """A class defined inside the call (Parsl's test_lifted returns one)."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Made:
+        a: str = "X"
+
+    return Made
+
+
 def raise_local_exception(message):
     """An exception whose class is defined inside the call."""
 

@@ -141,6 +141,8 @@ def test_an_app_returns_an_instance_of_a_class_it_defines(dfk):
     value = app(fns.make_local_instance)(3).result()
     assert type(value).__name__ == "Local"
     assert value.held == 3
+    made = app(fns.make_local_class)().result()
+    assert made.__name__ == "Made" and made().a == "X"
 
 
 def test_an_app_raising_an_exception_of_a_class_it_defines_fails_with_it(dfk):
