@@ -78,7 +78,7 @@ fn values_that_are_not_json_need_a_result_file() {
     assert_eq!(
         output.status.code(),
         Some(1),
-        "a lambda cannot even be pickled"
+        "a lock cannot even be pickled"
     );
     assert_eq!(report["exit"]["type"], "exception");
 

@@ -1,7 +1,8 @@
 """One call as the serve protocol (docs/serve.md) wants it, and its reply as a value or an
 exception. Functions importable on the worker go by name (`pkg.mod:func`, run from their
-slice); the others (`__main__`, lambdas, closures) by cloudpickle. Arguments and results
-are pickles."""
+slice); the others (`__main__`, lambdas, closures) by cloudpickle. Arguments are
+cloudpickles; results and exceptions pickles, or cloudpickles when pickle cannot make them
+(lfm_runner.call.dumps); all load with `pickle.loads`."""
 
 from __future__ import annotations
 
@@ -30,6 +31,31 @@ Size = Union[str, int, float, None]
 # Arguments whose pickle is larger go to the serve as a file, not base64 in the request line.
 ARGS_INLINE_MAX = 1 << 20
 LIMIT_KEYS = ("memory", "cores", "wall", "processes", "disk", "gpus", "gpu_memory")
+# The smallest memory limit a call is let ask for. A forked call's own memory (what it copies
+# on write of the zygote's pages, and the runner's work) is 1.0-1.2 MiB for `return 2 * x`
+# measured here, so under a 1 MiB limit even that fails or passes by chance: a limit no
+# Python call can be relied on to run under is refused before anything runs.
+MEMORY_MIN = 4 << 20
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
+          "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
+          "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def size_bytes(value: Union[str, int, float]) -> Optional[float]:
+    """The bytes a size means (`"2G"`, `"1.5 MiB"`, 1000), as the serve's parser reads it;
+    None for a text it does not know (the serve then says why)."""
+    if not isinstance(value, str):
+        return float(value)
+    text = value.strip()
+    split = len(text)
+    while split and not (text[split - 1].isdigit() or text[split - 1] == "."):
+        split -= 1
+    unit = _UNITS.get(text[split:].strip().lower())
+    try:
+        number = float(text[:split])
+    except ValueError:
+        return None
+    return None if unit is None else number * unit
 
 
 @dataclass(frozen=True)
@@ -59,6 +85,13 @@ class Options:
                 raise TypeError(f"{key}: a number or a string like '2G' / '10m', not {value!r}")
             if isinstance(value, (int, float)) and value <= 0:
                 raise ValueError(f"{key}: must be positive, not {value!r}")
+        if self.memory is not None:
+            wanted = size_bytes(self.memory)
+            if wanted is not None and wanted < MEMORY_MIN:
+                raise ValueError(
+                    f"memory: {self.memory!r} is less than the {MEMORY_MIN >> 20} MiB lfm lets "
+                    "a call ask for (a forked Python call needs about 1 MiB of its own to run)"
+                )
         if self.gpus is not None and (isinstance(self.gpus, bool) or not isinstance(self.gpus, int)):
             raise TypeError(f"gpus: a whole number of devices, not {self.gpus!r}")
         if self.category is not None and not isinstance(self.category, str):
@@ -143,15 +176,20 @@ def request(
     roots: Sequence[str],
     name: Optional[str] = None,
     spill_dir: Optional[str] = None,
+    cwd: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The request line for one call (without its id); `name` names a pickled callable in
     the Report (default: its qualified name). Arguments over ARGS_INLINE_MAX go to a file in
     `spill_dir` when given (the caller removes it with `discard` once the reply is in), and
-    a large value comes back as a file either way."""
+    a large value comes back as a file either way. `cwd`: the call runs in that directory
+    instead of its sandbox (the runner reads it with the arguments)."""
     fields = function_fields(fn, roots, name)
+    arguments: Tuple = (tuple(args), dict(kwargs))
+    if cwd is not None:
+        arguments += ({"cwd": cwd},)
     try:
         # cloudpickle: an argument may itself be a lambda or a __main__ function.
-        data = cloudpickle.dumps((tuple(args), dict(kwargs)))
+        data = cloudpickle.dumps(arguments)
     except Exception as error:
         name = getattr(fn, "__qualname__", repr(fn))
         raise SerializationError(f"could not pickle the arguments of {name}: {error}") from error

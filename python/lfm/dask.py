@@ -10,7 +10,8 @@ Limits come from the `lfm` annotation (lfm options: memory, cores, wall, process
 gpus, gpu_memory, category, pack, auto, max_retries) over the task's `resources` (`memory` in bytes,
 `cores`, `GPU` as Dask's GPU examples name it: Dask schedules on them, lfm enforces them and
 gives the task devices of its own; workers must declare them) over an @lfm.task's own. Each Report
-goes to the scheduler's event log under "lfm-report" ({"key", "report"}): `reports(client)`.
+goes to the scheduler's event log under "lfm-report" ({"key", "report"}): `reports(client)`;
+and with the task: `report_of(future)` (its metadata on the scheduler, or its exception).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .calls import Options
 from .executor import call
 
 TOPIC = "lfm-report"
+METADATA_KEY = "lfm-report"
 # Unpickling a task imports dask's task classes (and their imports: ~200 modules, ~150 ms a
 # call on a 2-core VM): the zygote imports them once.
 PRELOAD = ("dask._task_spec",)
@@ -70,6 +72,11 @@ class LfmTask:
         done = call(self.run_spec, (data,), {}, self.options, name, PRELOAD)
         key = getattr(self.run_spec, "key", None)
         self.worker.log_event(TOPIC, {"key": str(key), "report": done.report})
+        # The task's metadata goes to the scheduler with the finished task and stays while
+        # the task is held there (the event log keeps the last 1000 events of a topic).
+        state = self.worker.state.tasks.get(key)
+        if state is not None and done.report is not None:
+            state.metadata[METADATA_KEY] = done.report
         return done.result()
 
 
@@ -118,5 +125,22 @@ class LfmPlugin(WorkerPlugin):
 
 
 def reports(client: Any) -> Dict[str, Optional[Dict[str, Any]]]:
-    """The Reports of the tasks lfm ran so far, by task key (the latest run of each)."""
+    """The Reports of the tasks lfm ran so far, by task key (the latest run of each), from
+    the scheduler's event log, which keeps the last `distributed.admin.low-level-log-length`
+    (default 1000) of them: `report_of(future)` has any task's while it is held."""
     return {event["key"]: event["report"] for _, event in client.get_events(TOPIC)}
+
+
+def report_of(future: Any) -> Optional[Dict[str, Any]]:
+    """The Report of the task a done future stands for (None for a task lfm did not run):
+    a failed task's is on its exception (`.report`), a finished task's in the metadata the
+    scheduler holds with the task as long as any client holds it."""
+    if future.status == "error":
+        return getattr(future.exception(), "report", None)
+    key = future.key
+
+    def held(dask_scheduler: Any) -> Optional[Dict[str, Any]]:
+        state = dask_scheduler.tasks.get(key)
+        return (state.metadata or {}).get(METADATA_KEY) if state is not None else None
+
+    return future.client.run_on_scheduler(held)

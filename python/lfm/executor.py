@@ -30,8 +30,10 @@ def run_call(
     future: Future,
     name: Optional[str] = None,
     preload: Tuple[str, ...] = (),
+    cwd: Optional[str] = None,
 ) -> None:
-    """Send one call to the node's serve; `future` gets its value or exception, and Report."""
+    """Send one call to the node's serve; `future` gets its value or exception, and Report.
+    `cwd`: the directory the call runs in (default: its own sandbox)."""
     from . import packs  # only pack=True needs lfm pack
 
     fields: Dict[str, Any] = {}
@@ -50,7 +52,8 @@ def run_call(
     try:
         pack = packs.pack_for(calls.unwrapped(fn)) if options.pack else None
         key = node.ServeKey.here(pack, preload)
-        fields.update(calls.request(fn, args, kwargs, options, key.roots, name, node.spill_dir()))
+        fields.update(calls.request(
+            fn, args, kwargs, options, key.roots, name, node.spill_dir(), cwd))
         node.CALLS.send(key, fields, done)
     except Exception as error:  # no binary, no serve, unpicklable: the future says why
         calls.discard(fields)
@@ -65,13 +68,14 @@ def call(
     options: Options,
     name: Optional[str] = None,
     preload: Tuple[str, ...] = (),
+    cwd: Optional[str] = None,
 ) -> Future:
     """Run one call in the node's serve and wait for it: a done Future (value or exception,
     and the Report). `preload`: modules the serve's zygote should have imported (part of
-    which serve is used)."""
+    which serve is used); `cwd`: the directory the call runs in (default: its sandbox)."""
     future = Future()
     future.set_running_or_notify_cancel()
-    run_call(fn, args, kwargs, options, future, name, preload)
+    run_call(fn, args, kwargs, options, future, name, preload, cwd)
     cf.wait([future])
     return future
 

@@ -15,12 +15,18 @@ the app's exception (or lfm.LimitExceeded); `report_of(app_future)` is the call'
 
 from __future__ import annotations
 
+import datetime
+import os
+import platform
+import time
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, Optional
 
 from parsl.app.errors import wrap_error
 from parsl.executors.errors import InvalidResourceSpecification
 from parsl.executors.high_throughput.executor import HighThroughputExecutor
+from parsl.monitoring.message_type import MessageType
+from parsl.monitoring.remote import monitor_wrapper, send_first_message, send_last_message
 from parsl.serialize import pack_apply_message, unpack_apply_message
 
 from . import calls
@@ -33,6 +39,9 @@ LFM_KEYS = {
     "auto", "max_retries", "gpus", "gpu_memory",
 }
 MB_KEYS = ("memory", "disk", "gpu_memory")
+# Every app's module imports parsl (its decorators), and HTEX's worker has it imported: the
+# zygote imports it once rather than the first call of each serve (~1 s here, for 470 modules).
+PRELOAD = ("parsl",)
 
 
 class LfmResult:
@@ -85,12 +94,87 @@ def _where(code: Any) -> tuple:
 _WRAP_ERROR = _where(wrap_error(lambda: None).__code__)
 
 
+def _monitor_wrapper_code() -> tuple:
+    wrapped, _, _ = monitor_wrapper(
+        f=lambda: None, args=(), kwargs={}, x_try_id=0, x_task_id=0, radio_config=None,
+        run_id="", logging_level=0, sleep_dur=0, monitor_resources=False, run_dir="")
+    return _where(wrapped.__code__)
+
+
+# With monitoring on, the DFK hands the executor its monitor_wrapper around the app.
+_MONITOR_WRAPPER = _monitor_wrapper_code()
+
+
+def monitoring_of(func: Callable) -> "tuple[Callable, Optional[Dict[str, Any]]]":
+    """(the app, the monitoring settings the DFK's monitor_wrapper holds: radio_config, run_id,
+    run_dir, sleep_dur, ...) when `func` is that wrapper, else (func, None)."""
+    code = getattr(func, "__code__", None)
+    if code is None or _where(code) != _MONITOR_WRAPPER or not getattr(func, "__closure__", None):
+        return func, None
+    settings = dict(zip(code.co_freevars, (cell.cell_contents for cell in func.__closure__)))
+    return settings["f"], settings
+
+
+def resource_message(report: Report, retries: list, settings: Dict[str, Any], task_id: int,
+                     try_id: int) -> Dict[str, Any]:
+    """The Report as one row of Parsl's monitoring `resource` table (the columns its psutil
+    monitor fills): peak memory as the resident size, the call's CPU, I/O and processes; the
+    status column says how the call ended, what limit it exceeded and how often sizing ran it
+    again. Columns the Report has no figure for stay empty."""
+    memory = report.get("memory") or {}
+    cpu = report.get("cpu_time") or {}
+    node_memory = (report.get("allocation") or {}).get("node_memory_bytes")
+    peak = memory.get("peak_bytes")
+    status = (report.get("exit") or {}).get("type", "unknown")
+    if report.get("limits_exceeded"):
+        status += ": limits exceeded: " + ", ".join(sorted(report["limits_exceeded"]))
+    if retries:
+        status += f" (after {len(retries)} larger attempt(s))"
+    return {
+        "run_id": settings["run_id"], "task_id": task_id, "try_id": try_id,
+        "timestamp": datetime.datetime.fromtimestamp(report.get("end") or time.time()),
+        "resource_monitoring_interval": settings.get("sleep_dur"),
+        "hostname": platform.node(),
+        "psutil_process_pid": None,
+        "psutil_process_memory_resident": peak,
+        "psutil_process_memory_virtual": report.get("virtual_memory_bytes"),
+        "psutil_process_memory_percent": 100.0 * peak / node_memory if peak and node_memory else None,
+        "psutil_process_time_user": cpu.get("user"),
+        "psutil_process_time_system": cpu.get("system"),
+        "psutil_process_disk_read": report.get("bytes_read"),
+        "psutil_process_disk_write": report.get("bytes_written"),
+        "psutil_process_children_count": max(0, (report.get("total_processes") or 1) - 1),
+        "psutil_process_status": f"lfm: {status}",
+    }
+
+
 def execute_task(buffer: bytes, options: Dict[str, Any]) -> LfmResult:
-    """On the worker (HTEX's task_executor): run the app in this node's lfm serve. An
-    exception (the app's, or lfm.LimitExceeded) propagates with `.report` attached."""
+    """On the worker (HTEX's task_executor): run the app in this node's lfm serve, in the
+    worker's working directory as HTEX runs it (a bash app's relative `stdout` lands there).
+    An exception (the app's, or lfm.LimitExceeded) propagates with `.report` attached.
+
+    With Parsl monitoring on, the worker (which has HTEX's result channel) sends the task's
+    first and last messages, as monitor_wrapper would, and between them its Report as a
+    resource message: lfm's figures for the call in place of psutil samples of the worker."""
     func, args, kwargs = unpack_apply_message(buffer)
     kwargs.pop("parsl_resource_specification", None)
-    done = call(calls.unwrapped(user_function(func)), args, kwargs, Options(**options))
+    func, monitoring = monitoring_of(func)
+    if monitoring is not None:
+        task_id = kwargs.pop("_parsl_monitoring_task_id")
+        try_id = kwargs.pop("_parsl_monitoring_try_id")
+        where = (monitoring["radio_config"], monitoring["run_id"], monitoring["run_dir"])
+        send_first_message(try_id, task_id, *where)
+    done = None
+    try:
+        done = call(calls.unwrapped(user_function(func)), args, kwargs, Options(**options),
+                    preload=PRELOAD, cwd=os.getcwd())
+    finally:
+        if monitoring is not None:
+            if done is not None and done.report and (monitoring.get("sleep_dur") or 0) > 0:
+                message = resource_message(done.report, done.retries, monitoring, task_id, try_id)
+                monitoring["radio_config"].create_sender().send((MessageType.RESOURCE_INFO, message))
+            send_last_message(try_id, task_id, *where)
+    assert done is not None
     return LfmResult(done.result(), done.report)
 
 

@@ -18,20 +18,47 @@ from . import target as targets
 
 
 def read_arguments(spec):
+    """(args, kwargs). A pickle may hold a third item, `{"cwd": DIR}`: the call then runs in
+    DIR (the caller's working directory, as engines run tasks) instead of its sandbox."""
     if "pickle_file" in spec or "pickle" in spec:
         import pickle
     if "pickle_file" in spec:
         with open(spec["pickle_file"], "rb") as handle:
-            args, kwargs = pickle.load(handle)
+            loaded = pickle.load(handle)
     elif "pickle" in spec:
         import base64
 
-        args, kwargs = pickle.loads(base64.b64decode(spec["pickle"]))
+        loaded = pickle.loads(base64.b64decode(spec["pickle"]))
     else:
-        args, kwargs = spec.get("json", [[], {}])
+        loaded = spec.get("json", [[], {}])
+    if not isinstance(loaded, (list, tuple)) or len(loaded) not in (2, 3):
+        raise TypeError("arguments must be (a list, a dict) or (a list, a dict, call options)")
+    args, kwargs = loaded[0], loaded[1]
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
         raise TypeError("arguments must be (a list, a dict)")
+    if len(loaded) == 3:
+        where = (loaded[2] or {}).get("cwd")
+        if where is not None:
+            os.chdir(where)
     return list(args), dict(kwargs)
+
+
+def dumps(value):
+    """A value's or an exception's pickle: with pickle, and when pickle cannot (a class or a
+    function made in the call, a lambda) with cloudpickle, which sends those by value as the
+    client sends arguments (Parsl's serializer does the same with dill). cloudpickle is
+    imported only then (~20 ms). Either loads with `pickle.loads` where cloudpickle is
+    installed."""
+    import pickle
+
+    try:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as error:  # PicklingError, AttributeError, TypeError: pickle's refusals
+        try:
+            import cloudpickle
+        except ImportError:
+            raise error from None
+    return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def write_atomically(path, data):
@@ -73,17 +100,13 @@ def encode_result(value, result_spec):
     """(bytes to write, outcome fields) for a returned value."""
     fields = {"type": f"{type(value).__module__}.{type(value).__qualname__}"}
     if result_spec.get("format") == "pickle":
-        import pickle
-
-        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        data = dumps(value)
     else:
         try:
             data = results.dumps(value).encode()
         except (TypeError, ValueError) as error:
             fields["not_json"] = str(error)
-            import pickle
-
-            data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            data = dumps(value)
             fields["format"] = "pickle"
     fields.setdefault("format", result_spec.get("format", "json"))
     fields["bytes"] = len(data)
@@ -134,11 +157,9 @@ def failure(stage, error):
 
 def write_exception(path, error):
     """The exception itself, pickled, for a caller that re-raises it (serve, with pickles);
-    one that does not pickle (a local class, an unpicklable argument) is left out."""
-    import pickle
-
+    one that does not pickle (an unpicklable argument, say) is left out."""
     try:
-        data = pickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL)
+        data = dumps(error)
     except BaseException:  # pickling runs arbitrary __reduce__ code
         return
     write_atomically(path, data)

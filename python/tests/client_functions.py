@@ -65,3 +65,37 @@ def module_file():
 def visible_devices():
     """The GPUs lfm gave the call (docs/gpu.md)."""
     return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def make_local_instance(value):
+    """An instance of a class defined inside the call (pickle cannot send it by name)."""
+
+    class Local:
+        def __init__(self, held):
+            self.held = held
+
+    return Local(value)
+
+
+def make_local_class():
+    """A class defined inside the call (Parsl's test_lifted returns one)."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Made:
+        a: str = "X"
+
+    return Made
+
+
+def raise_local_exception(message):
+    """An exception whose class is defined inside the call."""
+
+    class LocalError(Exception):
+        pass
+
+    raise LocalError(message)
+
+
+def working_directory():
+    return os.getcwd()

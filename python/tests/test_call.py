@@ -1,5 +1,7 @@
 """One call's outcome files (lfm_runner.call)."""
+import base64
 import json
+import os
 import pickle
 
 from lfm_runner import call
@@ -59,9 +61,29 @@ def test_a_value_that_is_not_json_falls_back_to_a_pickle(tmp_path, monkeypatch):
 
 def test_an_unpicklable_value_is_a_result_stage_exception(tmp_path, monkeypatch):
     monkeypatch.delitem(__import__("sys").modules, "callee", raising=False)
-    req = request(tmp_path, "def f():\n    return lambda: 1\n", "f", result_format="pickle")
+    body = "import threading\ndef f():\n    return threading.Lock()\n"
+    req = request(tmp_path, body, "f", result_format="pickle")
     described = call.run(req)
     assert described["stage"] == "result"
+
+
+def test_values_of_classes_and_functions_made_in_the_call_are_pickled_by_value(tmp_path, monkeypatch):
+    # As the client sends arguments (cloudpickle): pickle could name neither.
+    monkeypatch.delitem(__import__("sys").modules, "callee", raising=False)
+    body = "def f():\n    class Local:\n        x = 5\n    return Local(), lambda: 6\n"
+    req = request(tmp_path, body, "f", result_format="pickle")
+    assert call.run(req)["ok"]
+    instance, function = pickle.loads((tmp_path / "result").read_bytes())
+    assert instance.x == 5 and function() == 6
+
+
+def test_arguments_with_a_working_directory_move_the_call_there(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    where = str(tmp_path / "elsewhere")
+    spec = {"pickle": base64.b64encode(pickle.dumps(([1], {}, {"cwd": where}))).decode()}
+    assert call.read_arguments(spec) == ([1], {})
+    assert os.getcwd() == where
 
 
 def test_arguments_come_from_a_pickle_file(tmp_path):

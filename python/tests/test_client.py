@@ -66,11 +66,18 @@ def test_a_large_value_reply_is_read_whole_among_small_ones(executor):
 
 
 def test_arguments_larger_than_the_memory_limit_are_refused_naming_both():
-    with lfm.Executor(max_workers=1, memory="2M") as small:
-        future = small.submit(fns.double, b"y" * (3 << 20))
-        with pytest.raises(lfm.LfmError, match="over the call's memory limit of 2.0 MiB"):
+    with lfm.Executor(max_workers=1, memory="4M") as small:
+        future = small.submit(fns.double, b"y" * (5 << 20))
+        with pytest.raises(lfm.LfmError, match="over the call's memory limit of 4.0 MiB"):
             future.result()
     assert _spilled_files() == []
+
+
+def test_a_memory_limit_no_call_runs_under_is_refused_before_it_runs():
+    with pytest.raises(ValueError, match="memory: '1M' is less than the 4 MiB"):
+        lfm.Executor(memory="1M")
+    with pytest.raises(ValueError, match="memory: 1000 is less than"):
+        lfm.task(memory=1000)(fns.double)
 
 
 def test_map_keeps_the_order(executor):
@@ -105,6 +112,30 @@ def test_an_exception_that_does_not_unpickle_comes_back_as_remote_error(executor
     assert raised.value.type_name == "client_functions.Unpicklable"
     assert "1/2" in str(raised.value)
     assert "in raise_unpicklable" in raised.value.__cause__.traceback
+
+
+def test_an_instance_of_a_class_defined_in_the_call_comes_back(executor):
+    # Results go as arguments go, by cloudpickle: pickle cannot name the local class.
+    value = executor.submit(fns.make_local_instance, 7).result()
+    assert type(value).__name__ == "Local"
+    assert value.held == 7
+
+
+def test_an_exception_of_a_class_defined_in_the_call_is_raised_as_itself(executor):
+    with pytest.raises(Exception) as raised:
+        executor.submit(fns.raise_local_exception, "local").result()
+    assert type(raised.value).__name__ == "LocalError"
+    assert raised.value.args == ("local",)
+    assert raised.value.report["exit"]["type"] == "exception"
+
+
+def test_a_call_given_a_working_directory_runs_there(executor, tmp_path):
+    from lfm.calls import Options
+    from lfm.executor import call
+
+    done = call(fns.working_directory, (), {}, Options(), cwd=str(tmp_path))
+    assert done.result() == str(tmp_path)
+    assert executor.submit(fns.working_directory).result() != str(tmp_path)
 
 
 def test_an_unpicklable_argument_fails_the_future_naming_it(executor):

@@ -9,7 +9,7 @@ distributed = pytest.importorskip("distributed")
 
 import client_functions as fns  # noqa: E402
 import lfm  # noqa: E402
-from lfm.dask import LfmPlugin, reports  # noqa: E402
+from lfm.dask import LfmPlugin, report_of, reports  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +70,10 @@ def test_a_task_over_its_memory_fails_alone_and_the_workers_survive(client):
     assert client.gather(after) == [0, 2, 4, 6]
     assert reports(client)[hog.key]["exit"]["type"] == "limits"
     assert client.run(os.getpid) == pids, "no worker was restarted"
+    # What the dashboard shows of the failed task names the limit and the peak.
+    text = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.tasks[hog.key].exception_text)
+    assert "limit exceeded: memory (limit 191 MiB, peak" in text, text
+    assert report_of(hog)["limits_exceeded"].keys() == {"memory"}
 
 
 def test_dependencies_reach_the_task_in_lfm(client):
@@ -97,3 +101,26 @@ def test_the_workers_of_a_node_share_one_serve(client):
         zygotes = [client.submit(fns.parent_pid, workers=[w], pure=False) for w in workers]
     assert len(workers) == 2
     assert len(set(client.gather(zygotes))) == 1
+
+
+def test_every_tasks_report_is_reachable_from_its_future_past_the_event_log():
+    # The scheduler's event log keeps the last low-level-log-length events of a topic (1000
+    # by default; 2 here): report_of reads the task's own metadata, or its exception.
+    with dask.config.set({"distributed.admin.low-level-log-length": 2}):
+        cluster = distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
+            resources={"memory": 1e9},
+        )
+    with cluster, distributed.Client(cluster) as client:
+        client.register_plugin(LfmPlugin())
+        with dask.annotate(executor="lfm"):
+            futures = [client.submit(fns.double, n, resources={"memory": 100e6}) for n in range(4)]
+            failing = client.submit(fns.raise_key_error, "k", resources={"memory": 100e6})
+        assert client.gather(futures) == [0, 2, 4, 6]
+        assert isinstance(failing.exception(), KeyError)
+        assert len(reports(client)) <= 2
+        for future in futures:
+            report = report_of(future)
+            assert report["limits"]["memory_bytes"] == 100_000_000
+            assert report["exit"]["type"] == "normal"
+        assert report_of(failing)["exit"]["type"] == "exception"

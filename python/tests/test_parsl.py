@@ -6,7 +6,7 @@ import pytest
 
 parsl = pytest.importorskip("parsl")
 
-from parsl import python_app  # noqa: E402
+from parsl import bash_app, python_app  # noqa: E402
 from parsl.config import Config  # noqa: E402
 from parsl.executors.errors import InvalidResourceSpecification  # noqa: E402
 from parsl.providers import LocalProvider  # noqa: E402
@@ -17,10 +17,16 @@ from lfm.parsl import LfmHighThroughputExecutor, report_of  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def dfk(tmp_path_factory):
+def worker_dir(tmp_path_factory):
+    """The working directory the worker pool is started in (HTEX's apps run there)."""
+    return tmp_path_factory.mktemp("worker")
+
+
+@pytest.fixture(scope="module")
+def dfk(tmp_path_factory, worker_dir):
     executor = LfmHighThroughputExecutor(
         label="lfm", cores_per_worker=1, max_workers_per_node=2, encrypted=False,
-        provider=LocalProvider(init_blocks=1, max_blocks=1),
+        provider=LocalProvider(init_blocks=1, max_blocks=1, worker_init=f"cd {worker_dir}"),
     )
     run_dir = str(tmp_path_factory.mktemp("parsl"))
     with parsl.load(Config(executors=[executor], strategy="none", run_dir=run_dir)) as dfk:
@@ -63,6 +69,8 @@ def test_apps_resolve_to_raw_values_with_a_report(dfk):
     assert report["limits"]["memory_bytes"] == 200 << 20
     assert report["function"] == {"target": "client_functions:double", "mode": "slice"}
     assert report["category"] == "double"
+    # The serve's zygote has parsl imported, as HTEX's worker has (the apps' modules import it).
+    assert "parsl" in report["imports"]["preloaded"]
 
 
 def test_resource_spec_keys_become_limits(dfk):
@@ -113,3 +121,40 @@ def test_a_bad_resource_spec_names_the_key(dfk):
         app(fns.double)(1, parsl_resource_specification={"num_nodes": 2}).result()
     with pytest.raises(InvalidResourceSpecification, match="running_time_min"):
         app(fns.double)(1, parsl_resource_specification={"running_time_min": "soon"}).result()
+
+
+def echo_to_relative_stdout(word, stdout="std.out"):
+    return f"echo {word}"
+
+
+def test_apps_run_in_the_workers_working_directory(dfk, worker_dir):
+    assert os.path.realpath(f"/proc/{worker_pool()[0]}/cwd") == str(worker_dir)
+    future = app(fns.working_directory)()
+    assert future.result() == str(worker_dir)
+    # A bash app's relative stdout default lands there, as with HTEX.
+    bash = bash_app(echo_to_relative_stdout, executors=["lfm"])
+    assert bash("hello").result() == 0
+    assert (worker_dir / "std.out").read_text() == "hello\n"
+
+
+def test_an_app_returns_an_instance_of_a_class_it_defines(dfk):
+    value = app(fns.make_local_instance)(3).result()
+    assert type(value).__name__ == "Local"
+    assert value.held == 3
+    made = app(fns.make_local_class)().result()
+    assert made.__name__ == "Made" and made().a == "X"
+
+
+def test_an_app_raising_an_exception_of_a_class_it_defines_fails_with_it(dfk):
+    future = app(fns.raise_local_exception)("inner")
+    error = future.exception()
+    assert type(error).__name__ == "LocalError", error
+    assert error.args == ("inner",)
+
+
+def test_a_memory_no_python_call_runs_under_is_refused_before_it_runs(dfk):
+    # 1 MB (Parsl's test_resource_spec asks for it): refused at submit, never a LimitExceeded.
+    future = app(fns.double)(1, parsl_resource_specification={"cores": 1, "memory": 1})
+    with pytest.raises(InvalidResourceSpecification, match="memory"):
+        future.result()
+    assert report_of(future) is None
