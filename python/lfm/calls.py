@@ -184,6 +184,20 @@ def request(
     a large value comes back as a file either way. `cwd`: the call runs in that directory
     instead of its sandbox (the runner reads it with the arguments)."""
     fields = function_fields(fn, roots, name)
+    fields.update(call_fields(fn, args, kwargs, options, spill_dir, cwd))
+    return fields
+
+
+def call_fields(
+    fn: Any,
+    args: Tuple,
+    kwargs: Dict[str, Any],
+    options: Options,
+    spill_dir: Optional[str] = None,
+    cwd: Optional[str] = None,
+) -> Dict[str, Any]:
+    """The request's fields but the function: its arguments, limits and sizing."""
+    fields: Dict[str, Any] = {}
     arguments: Tuple = (tuple(args), dict(kwargs))
     if cwd is not None:
         arguments += ({"cwd": cwd},)

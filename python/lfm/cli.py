@@ -62,11 +62,15 @@ def pack(
     roots: Iterable[str] = (),
     self_contained: bool = False,
     cwd: Optional[str] = None,
+    closure: Optional[str] = None,
 ) -> str:
     """Pack what `target` needs from the environment `env` (a venv or conda prefix) into a
     deterministic tar.zst, or with `all=True` the whole environment; returns its path. Without
-    `output` the pack is named by its content hash, lfm-<hash>.tar.zst, in `cwd`."""
+    `output` the pack is named by its content hash, lfm-<hash>.tar.zst, in `cwd`. `closure`:
+    "import" (the default) or "slice" for function targets (`lfm pack --closure`)."""
     argv = [find_binary(), "pack", "--quiet", "--env", os.fspath(env)]
+    if closure is not None:
+        argv += ["--closure", closure]
     if output is not None:
         argv += ["--output", os.fspath(output)]
     if all:

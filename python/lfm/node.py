@@ -225,9 +225,22 @@ def open_serve(key: ServeKey) -> Tuple[socket.socket, str]:
         return _start(key, path), path
 
 
+def _pack_environment(key: ServeKey) -> Dict[str, str]:
+    """A pack's serve unpacks into node-local storage (never $HOME, shared on clusters), and
+    its `run` script finds this worker's interpreter first as `python3`."""
+    from .ship import node_cache
+
+    env = {"PATH": os.path.dirname(key.python) + os.pathsep + os.environ.get("PATH", "")}
+    if not os.environ.get("LFM_CACHE_DIR"):
+        env["LFM_CACHE_DIR"] = node_cache()
+    return env
+
+
 def _start(key: ServeKey, path: str) -> socket.socket:
     log = key.stem + ".log"
     env = dict(os.environ, LFM_IN_SERVE="1")
+    if key.pack:
+        env.update(_pack_environment(key))
     with open(log, "ab") as out:
         out.write(f"--- {time.ctime()} pid {os.getpid()} starts lfm serve\n".encode())
         out.flush()

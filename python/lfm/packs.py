@@ -7,7 +7,7 @@ import inspect
 import os
 import sys
 import threading
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, List, Tuple
 
 from .cli import pack
 from .errors import LfmError
@@ -33,6 +33,18 @@ def pack_for(fn: Callable) -> str:
     with _lock:
         if key not in _built:
             os.makedirs(cache_dir(), exist_ok=True)
-            target = f"{file}:{fn.__qualname__}"
-            _built[key] = pack(target, env=sys.prefix, cwd=cache_dir())
+            _built[key] = pack(_targets(fn, file), env=sys.prefix, cwd=cache_dir(),
+                               closure=_closure(fn))
         return _built[key]
+
+
+def _targets(fn: Callable, file: str) -> List[str]:
+    """The function, and cloudpickle: the serve unpickles a function sent by value, and
+    results that only it can pickle, with it."""
+    return [f"{file}:{fn.__qualname__}", "cloudpickle.cloudpickle:dumps"]
+
+
+def _closure(fn: Callable) -> str:
+    """A script's function goes by value: what it reads is enough (`slice`). A module's goes
+    by name: the serve imports its module (`import`, as by-reference pickles need)."""
+    return "slice" if fn.__module__ == "__main__" else "import"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import pickle
 import platform
 import time
 from concurrent.futures import Future
@@ -29,7 +30,7 @@ from parsl.monitoring.message_type import MessageType
 from parsl.monitoring.remote import monitor_wrapper, send_first_message, send_last_message
 from parsl.serialize import pack_apply_message, unpack_apply_message
 
-from . import calls
+from . import calls, ship
 from .calls import Options
 from .errors import Report
 from .executor import call
@@ -178,6 +179,20 @@ def execute_task(buffer: bytes, options: Dict[str, Any]) -> LfmResult:
     return LfmResult(done.result(), done.report)
 
 
+class ShippedResult:
+    """What the worker sends back for a shipped app: the serve's reply, its value unopened
+    (a bare worker may not import the value's classes; the submit side does)."""
+
+    def __init__(self, reply: Dict[str, Any]):
+        self.reply = reply
+
+
+def execute_shipped(buffer: bytes) -> ShippedResult:
+    """On a worker that may have nothing but parsl and lfm: get the app's pack onto this node
+    (once per node) and run the call the submit side prepared in the pack's serve."""
+    return ShippedResult(ship.run(pickle.loads(buffer)))
+
+
 def report_of(app_future: Any) -> Optional[Report]:
     """The Report of an app run by LfmHighThroughputExecutor (None before it ran)."""
     exec_future = app_future.task_record.get("exec_fu")
@@ -211,15 +226,27 @@ class LfmHighThroughputExecutor(HighThroughputExecutor):
         # the long-lived worker instead.
         return False
 
+    def __init__(self, *args: Any, lfm: Optional[Dict[str, Any]] = None, **kwargs: Any):
+        """`lfm`: resource specification keys every app gets unless its own says otherwise,
+        e.g. {"pack": True} to ship each app's pack to workers that have nothing."""
+        super().__init__(*args, **kwargs)
+        self.lfm = dict(lfm or {})
+        unknown = set(self.lfm) - LFM_KEYS
+        if unknown:
+            raise ValueError(f"lfm: unknown key(s) {', '.join(sorted(unknown))}")
+
     def submit(self, func: Callable, resource_specification: dict, *args: Any, **kwargs: Any):
-        spec = dict(resource_specification or {})
+        spec = dict(self.lfm, **(resource_specification or {}))
         self.validate_resource_spec(spec)
         kwargs.pop("parsl_resource_specification", None)
         options = options_from_spec(func, {k: v for k, v in spec.items() if k in LFM_KEYS})
-        buffer = pack_apply_message(func, args, kwargs, buffer_threshold=1 << 20)
-        context: Dict[str, Any] = {
-            "task_executor": {"f": f"{__name__}.execute_task", "k": {"options": options.__dict__}}
-        }
+        if options.pack:
+            buffer, context = self._shipped(func, args, kwargs, options)
+        else:
+            buffer = pack_apply_message(func, args, kwargs, buffer_threshold=1 << 20)
+            context = {
+                "task_executor": {"f": f"{__name__}.execute_task", "k": {"options": options.__dict__}}
+            }
         # Only HTEX's own keys: it exports every resource_spec key as a PARSL_* variable.
         if "priority" in spec:
             context["resource_spec"] = {"priority": spec["priority"]}
@@ -230,6 +257,20 @@ class LfmHighThroughputExecutor(HighThroughputExecutor):
         return outer
 
 
+    def _shipped(self, func: Callable, args: tuple, kwargs: dict, options: Options):
+        """The app prepared here, where its environment is, for a worker that has nothing:
+        the pack's reference and the pickled call (Parsl monitoring's task messages are
+        not sent for shipped apps)."""
+        app, monitoring = monitoring_of(func)
+        if monitoring is not None:
+            kwargs.pop("_parsl_monitoring_task_id", None)
+            kwargs.pop("_parsl_monitoring_try_id", None)
+        address = getattr(self, "address", None)
+        host = address if address and address not in ("*", "0.0.0.0") else None
+        prepared = ship.prepare(user_function(app), args, kwargs, options, host)
+        return pickle.dumps(prepared), {"task_executor": {"f": f"{__name__}.execute_shipped"}}
+
+
 def _settle(outer: LfmFuture, inner: Future) -> None:
     error = inner.exception()
     if error is not None:
@@ -237,6 +278,10 @@ def _settle(outer: LfmFuture, inner: Future) -> None:
         outer.set_exception(error)
         return
     result = inner.result()
+    if isinstance(result, ShippedResult):
+        ok, value, outer.report = calls.outcome(result.reply)
+        outer.set_result(value) if ok else outer.set_exception(value)
+        return
     if not isinstance(result, LfmResult):
         outer.set_exception(TypeError(f"lfm's task executor returned {type(result).__name__}"))
         return

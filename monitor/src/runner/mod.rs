@@ -49,6 +49,10 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../../../python/lfm_runner/imports.py"),
     ),
     (
+        "lfm_runner/opaque.py",
+        include_str!("../../../python/lfm_runner/opaque.py"),
+    ),
+    (
         "lfm_runner/zygote.py",
         include_str!("../../../python/lfm_runner/zygote.py"),
     ),

@@ -1,0 +1,5 @@
+def count(n):
+    """Pure Python, through a local module of the project."""
+    from labmods import vocabulary
+
+    return vocabulary.sentence(n).count(" ") + 1

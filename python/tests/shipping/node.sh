@@ -1,0 +1,29 @@
+#!/bin/sh
+# node.sh NODES VENV HIDDEN COMMAND...: run COMMAND as one "node" of the multi-node test.
+# It claims the first free NODES/node-K, then runs in a mount namespace of its own: a private
+# /tmp, each of the colon-separated HIDDEN directories (the submit side's venv, home, project
+# and lfm sources) under an empty tmpfs, and an environment holding only VENV (python3, the
+# engine, lfm's client and binary), with NODES/node-K/cache as its node-local storage.
+set -eu
+nodes=$1 venv=$2 hidden=$3
+shift 3
+i=0
+while :; do
+  mkdir -p "$nodes/node-$i"
+  mkdir "$nodes/node-$i/claimed" 2>/dev/null && break
+  i=$((i + 1))
+done
+node="$nodes/node-$i"
+mkdir -p "$node/cache" "$node/home"
+echo $$ > "$node/claimed/pid"
+export NODE="$node" VENV="$venv"
+exec unshare --mount --propagation private /bin/sh -c '
+  set -eu
+  mount -t tmpfs tmpfs /tmp
+  IFS=:
+  for dir in $1; do mount -t tmpfs tmpfs "$dir"; done
+  unset IFS
+  shift
+  exec env -i PATH="$VENV/bin:/usr/bin:/bin" HOME="$NODE/home" LFM_NODE_CACHE="$NODE/cache" \
+    LFM_IDLE_TIMEOUT=30 LFM_SLOTS=2 "$@"
+' sh "$hidden" "$@"

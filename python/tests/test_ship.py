@@ -1,0 +1,122 @@
+"""Packs that travel (lfm.ship): the node-side fetch's checks, one transfer per node, values a
+bare worker keeps closed. The multi-node run is test_ship_nodes.py."""
+
+import hashlib
+import os
+import pickle
+import threading
+
+import pytest
+
+from lfm import ship
+from lfm.errors import LfmError
+from lfm_runner.opaque import Opaque, opened
+
+
+@pytest.fixture()
+def node(tmp_path, monkeypatch):
+    monkeypatch.setenv("LFM_NODE_CACHE", str(tmp_path / "node"))
+    return tmp_path / "node"
+
+
+def offered(tmp_path, data=b"pack bytes " * 100_000, served=None):
+    """A pack file offered by this process's server (serving `served` bytes if given)."""
+    path = tmp_path / "lfm-test.tar.zst"
+    path.write_bytes(data if served is None else served)
+    digest = hashlib.sha256(data).hexdigest()
+    url = ship.server("127.0.0.1").register(digest, str(path))
+    python, abi = ship.interpreter()
+    return ship.PackRef(digest, len(data), path.name, python, abi, url=url)
+
+
+def test_node_cache_order(monkeypatch):
+    monkeypatch.setenv("LFM_NODE_CACHE", "/scratch/lfm")
+    assert ship.node_cache() == "/scratch/lfm"
+    monkeypatch.delenv("LFM_NODE_CACHE")
+    monkeypatch.setenv("TMPDIR", "/local")
+    assert ship.node_cache() == f"/local/lfm-{os.getuid()}"
+    monkeypatch.delenv("TMPDIR")
+    assert ship.node_cache() == f"/tmp/lfm-{os.getuid()}"
+
+
+def test_a_pack_comes_once_by_url_and_checked(tmp_path, node):
+    ref = offered(tmp_path)
+    local = ship.fetch(ref)
+    assert open(local, "rb").read() == b"pack bytes " * 100_000
+    assert ship.fetch(ref) == local
+    [transfer] = ship.transfers()
+    assert (transfer["hash"], transfer["bytes"], transfer["source"]) == (ref.hash, ref.size, "url")
+    assert not os.access(local, os.W_OK) or os.geteuid() == 0
+    assert oct(os.stat(local).st_mode & 0o777) == "0o444"
+
+
+def test_concurrent_fetches_on_a_node_wait_for_one(tmp_path, node):
+    ref = offered(tmp_path)
+    paths = []
+    threads = [threading.Thread(target=lambda: paths.append(ship.fetch(ref))) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(paths)) == 1 and len(paths) == 6
+    assert len(ship.transfers()) == 1
+
+
+def test_corrupt_bytes_never_enter_the_cache(tmp_path, node):
+    ref = offered(tmp_path, served=b"something else entirely")
+    with pytest.raises(LfmError, match="partial or corrupt transfer"):
+        ship.fetch(ref)
+    assert sorted(os.listdir(node / "shipped")) == [ref.hash + ".lock"]
+
+
+def test_a_visible_path_is_copied_and_a_dead_fetch_is_cleaned(tmp_path, node):
+    ref = offered(tmp_path)
+    ref = ship.PackRef(**dict(ref.to_dict(), url=None, path=str(tmp_path / "lfm-test.tar.zst")))
+    os.makedirs(node / "shipped")
+    stale = node / "shipped" / f"{ref.hash}.part-1-1"
+    stale.write_bytes(b"half")
+    local = ship.fetch(ref)
+    assert not stale.exists()
+    assert ship.transfers()[0]["source"] == "path"
+    assert hashlib.sha256(open(local, "rb").read()).hexdigest() == ref.hash
+
+
+def test_no_source_and_an_unreachable_one_say_so(tmp_path, node):
+    ref = offered(tmp_path)
+    with pytest.raises(LfmError, match="no source"):
+        ship.fetch(ship.PackRef(**dict(ref.to_dict(), url=None)))
+    gone = ship.PackRef(**dict(ref.to_dict(), url="http://127.0.0.1:9/x"))
+    with pytest.raises(LfmError, match="could not get pack lfm-test.tar.zst onto this node"):
+        ship.fetch(gone)
+    assert not (node / "shipped" / (ref.hash + ".tar.zst")).exists()
+
+
+def test_a_full_node_cache_is_named(tmp_path, node):
+    ref = offered(tmp_path)
+    huge = ship.PackRef(**dict(ref.to_dict(), size=1 << 60))
+    with pytest.raises(LfmError, match="has no room for pack .*LFM_NODE_CACHE"):
+        ship.fetch(huge)
+
+
+def test_another_interpreter_is_refused_naming_both(tmp_path):
+    ref = offered(tmp_path)
+    other = ship.PackRef(**dict(ref.to_dict(), python="3.7", abi="cpython-37m-x86_64-linux-gnu"))
+    with pytest.raises(LfmError, match=r"built for Python 3.7 .*this worker runs Python 3\.\d+"):
+        ship.check_interpreter(other)
+    ship.check_interpreter(ship.PackRef(**dict(other.to_dict(), self_contained=True)))
+    ship.check_interpreter(ref)
+
+
+def test_a_reference_with_unknown_fields_is_refused():
+    with pytest.raises(LfmError, match="unknown field"):
+        ship.PackRef.from_dict({"hash": "x", "bogus": 1})
+
+
+def test_a_value_that_cannot_open_here_stays_closed_and_opens_elsewhere():
+    data = pickle.dumps(("x", 1))
+    assert opened(data) == ("x", 1)
+    foreign = b"\x80\x04cnosuchmodule_x\nThing\n."  # a class this interpreter cannot import
+    closed = opened(foreign)
+    assert isinstance(closed, Opaque) and "nosuchmodule_x" in closed.reason
+    assert opened(pickle.dumps(closed)).data == foreign
+    assert opened(pickle.dumps(Opaque(data))) == ("x", 1)
