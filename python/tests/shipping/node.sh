@@ -21,7 +21,8 @@ exec unshare --mount --propagation private /bin/sh -c '
   set -eu
   mount -t tmpfs tmpfs /tmp
   IFS=:
-  for dir in $1; do mount -t tmpfs tmpfs "$dir"; done
+  # (those under /tmp are hidden already by the private /tmp)
+  for dir in $1; do if [ -d "$dir" ]; then mount -t tmpfs tmpfs "$dir"; fi; done
   unset IFS
   shift
   exec env -i PATH="$VENV/bin:/usr/bin:/bin" HOME="$NODE/home" LFM_NODE_CACHE="$NODE/cache" \

@@ -1,0 +1,223 @@
+"""Workers that have nothing (issue "Workers that have nothing"): three "nodes" on this
+machine, each a set of worker processes in a mount namespace of its own (shipping/node.sh:
+private /tmp, the submit side's venv, home, project and lfm sources hidden under empty
+mounts, an environment holding only python3, the engine, lfm's client and binary), run a
+workflow of three functions with different closures (numpy; pandas + scikit-learn; a local
+pure-Python module) through Parsl HTEX and through Dask. Each node receives each pack at most
+once; a fetch killed mid-transfer leaves nothing the next call uses. Needs root (mount
+namespaces); skipped otherwise, with the reason."""
+
+import hashlib
+import http.server
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import HERE, PYTHON_DIR
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="the multi-node test needs root and unshare(1) for its mount namespaces",
+)
+
+SHIPPING = os.path.join(HERE, "shipping")
+TARGET = os.path.join(os.path.dirname(PYTHON_DIR), "target")
+WORKER_VENV = os.path.join(TARGET, "ship-worker-venv")
+CALLS = 20
+
+
+def worker_venv():
+    """python3 with only the engines, lfm's client and binary: what a bare worker holds. The
+    engines are pinned as the test venv pins them (cached; the client is copied each run)."""
+    requirements = os.path.join(PYTHON_DIR, "requirements-test.txt")
+    wanted = open(requirements).read()
+    stamp = os.path.join(WORKER_VENV, "lfm-requirements.txt")
+    if not os.path.exists(stamp) or open(stamp).read() != wanted:
+        shutil.rmtree(WORKER_VENV, ignore_errors=True)
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base, "-m", "venv", WORKER_VENV], check=True)
+        subprocess.run([os.path.join(WORKER_VENV, "bin", "pip"), "install", "--quiet",
+                        "--disable-pip-version-check", "-c", requirements,
+                        "parsl", "distributed", "cloudpickle"], check=True)
+        with open(stamp, "w") as handle:
+            handle.write(wanted)
+    site = subprocess.run([os.path.join(WORKER_VENV, "bin", "python"), "-c",
+                           "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    for package in ("lfm", "lfm_runner"):
+        shutil.rmtree(os.path.join(site, package), ignore_errors=True)
+        shutil.copytree(os.path.join(PYTHON_DIR, package), os.path.join(site, package),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(os.environ["LFM_BIN"], os.path.join(WORKER_VENV, "bin", "lfm"))
+    return WORKER_VENV, site
+
+
+@pytest.fixture()
+def cluster(tmp_path_factory, monkeypatch):
+    """The submit side's layout and what each node hides of it."""
+    venv, site = worker_venv()
+    for absent in ("numpy", "pandas", "sklearn"):
+        assert not os.path.exists(os.path.join(site, absent)), f"the worker venv has {absent}"
+    run = os.path.join(TARGET, "ship-nodes", f"run-{os.getpid()}-{time.time_ns()}")
+    project = os.path.join(run, "project")
+    shutil.copytree(os.path.join(SHIPPING, "labmods"), os.path.join(project, "labmods"))
+    home = os.path.join(run, "submit-home")
+    os.makedirs(home)
+    monkeypatch.setenv("HOME", home)
+    monkeypatch.setenv("LFM_SHIP_HOST", "127.0.0.1")
+    monkeypatch.syspath_prepend(project)
+    for name in [m for m in sys.modules if m == "labmods" or m.startswith("labmods.")]:
+        monkeypatch.delitem(sys.modules, name)
+    hidden = [sys.prefix, home, project, PYTHON_DIR,
+              os.path.dirname(os.environ["XDG_CACHE_HOME"])]
+    nodes = os.path.join(run, "nodes")
+    os.makedirs(nodes)
+    yield {"venv": venv, "nodes": nodes, "hidden": ":".join(hidden), "run": run}
+    shutil.rmtree(run, ignore_errors=True)
+
+
+def workflow():
+    from labmods.learn import slope
+    from labmods.numeric import spread
+    from labmods.words import count
+
+    return [(spread, lambda n: float(__import__("numpy").arange(n, dtype=float).std())),
+            (slope, lambda n: 3.0),
+            (count, lambda n: n)]
+
+
+def node_command(cluster, *command):
+    return [os.path.join(SHIPPING, "node.sh"), cluster["nodes"], cluster["venv"],
+            cluster["hidden"], *command]
+
+
+def node_dirs(cluster):
+    return sorted(os.path.join(cluster["nodes"], d) for d in os.listdir(cluster["nodes"]))
+
+
+def assert_shipped_once_per_node(cluster, packs):
+    """Each node got each pack at most once, whole, and holds nothing partial."""
+    per_node = {}
+    for node in node_dirs(cluster):
+        shipped = os.path.join(node, "cache", "shipped")
+        if not os.path.isdir(shipped):
+            continue
+        transfers = [json.loads(line) for line in open(os.path.join(shipped, "transfers.jsonl"))]
+        hashes = [t["hash"] for t in transfers]
+        assert len(hashes) == len(set(hashes)), f"{node} got a pack twice: {transfers}"
+        assert set(hashes) <= packs
+        assert all(t["source"] == "url" for t in transfers), "a node saw the submit side's files"
+        for name in os.listdir(shipped):
+            assert ".part-" not in name, f"{node} holds a partial pack {name}"
+            if name.endswith(".tar.zst"):
+                data = open(os.path.join(shipped, name), "rb").read()
+                assert hashlib.sha256(data).hexdigest() + ".tar.zst" == name
+        per_node[os.path.basename(node)] = {t["name"]: t["bytes"] for t in transfers}
+    print("transfers per node:", json.dumps(per_node, indent=1))
+    return per_node
+
+
+class SlowServer:
+    """Serves a pack's first bytes, then stalls: a transfer to kill in the middle."""
+
+    def __init__(self, data: bytes):
+        owner = self
+        self.stalled = threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data[: len(data) // 3])
+                self.wfile.flush()
+                owner.stalled.wait(60)
+
+            def log_message(self, *args):
+                pass
+
+        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.http.daemon_threads = True
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/pack"
+
+    def close(self):
+        self.stalled.set()
+        self.http.shutdown()
+
+
+def kill_a_fetch_midway(cluster, fn):
+    """On the first node, a worker fetching `fn`'s pack is killed mid-transfer."""
+    from lfm import ship
+
+    ref = ship.offer(fn)
+    slow = SlowServer(open(ref.path, "rb").read())
+    cut = ship.PackRef(**dict(ref.to_dict(), url=slow.url, path=None))
+    code = ("import json, sys; from lfm import ship; "
+            "ship.fetch(ship.PackRef.from_dict(json.loads(sys.argv[1])))")
+    fetcher = subprocess.Popen(node_command(cluster, "python3", "-c", code, json.dumps(cut.to_dict())))
+    node = os.path.join(cluster["nodes"], "node-0")
+    shipped = os.path.join(node, "cache", "shipped")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        parts = [n for n in os.listdir(shipped) if ".part-" in n] if os.path.isdir(shipped) else []
+        if parts and os.path.getsize(os.path.join(shipped, parts[0])) > 0:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the fetch to kill never started writing")
+    fetcher.kill()  # node.sh execs down to the fetching python3: this is the worker itself
+    fetcher.wait()
+    slow.close()
+    assert not os.path.exists(os.path.join(shipped, ref.hash + ".tar.zst"))
+    # The node is free again for the engine's first worker, with the dead fetch's partial file.
+    shutil.rmtree(os.path.join(node, "claimed"))
+    return ref.hash
+
+
+def test_parsl_htex_workers_that_have_nothing(cluster):
+    import parsl
+    from parsl.config import Config
+    from parsl.launchers.base import Launcher
+    from parsl.providers import LocalProvider
+
+    from lfm.parsl import LfmHighThroughputExecutor
+
+    class NodeLauncher(Launcher):
+        def __init__(self, wrapper: str = ""):
+            super().__init__(debug=False)
+            self.wrapper = wrapper
+
+        def __call__(self, command, tasks_per_node, nodes_per_block, script_dir=""):
+            return f"{self.wrapper} /bin/sh -c {shlex.quote(command)}"
+
+    functions = workflow()
+    killed = kill_a_fetch_midway(cluster, functions[0][0])
+    wrapper = " ".join(shlex.quote(part) for part in node_command(cluster))
+    executor = LfmHighThroughputExecutor(
+        label="nodes", address="127.0.0.1", max_workers_per_node=2, encrypted=False,
+        provider=LocalProvider(init_blocks=3, min_blocks=3, max_blocks=3,
+                               launcher=NodeLauncher(wrapper)),
+        lfm={"pack": True},
+    )
+    config = Config(executors=[executor], run_dir=os.path.join(cluster["run"], "runinfo"),
+                    strategy="none")
+    with parsl.load(config):
+        apps = [(parsl.python_app(fn, executors=["nodes"]), want) for fn, want in functions]
+        futures = [(app(n), want(n), n) for app, want in apps for n in range(2, 2 + CALLS)]
+        for future, want, n in futures:
+            assert future.result(timeout=600) == pytest.approx(want), n
+    parsl.clear()
+    packs = {__import__("lfm").ship.offer(fn).hash for fn, _ in functions}
+    per_node = assert_shipped_once_per_node(cluster, packs)
+    assert len(per_node) == 3, f"three nodes ran calls: {sorted(per_node)}"
+    node0 = [json.loads(line)["hash"] for line in
+             open(os.path.join(cluster["nodes"], "node-0", "cache", "shipped", "transfers.jsonl"))]
+    assert killed in node0, "the node whose fetch was killed got that pack afterwards"
