@@ -12,6 +12,9 @@ gpus, gpu_memory, category, pack, auto, max_retries) over the task's `resources`
 gives the task devices of its own; workers must declare them) over an @lfm.task's own. Each Report
 goes to the scheduler's event log under "lfm-report" ({"key", "report"}): `reports(client)`;
 and with the task: `report_of(future)` (its metadata on the scheduler, or its exception).
+
+For workers that have nothing but distributed and lfm, `shipped(fn, **options)` builds `fn`'s
+pack here and gives a callable to submit in its place (docs/python.md, "Packs that travel").
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from . import calls
 from .calls import Options
 from .executor import call
+from .ship import ShippedFunction, shipped  # noqa: F401  (lfm.dask.shipped(fn): bare workers)
 
 TOPIC = "lfm-report"
 METADATA_KEY = "lfm-report"
@@ -90,6 +94,8 @@ class LfmWorkerExecutor(cf.Executor):
 
     def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> cf.Future:  # type: ignore[override]
         run_spec, rest = args[0], args[1:]
+        if isinstance(getattr(run_spec, "func", None), ShippedFunction):
+            return self._threads.submit(fn, run_spec, *rest, **kwargs)  # it runs in lfm itself
         try:
             task = LfmTask(self.worker, run_spec, options_for(self.worker, run_spec))
         except (TypeError, ValueError) as error:

@@ -55,7 +55,10 @@ def worker_venv():
         shutil.rmtree(os.path.join(site, package), ignore_errors=True)
         shutil.copytree(os.path.join(PYTHON_DIR, package), os.path.join(site, package),
                         ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(os.environ["LFM_BIN"], os.path.join(WORKER_VENV, "bin", "lfm"))
+    # A serve of the last run may still run the old binary: replace it, never write into it.
+    binary = os.path.join(WORKER_VENV, "bin", "lfm")
+    shutil.copy2(os.environ["LFM_BIN"], binary + ".new")
+    os.replace(binary + ".new", binary)
     return WORKER_VENV, site
 
 
@@ -221,3 +224,39 @@ def test_parsl_htex_workers_that_have_nothing(cluster):
     node0 = [json.loads(line)["hash"] for line in
              open(os.path.join(cluster["nodes"], "node-0", "cache", "shipped", "transfers.jsonl"))]
     assert killed in node0, "the node whose fetch was killed got that pack afterwards"
+
+
+def test_dask_workers_that_have_nothing(cluster):
+    from distributed import Client, LocalCluster
+
+    from lfm.dask import shipped
+
+    functions = workflow()
+    with LocalCluster(n_workers=0, host="127.0.0.1", scheduler_port=0, dashboard_address=None,
+                      processes=False, protocol="tcp://") as local, Client(local) as client:
+        workers = [subprocess.Popen(node_command(
+            cluster, "dask", "worker", local.scheduler_address, "--nworkers", "2",
+            "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"))
+            for _ in range(3)]
+        try:
+            client.wait_for_workers(6, timeout=120)
+            tasks = [(shipped(fn), want) for fn, want in functions]
+            futures = [(client.submit(task, n, pure=False), want(n), n)
+                       for task, want in tasks for n in range(2, 2 + CALLS)]
+            for future, want, n in futures:
+                assert future.result(timeout=600) == pytest.approx(want), n
+            # A value a bare worker keeps closed flows on into the next shipped call.
+            spread_task = tasks[0][0]
+            chained = client.submit(shipped(__import__("labmods.numeric").numeric.spread),
+                                    client.submit(spread_task, 5, pure=False), pure=False)
+            assert chained.result(timeout=300) == pytest.approx(0.5)  # std of arange(1.41)
+            reported = {event["report"]["category"] for _, event in client.get_events("lfm-report")}
+            assert {"spread", "slope", "count"} <= reported
+        finally:
+            for worker in workers:
+                worker.terminate()
+            for worker in workers:
+                worker.wait(timeout=60)
+    packs = {__import__("lfm").ship.offer(fn).hash for fn, _ in functions}
+    per_node = assert_shipped_once_per_node(cluster, packs)
+    assert len(per_node) == 3, f"three nodes ran calls: {sorted(per_node)}"
