@@ -515,6 +515,7 @@ fn add_interpreter(
         .collect();
     let mut seeds = crate::stdlib::stdlib_imports_of(&sources, interpreter);
     seeds.extend(stdlib_seeds.iter().cloned());
+    seeds.extend(crate::stdlib::runner_stdlib_imports(interpreter));
     let selection = crate::stdlib::select(interpreter, seeds)?;
     for relative in &selection.files {
         let source = stdlib.join(relative);

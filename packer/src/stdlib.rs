@@ -50,35 +50,48 @@ fn startup_modules(interpreter: &Interpreter) -> Result<Vec<String>> {
     Ok(serde_json::from_slice(&output.stdout)?)
 }
 
+include!(concat!(env!("OUT_DIR"), "/runner_sources.rs"));
+
 /// Stdlib module names imported (at any depth, in any context) by the given source files.
 pub fn stdlib_imports_of(files: &[PathBuf], interpreter: &Interpreter) -> BTreeSet<String> {
-    let stdlib = &interpreter.stdlib_module_names;
     files
         .par_iter()
-        .map(|file| {
-            let Ok(bytes) = std::fs::read(file) else {
-                return Vec::new();
-            };
-            let summary = summarize(&decode(&bytes).text);
-            summary
-                .imports
-                .iter()
-                .filter(|edge| edge.level == 0 && !edge.context.type_checking)
-                .filter(|edge| {
-                    let module = summary.edge_module(edge);
-                    stdlib.contains(module.split('.').next().unwrap_or(""))
-                })
-                .flat_map(|edge| {
-                    let module = summary.edge_module(edge);
-                    let mut names = vec![module.to_string()];
-                    if let Some(member) = summary.edge_member(edge).filter(|m| *m != "*") {
-                        names.push(format!("{module}.{member}"));
-                    }
-                    names
-                })
-                .collect()
+        .map(|file| match std::fs::read(file) {
+            Ok(bytes) => stdlib_imports_in(&decode(&bytes).text, interpreter),
+            Err(_) => Vec::new(),
         })
         .flatten()
+        .collect()
+}
+
+/// Stdlib module names the call runner imports: a self-contained pack runs it with its own
+/// interpreter (the zygote needs `resource`, `selectors`, ... whatever the function uses).
+pub fn runner_stdlib_imports(interpreter: &Interpreter) -> BTreeSet<String> {
+    RUNNER_SOURCES
+        .iter()
+        .flat_map(|text| stdlib_imports_in(text, interpreter))
+        .collect()
+}
+
+fn stdlib_imports_in(text: &str, interpreter: &Interpreter) -> Vec<String> {
+    let stdlib = &interpreter.stdlib_module_names;
+    let summary = summarize(text);
+    summary
+        .imports
+        .iter()
+        .filter(|edge| edge.level == 0 && !edge.context.type_checking)
+        .filter(|edge| {
+            let module = summary.edge_module(edge);
+            stdlib.contains(module.split('.').next().unwrap_or(""))
+        })
+        .flat_map(|edge| {
+            let module = summary.edge_module(edge);
+            let mut names = vec![module.to_string()];
+            if let Some(member) = summary.edge_member(edge).filter(|m| *m != "*") {
+                names.push(format!("{module}.{member}"));
+            }
+            names
+        })
         .collect()
 }
 

@@ -58,11 +58,15 @@ def size_bytes(value: Union[str, int, float]) -> Optional[float]:
     return None if unit is None else number * unit
 
 
+SELF_CONTAINED = "self-contained"
+
+
 @dataclass(frozen=True)
 class Options:
     """What a call asks of lfm: its limits, its category, and whether sizing picks the memory
     (`auto`, run again larger at most `max_retries` times: default the serve's, 3) or a pack
-    carries the function (`pack`)."""
+    carries the function (`pack`: True, or "self-contained" for a pack with its own
+    interpreter, which runs on nodes whose Python differs)."""
 
     memory: Size = None
     cores: Size = None
@@ -72,7 +76,7 @@ class Options:
     gpus: Optional[int] = None
     gpu_memory: Size = None
     category: Optional[str] = None
-    pack: bool = False
+    pack: Union[bool, str] = False
     auto: bool = False
     max_retries: Optional[int] = None
 
@@ -92,6 +96,8 @@ class Options:
                     f"memory: {self.memory!r} is less than the {MEMORY_MIN >> 20} MiB lfm lets "
                     "a call ask for (a forked Python call needs about 1 MiB of its own to run)"
                 )
+        if self.pack not in (True, False, SELF_CONTAINED):
+            raise ValueError(f"pack: True, False or {SELF_CONTAINED!r}, not {self.pack!r}")
         if self.gpus is not None and (isinstance(self.gpus, bool) or not isinstance(self.gpus, int)):
             raise TypeError(f"gpus: a whole number of devices, not {self.gpus!r}")
         if self.category is not None and not isinstance(self.category, str):

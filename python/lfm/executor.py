@@ -6,7 +6,7 @@ import collections
 import concurrent.futures as cf
 import os
 import threading
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
 from . import calls, node
 from .calls import Options, Size
@@ -50,7 +50,8 @@ def run_call(
             future.set_result(value)
 
     try:
-        pack = packs.pack_for(calls.unwrapped(fn)) if options.pack else None
+        self_contained = options.pack == calls.SELF_CONTAINED
+        pack = packs.pack_for(calls.unwrapped(fn), self_contained) if options.pack else None
         key = node.ServeKey.here(pack, preload)
         fields.update(calls.request(
             fn, args, kwargs, options, key.roots, name, node.spill_dir(), cwd))
@@ -94,7 +95,7 @@ class Executor(cf.Executor):
         cores: Size = None,
         wall: Size = None,
         category: Optional[str] = None,
-        pack: bool = False,
+        pack: Union[bool, str] = False,
         auto: bool = False,
         max_retries: Optional[int] = None,
         gpus: Optional[int] = None,

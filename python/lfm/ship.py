@@ -180,16 +180,16 @@ def digest_of(path: str) -> Tuple[str, int]:
     return _digests[key]
 
 
-def offer(fn: Callable, host: Optional[str] = None) -> PackRef:
+def offer(fn: Callable, host: Optional[str] = None, self_contained: bool = False) -> PackRef:
     """`fn`'s pack, built here from this interpreter's environment if not yet, and offered to
     workers: the reference a task carries."""
     from . import packs
 
-    path = packs.pack_for(fn)
+    path = packs.pack_for(fn, self_contained)
     digest, size = digest_of(path)
     url = server(host).register(digest, path)
     python, abi = interpreter()
-    return PackRef(digest, size, os.path.basename(path), python, abi, url=url, path=path)
+    return PackRef(digest, size, os.path.basename(path), python, abi, self_contained, url, path)
 
 
 # ---- node side -----------------------------------------------------------------------------
@@ -330,7 +330,7 @@ def prepare(fn: Callable, args: Tuple, kwargs: Dict[str, Any], options: Any,
     the serve's request fields (the function and arguments pickled here, where they import)."""
     from . import calls
 
-    ref = offer(calls.unwrapped(fn), host)
+    ref = offer(calls.unwrapped(fn), host, options.pack == calls.SELF_CONTAINED)
     fields = calls.request(fn, args, kwargs, options, _importable_roots(calls.unwrapped(fn)))
     return {"pack": ref.to_dict(), "request": fields}
 
@@ -402,7 +402,7 @@ class ShippedFunction:
         if options.category is None:
             options = options.merged(category=self.__name__)
         self.options = options
-        self.pack = offer(inner, host).to_dict()
+        self.pack = offer(inner, host, options.pack == calls.SELF_CONTAINED).to_dict()
         self.function = calls.function_fields(inner, _importable_roots(inner))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Callable, Optional, TypeVar, overload
+from typing import Any, Callable, Optional, TypeVar, Union, overload
 
 from .calls import Options, Size
 from .executor import call
@@ -25,7 +25,7 @@ def task(
     fn: None = None, *, memory: Size = ..., cores: Size = ..., wall: Size = ...,
     processes: Size = ..., disk: Size = ..., gpus: Optional[int] = ...,
     gpu_memory: Size = ..., category: Optional[str] = ...,
-    pack: bool = ..., auto: bool = ..., max_retries: Optional[int] = ...,
+    pack: Union[bool, str] = ..., auto: bool = ..., max_retries: Optional[int] = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -40,7 +40,7 @@ def task(
     gpus: Optional[int] = None,
     gpu_memory: Size = None,
     category: Optional[str] = None,
-    pack: bool = False,
+    pack: Union[bool, str] = False,
     auto: bool = False,
     max_retries: Optional[int] = None,
 ) -> Any:

@@ -2,6 +2,10 @@
 bare worker keeps closed. The multi-node run is test_ship_nodes.py."""
 
 import hashlib
+import json
+import shutil
+import subprocess
+import sys
 import os
 import pickle
 import threading
@@ -120,3 +124,57 @@ def test_a_value_that_cannot_open_here_stays_closed_and_opens_elsewhere():
     assert isinstance(closed, Opaque) and "nosuchmodule_x" in closed.reason
     assert opened(pickle.dumps(closed)).data == foreign
     assert opened(pickle.dumps(Opaque(data))) == ("x", 1)
+
+
+WORKER = """
+import json, pickle, sys
+from lfm import ship
+try:
+    print(json.dumps(ship.run(pickle.loads(sys.stdin.buffer.read()))))
+except Exception as error:
+    print(json.dumps({"refused": str(error)}))
+"""
+
+
+def other_python():
+    import glob
+
+    mine = "%d.%d" % sys.version_info[:2]
+    found = [p for p in sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[0-3]*/bin/python3")))
+             if f"/{mine}." not in p]
+    return found[-1] if found else None
+
+
+def test_a_worker_on_another_python_is_refused_or_runs_a_self_contained_pack(tmp_path, monkeypatch):
+    """A worker on another Python: a pack built for ours fails naming both; a self-contained
+    one (its own interpreter inside) runs."""
+    import cloudpickle
+
+    from lfm import calls
+
+    python = other_python()
+    if python is None:
+        pytest.skip("no second CPython 3.10-3.13 under ~/.pyenv to be the worker's")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "shipfns.py").write_text("def add(a, b):\n    return a + b\n")
+    monkeypatch.syspath_prepend(str(project))
+    monkeypatch.setenv("LFM_SHIP_HOST", "127.0.0.1")
+    import shipfns
+
+    client = tmp_path / "client"  # what the worker has: lfm's client and cloudpickle
+    shutil.copytree(os.path.dirname(cloudpickle.__file__), client / "cloudpickle")
+    env = dict(os.environ, LFM_NODE_CACHE=str(tmp_path / "node"),
+               PYTHONPATH=f"{os.path.dirname(os.path.dirname(ship.__file__))}:{client}")
+    for pack, expected in ((True, "refused"), (calls.SELF_CONTAINED, "ok")):
+        prepared = ship.prepare(shipfns.add, (2, 3), {}, calls.Options(pack=pack))
+        done = subprocess.run([python, "-c", WORKER], input=pickle.dumps(prepared), env=env,
+                              capture_output=True, timeout=600, cwd=tmp_path)
+        reply = json.loads(done.stdout.decode().strip().splitlines()[-1])
+        if expected == "refused":
+            mine = "%d.%d" % sys.version_info[:2]
+            assert f"built for Python {mine}" in reply["refused"], reply
+            assert os.path.basename(os.path.dirname(os.path.dirname(python))) [:4] in reply["refused"]
+        else:
+            ok, value, report = calls.outcome(reply)
+            assert ok and value == 5, reply
