@@ -430,6 +430,10 @@ struct Walk<'p, 'm> {
     local_modules: BTreeSet<u32>,
     /// The engine decorators and wrappers met ([`crate::engine`]).
     engine_uses: Vec<EngineUseView<'p>>,
+    /// Per module whose import was walked: the names it reads only as engine APIs. What runs
+    /// at its import (top-level statements, class bodies, comprehensions) reads them as the
+    /// engine's, not as its own.
+    engine_names: HashMap<u32, Vec<NameId>>,
     /// While computing a slice: the target's module, and the lines of its module-level
     /// bindings the walk followed there.
     slice_module: Option<u32>,
@@ -539,6 +543,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             missing: HashMap::default(),
             local_modules: BTreeSet::new(),
             engine_uses: Vec::new(),
+            engine_names: HashMap::default(),
             slice_module: None,
             slice_lines: Vec::new(),
             attributes_seen: Default::default(),
@@ -696,7 +701,9 @@ impl<'p, 'm> Walk<'p, 'm> {
                         }
                     }
                     for read in summary.definition_uses(scope) {
-                        self.enqueue_use(module, read, &chain, optional);
+                        if !self.read_by_engine_at_import(module, scope, read) {
+                            self.enqueue_use(module, read, &chain, optional);
+                        }
                     }
                     for decorator in summary.engine_decorators(scope) {
                         self.follow_decorator(module, scope, decorator, &chain, optional);
@@ -728,8 +735,22 @@ impl<'p, 'm> Walk<'p, 'm> {
             stack.extend_from_slice(summary.children(inner));
         }
         for read in summary.free_uses(scope) {
-            self.enqueue_use(module, read, chain, optional);
+            if !self.read_by_engine_at_import(module, scope, read) {
+                self.enqueue_use(module, read, chain, optional);
+            }
         }
+    }
+
+    /// Whether `read`, in a class body or comprehension of `module`, is of a name the module
+    /// reads only as engine APIs, while that scope runs at the module's import.
+    fn read_by_engine_at_import(&self, module: u32, scope: u32, read: Use) -> bool {
+        let summary = self.summary(module);
+        summary.scopes[scope as usize].kind != ScopeKind::Function
+            && self
+                .engine_names
+                .get(&module)
+                .is_some_and(|names| names.contains(&read.name))
+            && runs_at_import(summary, scope)
     }
 
     /// A read of a name an import inside a def or class bound: followed into local code as a
@@ -1014,6 +1035,9 @@ impl<'p, 'm> Walk<'p, 'm> {
             if !engine.names.contains(&read.name) {
                 self.enqueue_use(module, read, chain, optional);
             }
+        }
+        if !engine.names.is_empty() {
+            self.engine_names.insert(module, engine.names);
         }
     }
 
