@@ -276,8 +276,7 @@ fn every_form_of_a_parsl_decorator_is_the_engine_but_a_body_using_it_keeps_it() 
 
 #[test]
 fn dask_delayed_is_the_engine_unless_the_body_uses_dask_itself() {
-    let Some(project) = Project::new(&[("dd.py", DASK_DECORATED), ("dw.py", DASK_WRAPPED)])
-    else {
+    let Some(project) = Project::new(&[("dd.py", DASK_DECORATED), ("dw.py", DASK_WRAPPED)]) else {
         return;
     };
     let spec = project.analyze("slice", "dd.py");
@@ -356,9 +355,7 @@ fn a_pack_leaves_the_engine_to_the_worker_unless_asked() {
     assert!(full_root.join(site).join("parsl/app/app.py").is_file());
     let bytes = |path: &Path| std::fs::metadata(path).unwrap().len();
     assert!(bytes(&lean) < bytes(&full));
-    assert!(
-        lean_manifest["totals"]["files"].as_u64() < full_manifest["totals"]["files"].as_u64()
-    );
+    assert!(lean_manifest["totals"]["files"].as_u64() < full_manifest["totals"]["files"].as_u64());
 }
 
 #[test]
@@ -373,8 +370,14 @@ fn a_pack_without_its_engine_runs_the_app_on_a_worker_that_has_it() {
         std::env::var("PATH").unwrap_or_default()
     );
     for (target, probe) in [
-        ("wf.py:fit", "import wf, numpy; print(type(wf.fit).__name__, numpy.__file__)"),
-        ("dw.py:fit", "import dw, numpy; print(len(dw.lazy), numpy.__file__)"),
+        (
+            "wf.py:fit",
+            "import wf, numpy; print(type(wf.fit).__name__, numpy.__file__)",
+        ),
+        (
+            "dw.py:fit",
+            "import dw, numpy; print(len(dw.lazy), numpy.__file__)",
+        ),
     ] {
         let pack = project.pack(target, &[], "import.tar.zst");
         let root = project.unpack(&pack);

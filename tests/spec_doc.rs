@@ -27,9 +27,15 @@ fn example(index: usize) -> serde_json::Value {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/spec.md")).unwrap();
     let mut rest = doc.as_str();
     for _ in 0..index {
-        rest = &rest[rest.find("```json\n").expect("json example in docs/spec.md") + 1..];
+        rest = &rest[rest
+            .find("```json\n")
+            .expect("json example in docs/spec.md")
+            + 1..];
     }
-    let start = rest.find("```json\n").expect("json example in docs/spec.md") + "```json\n".len();
+    let start = rest
+        .find("```json\n")
+        .expect("json example in docs/spec.md")
+        + "```json\n".len();
     let end = start + rest[start..].find("```").unwrap();
     serde_json::from_str(&rest[start..end]).expect("example parses")
 }

@@ -1330,7 +1330,13 @@ impl<'p, 'm> Walk<'p, 'm> {
         let (own_missing, engine_missing) = missing_in_order.into_iter().partition(|m| m.1.own);
         // The target's own needs first: what they list, the engine's lists leave out.
         let mut listed = BTreeSet::new();
-        let own = needs_views(project, own_reached, own_missing, &mut listed, &mut warnings);
+        let own = needs_views(
+            project,
+            own_reached,
+            own_missing,
+            &mut listed,
+            &mut warnings,
+        );
         let mut engine = needs_views(
             project,
             engine_reached,

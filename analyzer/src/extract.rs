@@ -321,14 +321,16 @@ impl ModuleSummary {
     /// binds and that the module never reads but as something called: what decides whether
     /// that import is the engine's ([`crate::engine`]).
     pub fn engine_callees(&self) -> impl Iterator<Item = EngineCallee> + '_ {
-        self.engine_callees.chunks_exact(4).map(|quad| EngineCallee {
-            read: Use {
-                name: quad[0],
-                path: (quad[1] != BARE).then_some(quad[1]),
-            },
-            line: quad[2],
-            decorates: (quad[3] != BARE).then_some(quad[3]),
-        })
+        self.engine_callees
+            .chunks_exact(4)
+            .map(|quad| EngineCallee {
+                read: Use {
+                    name: quad[0],
+                    path: (quad[1] != BARE).then_some(quad[1]),
+                },
+                line: quad[2],
+                decorates: (quad[3] != BARE).then_some(quad[3]),
+            })
     }
 
     /// Reads of names that imports of this scope bind, from the scope or the scopes nested in
@@ -1194,7 +1196,13 @@ impl<'a> Extractor<'a> {
         for &name in &self.plain_reads {
             read_plainly[name as usize] = true;
         }
-        let renumber = |id: NameId| if id == BARE { BARE } else { renumbered[id as usize] };
+        let renumber = |id: NameId| {
+            if id == BARE {
+                BARE
+            } else {
+                renumbered[id as usize]
+            }
+        };
         let mut out = Vec::new();
         for callee in &self.callees {
             let [name, path] = callee.pair;

@@ -13,8 +13,8 @@ use lfm_analyzer::interpreter::Interpreter;
 use lfm_analyzer::spec::{ModuleKind, Spec};
 
 use crate::manifest::{
-    EngineLeftOut, Manifest, PackDistribution, PackPython, PackTarget, RunInfo, Totals, MANIFEST_FORMAT,
-    MANIFEST_NAME,
+    EngineLeftOut, Manifest, PackDistribution, PackPython, PackTarget, RunInfo, Totals,
+    MANIFEST_FORMAT, MANIFEST_NAME,
 };
 
 /// Every entry gets this mtime: packs of the same inputs must be byte-identical. (Not 0: some
