@@ -1760,4 +1760,44 @@ mod tests {
         assert_eq!(named(summary.value_uses(&sep[0]).collect()), ["os.sep"]);
         assert!(summary.value_edges(&sep[0]).is_empty());
     }
+
+    #[test]
+    fn an_engine_decorator_is_kept_apart_from_its_defs_reads_and_other_decorators_are_not() {
+        let source = "import parsl\nimport functools\nfrom dask import delayed\n\n\
+            @parsl.python_app(executors=EXECUTORS)\n@functools.cache\ndef fit(n):\n    return n\n\n\
+            parsl.load(None)\nEXECUTORS = ['htex']\nwrapped = delayed(fit)\nalso = delayed\n";
+        let summary = summarize(source);
+        let named = |uses: Vec<Use>| -> Vec<String> {
+            uses.iter()
+                .map(|u| match u.path {
+                    Some(path) => format!("{}.{}", summary.name(u.name), summary.name(path)),
+                    None => summary.name(u.name).to_string(),
+                })
+                .collect()
+        };
+        let fit = 1;
+        assert_eq!(
+            named(summary.engine_decorators(fit).collect()),
+            ["parsl.python_app"]
+        );
+        // A decorator of no engine package, and the engine decorator's arguments, are the
+        // def's own header reads; the module still reads every decorator when the def runs.
+        assert_eq!(
+            named(summary.definition_uses(fit).collect()),
+            ["EXECUTORS", "functools.cache"]
+        );
+        assert!(named(summary.definition_uses(0).collect()).contains(&"parsl.python_app".into()));
+        // `parsl` is read only as something called; `delayed` is also read as a value.
+        let callees: Vec<(String, Option<u32>)> = summary
+            .engine_callees()
+            .map(|callee| (named(vec![callee.read]).remove(0), callee.decorates))
+            .collect();
+        assert_eq!(
+            callees,
+            [
+                ("parsl.python_app".to_string(), Some(fit)),
+                ("parsl.load".to_string(), None)
+            ]
+        );
+    }
 }
