@@ -371,6 +371,12 @@ pub struct PackArgs {
     /// missing from the pack fails on every node alike).
     #[arg(long, conflicts_with = "self_contained")]
     pub inherit_site_packages: bool,
+    /// Also pack what only the engine's decorators and wrappers bring (`@python_app`,
+    /// `dask.delayed`, `@lfm.task`: the analysis lists it as `engine`). Without, the pack
+    /// leaves it to the worker, which is that engine, and `run` sees the node's
+    /// site-packages to find it; a --self-contained pack always holds it.
+    #[arg(long)]
+    pub with_engine: bool,
     /// No summary on stderr.
     #[arg(long, short)]
     pub quiet: bool,

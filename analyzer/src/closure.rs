@@ -18,8 +18,8 @@ use crate::dists::Owner;
 use crate::extract::{Binding, ImportEdge, ImportUse, ModuleSummary, NameId, ScopeKind, Use};
 use crate::project::{EdgeTarget, Project, ThirdPartyModule};
 use crate::spec::{
-    ClosureKind, Contexts, DistributionView, MissingDistribution, MissingView, ModuleKind,
-    ModuleView, ReasonView, TargetKind, TargetView, WarningView,
+    ClosureKind, Contexts, DistributionView, EngineUseView, EngineView, MissingDistribution,
+    MissingView, ModuleKind, ModuleView, ReasonView, TargetKind, TargetView, WarningView,
 };
 
 /// Python builtins: a free name among these is not a module global.
@@ -214,6 +214,8 @@ type Why<'p> = ReasonView<'p>;
 
 struct Missed<'p> {
     optional: bool,
+    /// Reached by an edge that is not only the engine's ([`crate::engine`]).
+    own: bool,
     reason: Why<'p>,
 }
 
@@ -222,6 +224,8 @@ struct Reached<'p> {
     file: Option<&'p str>,
     owner: Option<&'p Owner>,
     required: bool,
+    /// Reached by an edge that is not only the engine's ([`crate::engine`]).
+    own: bool,
     /// Union of the contexts of the edges that reached it.
     contexts: Contexts,
     reason: Why<'p>,
@@ -237,6 +241,7 @@ struct ModuleMemo<'p> {
     reached: HashMap<&'p str, Reached<'p>>,
     missing: HashMap<&'p str, Missed<'p>>,
     local_modules: BTreeSet<u32>,
+    engine_uses: Vec<EngineUseView<'p>>,
 }
 
 /// Whole-module closures, filled on first use by whichever thread needs one first.
@@ -290,6 +295,7 @@ impl<'p> ModuleMemos<'p> {
                 reached: std::mem::take(&mut walk.reached),
                 missing: std::mem::take(&mut walk.missing),
                 local_modules: std::mem::take(&mut walk.local_modules),
+                engine_uses: std::mem::take(&mut walk.engine_uses),
             }
         }))
     }
@@ -422,6 +428,12 @@ struct Walk<'p, 'm> {
     reached: HashMap<&'p str, Reached<'p>>,
     missing: HashMap<&'p str, Missed<'p>>,
     local_modules: BTreeSet<u32>,
+    /// The engine decorators and wrappers met ([`crate::engine`]).
+    engine_uses: Vec<EngineUseView<'p>>,
+    /// Per module whose import was walked: the names it reads only as engine APIs. What runs
+    /// at its import (top-level statements, class bodies, comprehensions) reads them as the
+    /// engine's, not as its own.
+    engine_names: HashMap<u32, Vec<NameId>>,
     /// While computing a slice: the target's module, and the lines of its module-level
     /// bindings the walk followed there.
     slice_module: Option<u32>,
@@ -530,6 +542,8 @@ impl<'p, 'm> Walk<'p, 'm> {
             reached: HashMap::default(),
             missing: HashMap::default(),
             local_modules: BTreeSet::new(),
+            engine_uses: Vec::new(),
+            engine_names: HashMap::default(),
             slice_module: None,
             slice_lines: Vec::new(),
             attributes_seen: Default::default(),
@@ -552,6 +566,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                 file: theirs.file,
                 owner: theirs.owner,
                 required: false,
+                own: false,
                 contexts: Contexts::default(),
                 reason: prefixed(&theirs.reason),
                 merged: true,
@@ -561,15 +576,19 @@ impl<'p, 'm> Walk<'p, 'm> {
                 ours.merged = true;
             }
             ours.required |= theirs.required && !optional;
+            ours.own |= theirs.own;
             ours.contexts |= theirs.contexts;
         }
         for (&name, theirs) in &memo.missing {
             let ours = self.missing.entry(name).or_insert_with(|| Missed {
                 optional: true,
+                own: false,
                 reason: prefixed(&theirs.reason),
             });
             ours.optional &= theirs.optional || optional;
+            ours.own |= theirs.own;
         }
+        self.engine_uses.extend(memo.engine_uses.iter().cloned());
         for &local in &memo.local_modules {
             self.local_modules.insert(local);
             // Covered now: a later import of it through this walk adds nothing.
@@ -682,7 +701,12 @@ impl<'p, 'm> Walk<'p, 'm> {
                         }
                     }
                     for read in summary.definition_uses(scope) {
-                        self.enqueue_use(module, read, &chain, optional);
+                        if !self.read_by_engine_at_import(module, scope, read) {
+                            self.enqueue_use(module, read, &chain, optional);
+                        }
+                    }
+                    for decorator in summary.engine_decorators(scope) {
+                        self.follow_decorator(module, scope, decorator, &chain, optional);
                     }
                 }
                 Work::Name {
@@ -711,8 +735,22 @@ impl<'p, 'm> Walk<'p, 'm> {
             stack.extend_from_slice(summary.children(inner));
         }
         for read in summary.free_uses(scope) {
-            self.enqueue_use(module, read, chain, optional);
+            if !self.read_by_engine_at_import(module, scope, read) {
+                self.enqueue_use(module, read, chain, optional);
+            }
         }
+    }
+
+    /// Whether `read`, in a class body or comprehension of `module`, is of a name the module
+    /// reads only as engine APIs, while that scope runs at the module's import.
+    fn read_by_engine_at_import(&self, module: u32, scope: u32, read: Use) -> bool {
+        let summary = self.summary(module);
+        summary.scopes[scope as usize].kind != ScopeKind::Function
+            && self
+                .engine_names
+                .get(&module)
+                .is_some_and(|names| names.contains(&read.name))
+            && runs_at_import(summary, scope)
     }
 
     /// A read of a name an import inside a def or class bound: followed into local code as a
@@ -806,6 +844,20 @@ impl<'p, 'm> Walk<'p, 'm> {
         chain: &Chain<'p>,
         inherited_optional: bool,
     ) {
+        self.add_edge_of(module, index, edge, chain, inherited_optional, false);
+    }
+
+    /// An import edge: its targets reached, as the engine's only ([`crate::engine`]) when
+    /// `engine`. A local target is followed as the closure's own code either way.
+    fn add_edge_of(
+        &mut self,
+        module: u32,
+        index: usize,
+        edge: &ImportEdge,
+        chain: &Chain<'p>,
+        inherited_optional: bool,
+        engine: bool,
+    ) {
         if edge.context.type_checking {
             return;
         }
@@ -837,14 +889,17 @@ impl<'p, 'm> Walk<'p, 'm> {
                     EdgeTarget::Missing(name) => {
                         let entry = self.missing.entry(name).or_insert_with(|| Missed {
                             optional,
+                            own: false,
                             reason: reason(),
                         });
                         entry.optional &= optional;
+                        entry.own |= !engine;
                         continue;
                     }
                 };
-            self.record_reached(name, (kind, file, owner), &reason, chain, optional)
-                .contexts |= edge_contexts(edge);
+            let entry = self.record_reached(name, (kind, file, owner), &reason, chain, optional);
+            entry.contexts |= edge_contexts(edge);
+            entry.own |= !engine;
         }
     }
 
@@ -863,6 +918,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             file,
             owner,
             required: false,
+            own: false,
             contexts: Contexts::default(),
             reason: reason(),
             merged: false,
@@ -873,6 +929,43 @@ impl<'p, 'm> Walk<'p, 'm> {
         }
         entry.required |= !optional;
         entry
+    }
+
+    /// A decorator that may be an engine's: one naming an engine API brings its import as the
+    /// engine's; any other is read as any name is.
+    fn follow_decorator(
+        &mut self,
+        module: u32,
+        scope: u32,
+        decorator: Use,
+        chain: &Chain<'p>,
+        optional: bool,
+    ) {
+        let summary = self.summary(module);
+        let Some(api) = engine_api_of(summary, decorator) else {
+            return self.enqueue_use(module, decorator, chain, optional);
+        };
+        let project: &'p Project = self.project;
+        self.engine_uses.push(EngineUseView {
+            file: &project.modules[module as usize].display,
+            line: summary.scopes[scope as usize].line,
+            what: Cow::Owned(format!("decorator {api} on {}", summary.scope_name(scope))),
+        });
+        let chain = chain.then_new(summary.name(decorator.name));
+        self.add_engine_imports(module, decorator.name, &chain, optional);
+    }
+
+    /// The imports that bind `name` (an engine API's), reached as the engine's.
+    fn add_engine_imports(&mut self, module: u32, name: NameId, chain: &Chain<'p>, optional: bool) {
+        let summary = self.summary(module);
+        for binding in summary.bindings_of(name).unwrap_or_default() {
+            if let Binding::Import { edge } = *binding {
+                let edge_ref = &summary.imports[edge as usize];
+                // `lfm call` still runs the import: the worker has the engine.
+                self.note_slice_line(module, edge_ref.line);
+                self.add_edge_of(module, edge as usize, edge_ref, chain, optional, true);
+            }
+        }
     }
 
     /// A local module is needed: what importing it runs is walked, and it is listed.
@@ -893,8 +986,9 @@ impl<'p, 'm> Walk<'p, 'm> {
             optional,
         });
         let what = (ModuleKind::Local, Some(local.display.as_str()), None);
-        self.record_reached(&local.name, what, reason, chain, optional)
-            .contexts |= contexts;
+        let entry = self.record_reached(&local.name, what, reason, chain, optional);
+        entry.contexts |= contexts;
+        entry.own = true;
     }
 
     /// What importing `module` runs: its parent package first, then its top level (imports
@@ -912,9 +1006,11 @@ impl<'p, 'm> Walk<'p, 'm> {
         }
         self.reach_installed(module, &loaded.installed, chain, optional);
         let summary = self.summary(module);
+        let engine = self.engine_imports(module);
         for (index, edge) in summary.imports.iter().enumerate() {
             if !edge.context.in_function {
-                self.add_edge(module, index, edge, chain, optional);
+                let only_engine = engine.edges.contains(&(index as u32));
+                self.add_edge_of(module, index, edge, chain, optional, only_engine);
             }
         }
         for scope in 1..summary.scopes.len() as u32 {
@@ -936,8 +1032,61 @@ impl<'p, 'm> Walk<'p, 'm> {
             self.enqueue(work);
         }
         for read in summary.definition_uses(0) {
-            self.enqueue_use(module, read, chain, optional);
+            if !engine.names.contains(&read.name) {
+                self.enqueue_use(module, read, chain, optional);
+            }
         }
+        if !engine.names.is_empty() {
+            self.engine_names.insert(module, engine.names);
+        }
+    }
+
+    /// The imports of `module` whose names it reads only as engine APIs (decorators, bare or
+    /// called, and wrapper calls), noting each such use.
+    fn engine_imports(&mut self, module: u32) -> EngineImports {
+        let project: &'p Project = self.project;
+        let loaded = &project.modules[module as usize];
+        let summary = &loaded.summary;
+        let mut engine = EngineImports::default();
+        let mut not_engine: Vec<NameId> = Vec::new();
+        let mut uses = Vec::new();
+        for callee in summary.engine_callees() {
+            match engine_api_of(summary, callee.read) {
+                Some(api) => {
+                    // A decorator is named at its def's line, as the def's own walk names it.
+                    let (line, what) = match callee.decorates {
+                        Some(scope) => (
+                            summary.scopes[scope as usize].line,
+                            format!("decorator {api} on {}", summary.scope_name(scope)),
+                        ),
+                        None => (callee.line, format!("wrapper {api}")),
+                    };
+                    engine.names.push(callee.read.name);
+                    uses.push((callee.read.name, line, what));
+                }
+                None => not_engine.push(callee.read.name),
+            }
+        }
+        engine.names.retain(|name| !not_engine.contains(name));
+        engine.names.sort_unstable();
+        engine.names.dedup();
+        for (name, line, what) in uses {
+            if engine.names.contains(&name) {
+                self.engine_uses.push(EngineUseView {
+                    file: &loaded.display,
+                    line,
+                    what: Cow::Owned(what),
+                });
+            }
+        }
+        for &name in &engine.names {
+            for binding in summary.bindings_of(name).unwrap_or_default() {
+                if let Binding::Import { edge } = *binding {
+                    engine.edges.push(edge);
+                }
+            }
+        }
+        engine
     }
 
     /// Installed modules that running `module` needs (its own file and its packages, when a
@@ -963,8 +1112,9 @@ impl<'p, 'm> Walk<'p, 'm> {
                 Some(needed.display.as_str()),
                 Some(&needed.owner),
             );
-            self.record_reached(&needed.name, what, &reason, chain, optional)
-                .contexts |= Contexts::TOP_LEVEL;
+            let entry = self.record_reached(&needed.name, what, &reason, chain, optional);
+            entry.contexts |= Contexts::TOP_LEVEL;
+            entry.own = true;
         }
     }
 
@@ -1168,7 +1318,6 @@ impl<'p, 'm> Walk<'p, 'm> {
         let project: &'p Project = self.project;
         let loaded = &project.modules[module as usize];
         let mut warnings: Vec<WarningView<'p>> = Vec::new();
-        let mut direct: Direct<'p> = BTreeMap::new();
         // Hash maps while walking (looked up far more often than listed); put in order here:
         // by kind, then name, the order of the Spec's list (and of each distribution's modules).
         let mut reached_in_order: Vec<(&'p str, Reached<'p>)> =
@@ -1177,9 +1326,31 @@ impl<'p, 'm> Walk<'p, 'm> {
         let mut missing_in_order: Vec<(&'p str, Missed<'p>)> =
             std::mem::take(&mut self.missing).into_iter().collect();
         missing_in_order.sort_unstable_by_key(|(name, _)| *name);
-        let modules = module_views(project, reached_in_order, &mut direct, &mut warnings);
-        let (distributions, missing_distributions) =
-            distribution_views(project, direct, &mut warnings);
+        let (own_reached, engine_reached) = reached_in_order.into_iter().partition(|r| r.1.own);
+        let (own_missing, engine_missing) = missing_in_order.into_iter().partition(|m| m.1.own);
+        // The target's own needs first: what they list, the engine's lists leave out.
+        let mut listed = BTreeSet::new();
+        let own = needs_views(
+            project,
+            own_reached,
+            own_missing,
+            &mut listed,
+            &mut warnings,
+        );
+        let mut engine = needs_views(
+            project,
+            engine_reached,
+            engine_missing,
+            &mut listed,
+            &mut warnings,
+        );
+        // The engine's missing distributions that the target needs itself are listed there.
+        engine
+            .missing_distributions
+            .retain(|missing| !own.missing_distributions.contains(missing));
+        let mut engine_uses = std::mem::take(&mut self.engine_uses);
+        engine_uses.sort();
+        engine_uses.dedup();
         // Problems of every local file in the closure (syntax errors, computed dynamic imports).
         let files_in_closure = std::iter::once(module).chain(
             self.local_modules
@@ -1207,20 +1378,56 @@ impl<'p, 'm> Walk<'p, 'm> {
             module: &loaded.name,
             file: &loaded.display,
             line,
-            modules,
-            distributions,
-            missing: missing_in_order
-                .into_iter()
-                .map(|(name, missed)| MissingView {
-                    name,
-                    optional: missed.optional,
-                    reason: missed.reason,
-                })
-                .collect(),
-            missing_distributions,
+            modules: own.modules,
+            distributions: own.distributions,
+            missing: own.missing,
+            missing_distributions: own.missing_distributions,
+            engine: EngineView {
+                uses: engine_uses,
+                modules: engine.modules,
+                distributions: engine.distributions,
+                missing: engine.missing,
+                missing_distributions: engine.missing_distributions,
+            },
             warnings,
             escape_free: project.escape_free,
         }
+    }
+}
+
+/// A target's own needs, or its engine's, as the Spec lists them.
+struct Needs<'p> {
+    modules: Vec<ModuleView<'p>>,
+    distributions: Vec<DistributionView<'p>>,
+    missing: Vec<MissingView<'p>>,
+    missing_distributions: Vec<MissingDistribution>,
+}
+
+/// The module, distribution and missing lists of what was reached (the target's own needs,
+/// or the engine's): distributions already `listed` are left out, those listed here added.
+fn needs_views<'p>(
+    project: &'p Project,
+    reached_in_order: Vec<(&'p str, Reached<'p>)>,
+    missing_in_order: Vec<(&'p str, Missed<'p>)>,
+    listed: &mut BTreeSet<u32>,
+    warnings: &mut Vec<WarningView<'p>>,
+) -> Needs<'p> {
+    let mut direct: Direct<'p> = BTreeMap::new();
+    let modules = module_views(project, reached_in_order, &mut direct, warnings);
+    let (distributions, missing_distributions) =
+        distribution_views(project, direct, listed, warnings);
+    Needs {
+        modules,
+        distributions,
+        missing: missing_in_order
+            .into_iter()
+            .map(|(name, missed)| MissingView {
+                name,
+                optional: missed.optional,
+                reason: missed.reason,
+            })
+            .collect(),
+        missing_distributions,
     }
 }
 
@@ -1288,6 +1495,7 @@ fn module_views<'p>(
 fn distribution_views<'p>(
     project: &'p Project,
     mut direct: Direct<'p>,
+    listed: &mut BTreeSet<u32>,
     warnings: &mut Vec<WarningView<'p>>,
 ) -> (Vec<DistributionView<'p>>, Vec<MissingDistribution>) {
     let roots = |required: bool| -> Vec<u32> {
@@ -1305,7 +1513,6 @@ fn distribution_views<'p>(
         .dists
         .requirement_closure(&optional_roots, &project.interpreter);
     let mut distributions = Vec::new();
-    let mut listed = BTreeSet::new();
     for (closure, is_optional) in [(&*required, false), (&*optional, true)] {
         for (&id, chain) in &closure.reached {
             if !listed.insert(id) {
@@ -1365,6 +1572,47 @@ impl Drop for Walk<'_, '_> {
         seen.clear();
         VISITED_POOL.with(|pool| pool.borrow_mut().push(seen));
     }
+}
+
+/// A module's imports that only engine APIs are read through ([`Walk::engine_imports`]).
+#[derive(Default)]
+struct EngineImports {
+    names: Vec<NameId>,
+    edges: Vec<u32>,
+}
+
+/// The engine API ([`crate::engine::ENGINE_APIS`]) that `read` names in a module, when every
+/// import that binds its name makes it that one.
+fn engine_api_of(summary: &ModuleSummary, read: Use) -> Option<&'static str> {
+    let bindings = summary.bindings_of(read.name)?;
+    let mut found = None;
+    for binding in bindings {
+        let Binding::Import { edge } = *binding else {
+            return None;
+        };
+        let edge = &summary.imports[edge as usize];
+        if edge.level != 0 {
+            return None;
+        }
+        let module = summary.edge_module(edge);
+        // What the bound name is: `from a import b` binds a.b, `import a.b as c` a.b, and
+        // `import a.b` binds a.
+        let mut qualified = match summary.edge_member(edge) {
+            Some(member) => format!("{module}.{member}"),
+            None if edge.aliased => module.to_string(),
+            None => module.split('.').next().unwrap_or_default().to_string(),
+        };
+        if let Some(path) = read.path {
+            qualified.push('.');
+            qualified.push_str(summary.name(path));
+        }
+        let api = crate::engine::engine_api(&qualified)?;
+        if found.is_some_and(|other| other != api) {
+            return None;
+        }
+        found = Some(api);
+    }
+    found
 }
 
 /// What a name read from a local module is.

@@ -42,6 +42,10 @@ pub struct ModuleSummary {
     pub binding_offsets: Vec<u32>,
     /// What each [`Binding::Value`] reads and imports, end to end.
     value_lists: Vec<u32>,
+    /// Reads of names bound by an import from an engine package that the module reads only as
+    /// something called (a decorator, bare or called, or a call's callee): (name, path or
+    /// [`BARE`], line, decorated scope or [`BARE`]) quadruples; see [`crate::engine`].
+    engine_callees: Vec<u32>,
     /// Problems found while reading this file: syntax errors, non-constant dynamic imports.
     pub problems: Vec<Problem>,
 }
@@ -104,9 +108,9 @@ pub struct Scope {
     /// `outer.inner`; empty for the module scope) in the summary's scope names.
     name: [u32; 2],
     /// Where the lists start in the summary's scope lists, and the length of each: children,
-    /// free names, definition reads, imports, import uses.
+    /// free names, definition reads, imports, import uses, engine decorators.
     lists: u32,
-    lengths: [u32; 5],
+    lengths: [u32; 6],
 }
 
 const CHILDREN: usize = 0;
@@ -122,6 +126,12 @@ const IMPORTS: usize = 3;
 /// Reads (in this scope or nested ones) of names an import of this scope binds: (edge, name,
 /// path or [`BARE`]) triples (see [`ImportUse`]).
 const IMPORT_USES: usize = 4;
+
+/// Decorators of this def or class that may be an engine's ([`crate::engine`]): reads of a
+/// name an import from an engine package binds, as [`Use`] pairs. They are in neither the
+/// free nor the definition uses of the scope (the enclosing scope still reads them): the walk
+/// follows them as the engine's when they name an engine API, as plain reads otherwise.
+const ENGINE_DECORATORS: usize = 5;
 
 /// The path of a use that reads a name itself, not an attribute of it.
 const BARE: NameId = NameId::MAX;
@@ -145,6 +155,16 @@ pub struct ImportUse {
     pub edge: u32,
     pub name: NameId,
     pub path: Option<NameId>,
+}
+
+/// A read of an engine package's name as something called, anywhere in the module (see
+/// [`ModuleSummary::engine_callees`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineCallee {
+    pub read: Use,
+    pub line: u32,
+    /// The def or class it decorates; `None` for a call (`dask.delayed(fit)`).
+    pub decorates: Option<u32>,
 }
 
 fn uses_of(pairs: &[u32]) -> impl Iterator<Item = Use> + '_ {
@@ -292,6 +312,27 @@ impl ModuleSummary {
         self.scope_list(scope, IMPORTS)
     }
 
+    /// The def's or class's decorators that may be an engine's (see [`ENGINE_DECORATORS`]).
+    pub fn engine_decorators(&self, scope: u32) -> impl Iterator<Item = Use> + '_ {
+        uses_of(self.scope_list(scope, ENGINE_DECORATORS))
+    }
+
+    /// Every read, anywhere in the module, of a name that an import from an engine package
+    /// binds and that the module never reads but as something called: what decides whether
+    /// that import is the engine's ([`crate::engine`]).
+    pub fn engine_callees(&self) -> impl Iterator<Item = EngineCallee> + '_ {
+        self.engine_callees
+            .chunks_exact(4)
+            .map(|quad| EngineCallee {
+                read: Use {
+                    name: quad[0],
+                    path: (quad[1] != BARE).then_some(quad[1]),
+                },
+                line: quad[2],
+                decorates: (quad[3] != BARE).then_some(quad[3]),
+            })
+    }
+
     /// Reads of names that imports of this scope bind, from the scope or the scopes nested in
     /// it that do not bind the name themselves (for a class, from its own body only).
     pub fn import_uses(&self, scope: u32) -> impl Iterator<Item = ImportUse> + '_ {
@@ -344,6 +385,7 @@ impl ModuleSummary {
             + self.bindings.capacity() * size_of::<Binding>()
             + 4 * self.binding_offsets.capacity()
             + 4 * self.value_lists.capacity()
+            + 4 * self.engine_callees.capacity()
     }
 
     /// The module-level statements that bind `name`.
@@ -474,6 +516,9 @@ struct ScopeBuild {
     binds: Vec<NameId>,
     globals: Vec<NameId>,
     header_uses: Vec<[NameId; 2]>,
+    /// What its decorators call (see [`ENGINE_DECORATORS`]); `finish` keeps those of engine
+    /// packages apart and puts the others with the header uses.
+    decorators: Vec<[NameId; 2]>,
     /// Names an import statement of this (non-module) scope binds, with the edge.
     import_binds: Vec<(NameId, u32)>,
 }
@@ -491,6 +536,13 @@ enum BindingBuild {
         uses: Vec<[NameId; 2]>,
         edges: Vec<u32>,
     },
+}
+
+/// A read as something called, while the module is visited (see [`EngineCallee`]).
+struct CalleeBuild {
+    pair: [NameId; 2],
+    offset: TextSize,
+    decorates: Option<u32>,
 }
 
 /// Collects what one module-level statement reads and imports, to attach to the names it binds.
@@ -523,6 +575,13 @@ struct Extractor<'a> {
     /// Scopes whose decorators/defaults/bases are being visited: their reads count for them too.
     header_targets: Vec<u32>,
     capture: Option<StatementCapture>,
+    /// Every read as something called, and the names read any other way: an engine's
+    /// decorator or wrapper is only ever called ([`crate::engine`]).
+    callees: Vec<CalleeBuild>,
+    plain_reads: Vec<NameId>,
+    /// Set while a callee is recorded: its read is not a plain one; with `Some(scope)`, it is
+    /// that def's decorator, kept apart from the def's header uses.
+    reading_callee: Option<Option<u32>>,
     /// Local names bound to `typing`/`typing_extensions`, and to `TYPE_CHECKING` itself.
     typing_aliases: HashSet<&'a str>,
     type_checking_aliases: HashSet<&'a str>,
@@ -550,6 +609,9 @@ impl<'a> Extractor<'a> {
             type_checking_depth: 0,
             header_targets: Vec::new(),
             capture: None,
+            callees: Vec::new(),
+            plain_reads: Vec::new(),
+            reading_callee: None,
             typing_aliases: ["typing", "typing_extensions"].into_iter().collect(),
             type_checking_aliases: ["TYPE_CHECKING"].into_iter().collect(),
             importlib_aliases: ["importlib"].into_iter().collect(),
@@ -585,7 +647,7 @@ impl<'a> Extractor<'a> {
             parent,
             name: [start, self.scope_names.len() as u32],
             lists: 0,
-            lengths: [0; 5],
+            lengths: [0; 6],
         });
         self.builds.push(ScopeBuild::default());
         id
@@ -611,25 +673,77 @@ impl<'a> Extractor<'a> {
         id
     }
 
-    fn record_load(&mut self, name: &'a str) {
+    fn record_load(&mut self, name: &'a str) -> [NameId; 2] {
         let id = self.intern(name);
         self.record_use([id, BARE]);
+        [id, BARE]
     }
 
     /// `name.path` read: the name is loaded, and which of its attributes is kept with it.
-    fn record_attribute_load(&mut self, name: &'a str, path: Cow<'a, str>) {
+    fn record_attribute_load(&mut self, name: &'a str, path: Cow<'a, str>) -> [NameId; 2] {
         let id = self.intern(name);
         let path = self.intern(path);
         self.record_use([id, path]);
+        [id, path]
     }
 
     fn record_use(&mut self, pair: [NameId; 2]) {
         self.builds[self.current as usize].uses.push(pair);
+        let decorated = self.reading_callee.flatten();
         for &target in &self.header_targets {
-            self.builds[target as usize].header_uses.push(pair);
+            let build = &mut self.builds[target as usize];
+            if decorated == Some(target) {
+                build.decorators.push(pair);
+            } else {
+                build.header_uses.push(pair);
+            }
         }
         if let Some(capture) = &mut self.capture {
             capture.uses.push(pair);
+        }
+        if self.reading_callee.is_none() {
+            self.plain_reads.push(pair[0]);
+        }
+    }
+
+    /// `callee` as what a call (or, with `decorates`, a decorator of that def or class) calls:
+    /// recorded as a read like any other, and kept as a callee. False when it is no name or
+    /// attribute path of one (then the caller visits it as any expression).
+    fn record_callee(&mut self, callee: &'a Expr, decorates: Option<u32>) -> bool {
+        let (name, path) = match callee {
+            Expr::Name(name) => (name.id.as_str(), None),
+            Expr::Attribute(attribute) => match attribute_path(attribute) {
+                Some((name, path)) => (name, Some(path)),
+                None => return false,
+            },
+            _ => return false,
+        };
+        self.reading_callee = Some(decorates);
+        let pair = match path {
+            None => self.record_load(name),
+            Some(path) => self.record_attribute_load(name, path),
+        };
+        self.reading_callee = None;
+        self.callees.push(CalleeBuild {
+            pair,
+            offset: callee.start(),
+            decorates,
+        });
+        true
+    }
+
+    /// A decorator of the def or class `scope`: what it calls is kept apart (see
+    /// [`ENGINE_DECORATORS`]); its arguments are read as the def's header.
+    fn visit_decorator(&mut self, scope: u32, expression: &'a Expr) {
+        let (callee, arguments) = match expression {
+            Expr::Call(call) => (&*call.func, Some(&call.arguments)),
+            other => (other, None),
+        };
+        if !self.record_callee(callee, Some(scope)) {
+            return self.visit_expr(expression);
+        }
+        if let Some(arguments) = arguments {
+            self.visit_arguments(arguments);
         }
     }
 
@@ -824,7 +938,7 @@ impl<'a> Extractor<'a> {
         let scope = self.new_scope(ScopeKind::Function, def.name.id.as_str(), line);
         self.header_targets.push(scope);
         for decorator in &def.decorator_list {
-            self.visit_expr(&decorator.expression);
+            self.visit_decorator(scope, &decorator.expression);
         }
         self.visit_parameter_headers(&def.parameters);
         if let Some(returns) = &def.returns {
@@ -843,7 +957,7 @@ impl<'a> Extractor<'a> {
         let scope = self.new_scope(ScopeKind::Class, class.name.id.as_str(), line);
         self.header_targets.push(scope);
         for decorator in &class.decorator_list {
-            self.visit_expr(&decorator.expression);
+            self.visit_decorator(scope, &decorator.expression);
         }
         if let Some(arguments) = &class.arguments {
             self.visit_arguments(arguments);
@@ -987,7 +1101,9 @@ impl<'a> Extractor<'a> {
         // Renumber names in name order: sorted id lists are then sorted name lists, and the
         // closure walk visits names in the same order whatever order the source used them in.
         let (order, renumbered) = name_order(&self.names);
-        let uses = self.scope_uses(&renumbered);
+        let engine_names = self.engine_import_names();
+        let uses = self.scope_uses(&renumbered, &engine_names);
+        let engine_callees = self.engine_callees(&renumbered, &engine_names);
         let bindings = std::mem::take(&mut self.bindings);
         let (bindings, binding_offsets) = group_bindings(bindings, &renumbered, order.len());
         // A read of a name no module-level statement binds (a builtin, a typo) leads nowhere,
@@ -1013,12 +1129,14 @@ impl<'a> Extractor<'a> {
             let definition = scope_lists.len() - before;
             scope_lists.extend_from_slice(&scope_imports[id]);
             scope_lists.extend(uses.imports[id].iter().flatten());
+            scope_lists.extend(uses.engine_decorators[id].iter().flatten());
             scope.lengths = [
                 children.len() as u32,
                 free as u32,
                 definition as u32,
                 scope_imports[id].len() as u32,
                 3 * uses.imports[id].len() as u32,
+                2 * uses.engine_decorators[id].len() as u32,
             ];
         }
         value_lists.shrink_to_fit();
@@ -1039,8 +1157,67 @@ impl<'a> Extractor<'a> {
             bindings,
             binding_offsets,
             value_lists,
+            engine_callees,
             problems: self.problems,
         }
+    }
+
+    /// By first-seen id: whether a name is bound at module level by imports from an engine
+    /// package only (`from parsl import python_app`, `import dask`), so that it may name an
+    /// engine's decorator or wrapper.
+    fn engine_import_names(&self) -> Vec<bool> {
+        let mut engine = vec![false; self.names.len()];
+        let mut other = vec![false; self.names.len()];
+        for (name, binding) in &self.bindings {
+            let from_engine = match binding {
+                BindingBuild::Import { edge } => {
+                    let edge = &self.imports[*edge as usize];
+                    let [start, end] = edge.module;
+                    edge.level == 0
+                        && crate::engine::is_engine_package(
+                            &self.import_text[start as usize..end as usize],
+                        )
+                }
+                _ => false,
+            };
+            let flag = if from_engine { &mut engine } else { &mut other };
+            flag[*name as usize] = true;
+        }
+        for (engine, other) in engine.iter_mut().zip(other) {
+            *engine &= !other;
+        }
+        engine
+    }
+
+    /// The callees (see [`EngineCallee`]) of names in `engine_names` that the module reads
+    /// nowhere but as something called, renumbered, as the summary stores them.
+    fn engine_callees(&mut self, renumbered: &[NameId], engine_names: &[bool]) -> Vec<u32> {
+        let mut read_plainly = vec![false; self.names.len()];
+        for &name in &self.plain_reads {
+            read_plainly[name as usize] = true;
+        }
+        let renumber = |id: NameId| {
+            if id == BARE {
+                BARE
+            } else {
+                renumbered[id as usize]
+            }
+        };
+        let mut out = Vec::new();
+        for callee in &self.callees {
+            let [name, path] = callee.pair;
+            if !engine_names[name as usize] || read_plainly[name as usize] {
+                continue;
+            }
+            out.extend([
+                renumbered[name as usize],
+                renumber(path),
+                self.lines.line_at(callee.offset),
+                callee.decorates.unwrap_or(BARE),
+            ]);
+        }
+        out.shrink_to_fit();
+        out
     }
 
     /// Each scope's import edges, by index.
@@ -1054,20 +1231,28 @@ impl<'a> Extractor<'a> {
 
     /// Each scope's free uses, definition uses and import uses (see [`FREE_USES`],
     /// [`DEFINITION_USES`], [`IMPORT_USES`]), renumbered, sorted and unique.
-    fn scope_uses(&self, renumbered: &[NameId]) -> ScopeUses {
+    fn scope_uses(&self, renumbered: &[NameId], engine_names: &[bool]) -> ScopeUses {
         let scope_count = self.scopes.len();
         // Children were created after their parents, so a reverse sweep sees every child first.
         let mut free_uses: Vec<Vec<[NameId; 2]>> = vec![Vec::new(); scope_count];
         let mut definition_uses: Vec<Vec<[NameId; 2]>> = vec![Vec::new(); scope_count];
         let mut import_uses: Vec<Vec<[u32; 3]>> = vec![Vec::new(); scope_count];
+        let mut engine_decorators: Vec<Vec<[NameId; 2]>> = vec![Vec::new(); scope_count];
         for id in (0..scope_count).rev() {
             let build = &self.builds[id];
+            let (engine, others): (Vec<[NameId; 2]>, Vec<[NameId; 2]>) = build
+                .decorators
+                .iter()
+                .partition(|pair| engine_names[pair[0] as usize]);
+            engine_decorators[id] = sorted_uses(&engine, renumbered);
             let globals = sorted_ids(&build.globals, renumbered);
             let mut binds = sorted_ids(&build.binds, renumbered);
             binds.retain(|name| globals.binary_search(name).is_err());
             let unbound = |pair: &[NameId; 2]| binds.binary_search(&pair[0]).is_err();
             let uses = sorted_uses(&build.uses, renumbered);
-            let header_uses = sorted_uses(&build.header_uses, renumbered);
+            let mut header_uses = sorted_uses(&build.header_uses, renumbered);
+            header_uses.extend(sorted_uses(&others, renumbered));
+            sort_unique(&mut header_uses);
             let mut free = uses.clone();
             // A class body's names are not visible in its methods: only its own reads count.
             if self.scopes[id].kind == ScopeKind::Class {
@@ -1100,6 +1285,7 @@ impl<'a> Extractor<'a> {
             free: free_uses,
             definition: definition_uses,
             imports: import_uses,
+            engine_decorators,
         }
     }
 
@@ -1207,19 +1393,26 @@ impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
     fn visit_expr(&mut self, expr: &'a Expr) {
         match expr {
             Expr::Name(name) => match name.ctx {
-                ast::ExprContext::Load => self.record_load(name.id.as_str()),
+                ast::ExprContext::Load => {
+                    self.record_load(name.id.as_str());
+                }
                 ast::ExprContext::Store => {
                     self.record_bind(name.id.as_str());
                 }
                 _ => {}
             },
             Expr::Attribute(attribute) => match attribute_path(attribute) {
-                Some((name, path)) => self.record_attribute_load(name, path),
+                Some((name, path)) => {
+                    self.record_attribute_load(name, path);
+                }
                 None => source_order::walk_expr(self, expr),
             },
             Expr::Call(call) => {
                 self.record_dynamic_import(call);
-                source_order::walk_expr(self, expr);
+                if !self.record_callee(&call.func, None) {
+                    self.visit_expr(&call.func);
+                }
+                self.visit_arguments(&call.arguments);
             }
             Expr::Lambda(_) => self.visit_scoped_expr(ScopeKind::Lambda, expr),
             Expr::ListComp(_) | Expr::SetComp(_) | Expr::DictComp(_) | Expr::Generator(_) => {
@@ -1241,6 +1434,7 @@ struct ScopeUses {
     definition: Vec<Vec<[NameId; 2]>>,
     /// (edge, name, path or [`BARE`]) triples.
     imports: Vec<Vec<[u32; 3]>>,
+    engine_decorators: Vec<Vec<[NameId; 2]>>,
 }
 
 /// The `uses` (renumbered, sorted) that read a name one of `import_binds` (first-seen ids)
@@ -1565,5 +1759,45 @@ mod tests {
             .unwrap();
         assert_eq!(named(summary.value_uses(&sep[0]).collect()), ["os.sep"]);
         assert!(summary.value_edges(&sep[0]).is_empty());
+    }
+
+    #[test]
+    fn an_engine_decorator_is_kept_apart_from_its_defs_reads_and_other_decorators_are_not() {
+        let source = "import parsl\nimport functools\nfrom dask import delayed\n\n\
+            @parsl.python_app(executors=EXECUTORS)\n@functools.cache\ndef fit(n):\n    return n\n\n\
+            parsl.load(None)\nEXECUTORS = ['htex']\nwrapped = delayed(fit)\nalso = delayed\n";
+        let summary = summarize(source);
+        let named = |uses: Vec<Use>| -> Vec<String> {
+            uses.iter()
+                .map(|u| match u.path {
+                    Some(path) => format!("{}.{}", summary.name(u.name), summary.name(path)),
+                    None => summary.name(u.name).to_string(),
+                })
+                .collect()
+        };
+        let fit = 1;
+        assert_eq!(
+            named(summary.engine_decorators(fit).collect()),
+            ["parsl.python_app"]
+        );
+        // A decorator of no engine package, and the engine decorator's arguments, are the
+        // def's own header reads; the module still reads every decorator when the def runs.
+        assert_eq!(
+            named(summary.definition_uses(fit).collect()),
+            ["EXECUTORS", "functools.cache"]
+        );
+        assert!(named(summary.definition_uses(0).collect()).contains(&"parsl.python_app".into()));
+        // `parsl` is read only as something called; `delayed` is also read as a value.
+        let callees: Vec<(String, Option<u32>)> = summary
+            .engine_callees()
+            .map(|callee| (named(vec![callee.read]).remove(0), callee.decorates))
+            .collect();
+        assert_eq!(
+            callees,
+            [
+                ("parsl.python_app".to_string(), Some(fit)),
+                ("parsl.load".to_string(), None)
+            ]
+        );
     }
 }

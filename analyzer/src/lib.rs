@@ -17,6 +17,7 @@
 pub mod cache;
 pub mod closure;
 pub mod dists;
+pub mod engine;
 pub mod extract;
 pub mod interpreter;
 pub mod paths;

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-pub const SPEC_FORMAT: &str = "lfm-spec/2";
+pub const SPEC_FORMAT: &str = "lfm-spec/3";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Spec {
@@ -70,7 +70,44 @@ pub struct TargetSpec {
     pub missing: Vec<MissingModule>,
     #[serde(default)]
     pub missing_distributions: Vec<MissingDistribution>,
+    /// What only the engine's decorators and wrappers bring (absent when nothing does, and in
+    /// documents older than `lfm-spec/3`, whose lists above held it too).
+    #[serde(default, skip_serializing_if = "EngineNeeds::is_empty")]
+    pub engine: EngineNeeds,
     pub warnings: Vec<Warning>,
+}
+
+/// What a target needs only because an engine (Parsl, Dask, lfm) decorates or wraps it: the
+/// worker that runs it is that engine, so packs leave this out unless asked
+/// ([`crate::engine`], docs/spec.md).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct EngineNeeds {
+    /// Each decorator or wrapper that names an engine, and where.
+    pub uses: Vec<EngineUse>,
+    pub modules: Vec<ModuleNeed>,
+    /// Those that no module of the target's own closure needs.
+    pub distributions: Vec<DistributionNeed>,
+    pub missing: Vec<MissingModule>,
+    pub missing_distributions: Vec<MissingDistribution>,
+}
+
+impl EngineNeeds {
+    pub fn is_empty(&self) -> bool {
+        self.uses.is_empty()
+            && self.modules.is_empty()
+            && self.distributions.is_empty()
+            && self.missing.is_empty()
+            && self.missing_distributions.is_empty()
+    }
+}
+
+/// `decorator parsl.python_app on fit` at `file:line`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EngineUse {
+    pub file: String,
+    pub line: u32,
+    #[serde(rename = "use")]
+    pub what: String,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
@@ -151,9 +188,29 @@ impl TargetSpec {
 impl Spec {
     /// Every distribution of every target, once, sorted by normalised name.
     pub fn union_distributions(&self) -> Vec<&DistributionNeed> {
+        self.union_of(|target| target.distributions.iter())
+    }
+
+    /// Every engine distribution of every target that no target needs itself, once, sorted
+    /// by normalised name.
+    pub fn union_engine_distributions(&self) -> Vec<&DistributionNeed> {
+        let own: std::collections::BTreeSet<String> = self
+            .union_distributions()
+            .iter()
+            .map(|dist| crate::dists::normalize_name(&dist.name))
+            .collect();
+        let mut engine = self.union_of(|target| target.engine.distributions.iter());
+        engine.retain(|dist| !own.contains(&crate::dists::normalize_name(&dist.name)));
+        engine
+    }
+
+    fn union_of<'s, I: Iterator<Item = &'s DistributionNeed>>(
+        &'s self,
+        of: impl Fn(&'s TargetSpec) -> I,
+    ) -> Vec<&'s DistributionNeed> {
         let mut all: std::collections::BTreeMap<String, &DistributionNeed> = Default::default();
         for target in &self.targets {
-            for dist in &target.distributions {
+            for dist in of(target) {
                 all.entry(crate::dists::normalize_name(&dist.name))
                     .or_insert(dist);
             }
@@ -220,11 +277,62 @@ pub struct TargetView<'a> {
     pub distributions: Vec<DistributionView<'a>>,
     pub missing: Vec<MissingView<'a>>,
     pub missing_distributions: Vec<MissingDistribution>,
+    pub engine: EngineView<'a>,
     pub warnings: Vec<WarningView<'a>>,
     /// No name, path or version borrowed from the analysis needs a JSON escape (checked once
     /// when it was loaded, [`is_json_plain`]): they are then written without a per-string
     /// check. Warnings and missing distributions are always checked.
     pub escape_free: bool,
+}
+
+/// An [`EngineNeeds`], borrowed.
+#[derive(Debug, Clone, Default)]
+pub struct EngineView<'a> {
+    pub uses: Vec<EngineUseView<'a>>,
+    pub modules: Vec<ModuleView<'a>>,
+    pub distributions: Vec<DistributionView<'a>>,
+    pub missing: Vec<MissingView<'a>>,
+    pub missing_distributions: Vec<MissingDistribution>,
+}
+
+/// An [`EngineUse`], borrowed where it can be.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EngineUseView<'a> {
+    pub file: &'a str,
+    pub line: u32,
+    pub what: Cow<'a, str>,
+}
+
+impl EngineView<'_> {
+    pub fn is_empty(&self) -> bool {
+        self.uses.is_empty()
+            && self.modules.is_empty()
+            && self.distributions.is_empty()
+            && self.missing.is_empty()
+            && self.missing_distributions.is_empty()
+    }
+
+    fn to_needs(&self) -> EngineNeeds {
+        EngineNeeds {
+            uses: self
+                .uses
+                .iter()
+                .map(|used| EngineUse {
+                    file: used.file.to_string(),
+                    line: used.line,
+                    what: used.what.to_string(),
+                })
+                .collect(),
+            modules: self.modules.iter().map(ModuleView::to_need).collect(),
+            distributions: self
+                .distributions
+                .iter()
+                .map(DistributionView::to_need)
+                .collect(),
+            missing: self.missing.iter().map(MissingView::to_missing).collect(),
+            missing_distributions: self.missing_distributions.clone(),
+        }
+    }
 }
 
 /// A [`ModuleNeed`], borrowed.
@@ -284,6 +392,43 @@ impl ReasonView<'_> {
     }
 }
 
+impl ModuleView<'_> {
+    fn to_need(&self) -> ModuleNeed {
+        ModuleNeed {
+            name: self.name.to_string(),
+            kind: self.kind,
+            file: self.file.map(str::to_string),
+            distribution: self.distribution.map(str::to_string),
+            optional: self.optional,
+            contexts: self.contexts.names().map(Cow::Borrowed).collect(),
+            reason: self.reason.to_reason(),
+        }
+    }
+}
+
+impl DistributionView<'_> {
+    fn to_need(&self) -> DistributionNeed {
+        DistributionNeed {
+            name: self.name.to_string(),
+            version: self.version.to_string(),
+            direct: self.direct,
+            optional: self.optional,
+            conda_name: self.conda_name.map(str::to_string),
+            reason: self.reason.iter().map(|step| step.to_string()).collect(),
+        }
+    }
+}
+
+impl MissingView<'_> {
+    fn to_missing(&self) -> MissingModule {
+        MissingModule {
+            name: self.name.to_string(),
+            optional: self.optional,
+            reason: self.reason.to_reason(),
+        }
+    }
+}
+
 impl WarningView<'_> {
     pub fn to_warning(&self) -> Warning {
         Warning {
@@ -308,41 +453,15 @@ impl TargetView<'_> {
             module: self.module.to_string(),
             file: self.file.to_string(),
             line: self.line,
-            modules: self
-                .modules
-                .iter()
-                .map(|module| ModuleNeed {
-                    name: module.name.to_string(),
-                    kind: module.kind,
-                    file: module.file.map(str::to_string),
-                    distribution: module.distribution.map(str::to_string),
-                    optional: module.optional,
-                    contexts: module.contexts.names().map(Cow::Borrowed).collect(),
-                    reason: module.reason.to_reason(),
-                })
-                .collect(),
+            modules: self.modules.iter().map(ModuleView::to_need).collect(),
             distributions: self
                 .distributions
                 .iter()
-                .map(|dist| DistributionNeed {
-                    name: dist.name.to_string(),
-                    version: dist.version.to_string(),
-                    direct: dist.direct,
-                    optional: dist.optional,
-                    conda_name: dist.conda_name.map(str::to_string),
-                    reason: dist.reason.iter().map(|step| step.to_string()).collect(),
-                })
+                .map(DistributionView::to_need)
                 .collect(),
-            missing: self
-                .missing
-                .iter()
-                .map(|missing| MissingModule {
-                    name: missing.name.to_string(),
-                    optional: missing.optional,
-                    reason: missing.reason.to_reason(),
-                })
-                .collect(),
+            missing: self.missing.iter().map(MissingView::to_missing).collect(),
             missing_distributions: self.missing_distributions.clone(),
+            engine: self.engine.to_needs(),
             warnings: self.warnings.iter().map(WarningView::to_warning).collect(),
         }
     }
@@ -385,32 +504,16 @@ impl TargetView<'_> {
         text(out, self.file);
         out.extend_from_slice(b",\"line\":");
         json_u32(out, self.line);
-        out.extend_from_slice(b",\"modules\":");
-        json_array(out, &self.modules, |out, module| {
-            json_module(out, module, text)
-        });
-        out.extend_from_slice(b",\"distributions\":");
-        json_array(out, &self.distributions, |out, dist| {
-            json_distribution(out, dist, text)
-        });
-        out.extend_from_slice(b",\"missing\":");
-        json_array(out, &self.missing, |out, missing| {
-            out.extend_from_slice(b"{\"name\":");
-            text(out, missing.name);
-            out.extend_from_slice(b",\"optional\":");
-            json_bool(out, missing.optional);
-            out.extend_from_slice(b",\"reason\":");
-            json_reason(out, &missing.reason, text);
-            out.push(b'}');
-        });
-        out.extend_from_slice(b",\"missing_distributions\":");
-        json_array(out, &self.missing_distributions, |out, missing| {
-            out.extend_from_slice(b"{\"name\":");
-            json_str(out, &missing.name);
-            out.extend_from_slice(b",\"required_by\":");
-            json_array(out, &missing.required_by, |out, step| json_str(out, step));
-            out.push(b'}');
-        });
+        json_needs(
+            out,
+            &self.modules,
+            &self.distributions,
+            (&self.missing, &self.missing_distributions),
+            text,
+        );
+        if !self.engine.is_empty() {
+            json_engine(out, &self.engine, text);
+        }
         out.extend_from_slice(b",\"warnings\":");
         json_array(out, &self.warnings, |out, warning| {
             out.extend_from_slice(b"{\"file\":");
@@ -423,6 +526,63 @@ impl TargetView<'_> {
         });
         out.push(b'}');
     }
+}
+
+/// `,"modules":[...],"distributions":[...],"missing":[...],"missing_distributions":[...]`,
+/// of a target or of its engine.
+fn json_needs(
+    out: &mut Vec<u8>,
+    modules: &[ModuleView],
+    distributions: &[DistributionView],
+    (missing, missing_distributions): (&[MissingView], &[MissingDistribution]),
+    text: fn(&mut Vec<u8>, &str),
+) {
+    out.extend_from_slice(b",\"modules\":");
+    json_array(out, modules, |out, module| json_module(out, module, text));
+    out.extend_from_slice(b",\"distributions\":");
+    json_array(out, distributions, |out, dist| {
+        json_distribution(out, dist, text)
+    });
+    out.extend_from_slice(b",\"missing\":");
+    json_array(out, missing, |out, missing| {
+        out.extend_from_slice(b"{\"name\":");
+        text(out, missing.name);
+        out.extend_from_slice(b",\"optional\":");
+        json_bool(out, missing.optional);
+        out.extend_from_slice(b",\"reason\":");
+        json_reason(out, &missing.reason, text);
+        out.push(b'}');
+    });
+    out.extend_from_slice(b",\"missing_distributions\":");
+    json_array(out, missing_distributions, |out, missing| {
+        out.extend_from_slice(b"{\"name\":");
+        json_str(out, &missing.name);
+        out.extend_from_slice(b",\"required_by\":");
+        json_array(out, &missing.required_by, |out, step| json_str(out, step));
+        out.push(b'}');
+    });
+}
+
+/// `,"engine":{"uses":[...],"modules":[...],...}`.
+fn json_engine(out: &mut Vec<u8>, engine: &EngineView, text: fn(&mut Vec<u8>, &str)) {
+    out.extend_from_slice(b",\"engine\":{\"uses\":");
+    json_array(out, &engine.uses, |out, used| {
+        out.extend_from_slice(b"{\"file\":");
+        text(out, used.file);
+        out.extend_from_slice(b",\"line\":");
+        json_u32(out, used.line);
+        out.extend_from_slice(b",\"use\":");
+        json_str(out, &used.what);
+        out.push(b'}');
+    });
+    json_needs(
+        out,
+        &engine.modules,
+        &engine.distributions,
+        (&engine.missing, &engine.missing_distributions),
+        text,
+    );
+    out.push(b'}');
 }
 
 fn json_module(out: &mut Vec<u8>, module: &ModuleView, text: fn(&mut Vec<u8>, &str)) {
@@ -679,6 +839,39 @@ mod tests {
                 name: "absent".into(),
                 required_by: vec!["requests".into()],
             }],
+            engine: EngineView {
+                uses: vec![EngineUseView {
+                    file: "wf.py",
+                    line: 4,
+                    what: Cow::Owned(format!("decorator parsl.python_app on {AWKWARD}")),
+                }],
+                modules: vec![ModuleView {
+                    name: "parsl",
+                    kind: ModuleKind::ThirdParty,
+                    file: Some("site-packages/parsl/__init__.py"),
+                    distribution: Some("parsl"),
+                    optional: false,
+                    contexts: Contexts::TOP_LEVEL,
+                    reason: ReasonView {
+                        file: "wf.py",
+                        line: 1,
+                        chain: vec!["fit", "python_app"],
+                    },
+                }],
+                distributions: vec![DistributionView {
+                    name: "parsl",
+                    version: "2026.10.26",
+                    direct: true,
+                    optional: false,
+                    conda_name: None,
+                    reason: vec![Cow::Borrowed("parsl")],
+                }],
+                missing: vec![],
+                missing_distributions: vec![MissingDistribution {
+                    name: "pyzmq".into(),
+                    required_by: vec!["parsl".into()],
+                }],
+            },
             warnings: vec![WarningView {
                 file: Cow::Borrowed("z.py"),
                 line: 1,
@@ -710,6 +903,7 @@ mod tests {
         target.missing.clear();
         target.missing_distributions.clear();
         target.warnings.clear();
+        target.engine = EngineView::default();
         let mut ours = Vec::new();
         target.write_json(&mut ours);
         assert_eq!(

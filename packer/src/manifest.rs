@@ -15,6 +15,10 @@ pub struct Manifest {
     pub distributions: Vec<PackDistribution>,
     /// Local source files, as stored under `app/`.
     pub local_files: Vec<String>,
+    /// Distributions only the targets' engine (Parsl, Dask, lfm) brings, left out: the worker
+    /// has them, and `run` sees its site-packages (docs/pack.md). Absent when none was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub engine_left_out: Vec<EngineLeftOut>,
     /// Per target of the Spec: the modules its closure imports (checked by `lfm verify`).
     pub targets: Vec<PackTarget>,
     pub totals: Totals,
@@ -36,6 +40,12 @@ pub struct PackDistribution {
     pub name: String,
     pub version: String,
     pub files: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EngineLeftOut {
+    pub name: String,
+    pub version: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -13,8 +13,8 @@ use lfm_analyzer::interpreter::Interpreter;
 use lfm_analyzer::spec::{ModuleKind, Spec};
 
 use crate::manifest::{
-    Manifest, PackDistribution, PackPython, PackTarget, RunInfo, Totals, MANIFEST_FORMAT,
-    MANIFEST_NAME,
+    EngineLeftOut, Manifest, PackDistribution, PackPython, PackTarget, RunInfo, Totals,
+    MANIFEST_FORMAT, MANIFEST_NAME,
 };
 
 /// Every entry gets this mtime: packs of the same inputs must be byte-identical. (Not 0: some
@@ -36,6 +36,11 @@ pub struct PackOptions {
     pub self_contained: bool,
     /// Let code run through the pack also see the node interpreter's own site-packages.
     pub inherit_site_packages: bool,
+    /// Pack the distributions only the targets' engine brings
+    /// ([`Spec::union_engine_distributions`]); without, they are the worker's, and `run` sees
+    /// the node's site-packages to find them (a self-contained pack always holds them: its
+    /// interpreter sees nothing else).
+    pub with_engine: bool,
     pub progress: Option<Progress>,
 }
 
@@ -78,7 +83,10 @@ pub fn pack(
     let site_dirs = interpreter.site_dirs();
     let index = DistIndex::build(&site_dirs, Some(&prefix));
     let mut warnings: Vec<String> = index.problems.clone();
-    let selected = Selected::of(selection, &index, &prefix)?;
+    let selected = Selected::of(selection, &index, &prefix, options)?;
+    // The engine left out is found where the worker has it: the node's site-packages.
+    let inherit_site_packages =
+        options.inherit_site_packages || !selected.engine_left_out.is_empty();
     let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
     let distributions = add_distributions(
         &index,
@@ -108,7 +116,7 @@ pub fn pack(
     let script = run_script(
         &pythonpath,
         interpreter_entry.is_some(),
-        options.inherit_site_packages,
+        inherit_site_packages,
     );
     entries.insert(
         "run".into(),
@@ -127,7 +135,13 @@ pub fn pack(
         },
         distributions,
         local_files,
-        run: run_info(&selected.targets, options, interpreter_entry, pythonpath),
+        engine_left_out: selected.engine_left_out,
+        run: run_info(
+            &selected.targets,
+            !inherit_site_packages,
+            interpreter_entry,
+            pythonpath,
+        ),
         targets: selected.targets,
         totals: totals_of(&entries),
         pyc: "no .pyc or __pycache__ is packed (timestamps are normalised, so shipped timestamp pycs would be stale); `lfm unpack --compile` compiles once into the cache as unchecked-hash pycs".into(),
@@ -148,18 +162,25 @@ pub fn pack(
 struct Selected {
     stdlib_seeds: BTreeSet<String>,
     dist_ids: Vec<u32>,
+    engine_left_out: Vec<EngineLeftOut>,
     spec_hash: Option<String>,
     targets: Vec<PackTarget>,
     local_sources: Vec<(String, PathBuf)>,
 }
 
 impl Selected {
-    fn of(selection: Selection, index: &DistIndex, prefix: &Path) -> Result<Selected> {
+    fn of(
+        selection: Selection,
+        index: &DistIndex,
+        prefix: &Path,
+        options: &PackOptions,
+    ) -> Result<Selected> {
         let spec = match selection {
             Selection::All => {
                 return Ok(Selected {
                     stdlib_seeds: BTreeSet::new(),
                     dist_ids: (0..index.dists.len() as u32).collect(),
+                    engine_left_out: Vec::new(),
                     spec_hash: None,
                     targets: Vec::new(),
                     local_sources: Vec::new(),
@@ -175,7 +196,24 @@ impl Selected {
             .map(|m| m.name.clone())
             .collect();
         let mut dist_ids = Vec::new();
-        for dist in spec.union_distributions() {
+        let mut packed = spec.union_distributions();
+        let engine = spec.union_engine_distributions();
+        let mut engine_left_out = Vec::new();
+        if options.with_engine || options.self_contained {
+            packed.extend(engine);
+        } else {
+            // The engine itself first (what its decorators import), then what it requires.
+            let mut engine = engine;
+            engine.sort_by_key(|dist| !dist.direct);
+            engine_left_out = engine
+                .into_iter()
+                .map(|dist| EngineLeftOut {
+                    name: dist.name.clone(),
+                    version: dist.version.clone(),
+                })
+                .collect();
+        }
+        for dist in packed {
             match index.by_name(&dist.name) {
                 Some(id) => dist_ids.push(id),
                 None => bail!(
@@ -192,6 +230,7 @@ impl Selected {
         Ok(Selected {
             stdlib_seeds,
             dist_ids,
+            engine_left_out,
             spec_hash: Some(hash),
             targets: pack_targets(spec),
             local_sources: local_files(spec),
@@ -309,7 +348,7 @@ fn totals_of(entries: &BTreeMap<String, Entry>) -> Totals {
 
 fn run_info(
     targets: &[PackTarget],
-    options: &PackOptions,
+    isolated: bool,
     interpreter: Option<String>,
     pythonpath: Vec<String>,
 ) -> RunInfo {
@@ -319,7 +358,7 @@ fn run_info(
         .unwrap_or_default();
     RunInfo {
         script: "run".into(),
-        isolated: !options.inherit_site_packages,
+        isolated,
         interpreter,
         pythonpath,
         example: if example_modules.is_empty() {

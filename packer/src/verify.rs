@@ -19,6 +19,9 @@ pub struct Verification {
     pub failed: Vec<(String, String)>,
     /// Optional imports that were not installed when the pack was made.
     pub skipped: Vec<String>,
+    /// `name==version` of the engine distributions the pack leaves to the worker.
+    #[serde(default)]
+    pub engine_left_out: Vec<String>,
 }
 
 impl Verification {
@@ -35,7 +38,8 @@ pub fn read_manifest(root: &Path) -> Result<Manifest> {
         .with_context(|| format!("{}: not a valid lfm-pack manifest", path.display()))
 }
 
-/// Import the modules of every target (or of `target` only) with `python -I -S`.
+/// Import the modules of every target (or of `target` only) with `python -I -S` (`-I` only
+/// when the pack leaves the engine to the worker's site-packages).
 pub fn verify(root: &Path, python: &Path, target: Option<&str>) -> Result<Verification> {
     let manifest = read_manifest(root)?;
     let mut modules: Vec<String> = Vec::new();
@@ -80,8 +84,16 @@ pub fn verify(root: &Path, python: &Path, target: Option<&str>) -> Result<Verifi
         .as_ref()
         .map(|relative| root.join(relative));
     let python = own.as_deref().unwrap_or(python);
+    // A pack that leaves the engine to the worker is checked as the worker runs it: with the
+    // interpreter's own site-packages, where the engine is, behind the pack.
+    let flags: &[&str] = if manifest.engine_left_out.is_empty() {
+        &["-I", "-S", "-c"]
+    } else {
+        &["-I", "-c"]
+    };
     let output = Command::new(python)
-        .args(["-I", "-S", "-c", IMPORT_ALL])
+        .args(flags)
+        .arg(IMPORT_ALL)
         .arg(request.to_string())
         .current_dir(root)
         .env("LD_LIBRARY_PATH", root.join("python/lib"))
@@ -102,6 +114,11 @@ pub fn verify(root: &Path, python: &Path, target: Option<&str>) -> Result<Verifi
         imported: Vec::new(),
         failed: Vec::new(),
         skipped,
+        engine_left_out: manifest
+            .engine_left_out
+            .iter()
+            .map(|dist| format!("{}=={}", dist.name, dist.version))
+            .collect(),
     };
     for (module, error) in results {
         match error {

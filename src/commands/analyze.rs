@@ -727,7 +727,7 @@ fn table_entry(target: &TargetSpec, quiet: bool) -> String {
     let direct = target.distributions.iter().filter(|d| d.direct).count();
     let _ = writeln!(
         out,
-        "{}  ({} at {}:{})  {} ({} imported directly), {}{}",
+        "{}  ({} at {}:{})  {} ({} imported directly), {}{}{}",
         target.target,
         match target.kind {
             lfm_analyzer::spec::TargetKind::Module => "module",
@@ -739,6 +739,10 @@ fn table_entry(target: &TargetSpec, quiet: bool) -> String {
         plural(dists, "distribution"),
         direct,
         plural(target.modules.len(), "module"),
+        match target.engine.distributions.len() {
+            0 => String::new(),
+            n => format!("; engine: {}", plural(n, "distribution")),
+        },
         match (quiet, target.warnings.len()) {
             (true, n) if n > 0 => format!(", {}", plural(n, "warning")),
             _ => String::new(),
@@ -747,24 +751,47 @@ fn table_entry(target: &TargetSpec, quiet: bool) -> String {
     if quiet {
         return out;
     }
-    write_distributions(&mut out, target);
+    write_distributions(&mut out, "  ", &target.distributions);
     write_modules(&mut out, target);
     write_missing(&mut out, target);
+    write_engine(&mut out, target);
     out
 }
 
-fn write_distributions(out: &mut String, target: &TargetSpec) {
-    if target.distributions.is_empty() {
+/// What only the engine's decorators and wrappers bring: the worker's, left out of packs.
+fn write_engine(out: &mut String, target: &TargetSpec) {
+    let engine = &target.engine;
+    if engine.is_empty() {
         return;
     }
-    let _ = writeln!(out, "  distributions:");
-    let width = target
-        .distributions
+    let _ = writeln!(
+        out,
+        "  engine (the worker has it; lfm pack leaves it out unless --with-engine):"
+    );
+    for used in &engine.uses {
+        let _ = writeln!(out, "    {}  {}:{}", used.what, used.file, used.line);
+    }
+    write_distributions(out, "    ", &engine.distributions);
+    for missing in &engine.missing {
+        let _ = writeln!(
+            out,
+            "    not installed here: {} imported at {}:{}",
+            missing.name, missing.reason.file, missing.reason.line
+        );
+    }
+}
+
+fn write_distributions(out: &mut String, indent: &str, distributions: &[DistributionNeed]) {
+    if distributions.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "{indent}distributions:");
+    let width = distributions
         .iter()
         .map(|d| d.name.len() + d.version.len() + 1)
         .max()
         .unwrap_or(0);
-    for dist in &target.distributions {
+    for dist in distributions {
         let label = format!("{} {}", dist.name, dist.version);
         let why = if dist.direct {
             format!("imports {}", dist.reason.join(", "))
@@ -772,7 +799,7 @@ fn write_distributions(out: &mut String, target: &TargetSpec) {
             format!("required by {}", dist.reason.join(" -> "))
         };
         let optional = if dist.optional { " (optional)" } else { "" };
-        let _ = writeln!(out, "    {label:<width$}  {why}{optional}");
+        let _ = writeln!(out, "{indent}  {label:<width$}  {why}{optional}");
     }
 }
 

@@ -43,6 +43,7 @@ pub fn pack(args: PackArgs) -> i32 {
         output_dir: PathBuf::from("."),
         self_contained: args.self_contained,
         inherit_site_packages: args.inherit_site_packages,
+        with_engine: args.with_engine,
         progress: progress_bar(args.quiet),
     };
     let selection = match &spec {
@@ -62,6 +63,7 @@ pub fn pack(args: PackArgs) -> i32 {
                     m.totals.bytes as f64 / 1_048_576.0,
                     packed.compressed_bytes as f64 / 1_048_576.0
                 );
+                print_engine_left_out(&m.engine_left_out);
                 for warning in &packed.warnings {
                     eprintln!("lfm: warning: {warning}");
                 }
@@ -73,6 +75,21 @@ pub fn pack(args: PackArgs) -> i32 {
             EXIT_FAILED
         }
     }
+}
+
+/// What the pack leaves to the worker, and how it finds it.
+fn print_engine_left_out(left_out: &[lfm_packer::manifest::EngineLeftOut]) {
+    let Some(first) = left_out.first() else {
+        return;
+    };
+    let more = match left_out.len() - 1 {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    eprintln!(
+        "lfm: left out the engine ({} {}{more}): the worker has it, and `run` sees the node's site-packages to find it\nhint: --with-engine packs it too",
+        first.name, first.version
+    );
 }
 
 /// Files and bytes on a terminal; nothing when piped or quiet.
@@ -202,6 +219,12 @@ pub fn verify(args: VerifyArgs) -> i32 {
             if result.ok() {
                 0
             } else {
+                if !result.engine_left_out.is_empty() {
+                    eprintln!(
+                        "hint: the pack leaves its engine ({}) to the worker: verify with the worker's interpreter (--python), or pack with --with-engine",
+                        result.engine_left_out.join(", ")
+                    );
+                }
                 EXIT_VERIFY_FAILED
             }
         }

@@ -138,6 +138,44 @@ pub fn sci_venv() -> Option<PathBuf> {
     )
 }
 
+/// The engines lfm runs under (Parsl, Dask) beside numpy, every distribution pinned: what
+/// engine-aware closures and packs are tested with (tests/engine.rs).
+pub fn engine_venv() -> Option<PathBuf> {
+    venv_with(
+        "engines",
+        &[
+            "numpy==2.4.6",
+            "parsl==2026.10.26",
+            "dask==2026.8.0",
+            "certifi==2026.10.19.post1",
+            "charset-normalizer==3.5.2",
+            "click==8.5.1",
+            "cloudpickle==3.1.3",
+            "dill==0.4.1",
+            "filelock==4.2.12",
+            "fsspec==2026.9.0",
+            "idna==3.20",
+            "importlib_metadata==10.2.0",
+            "lazy-importer==0.1.0",
+            "locket==1.0.0",
+            "packaging==26.3",
+            "partd==1.4.2",
+            "psutil==7.2.2",
+            "PyYAML==6.0.4",
+            "pyzmq==27.3.0",
+            "requests==2.34.2",
+            "setproctitle==1.3.8",
+            "sortedcontainers==2.4.0",
+            "tblib==3.2.2",
+            "toolz==1.2.0",
+            "typeguard==4.6.1",
+            "typing_extensions==4.16.0",
+            "urllib3==2.8.0",
+            "zipp==4.1.2",
+        ],
+    )
+}
+
 /// A venv under target/test-venvs/NAME with exactly `packages`, made once and kept.
 fn venv_with(name: &str, packages: &[&str]) -> Option<PathBuf> {
     // Tests in one binary run in parallel threads; one builds a venv, the others wait.
