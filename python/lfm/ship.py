@@ -213,18 +213,82 @@ def fetch(ref: PackRef) -> str:
     has yet."""
     directory = shipped_dir()
     final = os.path.join(directory, ref.hash + ".tar.zst")
-    if os.path.exists(final):
+    if _used(final):
         return final
     os.makedirs(directory, mode=0o700, exist_ok=True)
     with open(os.path.join(directory, ref.hash + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(final):
+        if _used(final):
             return final
         # Whoever left a partial file held this lock and died: nothing else writes one.
         for stale in glob.glob(os.path.join(directory, ref.hash + ".part-*")):
             os.unlink(stale)
         _transfer(ref, directory, final)
+    evict(directory, keep=final)
     return final
+
+
+def _used(path: str) -> bool:
+    """Whether the pack is here, marking it used now (what eviction goes by)."""
+    try:
+        os.utime(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except PermissionError:  # another user's read-only file: here all the same
+        return os.path.exists(path)
+
+
+DEFAULT_CEILING = 20 << 30
+DEFAULT_SHARE = 0.25
+EVICT_GRACE_SECONDS = 600.0
+
+
+def budget(directory: str, held: int) -> int:
+    """The shipped packs' budget: LFM_PACK_CACHE_MAX (as the unpacked packs'), else 25% of
+    what the filesystem could give them (its free space plus what they hold), at most 20 GiB."""
+    given = os.environ.get("LFM_PACK_CACHE_MAX")
+    if given:
+        from .calls import size_bytes
+
+        value = size_bytes(given)
+        if value is None:
+            raise LfmError(f"LFM_PACK_CACHE_MAX: a size like 10G, not {given!r}")
+        return int(value)
+    free = shutil.disk_usage(directory).free
+    return int(min(DEFAULT_CEILING, DEFAULT_SHARE * (free + held)))
+
+
+def evict(directory: str, keep: str) -> List[str]:
+    """Remove least recently used shipped packs over the budget, never `keep` nor one used in
+    the last ten minutes (a serve may be about to unpack it; its unpacked copy is
+    evicted on its own terms, docs/pack.md). Each goes under its lock, taken without waiting."""
+    packs = []
+    for name in os.listdir(directory):
+        if name.endswith(".tar.zst"):
+            path = os.path.join(directory, name)
+            try:
+                stat = os.stat(path)
+            except FileNotFoundError:
+                continue
+            packs.append((stat.st_mtime, stat.st_size, path))
+    held = sum(size for _, size, _ in packs)
+    limit = budget(directory, held)
+    removed = []
+    for used, size, path in sorted(packs):
+        if held <= limit:
+            break
+        if path == keep or time.time() - used < EVICT_GRACE_SECONDS:
+            continue
+        with open(path[: -len(".tar.zst")] + ".lock", "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            _remove(path)
+        held -= size
+        removed.append(path)
+    return removed
 
 
 def _sources(ref: PackRef) -> List[Tuple[str, str]]:

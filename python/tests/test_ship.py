@@ -1,6 +1,7 @@
 """Packs that travel (lfm.ship): the node-side fetch's checks, one transfer per node, values a
 bare worker keeps closed. The multi-node run is test_ship_nodes.py."""
 
+import fcntl
 import hashlib
 import json
 import shutil
@@ -9,6 +10,7 @@ import sys
 import os
 import pickle
 import threading
+import time
 
 import pytest
 
@@ -178,3 +180,26 @@ def test_a_worker_on_another_python_is_refused_or_runs_a_self_contained_pack(tmp
         else:
             ok, value, report = calls.outcome(reply)
             assert ok and value == 5, reply
+
+
+def test_shipped_packs_over_the_budget_leave_least_recently_used_first(tmp_path, node, monkeypatch):
+    shipped = node / "shipped"
+    shipped.mkdir(parents=True)
+    old = time.time() - 3600
+    for age, name in enumerate(("a", "b", "c")):
+        path = shipped / f"{name}.tar.zst"
+        path.write_bytes(b"x" * 1000)
+        os.utime(path, (old + age, old + age))  # a least recently used, c most
+    recent = shipped / "r.tar.zst"
+    recent.write_bytes(b"x" * 1000)  # used just now: a serve may be about to unpack it
+    monkeypatch.setenv("LFM_PACK_CACHE_MAX", "3000")
+    with open(shipped / "b.lock", "a") as held:  # someone holds b
+        fcntl.flock(held, fcntl.LOCK_EX)
+        ref = offered(tmp_path, data=b"y" * 1500)
+        local = ship.fetch(ref)
+    left = sorted(os.listdir(shipped))
+    assert "a.tar.zst" not in left and "c.tar.zst" not in left  # 5500 bytes -> 2500
+    assert {"b.tar.zst", "r.tar.zst", os.path.basename(local)} <= set(left)
+    monkeypatch.setenv("LFM_PACK_CACHE_MAX", "lots")
+    with pytest.raises(LfmError, match="LFM_PACK_CACHE_MAX"):
+        ship.evict(str(shipped), keep=local)
