@@ -203,3 +203,22 @@ def test_shipped_packs_over_the_budget_leave_least_recently_used_first(tmp_path,
     monkeypatch.setenv("LFM_PACK_CACHE_MAX", "lots")
     with pytest.raises(LfmError, match="LFM_PACK_CACHE_MAX"):
         ship.evict(str(shipped), keep=local)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_a_disk_that_fills_during_the_transfer_leaves_nothing_and_names_the_cache(tmp_path, monkeypatch):
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
+    try:
+        monkeypatch.setenv("LFM_NODE_CACHE", str(small))
+        monkeypatch.setattr(ship, "_check_room", lambda ref, directory: None)  # as if it had room
+        ref = offered(tmp_path, data=os.urandom(3 << 20))
+        with pytest.raises(LfmError, match=f"node cache {small}/shipped has no room .*LFM_NODE_CACHE"):
+            ship.fetch(ref)
+        assert os.listdir(small / "shipped") == [ref.hash + ".lock"]
+        monkeypatch.undo()
+        monkeypatch.setenv("LFM_NODE_CACHE", str(tmp_path / "roomy"))
+        assert ship.fetch(ref).startswith(str(tmp_path / "roomy"))  # the next task works
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
