@@ -189,8 +189,9 @@ class ShippedResult:
 
 def execute_shipped(buffer: bytes) -> ShippedResult:
     """On a worker that may have nothing but parsl and lfm: get the app's pack onto this node
-    (once per node) and run the call the submit side prepared in the pack's serve."""
-    return ShippedResult(ship.run(pickle.loads(buffer)))
+    (once per node) and run the call the submit side prepared in the pack's serve, in the
+    worker's working directory as HTEX runs apps."""
+    return ShippedResult(ship.run(pickle.loads(buffer), cwd=os.getcwd()))
 
 
 def report_of(app_future: Any) -> Optional[Report]:

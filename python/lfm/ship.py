@@ -413,15 +413,34 @@ def _importable_roots(fn: Callable) -> List[str]:
     return [root]
 
 
-def run(call: Dict[str, Any]) -> Dict[str, Any]:
-    """On a worker: run a prepared call in this node's serve of its pack; the serve's reply
-    with the value's pickle inline and unopened (a bare worker may not import its classes)."""
+class _ArgumentsIn:
+    """Pickles as the call's arguments (opened only in the call) run in `cwd`."""
+
+    def __init__(self, data: bytes, cwd: str):
+        self.data, self.cwd = data, cwd
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        from lfm_runner.opaque import arguments_in
+
+        return (arguments_in, (self.data, self.cwd))
+
+
+def run(call: Dict[str, Any], cwd: Optional[str] = None) -> Dict[str, Any]:
+    """On a worker: run a prepared call in this node's serve of its pack (in `cwd` when
+    given, else its sandbox); the serve's reply with the value's pickle inline and unopened
+    (a bare worker may not import its classes)."""
+    import pickle
+
     from . import node
 
     ref = PackRef.from_dict(call["pack"])
     check_interpreter(ref)
     key = node.ServeKey.here(fetch(ref), ())
     fields = dict(call["request"])
+    if cwd is not None and "args_pickle" in fields:
+        inner = base64.b64decode(fields["args_pickle"])
+        outer = pickle.dumps(_ArgumentsIn(inner, cwd))
+        fields["args_pickle"] = base64.b64encode(outer).decode("ascii")
     done = threading.Event()
     outcome: Dict[str, Any] = {}
 

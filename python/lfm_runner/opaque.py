@@ -34,3 +34,10 @@ def opened(data):
         return pickle.loads(data)
     except (ImportError, AttributeError) as error:
         return Opaque(data, str(error))
+
+
+def arguments_in(data, cwd):
+    """A call's arguments pickled elsewhere (`data`, unopened on the way), with the directory
+    the call runs in added as the runner reads it: (args, kwargs, {"cwd": cwd})."""
+    loaded = pickle.loads(data)
+    return (loaded[0], loaded[1], dict(loaded[2] if len(loaded) > 2 else {}, cwd=cwd))

@@ -222,3 +222,23 @@ def test_a_disk_that_fills_during_the_transfer_leaves_nothing_and_names_the_cach
         assert ship.fetch(ref).startswith(str(tmp_path / "roomy"))  # the next task works
     finally:
         subprocess.run(["umount", str(small)], check=True)
+
+
+def test_a_prepared_call_runs_in_the_workers_directory_when_asked(tmp_path, monkeypatch):
+    from lfm import calls
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "shipcwd.py").write_text("import os\n\ndef where(x):\n    return os.getcwd(), x\n")
+    monkeypatch.syspath_prepend(str(project))
+    monkeypatch.setenv("LFM_NODE_CACHE", str(tmp_path / "node"))
+    monkeypatch.setenv("LFM_SHIP_HOST", "127.0.0.1")
+    import shipcwd
+
+    prepared = ship.prepare(shipcwd.where, ([1, 2],), {}, calls.Options(pack=True))
+    workdir = tmp_path / "worker-cwd"
+    workdir.mkdir()
+    ok, value, _ = calls.outcome(ship.run(prepared, cwd=str(workdir)))
+    assert ok and value == (str(workdir), [1, 2])
+    ok, value, _ = calls.outcome(ship.run(prepared))
+    assert ok and value[0] != str(workdir) and value[1] == [1, 2]
