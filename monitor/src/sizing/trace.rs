@@ -1,10 +1,15 @@
 //! Traces of finished tasks: CSV with a header naming the resources and usually `category`
 //! (bioblast's columns: category, cores, memory (MB), disk (MB), cpu_time, wall_time). Without
-//! a `category` column every row is of one category, named [`ONE_CATEGORY`].
+//! a `category` column every row is of one category, named [`ONE_CATEGORY`]. An optional
+//! `input_bytes` column gives each task's input size (known before it ran), which the
+//! input-aware strategies size from; it must not be negative.
 
 use std::path::Path;
 
 use super::simulate::TaskUse;
+
+/// The optional column of each task's input size in bytes.
+pub const INPUT_BYTES: &str = "input_bytes";
 
 /// The category of every row of a trace without a `category` column.
 pub const ONE_CATEGORY: &str = "trace";
@@ -58,6 +63,14 @@ impl Trace {
                         columns[column]
                     )
                 })?;
+                if columns[column] == INPUT_BYTES && value < 0.0 {
+                    return Err(format!(
+                        "{}:{}: column {} ({INPUT_BYTES}): {value} is negative",
+                        path.display(),
+                        index + 1,
+                        column + 1,
+                    ));
+                }
                 values.push(value);
             }
             let name = category.map_or(ONE_CATEGORY, |c| fields[c]);
@@ -72,15 +85,17 @@ impl Trace {
     }
 
     /// Each category's tasks for `resource`, in arrival order, with wall times when the trace
-    /// has a non-zero `wall_time` column.
+    /// has a non-zero `wall_time` column and input sizes when it has `input_bytes`.
     pub fn tasks(&self, resource: &str) -> Result<Vec<(String, Vec<TaskUse>)>, String> {
         let column = self.column(resource)?;
         let wall = self.columns.iter().position(|c| c == "wall_time");
+        let input = self.columns.iter().position(|c| c == INPUT_BYTES);
         let mut categories: Vec<(String, Vec<TaskUse>)> = Vec::new();
         for (category, values) in &self.rows {
             let task = TaskUse {
                 used: values[column],
                 time: wall.map(|w| values[w]).filter(|t| *t > 0.0),
+                input: input.map(|i| values[i]),
             };
             match categories.iter_mut().find(|(c, _)| c == category) {
                 Some((_, tasks)) => tasks.push(task),
