@@ -116,14 +116,17 @@ Examples:
   lfm simulate --trace bioblast.csv                          every strategy, memory
   lfm simulate --trace bioblast.csv --resource memory,cores,disk --format json
   lfm simulate --trace bioblast.csv --strategy min-waste
+  lfm simulate --trace nfcore_sizey.csv --category-columns workflow,category \\
+      --column memory=memory_mb,wall_time=wall_seconds --where sizey_eligible=1
 
 The trace is CSV with a header: a `category` column (without one, every row is one category),
 one column per resource (memory and disk in MB, cores), and optionally `wall_time` (seconds;
-tasks weigh by it, else 1 each). Tasks are replayed in file order, each category sized on its
+tasks weigh by it, else 1 each) and `input_bytes` (each task's input size, known before it
+runs: the input-aware strategies size from it). Only these columns must hold numbers. Tasks are replayed in file order, each category sized on its
 own, exactly as --auto decides online; the node is the largest value of the trace. Strategies:
 fixed, max-seen, min-waste, max-throughput, greedy-bucketing, greedy-bucketing-probabilistic,
-exhaustive-bucketing, exhaustive-bucketing-probabilistic, quantized-bucketing
-(docs/sizing.md). After them: the oracle (every task given its peak) and best-ladder (the
+exhaustive-bucketing, exhaustive-bucketing-probabilistic, quantized-bucketing,
+low-wastage-regression, sizey, best-so-far (docs/sizing.md). After them: the oracle (every task given its peak) and best-ladder (the
 cheapest fixed sequence of allocations, chosen knowing the whole trace).";
 
 #[derive(Args)]
@@ -143,6 +146,15 @@ pub struct SimulateArgs {
     /// resource, to this SVG file.
     #[arg(long, value_name = "OUT.svg")]
     pub plot: Option<PathBuf>,
+    /// The columns whose values, joined by `:`, name a task's category (default: category).
+    #[arg(long, value_delimiter = ',', value_name = "COLUMN,...")]
+    pub category_columns: Vec<String>,
+    /// Read a resource, wall_time or input_bytes from another column (memory=memory_mb).
+    #[arg(long = "column", value_delimiter = ',', value_name = "NAME=COLUMN")]
+    pub columns: Vec<String>,
+    /// Replay only the rows whose COLUMN is exactly VALUE (repeatable: every one must hold).
+    #[arg(long = "where", value_delimiter = ',', value_name = "COLUMN=VALUE")]
+    pub filters: Vec<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
