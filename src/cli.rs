@@ -103,7 +103,9 @@ pub enum HistoryFormat {
 pub struct SizeArgs {
     #[arg(long)]
     pub category: String,
-    #[arg(long, default_value = "greedy-bucketing")]
+    #[command(flatten)]
+    pub input: InputArgs,
+    #[arg(long, default_value = "best-so-far")]
     pub strategy: String,
     #[arg(long, value_enum, default_value_t = SimulateFormat::Table)]
     pub format: SimulateFormat,
@@ -524,7 +526,7 @@ pub struct MonitorArgs {
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub max_retries: u32,
     /// With --auto: the sizing strategy (docs/sizing.md).
-    #[arg(long, default_value = "greedy-bucketing", value_name = "S")]
+    #[arg(long, default_value = "best-so-far", value_name = "S")]
     pub strategy: String,
     /// The history file (default: $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
     #[arg(long, value_name = "PATH")]
@@ -534,10 +536,24 @@ pub struct MonitorArgs {
     pub quiet: bool,
 }
 
+/// The input size of a run, known before it runs (docs/sizing.md "Input size").
+#[derive(Args)]
+pub struct InputArgs {
+    /// The run's input files: their total size is its input size, recorded in the Report and
+    /// the history (`input_bytes`), which the input-aware sizing strategies size from.
+    #[arg(long = "input", value_name = "FILE", num_args = 1.., conflicts_with = "input_size")]
+    pub inputs: Vec<PathBuf>,
+    /// The run's input size instead of files (bytes, or 512M, 2G).
+    #[arg(long, value_name = "BYTES")]
+    pub input_size: Option<String>,
+}
+
 #[derive(Args)]
 pub struct RunArgs {
     #[command(flatten)]
     pub monitor: MonitorArgs,
+    #[command(flatten)]
+    pub input: InputArgs,
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
@@ -760,6 +776,6 @@ pub struct PlotArgs {
     #[arg(long, requires = "history")]
     pub node: bool,
     /// With --history: the strategy whose next allocation is drawn.
-    #[arg(long, default_value = "greedy-bucketing", value_name = "S")]
+    #[arg(long, default_value = "best-so-far", value_name = "S")]
     pub strategy: String,
 }

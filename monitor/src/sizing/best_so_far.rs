@@ -49,6 +49,8 @@ pub struct CandidateCost {
     pub strategy: &'static str,
     pub allocated: f64,
     pub waste_percent: f64,
+    /// Of the tasks replayed, the share it would have retried.
+    pub retried_percent: f64,
 }
 
 /// The share of its tasks a candidate may have retried and still be chosen.
@@ -56,6 +58,21 @@ pub const RETRIED_SHARE: f64 = 0.05;
 /// How much more allocation a candidate within [`RETRIED_SHARE`] may cost and be preferred to
 /// the cheapest.
 pub const RETRY_AVOIDANCE: f64 = 1.25;
+
+/// What `best-so-far` has replayed of a category, kept between decisions (in the history's
+/// `sizing_tallies` table) so that a decision replays only the runs since the last one.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Tally {
+    /// The node the replay allocated against: a tally of another node is not resumed.
+    pub node: f64,
+    /// The id of the last history row replayed.
+    pub last_id: i64,
+    pub tasks: usize,
+    /// Use × time of the tasks replayed.
+    pub used: f64,
+    /// Each candidate's name, allocation × time and tasks retried.
+    pub candidates: Vec<(String, f64, usize)>,
+}
 
 pub struct BestSoFar {
     candidates: Vec<Candidate>,
@@ -128,6 +145,52 @@ impl BestSoFar {
         self.candidates[self.chosen()].sizer.strategy
     }
 
+    /// The tallies so far, the last replayed row being `last_id`.
+    pub fn tally(&self, last_id: i64) -> Tally {
+        Tally {
+            node: self.node,
+            last_id,
+            tasks: self.tasks,
+            used: self.used,
+            candidates: self
+                .candidates
+                .iter()
+                .map(|c| (c.sizer.strategy.name().to_string(), c.allocated, c.retried))
+                .collect(),
+        }
+    }
+
+    /// Take up `tally`'s counts, if it was made against this node by these candidates.
+    pub fn resume(&mut self, tally: &Tally) -> bool {
+        let same = tally.node == self.node
+            && tally.candidates.len() == self.candidates.len()
+            && (tally.candidates.iter())
+                .zip(&self.candidates)
+                .all(|(t, c)| t.0 == c.sizer.strategy.name());
+        if same {
+            for (c, t) in self.candidates.iter_mut().zip(&tally.candidates) {
+                (c.allocated, c.retried) = (t.1, t.2);
+            }
+            (self.tasks, self.used) = (tally.tasks, tally.used);
+        }
+        same
+    }
+
+    /// A run already in the tallies: every candidate learns it without sizing it again.
+    /// `recent`: it is among the last few, whose errors Sizey weighs.
+    pub fn learn(
+        &mut self,
+        used: f64,
+        time: f64,
+        exhausted: bool,
+        input: Option<f64>,
+        recent: bool,
+    ) {
+        for c in &mut self.candidates {
+            c.sizer.learn(used, time, exhausted, input, recent);
+        }
+    }
+
     /// A run ran out at `allocation`: every candidate learns the lower bound.
     pub fn exhausted(&mut self, allocation: f64, time: f64) {
         for c in &mut self.candidates {
@@ -172,6 +235,7 @@ impl BestSoFar {
                     strategy: c.sizer.strategy.name(),
                     allocated: c.allocated,
                     waste_percent: percent(c.allocated),
+                    retried_percent: 100.0 * c.retried as f64 / self.tasks.max(1) as f64,
                 })
                 .collect(),
         }

@@ -15,6 +15,7 @@ use crate::report::Report;
 
 mod imports;
 mod retention;
+mod tallies;
 pub mod usage;
 pub use imports::IMPORTS_SCHEMA;
 pub use retention::{Pruned, Retention, PRUNE_EVERY, RETENTION_SCHEMA};
@@ -58,6 +59,10 @@ pub struct Row {
     pub allocation_mb: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue_wait_seconds: Option<f64>,
+    /// The run's input size in bytes (the Report's `input_bytes`), where it was known; none
+    /// in rows recorded before lfm kept it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_bytes: Option<f64>,
 }
 
 pub struct History {
@@ -146,7 +151,9 @@ impl History {
             .optional()
             .map_err(|_| "not an lfm history (it has other tables)".to_string())?;
         match schema.as_deref() {
-            Some(SCHEMA) => imports::prepare(c).and_then(|()| retention::prepare(c)),
+            Some(SCHEMA) => imports::prepare(c)
+                .and_then(|()| retention::prepare(c))
+                .and_then(|()| tallies::prepare(c)),
             Some(other) => Err(format!("schema {other}, this lfm reads {SCHEMA}")),
             None => Err("not an lfm history (no schema version)".into()),
         }
@@ -261,7 +268,8 @@ impl History {
                     json_extract(report, '$.gpu.memory_peak_bytes') / 1048576.0,
                     json_extract(report, '$.gpu.devices_used'),
                     json_extract(report, '$.allocation.memory_bytes') / 1048576.0,
-                    json_extract(report, '$.allocation.queue_wait_seconds')
+                    json_extract(report, '$.allocation.queue_wait_seconds'),
+                    json_extract(report, '$.input_bytes')
              FROM runs {filter}"
         );
         let mut statement = self.connection.prepare_cached(&sql).map_err(fail)?;
@@ -285,6 +293,7 @@ impl History {
                     gpus: r.get(14)?,
                     allocation_mb: r.get(15)?,
                     queue_wait_seconds: r.get(16)?,
+                    input_bytes: r.get(17)?,
                 })
             })
             .map_err(fail)?;

@@ -261,6 +261,15 @@ impl Sizer {
             .round_up(self.max_seen + (self.resource.bucket / 3.0).floor())
     }
 
+    /// The next allocation asked will be a retry of a run of `input` bytes (a Sizer made
+    /// afresh for it was not asked the first).
+    pub fn retrying(&mut self, input: Option<f64>) {
+        self.input = input;
+        if let Model::BestSoFar(m) = &mut self.model {
+            m.sizer().retrying(input);
+        }
+    }
+
     /// The allocation after an attempt at `failed` ran out: always larger, capped by the node.
     pub fn retry_allocation(&mut self, failed: f64) -> f64 {
         let node = self.resource.node;
@@ -297,18 +306,43 @@ impl Sizer {
 
     /// [`Sizer::record`] of a run whose input was `input` bytes (None: unknown).
     pub fn record_task(&mut self, used: f64, time: f64, exhausted: bool, input: Option<f64>) {
-        self.max_seen = self.max_seen.max(used);
-        let sample = Sample {
-            input: input.unwrap_or(0.0),
-            used,
-            time,
-        };
         match &mut self.model {
             Model::BestSoFar(m) if exhausted => m.exhausted(used, time),
             Model::BestSoFar(m) => m.finished(used, time, input),
-            Model::LowWastage(m) if !exhausted => m.record(sample),
-            Model::Sizey(m) if !exhausted => m.record(sample),
+            Model::Sizey(m) if !exhausted => m.record(sample(used, time, input)),
             _ => {}
+        }
+        self.record_points(used, time, exhausted, input);
+    }
+
+    /// [`Sizer::record_task`] of a run whose sizing is known already: `best-so-far` does not
+    /// replay it through its candidates (its tallies hold it), and Sizey measures its
+    /// regressors' errors only on `recent` runs (its last [`sizey::WINDOW`]; the others' errors
+    /// would be dropped, and each costs a prediction over every run before it).
+    pub fn learn(
+        &mut self,
+        used: f64,
+        time: f64,
+        exhausted: bool,
+        input: Option<f64>,
+        recent: bool,
+    ) {
+        match &mut self.model {
+            Model::BestSoFar(m) => m.learn(used, time, exhausted, input, recent),
+            Model::Sizey(m) if !exhausted && recent => m.record(sample(used, time, input)),
+            Model::Sizey(m) if !exhausted => m.record_untracked(sample(used, time, input)),
+            _ => {}
+        }
+        self.record_points(used, time, exhausted, input);
+    }
+
+    /// What every strategy keeps of a run: max-seen, and the points of normally ended ones.
+    fn record_points(&mut self, used: f64, time: f64, exhausted: bool, input: Option<f64>) {
+        self.max_seen = self.max_seen.max(used);
+        if let Model::LowWastage(m) = &mut self.model {
+            if !exhausted {
+                m.record(sample(used, time, input));
+            }
         }
         if exhausted {
             return;
@@ -330,6 +364,14 @@ impl Sizer {
     /// Points recorded so far (normally ended runs).
     pub fn points(&self) -> usize {
         self.points.len()
+    }
+
+    /// For `best-so-far`: its tallies, the last row replayed being `last_id`.
+    pub fn tally(&self, last_id: i64) -> Option<best_so_far::Tally> {
+        match &self.model {
+            Model::BestSoFar(m) => Some(m.tally(last_id)),
+            _ => None,
+        }
     }
 
     /// For `best-so-far`: the strategy in charge of the category and why.
@@ -397,17 +439,36 @@ impl Sizer {
     }
 }
 
-/// A Sizer that has seen `rows` (in order): normally ended runs as points, runs killed for
-/// this resource as exhausted (raising max-seen only). `value` reads the resource of a row.
+fn sample(used: f64, time: f64, input: Option<f64>) -> Sample {
+    Sample {
+        input: input.unwrap_or(0.0),
+        used,
+        time,
+    }
+}
+
+/// A Sizer that has seen `rows` (in order, with their input sizes): normally ended runs as
+/// points, runs killed for this resource as exhausted (raising max-seen only). `value` reads
+/// the resource of a row. For `best-so-far`, `tally` holds the replay of the rows up to its
+/// `last_id` (made against the same node): only the rows after it are replayed.
 pub fn sizer_from_history(
     rows: &[history::Row],
     strategy: Strategy,
     resource: Resource,
     name: &str,
     value: impl Fn(&history::Row) -> Option<f64>,
+    tally: Option<&best_so_far::Tally>,
 ) -> Sizer {
     let mut sizer = Sizer::new(strategy, resource);
-    for row in rows {
+    let tallied = match (&mut sizer.model, tally) {
+        (Model::BestSoFar(m), Some(tally)) => match m.resume(tally) {
+            true => tally.last_id,
+            false => i64::MIN,
+        },
+        _ => i64::MIN,
+    };
+    let recent = rows.len().saturating_sub(sizey::WINDOW);
+    for (index, row) in rows.iter().enumerate() {
         let Some(used) = value(row) else { continue };
         // Wall time weighs a run in the histogram strategies, as in `simulate` (1 without).
         let time = if row.wall_time > 0.0 {
@@ -415,10 +476,17 @@ pub fn sizer_from_history(
         } else {
             1.0
         };
-        if history::ended_normally(row) {
-            sizer.record_task(used, time, false, None);
+        let exhausted = if history::ended_normally(row) {
+            false
         } else if row.exceeded.split(',').any(|r| r == name) {
-            sizer.record_task(used, time, true, None);
+            true
+        } else {
+            continue;
+        };
+        if row.id <= tallied || (index < recent && !matches!(sizer.model, Model::BestSoFar(_))) {
+            sizer.learn(used, time, exhausted, row.input_bytes, index >= recent);
+        } else {
+            sizer.record_task(used, time, exhausted, row.input_bytes);
         }
     }
     sizer

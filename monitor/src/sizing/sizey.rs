@@ -78,6 +78,13 @@ impl Sizey {
         self.samples.push(sample);
     }
 
+    /// A task ended whose errors are not wanted (an old one, when a history is read): it only
+    /// joins the data.
+    pub fn record_untracked(&mut self, sample: Sample) {
+        self.pending = None;
+        self.samples.push(sample);
+    }
+
     /// Each regressor's raw prediction for `input`.
     fn raw(&self, input: f64) -> [f64; 3] {
         REGRESSORS.map(|r| predict(r, &self.samples, input))

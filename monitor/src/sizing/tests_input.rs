@@ -2,6 +2,7 @@
 //! input size plus noise (fixed seeds): the regressions must recover the function, and size
 //! each task only from the tasks before it.
 
+use super::best_so_far::{BestSoFar, Tally};
 use super::bucketing::Random;
 use super::low_wastage::LowWastage;
 use super::regression::Sample;
@@ -157,4 +158,82 @@ fn the_retry_rules_double_or_take_the_largest_seen() {
     }
     sizer.first_allocation_for(Some(2.0 * MB));
     assert_eq!(sizer.retry_allocation(1000.0), 2500.0);
+}
+
+/// History rows of `tasks`, ids 1.., all ended normally.
+fn rows(tasks: &[TaskUse]) -> Vec<super::history::Row> {
+    tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| super::history::Row {
+            id: i as i64 + 1,
+            category: "c".into(),
+            time: 0.0,
+            exit: "normal".into(),
+            exceeded: String::new(),
+            memory_mb: t.used,
+            cores: 1.0,
+            disk_mb: None,
+            wall_time: t.time.unwrap_or(1.0),
+            memory_limit_mb: None,
+            sized: false,
+            cores_limit: None,
+            throttled: None,
+            gpu_memory_mb: None,
+            gpus: None,
+            allocation_mb: None,
+            queue_wait_seconds: None,
+            input_bytes: t.input,
+        })
+        .collect()
+}
+
+#[test]
+fn best_so_far_resumed_from_its_tally_after_each_run_agrees_with_one_replay_of_them_all() {
+    let tasks = category(150, 0.05, linear);
+    let rows = rows(&tasks);
+    fn memory(r: &super::history::Row) -> Option<f64> {
+        Some(r.memory_mb)
+    }
+    fn sizer(rows: &[super::history::Row], tally: Option<&Tally>) -> super::Sizer {
+        super::sizer_from_history(rows, Strategy::BestSoFar, node(), "memory", memory, tally)
+    }
+    let whole = sizer(&rows, None).tally(150).unwrap();
+    // One decision after each run, each resuming from the tally the one before saved: only
+    // the newest run is sized by the candidates.
+    let mut kept = None;
+    for end in 1..=rows.len() {
+        kept = sizer(&rows[..end], kept.as_ref()).tally(end as i64);
+    }
+    let kept = kept.unwrap();
+    assert_eq!((kept.tasks, kept.used), (whole.tasks, whole.used));
+    for (k, w) in kept.candidates.iter().zip(&whole.candidates) {
+        // The regressions are trained afresh by each decision, and every few tasks in one
+        // replay: their allocations differ a little, never by much.
+        assert_eq!(k.0, w.0);
+        assert!((k.1 - w.1).abs() <= 0.03 * w.1, "{k:?} against {w:?}");
+    }
+    // A regression is in charge either way.
+    let chosen = |t: &Tally| {
+        let mut best = BestSoFar::new(node());
+        best.resume(t);
+        best.strategy()
+    };
+    assert_eq!(chosen(&kept), chosen(&whole));
+    assert!(matches!(
+        chosen(&kept),
+        Strategy::LowWastageRegression | Strategy::Sizey
+    ));
+    // A tally made against another node is not resumed: the window is replayed afresh.
+    let other = Resource::memory_mb(8_000.0);
+    let fresh = super::sizer_from_history(
+        &rows,
+        Strategy::BestSoFar,
+        other,
+        "memory",
+        memory,
+        Some(&kept),
+    );
+    assert_eq!(fresh.tally(150).unwrap().node, 8_000.0);
+    assert_eq!(fresh.tally(150).unwrap().tasks, 150);
 }
