@@ -1,7 +1,8 @@
 //! What one sizing decision costs in process, whatever the history's size (bench/state.sh):
 //! `cargo run --release -p lfm-monitor --example sizing_decision -- HISTORY CATEGORY [ROUNDS]`.
 //! Times, ROUNDS times each, the next allocation of every measured resource by the default
-//! strategy: with the history open already (a serve), and opening it first (`lfm run --auto`).
+//! strategy (`best-so-far`, resuming from the tallies it keeps in the history): with the
+//! history open already (a serve), and opening it first (`lfm run --auto`).
 //! Prints p50 and p99 in milliseconds.
 
 use std::time::Instant;
@@ -17,7 +18,9 @@ fn decide(history: &History, category: &str) -> f64 {
     advice::RESOURCES
         .into_iter()
         .filter(|&resource| advice::measured(&rows, resource))
-        .map(|resource| advice::next_allocation(&rows, Strategy::GreedyBucketing, resource))
+        .map(|resource| {
+            advice::next_allocation(&rows, Strategy::BestSoFar, resource, None, Some(history))
+        })
         .sum()
 }
 
