@@ -328,13 +328,15 @@ pub struct Imported {
     pub cores: f64,
     pub disk_mb: Option<f64>,
     pub wall_time: f64,
+    /// The task's input size in bytes, from an `input_bytes` column.
+    pub input_bytes: Option<f64>,
     /// `FILE:LINE`, kept as the row's Report (`{"imported_from": ...}`).
     pub source: String,
 }
 
 /// A trace's rows for the history: every row under `category` when given, else under its own.
-/// `memory` (MiB) and `cores` are required, `disk` (MiB) and `wall_time` (s) optional; a
-/// negative value is an error naming its line and column.
+/// `memory` (MiB) and `cores` are required, `disk` (MiB), `wall_time` (s) and `input_bytes`
+/// optional; a negative value is an error naming its line and column.
 pub fn imports(
     trace: &Trace,
     path: &Path,
@@ -347,9 +349,10 @@ pub fn imports(
     };
     let (memory, cores) = (at("memory")?, at("cores")?);
     let (disk, wall) = (at("disk").ok(), at("wall_time").ok());
+    let input = at(super::trace::INPUT_BYTES).ok();
     let mut out = Vec::with_capacity(trace.rows.len());
     for ((name, values), line) in trace.rows.iter().zip(&trace.lines) {
-        for column in [Some(memory), Some(cores), disk, wall]
+        for column in [Some(memory), Some(cores), disk, wall, input]
             .into_iter()
             .flatten()
         {
@@ -369,6 +372,7 @@ pub fn imports(
             cores: values[cores],
             disk_mb: disk.map(|d| values[d]),
             wall_time: wall.map_or(0.0, |w| values[w]),
+            input_bytes: input.map(|i| values[i]),
             source: format!("{}:{line}", path.display()),
         });
     }
@@ -392,7 +396,11 @@ impl History {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64());
             for row in rows {
-                let report = serde_json::json!({ "imported_from": row.source }).to_string();
+                let mut report = serde_json::json!({ "imported_from": row.source });
+                if let Some(input) = row.input_bytes {
+                    report["input_bytes"] = input.into();
+                }
+                let report = report.to_string();
                 insert
                     .execute(params![
                         row.category,
@@ -439,6 +447,7 @@ pub(super) mod tests {
             cores: 1.0,
             disk_mb: None,
             wall_time: 1.0,
+            input_bytes: None,
             source: format!("trace:{i}"),
         }
     }
