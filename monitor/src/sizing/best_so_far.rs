@@ -63,7 +63,8 @@ pub const RETRY_AVOIDANCE: f64 = 1.25;
 /// `sizing_tallies` table) so that a decision replays only the runs since the last one.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Tally {
-    /// The node the replay allocated against: a tally of another node is not resumed.
+    /// The node the replay allocated against: a tally of a node over twice as large or small is
+    /// not resumed.
     pub node: f64,
     /// The id of the last history row replayed.
     pub last_id: i64,
@@ -160,9 +161,13 @@ impl BestSoFar {
         }
     }
 
-    /// Take up `tally`'s counts, if it was made against this node by these candidates.
+    /// Take up `tally`'s counts, if it was made by these candidates against about this node:
+    /// within a factor of two, for a disk's node is the space left on its filesystem, which
+    /// moves between any two decisions, while a serve's `--node-memory` far below the
+    /// machine's changes what every candidate's first allocation costs.
     pub fn resume(&mut self, tally: &Tally) -> bool {
-        let same = tally.node == self.node
+        let ratio = tally.node / self.node;
+        let same = (0.5..=2.0).contains(&ratio)
             && tally.candidates.len() == self.candidates.len()
             && (tally.candidates.iter())
                 .zip(&self.candidates)
