@@ -103,7 +103,9 @@ pub enum HistoryFormat {
 pub struct SizeArgs {
     #[arg(long)]
     pub category: String,
-    #[arg(long, default_value = "greedy-bucketing")]
+    #[command(flatten)]
+    pub input: InputArgs,
+    #[arg(long, default_value = "best-so-far")]
     pub strategy: String,
     #[arg(long, value_enum, default_value_t = SimulateFormat::Table)]
     pub format: SimulateFormat,
@@ -116,14 +118,17 @@ Examples:
   lfm simulate --trace bioblast.csv                          every strategy, memory
   lfm simulate --trace bioblast.csv --resource memory,cores,disk --format json
   lfm simulate --trace bioblast.csv --strategy min-waste
+  lfm simulate --trace nfcore_sizey.csv --category-columns workflow,category \\
+      --column memory=memory_mb,wall_time=wall_seconds --where sizey_eligible=1
 
 The trace is CSV with a header: a `category` column (without one, every row is one category),
 one column per resource (memory and disk in MB, cores), and optionally `wall_time` (seconds;
-tasks weigh by it, else 1 each). Tasks are replayed in file order, each category sized on its
+tasks weigh by it, else 1 each) and `input_bytes` (each task's input size, known before it
+runs: the input-aware strategies size from it). Only these columns must hold numbers. Tasks are replayed in file order, each category sized on its
 own, exactly as --auto decides online; the node is the largest value of the trace. Strategies:
 fixed, max-seen, min-waste, max-throughput, greedy-bucketing, greedy-bucketing-probabilistic,
-exhaustive-bucketing, exhaustive-bucketing-probabilistic, quantized-bucketing
-(docs/sizing.md). After them: the oracle (every task given its peak) and best-ladder (the
+exhaustive-bucketing, exhaustive-bucketing-probabilistic, quantized-bucketing,
+low-wastage-regression, sizey, best-so-far (docs/sizing.md). After them: the oracle (every task given its peak) and best-ladder (the
 cheapest fixed sequence of allocations, chosen knowing the whole trace).";
 
 #[derive(Args)]
@@ -143,6 +148,15 @@ pub struct SimulateArgs {
     /// resource, to this SVG file.
     #[arg(long, value_name = "OUT.svg")]
     pub plot: Option<PathBuf>,
+    /// The columns whose values, joined by `:`, name a task's category (default: category).
+    #[arg(long, value_delimiter = ',', value_name = "COLUMN,...")]
+    pub category_columns: Vec<String>,
+    /// Read a resource, wall_time or input_bytes from another column (memory=memory_mb).
+    #[arg(long = "column", value_delimiter = ',', value_name = "NAME=COLUMN")]
+    pub columns: Vec<String>,
+    /// Replay only the rows whose COLUMN is exactly VALUE (repeatable: every one must hold).
+    #[arg(long = "where", value_delimiter = ',', value_name = "COLUMN=VALUE")]
+    pub filters: Vec<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -518,7 +532,7 @@ pub struct MonitorArgs {
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub max_retries: u32,
     /// With --auto: the sizing strategy (docs/sizing.md).
-    #[arg(long, default_value = "greedy-bucketing", value_name = "S")]
+    #[arg(long, default_value = "best-so-far", value_name = "S")]
     pub strategy: String,
     /// The history file (default: $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
     #[arg(long, value_name = "PATH")]
@@ -528,10 +542,24 @@ pub struct MonitorArgs {
     pub quiet: bool,
 }
 
+/// The input size of a run, known before it runs (docs/sizing.md "Input size").
+#[derive(Args)]
+pub struct InputArgs {
+    /// The run's input files: their total size is its input size, recorded in the Report and
+    /// the history (`input_bytes`), which the input-aware sizing strategies size from.
+    #[arg(long = "input", value_name = "FILE", num_args = 1.., conflicts_with = "input_size")]
+    pub inputs: Vec<PathBuf>,
+    /// The run's input size instead of files (bytes, or 512M, 2G).
+    #[arg(long, value_name = "BYTES")]
+    pub input_size: Option<String>,
+}
+
 #[derive(Args)]
 pub struct RunArgs {
     #[command(flatten)]
     pub monitor: MonitorArgs,
+    #[command(flatten)]
+    pub input: InputArgs,
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
@@ -754,6 +782,6 @@ pub struct PlotArgs {
     #[arg(long, requires = "history")]
     pub node: bool,
     /// With --history: the strategy whose next allocation is drawn.
-    #[arg(long, default_value = "greedy-bucketing", value_name = "S")]
+    #[arg(long, default_value = "best-so-far", value_name = "S")]
     pub strategy: String,
 }

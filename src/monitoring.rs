@@ -74,6 +74,32 @@ fn attempts(args: &MonitorArgs, has_category: bool) -> Result<Option<Attempts>, 
     Ok(Some(Attempts::new(strategy, args.max_retries)))
 }
 
+/// `--input FILE...` (the files' total size) or `--input-size BYTES`; None without either.
+/// A file that cannot be read is an error naming it.
+pub fn input_bytes(args: &crate::cli::InputArgs) -> Result<Option<u64>, String> {
+    if let Some(text) = &args.input_size {
+        if text.trim() == "0" {
+            return Ok(Some(0));
+        }
+        return lfm_monitor::limits::parse_size("--input-size", text)
+            .map(Some)
+            .map_err(|e| e.to_string());
+    }
+    if args.inputs.is_empty() {
+        return Ok(None);
+    }
+    let mut total = 0;
+    for file in &args.inputs {
+        let meta =
+            std::fs::metadata(file).map_err(|e| format!("--input {}: {e}", file.display()))?;
+        if !meta.is_file() {
+            return Err(format!("--input {}: not a file", file.display()));
+        }
+        total += meta.len();
+    }
+    Ok(Some(total))
+}
+
 /// The report must be writable before anything runs: it is the one thing a caller reads.
 pub fn check_report_writable(args: &MonitorArgs) -> Result<(), i32> {
     let Some(path) = args.report.as_ref().filter(|p| p.as_os_str() != "-") else {
@@ -110,6 +136,7 @@ pub fn run_options(
         grace,
         category: args.category.clone(),
         gpu: gpu_policy(args),
+        input_bytes: None,
     }
 }
 

@@ -315,15 +315,48 @@ fn a_trace_seeds_the_history_under_its_categories_or_one_given() {
     assert_eq!(a[3]["exit"], "normal");
     assert_eq!(a[3]["sized"], false);
 
-    // Under one category: twelve points, past bucketing's sampling, so sizing answers from
-    // them: deterministic greedy keeps 100..=111 (evenly spread, the newest largest) in one
-    // bucket, 111, rather than pay a failed attempt for the upper half.
+    // Under one category: twelve points, past bucketing's sampling, so greedy bucketing
+    // answers from them: deterministic greedy keeps 100..=111 (evenly spread, the newest
+    // largest) in one bucket, 111, rather than pay a failed attempt for the upper half.
     assert!(import(&["--category", "c"]).status.success());
     assert_eq!(rows(history, "c").len(), 12);
-    let advice = size(history, "c");
+    let greedy = [
+        "size",
+        "--history",
+        history,
+        "--category",
+        "c",
+        "--strategy",
+        "greedy-bucketing",
+        "--format",
+        "json",
+    ];
+    let output = lfm_in("/", &greedy);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let advice: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(advice["resources"]["memory"]["points"], 12, "{advice}");
     assert_eq!(advice["memory_mb"], 111.0, "{advice}");
     assert_eq!(advice["resources"]["disk"]["allocation"], 20.0, "{advice}");
+    // The default, best-so-far, names the candidate in charge and why.
+    let advice = size(history, "c");
+    let memory = &advice["resources"]["memory"];
+    let why = memory["why"].as_str().unwrap();
+    assert!(
+        why.starts_with(&format!(
+            "best-so-far chose {} (",
+            memory["strategy"].as_str().unwrap()
+        )),
+        "{advice}"
+    );
+    assert_eq!(
+        memory["candidates"].as_array().unwrap().len(),
+        5,
+        "{advice}"
+    );
 }
 
 #[test]

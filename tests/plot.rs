@@ -252,7 +252,7 @@ fn a_category_history_is_drawn_as_peaks_retries_and_the_next_allocation() {
     assert!(
         texts
             .iter()
-            .any(|t| t.starts_with("next allocation ") && t.ends_with("(greedy-bucketing)")),
+            .any(|t| t.starts_with("next allocation ") && t.ends_with("(best-so-far)")),
         "{texts:?}"
     );
     let none = lfm_in(

@@ -135,6 +135,9 @@ fn plot_draws_use_and_every_strategy_per_resource() {
         "exhaustive-bucketing",
         "exhaustive-bucketing-probabilistic",
         "quantized-bucketing",
+        "low-wastage-regression",
+        "sizey",
+        "best-so-far",
         "use",
     ];
     for label in strategies {
@@ -157,4 +160,78 @@ fn plot_draws_use_and_every_strategy_per_resource() {
         })
         .count();
     assert_eq!(series, 2 * strategies.len());
+}
+
+/// A Nextflow-like trace: text columns, the category in two columns, lfm's columns under
+/// other names, rows to leave out.
+#[test]
+fn a_trace_in_other_columns_is_read_through_the_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("nf.csv");
+    let mut text = String::from("source,workflow,category,memory_mb,wall_seconds,input_bytes,ok\n");
+    for i in 1..=40 {
+        // Memory follows the input in w1 and is flat in w2; the last row is dropped by --where.
+        text.push_str(&format!(
+            "x,w1,P,{},{},{},1\n",
+            100 + 2 * i,
+            1 + i % 3,
+            i * 1000
+        ));
+        text.push_str(&format!("x,w2,P,300,1,{},1\n", i * 1000));
+    }
+    text.push_str("x,w1,P,lots,1,5,0\n");
+    std::fs::write(&trace, &text).unwrap();
+    let path = trace.to_str().unwrap();
+    let flags = [
+        "--category-columns",
+        "workflow,category",
+        "--column",
+        "memory=memory_mb,wall_time=wall_seconds",
+        "--where",
+        "ok=1",
+        "--format",
+        "json",
+    ];
+    let output = lfm(&[&["simulate", "--trace", path][..], &flags].concat());
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let outcomes = report["memory"].as_array().unwrap();
+    let get = |name: &str| outcomes.iter().find(|o| o["strategy"] == name).unwrap();
+    assert_eq!(get("oracle")["tasks"], 80);
+    let waste = |name: &str| get(name)["waste_percent"].as_f64().unwrap();
+    // Memory that follows the input is sized closer by the regressions than by max-seen.
+    assert!(
+        waste("low-wastage-regression") < waste("max-seen"),
+        "{report}"
+    );
+    assert!(waste("sizey") < waste("max-seen"), "{report}");
+
+    // Without --where the dropped row's text is read as a number: named by line and column.
+    let output = lfm(&[&["simulate", "--trace", path][..], &flags[..4]].concat());
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("nf.csv:82: column 4 (memory): \"lots\" is not a number"),
+        "{stderr}"
+    );
+    // A column that is not there, and a flag that is not NAME=VALUE.
+    let output = lfm(&["simulate", "--trace", path, "--column", "memory=rss"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no \"rss\" column"));
+    let output = lfm(&["simulate", "--trace", path, "--where", "ok"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--where \"ok\": expected NAME=VALUE"));
+    // A negative input size.
+    std::fs::write(&trace, "category,memory,input_bytes\na,100,-5\n").unwrap();
+    let output = lfm(&["simulate", "--trace", path]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("nf.csv:2: column 3 (input_bytes): -5 is negative"),
+        "{stderr}"
+    );
 }

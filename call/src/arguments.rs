@@ -82,3 +82,81 @@ const MIB: f64 = (1 << 20) as f64;
 fn parse_json(flag: &str, text: &str) -> Result<serde_json::Value> {
     serde_json::from_str(text).map_err(|e| CallError::usage(format!("{flag}: not JSON: {e}")))
 }
+
+/// The size of a call's input, known before it runs (docs/sizing.md "Input size"): the bytes
+/// of its arguments as given (the JSON text, or the pickle) plus the size of every file an
+/// argument names, i.e. every JSON string, at any depth, that is the path of an existing
+/// regular file (relative to `base`). Directories count nothing: walking one a string happens
+/// to name (`/`) could take long. A pickle is not looked into: a client counts the paths in
+/// its arguments, `os.PathLike` ones included, before pickling (python/lfm/inputs.py) and
+/// sends the sum as the request's `input_bytes`.
+pub fn input_bytes(arguments: &Arguments, base: &Path) -> u64 {
+    match arguments {
+        Arguments::Json(positional, keywords) => {
+            let text = serde_json::to_string(positional).map_or(0, |t| t.len())
+                + serde_json::to_string(keywords).map_or(0, |t| t.len());
+            let mut files = 0;
+            for value in positional.iter().chain(keywords.values()) {
+                files += named_files(value, base);
+            }
+            text as u64 + files
+        }
+        // Four base64 characters carry three bytes, less the padding.
+        Arguments::Pickle(text) => {
+            let padding = text.bytes().rev().take_while(|&b| b == b'=').count();
+            (text.len() / 4 * 3).saturating_sub(padding) as u64
+        }
+        Arguments::PickleFile(file) => std::fs::metadata(file).map_or(0, |m| m.len()),
+    }
+}
+
+/// The sizes of the existing regular files that the strings in `value` name.
+fn named_files(value: &serde_json::Value, base: &Path) -> u64 {
+    match value {
+        serde_json::Value::String(text) if !text.is_empty() && text.len() < 4096 => {
+            match std::fs::metadata(base.join(text)) {
+                Ok(meta) if meta.is_file() => meta.len(),
+                _ => 0,
+            }
+        }
+        serde_json::Value::Array(values) => values.iter().map(|v| named_files(v, base)).sum(),
+        serde_json::Value::Object(map) => map.values().map(|v| named_files(v, base)).sum(),
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod input_tests {
+    use super::*;
+
+    #[test]
+    fn input_bytes_are_the_arguments_and_the_files_they_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("reads.fastq"), vec![b'A'; 5000]).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/b.bam"), vec![0; 300]).unwrap();
+        let args = json(
+            Some(serde_json::json!([
+                "reads.fastq",
+                3,
+                ["sub/b.bam", "no-such-file"]
+            ])),
+            Some(serde_json::json!({"out": "sub", "ref": "sub/b.bam"})),
+        )
+        .unwrap();
+        // JSON text: ["reads.fastq",3,["sub/b.bam","no-such-file"]] is 46 bytes and
+        // {"out":"sub","ref":"sub/b.bam"} 31; the files 5000 + 300 twice; "sub" is a directory.
+        assert_eq!(input_bytes(&args, dir.path()), 46 + 31 + 5000 + 600);
+        // A pickle counts its decoded bytes: "gAQu" (3 bytes), "gAQ=" (2).
+        assert_eq!(
+            input_bytes(&Arguments::Pickle("gAQu".into()), dir.path()),
+            3
+        );
+        assert_eq!(
+            input_bytes(&Arguments::Pickle("gAQ=".into()), dir.path()),
+            2
+        );
+        let file = dir.path().join("sub/b.bam");
+        assert_eq!(input_bytes(&Arguments::PickleFile(file), dir.path()), 300);
+    }
+}

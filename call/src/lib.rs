@@ -18,7 +18,7 @@ mod slice;
 mod target;
 
 pub use arguments::{
-    from_flags as arguments_from_flags, from_pickle_file as arguments_from_pickle_file,
+    from_flags as arguments_from_flags, from_pickle_file as arguments_from_pickle_file, input_bytes,
 };
 pub use error::{CallError, ErrorKind, Result};
 pub use files::CallFiles;

@@ -47,6 +47,10 @@ pub struct Request {
     pub max_retries: Option<u32>,
     #[serde(default, deserialize_with = "result_format")]
     pub result: ResultFormat,
+    /// The call's input size in bytes, as the client measured it (python/lfm/inputs.py);
+    /// absent: the arguments' bytes and the files their strings name, measured here.
+    #[serde(default)]
+    pub input_bytes: Option<u64>,
     /// `true`: no call; the reply says what the serve holds and runs (docs/serve.md "Status").
     #[serde(default)]
     pub status: Option<bool>,
@@ -98,6 +102,7 @@ impl Request {
             && self.args_pickle.is_none()
             && self.args_file.is_none()
             && self.limits.is_none()
+            && self.input_bytes.is_none()
     }
 
     fn into_call(self, targets: &mut Targets, client: u64) -> Result<CallSpec, String> {
@@ -112,7 +117,13 @@ impl Request {
                 return Err("give \"args_pickle\" or \"args_file\", not both".into())
             }
         };
-        let auto = auto(self.auto, self.strategy.as_deref(), self.max_retries)?;
+        let input_bytes = self.input_bytes.unwrap_or_else(|| {
+            arguments::input_bytes(&args, &std::env::current_dir().unwrap_or_default())
+        });
+        let mut auto = auto(self.auto, self.strategy.as_deref(), self.max_retries)?;
+        if let Some(auto) = auto.as_mut() {
+            auto.attempts.input_bytes = Some(input_bytes);
+        }
         // A call's category is its function's name unless given: its history sizes the next.
         let category = self.category.or_else(|| {
             let name = function.target.rsplit(':').next().unwrap_or_default();
@@ -130,6 +141,7 @@ impl Request {
             limits,
             auto,
             closure,
+            input_bytes: Some(input_bytes),
         })
     }
 

@@ -28,6 +28,11 @@ pub struct Report {
     /// The limits that came from sizing (`--auto`), not from the user.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limits_from_sizing: Vec<String>,
+    /// The size of the run's input in bytes, known before it ran (`lfm run --input` or
+    /// `--input-size`; a call's arguments and the files they name): what the input-aware
+    /// sizing strategies size from. Absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_bytes: Option<u64>,
     /// `lfm serve`: what the call held of the node's budget while it ran, and how long it
     /// waited in the queue for that (docs/serve.md "Admission").
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -26,6 +26,7 @@ from .errors import (
     Report,
     SerializationError,
 )
+from .inputs import input_bytes
 
 Size = Union[str, int, float, None]
 # Arguments whose pickle is larger go to the serve as a file, not base64 in the request line.
@@ -213,6 +214,7 @@ def call_fields(
     except Exception as error:
         name = getattr(fn, "__qualname__", repr(fn))
         raise SerializationError(f"could not pickle the arguments of {name}: {error}") from error
+    fields["input_bytes"] = input_bytes(args, kwargs, len(data))
     if spill_dir is not None and len(data) > ARGS_INLINE_MAX:
         fields["args_file"] = _spill(data, spill_dir)
     else:

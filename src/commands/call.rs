@@ -53,6 +53,9 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Exit> {
         None => lfm_call::arguments_from_flags(args.args.as_deref(), args.kwargs.as_deref()),
     }
     .map_err(exit_of)?;
+    // Measured before the call runs: what --auto sizes it from.
+    let here = std::env::current_dir().unwrap_or_default();
+    let input_bytes = lfm_call::input_bytes(&arguments, &here);
     let interpreter = args.interpreter.choice().interpreter().map_err(exit_of)?;
     let prepared =
         lfm_call::prepare(&args.target, &interpreter, args.import_module).map_err(exit_of)?;
@@ -81,6 +84,7 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Exit> {
     command.extend([runner.into_os_string(), "call".into()]);
     command.push(files.request.clone().into_os_string());
     let mut options = monitoring::run_options(&args.monitor, command, limits, grace);
+    options.input_bytes = Some(input_bytes);
     // A call's category is its function's name unless given: its history sizes the next.
     options
         .category

@@ -11,6 +11,13 @@ use crate::monitoring::{
 
 pub fn run(args: RunArgs) -> i32 {
     let command = args.command;
+    let input_bytes = match monitoring::input_bytes(&args.input) {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return EXIT_USAGE;
+        }
+    };
     let args = args.monitor;
     let (limits, grace) = match monitoring::parse_limits(&args) {
         Ok(parsed) => parsed,
@@ -22,7 +29,8 @@ pub fn run(args: RunArgs) -> i32 {
     if let Err(code) = monitoring::check_report_writable(&args) {
         return code;
     }
-    let options = monitoring::run_options(&args, command, limits, grace);
+    let mut options = monitoring::run_options(&args, command, limits, grace);
+    options.input_bytes = input_bytes;
     let report = match monitoring::run_sized(&args, options, &mut |_| ()) {
         Ok(report) => report,
         Err(Failure::Usage(message)) => {

@@ -5,7 +5,7 @@ use std::io::Write;
 
 use lfm_monitor::sizing::compare::compare;
 use lfm_monitor::sizing::simulate::Outcome;
-use lfm_monitor::sizing::trace::Trace;
+use lfm_monitor::sizing::trace::{Trace, TraceOptions, INPUT_BYTES};
 use lfm_monitor::sizing::{Strategy, STRATEGIES};
 
 use crate::plots as plot;
@@ -37,7 +37,14 @@ pub fn simulate_trace(args: SimulateArgs) -> i32 {
             return EXIT_USAGE;
         }
     }
-    let trace = match Trace::read(&args.trace) {
+    let options = match trace_options(&args) {
+        Ok(options) => options,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return EXIT_USAGE;
+        }
+    };
+    let trace = match Trace::read_with(&args.trace, &options) {
         Ok(trace) => trace,
         Err(error) => {
             eprintln!("error: {error}");
@@ -76,6 +83,27 @@ pub fn simulate_trace(args: SimulateArgs) -> i32 {
         return EXIT_FAILED;
     }
     0
+}
+
+/// The flags that say how to read the trace; only the columns the replay uses must be numbers.
+fn trace_options(args: &SimulateArgs) -> Result<TraceOptions, String> {
+    let pairs = |flag: &str, values: &[String]| -> Result<Vec<(String, String)>, String> {
+        values
+            .iter()
+            .map(|v| match v.split_once('=') {
+                Some((a, b)) if !a.is_empty() && !b.is_empty() => Ok((a.into(), b.into())),
+                _ => Err(format!("--{flag} {v:?}: expected NAME=VALUE")),
+            })
+            .collect()
+    };
+    let mut numeric = args.resources.clone();
+    numeric.extend(["wall_time".to_string(), INPUT_BYTES.to_string()]);
+    Ok(TraceOptions {
+        category_columns: args.category_columns.clone(),
+        renames: pairs("column", &args.columns)?,
+        filters: pairs("where", &args.filters)?,
+        numeric: Some(numeric),
+    })
 }
 
 /// One resource's outcomes, and the plot's panel (use and first allocations in file order).

@@ -154,7 +154,17 @@ pub fn size(args: SizeArgs) -> i32 {
             return EXIT_USAGE;
         }
     };
-    let rows = match open_history(args.history.as_ref())
+    let input = match crate::monitoring::input_bytes(&args.input) {
+        Ok(bytes) => bytes.map(|b| b as f64),
+        Err(error) => {
+            eprintln!("error: {error}");
+            return EXIT_USAGE;
+        }
+    };
+    let opened = open_history(args.history.as_ref());
+    let rows = match opened
+        .as_ref()
+        .map_err(Clone::clone)
         .and_then(|h| h.sizing_rows(Some(&args.category)))
     {
         Ok(rows) => rows,
@@ -163,10 +173,11 @@ pub fn size(args: SizeArgs) -> i32 {
             return EXIT_FAILED;
         }
     };
+    let history = opened.ok();
     let mut resources = serde_json::Map::new();
     for resource in advice::RESOURCES {
         if advice::measured(&rows, resource) {
-            let advised = advice::advice(&rows, strategy, resource);
+            let advised = advice::advice(&rows, strategy, resource, input, history.as_ref());
             let value = serde_json::to_value(advised).unwrap_or_default();
             resources.insert(resource.name().into(), value);
         }

@@ -70,7 +70,7 @@ fn peaks(rows: &[Row], resource: AutoLimit, strategy: Strategy) -> Option<Peaks>
         resource,
         normal,
         ran_out,
-        allocation: next_allocation(rows, strategy, resource),
+        allocation: next_allocation(rows, strategy, resource, None, None),
     })
 }
 

@@ -110,6 +110,7 @@ mod tests {
             gpus: None,
             allocation_mb: Some(allocation),
             queue_wait_seconds: Some(0.0),
+            input_bytes: None,
         }
     }
 

@@ -62,6 +62,9 @@ pub struct CallSpec {
     /// The function's static closure, which the call's imports are compared with (sliced
     /// targets only).
     pub closure: Option<std::sync::Arc<crate::imports::StaticClosure>>,
+    /// The call's input size in bytes (the request's `input_bytes`, or measured from its
+    /// arguments): recorded in its Report, and what `auto` sizes from.
+    pub input_bytes: Option<u64>,
 }
 
 pub struct ServerOptions {
@@ -554,6 +557,7 @@ impl Server {
         };
         let (mut report, cgroup) = running.monitor.finish_keeping_cgroup(ending);
         report.function = Some(running.spec.function.clone());
+        report.input_bytes = running.spec.input_bytes;
         report.allocation = Some(running.allocated.clone());
         report.imports = self.imports_of(&running.dir, &running.spec);
         if let Some(imports) = &report.imports {
@@ -669,6 +673,7 @@ impl Server {
         running.monitor.kill();
         let mut report = running.monitor.finish(Ending::default());
         report.function = Some(running.spec.function.clone());
+        report.input_bytes = running.spec.input_bytes;
         report.allocation = Some(running.allocated.clone());
         report.imports = self.imports_of(&running.dir, &running.spec);
         let sized = Server::mark_sized(&running.spec, &mut report);

@@ -40,7 +40,7 @@ impl Server {
         };
         auto.attempts.node_memory_mb = Some(self.node_memory_mb());
         let sandbox = Some(self.options.zygote.work_dir.as_path());
-        let rows = || self.rows(category.as_deref());
+        let rows = || Ok((self.rows(category.as_deref())?, self.history.as_ref()));
         auto.attempts.first(limits, sandbox, false, &rows)
     }
 
@@ -111,7 +111,7 @@ impl Server {
         let auto = again.auto.as_mut()?;
         auto.attempts.node_memory_mb = Some(self.node_memory_mb());
         let sandbox = Some(self.options.zygote.work_dir.as_path());
-        let rows = || self.rows(spec.category.as_deref());
+        let rows = || Ok((self.rows(spec.category.as_deref())?, self.history.as_ref()));
         auto.attempts
             .retry(report, &mut again.limits, sandbox, &rows)
             .ok()??;

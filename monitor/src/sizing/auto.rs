@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::history::{cores_needed, Row};
+use super::history::{cores_needed, History, Row};
 use super::{sizer_from_history, Resource, Sizer, Strategy};
 use crate::limits::Limits;
 
@@ -69,30 +69,50 @@ impl AutoLimit {
         }
     }
 
-    /// A Sizer of this resource that has seen `rows`.
-    pub fn sizer(self, rows: &[Row], strategy: Strategy, node: f64) -> Sizer {
+    /// A Sizer of this resource that has seen `rows` (a window of one category's). With the
+    /// `history` they came from, `best-so-far` resumes from the tally kept there and saves it
+    /// further along.
+    pub fn sizer(
+        self,
+        rows: &[Row],
+        strategy: Strategy,
+        node: f64,
+        history: Option<&History>,
+    ) -> Sizer {
         let resource = match self {
             AutoLimit::Memory | AutoLimit::GpuMemory => Resource::memory_mb(node),
             AutoLimit::Cores | AutoLimit::Gpus => Resource::cores(node),
             AutoLimit::Disk => Resource::disk_mb(node),
         };
-        sizer_from_history(rows, strategy, resource, self.name(), |r| self.used(r))
+        let last = rows.last().filter(|_| strategy == Strategy::BestSoFar);
+        let kept = history
+            .zip(last)
+            .and_then(|(h, row)| h.tally(&row.category, self.name()));
+        let used = |r: &Row| self.used(r);
+        let sizer = sizer_from_history(rows, strategy, resource, self.name(), used, kept.as_ref());
+        let further = sizer.tally(last.map_or(0, |row| row.id));
+        if let (Some(h), Some(row), Some(tally)) = (history, last, further) {
+            if kept.is_none_or(|k| k != tally) {
+                if let Err(error) = h.save_tally(&row.category, self.name(), &tally) {
+                    eprintln!("lfm: warning: {error}");
+                }
+            }
+        }
+        sizer
     }
 
-    /// The allocation sizing gives the next run: its first attempt, or after an attempt at
-    /// `failed` ran out, the next one. Cores are whole: a limit below the measured fraction
-    /// of a core would only throttle.
-    pub fn allocation(
-        self,
-        rows: &[Row],
-        strategy: Strategy,
-        node: f64,
-        failed: Option<f64>,
-    ) -> f64 {
-        let mut sizer = self.sizer(rows, strategy, node);
-        let value = match failed {
-            None => sizer.first_allocation(),
-            Some(failed) => sizer.retry_allocation(failed),
+    /// The allocation sizing gives the next run of `input` bytes (None: unknown): its first
+    /// attempt, or after an attempt at `failed` ran out, the next one. Cores are whole: a
+    /// limit below the measured fraction of a core would only throttle.
+    pub fn allocation(self, rows: &[Row], ask: &Ask, history: Option<&History>) -> f64 {
+        let node = ask.node;
+        let mut sizer = self.sizer(rows, ask.strategy, node, history);
+        let value = match ask.failed {
+            None => sizer.first_allocation_for(ask.input),
+            Some(failed) => {
+                sizer.retrying(ask.input);
+                sizer.retry_allocation(failed)
+            }
         };
         match self {
             AutoLimit::Cores | AutoLimit::Gpus => value.ceil().clamp(1.0, node.max(1.0)),
@@ -106,6 +126,29 @@ impl AutoLimit {
             AutoLimit::Cores => "cores",
             AutoLimit::Gpus => "GPUs",
             _ => "MiB",
+        }
+    }
+}
+
+/// What one sizing decision is asked.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask {
+    pub strategy: Strategy,
+    /// The whole node of the resource.
+    pub node: f64,
+    /// The run's input size in bytes, when known.
+    pub input: Option<f64>,
+    /// The allocation its last attempt ran out of: a retry's is asked.
+    pub failed: Option<f64>,
+}
+
+impl Ask {
+    pub fn first(strategy: Strategy, node: f64) -> Ask {
+        Ask {
+            strategy,
+            node,
+            input: None,
+            failed: None,
         }
     }
 }
@@ -206,6 +249,7 @@ mod tests {
             gpus: None,
             allocation_mb: None,
             queue_wait_seconds: None,
+            input_bytes: None,
         }
     }
 
@@ -229,20 +273,26 @@ mod tests {
         let strategy = Strategy::MaxSeen;
         // Max-seen: 1.2 + floor(1/3) = 1.2, rounded up to the bucket: 2 cores.
         let rows = vec![row("normal", "", 1.2, None, None)];
-        assert_eq!(AutoLimit::Cores.allocation(&rows, strategy, 8.0, None), 2.0);
+        assert_eq!(
+            AutoLimit::Cores.allocation(&rows, &Ask::first(strategy, 8.0), None),
+            2.0
+        );
         // The same runs, throttled at 2: 3 (and max-seen rounds 3 + 0 to 3).
         let throttled = vec![row("normal", "", 2.0, Some(2.0), Some(0.5))];
         assert_eq!(
-            AutoLimit::Cores.allocation(&throttled, strategy, 8.0, None),
+            AutoLimit::Cores.allocation(&throttled, &Ask::first(strategy, 8.0), None),
             3.0
         );
         // A tiny measured use still gets a whole core.
         let idle = vec![row("normal", "", 0.01, None, None); 12];
         let greedy = Strategy::GreedyBucketing;
-        assert_eq!(AutoLimit::Cores.allocation(&idle, greedy, 8.0, None), 1.0);
+        assert_eq!(
+            AutoLimit::Cores.allocation(&idle, &Ask::first(greedy, 8.0), None),
+            1.0
+        );
         // Never more than the node.
         assert_eq!(
-            AutoLimit::Cores.allocation(&idle, Strategy::Fixed, 2.0, None),
+            AutoLimit::Cores.allocation(&idle, &Ask::first(Strategy::Fixed, 2.0), None),
             2.0
         );
     }
@@ -287,19 +337,32 @@ mod tests {
         let strategy = Strategy::MaxSeen;
         // Max-seen: 5100 + 83 rounded up to 250 MiB buckets, as memory.
         assert_eq!(
-            AutoLimit::GpuMemory.allocation(&rows, strategy, 40960.0, None),
+            AutoLimit::GpuMemory.allocation(&rows, &Ask::first(strategy, 40960.0), None),
             5250.0
         );
-        assert_eq!(AutoLimit::Gpus.allocation(&rows, strategy, 4.0, None), 2.0);
+        assert_eq!(
+            AutoLimit::Gpus.allocation(&rows, &Ask::first(strategy, 4.0), None),
+            2.0
+        );
         // Never more devices than the node has.
-        assert_eq!(AutoLimit::Gpus.allocation(&rows, strategy, 1.0, None), 1.0);
+        assert_eq!(
+            AutoLimit::Gpus.allocation(&rows, &Ask::first(strategy, 1.0), None),
+            1.0
+        );
         // A run killed over its GPU memory raises what a retry gets.
         let mut killed = gpu_row(9000.0, 1.0);
         killed.exit = "limits".into();
         killed.exceeded = "gpu_memory".into();
         let rows = vec![gpu_row(3000.0, 1.0), killed];
         assert_eq!(
-            AutoLimit::GpuMemory.allocation(&rows, strategy, 40960.0, Some(3250.0)),
+            AutoLimit::GpuMemory.allocation(
+                &rows,
+                &Ask {
+                    failed: Some(3250.0),
+                    ..Ask::first(strategy, 40960.0)
+                },
+                None
+            ),
             9000.0
         );
     }

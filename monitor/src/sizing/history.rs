@@ -15,6 +15,7 @@ use crate::report::Report;
 
 mod imports;
 mod retention;
+mod tallies;
 pub mod usage;
 pub use imports::IMPORTS_SCHEMA;
 pub use retention::{Pruned, Retention, PRUNE_EVERY, RETENTION_SCHEMA};
@@ -58,6 +59,10 @@ pub struct Row {
     pub allocation_mb: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue_wait_seconds: Option<f64>,
+    /// The run's input size in bytes (the Report's `input_bytes`), where it was known; none
+    /// in rows recorded before lfm kept it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_bytes: Option<f64>,
 }
 
 pub struct History {
@@ -146,7 +151,9 @@ impl History {
             .optional()
             .map_err(|_| "not an lfm history (it has other tables)".to_string())?;
         match schema.as_deref() {
-            Some(SCHEMA) => imports::prepare(c).and_then(|()| retention::prepare(c)),
+            Some(SCHEMA) => imports::prepare(c)
+                .and_then(|()| retention::prepare(c))
+                .and_then(|()| tallies::prepare(c)),
             Some(other) => Err(format!("schema {other}, this lfm reads {SCHEMA}")),
             None => Err("not an lfm history (no schema version)".into()),
         }
@@ -261,7 +268,8 @@ impl History {
                     json_extract(report, '$.gpu.memory_peak_bytes') / 1048576.0,
                     json_extract(report, '$.gpu.devices_used'),
                     json_extract(report, '$.allocation.memory_bytes') / 1048576.0,
-                    json_extract(report, '$.allocation.queue_wait_seconds')
+                    json_extract(report, '$.allocation.queue_wait_seconds'),
+                    json_extract(report, '$.input_bytes')
              FROM runs {filter}"
         );
         let mut statement = self.connection.prepare_cached(&sql).map_err(fail)?;
@@ -285,6 +293,7 @@ impl History {
                     gpus: r.get(14)?,
                     allocation_mb: r.get(15)?,
                     queue_wait_seconds: r.get(16)?,
+                    input_bytes: r.get(17)?,
                 })
             })
             .map_err(fail)?;
@@ -319,13 +328,15 @@ pub struct Imported {
     pub cores: f64,
     pub disk_mb: Option<f64>,
     pub wall_time: f64,
+    /// The task's input size in bytes, from an `input_bytes` column.
+    pub input_bytes: Option<f64>,
     /// `FILE:LINE`, kept as the row's Report (`{"imported_from": ...}`).
     pub source: String,
 }
 
 /// A trace's rows for the history: every row under `category` when given, else under its own.
-/// `memory` (MiB) and `cores` are required, `disk` (MiB) and `wall_time` (s) optional; a
-/// negative value is an error naming its line and column.
+/// `memory` (MiB) and `cores` are required, `disk` (MiB), `wall_time` (s) and `input_bytes`
+/// optional; a negative value is an error naming its line and column.
 pub fn imports(
     trace: &Trace,
     path: &Path,
@@ -338,9 +349,10 @@ pub fn imports(
     };
     let (memory, cores) = (at("memory")?, at("cores")?);
     let (disk, wall) = (at("disk").ok(), at("wall_time").ok());
+    let input = at(super::trace::INPUT_BYTES).ok();
     let mut out = Vec::with_capacity(trace.rows.len());
     for ((name, values), line) in trace.rows.iter().zip(&trace.lines) {
-        for column in [Some(memory), Some(cores), disk, wall]
+        for column in [Some(memory), Some(cores), disk, wall, input]
             .into_iter()
             .flatten()
         {
@@ -360,6 +372,7 @@ pub fn imports(
             cores: values[cores],
             disk_mb: disk.map(|d| values[d]),
             wall_time: wall.map_or(0.0, |w| values[w]),
+            input_bytes: input.map(|i| values[i]),
             source: format!("{}:{line}", path.display()),
         });
     }
@@ -383,7 +396,11 @@ impl History {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64());
             for row in rows {
-                let report = serde_json::json!({ "imported_from": row.source }).to_string();
+                let mut report = serde_json::json!({ "imported_from": row.source });
+                if let Some(input) = row.input_bytes {
+                    report["input_bytes"] = input.into();
+                }
+                let report = report.to_string();
                 insert
                     .execute(params![
                         row.category,
@@ -430,6 +447,7 @@ pub(super) mod tests {
             cores: 1.0,
             disk_mb: None,
             wall_time: 1.0,
+            input_bytes: None,
             source: format!("trace:{i}"),
         }
     }

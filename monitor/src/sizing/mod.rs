@@ -4,20 +4,29 @@
 //! histogram strategies `min-waste` and `max-throughput` of Tovar et al. (TPDS 2018, cctools
 //! `category.c`), greedy and exhaustive bucketing (deterministic and probabilistic) of Phung &
 //! Thain (IPDPS 2024) and quantized bucketing (Phung et al., WORKS 2021), as cctools
-//! `bucketing*.c` do them. A [`Sizer`] is fed finished runs in order and
+//! `bucketing*.c` do them; two that size from the task's input: Witt et al.'s low-wastage
+//! regression (HPCS 2019) and Sizey (Bader et al., CLUSTER 2024); and `best-so-far`, which
+//! picks among them per category by replaying its history. A [`Sizer`] is fed finished runs
+//! (with their input size, when known) in order and
 //! answers with a first allocation and, after an exhaustion, a larger one, exactly as an online
 //! scheduler would; [`simulate`] replays a trace through one. It knows nothing of where the
 //! history is stored.
 
 pub mod advice;
 pub mod auto;
+pub mod best_so_far;
 mod bucketing;
 pub mod compare;
 mod histogram;
 pub mod history;
+mod low_wastage;
 pub mod policy;
+mod regression;
 pub mod simulate;
+mod sizey;
 pub mod trace;
+
+use regression::Sample;
 
 pub use simulate::{simulate, Outcome, TaskUse};
 
@@ -87,6 +96,15 @@ pub enum Strategy {
     ExhaustiveBucketingProbabilistic,
     /// Equal-count buckets (cctools' default: one, i.e. the largest value seen), drawn.
     QuantizedBucketing,
+    /// Witt et al. (HPCS 2019): a first allocation linear in the input size, fitted to
+    /// waste least under doubling retries; a failure doubles the allocation.
+    LowWastageRegression,
+    /// Bader et al. (CLUSTER 2024): regressors on input size, the most accurate recently
+    /// chosen, plus an offset from its errors; a failure gets the largest use seen.
+    Sizey,
+    /// Per category, the strategy of [`best_so_far::CANDIDATES`] that would have wasted least
+    /// on the category's finished tasks.
+    BestSoFar,
 }
 
 pub const STRATEGIES: &[(&str, Strategy)] = &[
@@ -105,6 +123,9 @@ pub const STRATEGIES: &[(&str, Strategy)] = &[
         Strategy::ExhaustiveBucketingProbabilistic,
     ),
     ("quantized-bucketing", Strategy::QuantizedBucketing),
+    ("low-wastage-regression", Strategy::LowWastageRegression),
+    ("sizey", Strategy::Sizey),
+    ("best-so-far", Strategy::BestSoFar),
 ];
 
 impl Strategy {
@@ -143,6 +164,14 @@ impl Strategy {
 /// Tovar et al. recompute a₁ every 25 completions (cctools `category-steady-n-tasks`).
 pub const STEADY_TASKS: usize = 25;
 
+/// What a strategy learns beyond the points every strategy keeps.
+enum Model {
+    None,
+    LowWastage(low_wastage::LowWastage),
+    Sizey(sizey::Sizey),
+    BestSoFar(Box<best_so_far::BestSoFar>),
+}
+
 /// Online sizing of one resource of one category.
 pub struct Sizer {
     strategy: Strategy,
@@ -160,10 +189,21 @@ pub struct Sizer {
     /// The buckets of the current points (made again after each new point, cctools'
     /// update epoch 1).
     buckets: Option<Vec<bucketing::Bucket>>,
+    model: Model,
+    /// The input size of the task being sized (its retries need it).
+    input: Option<f64>,
 }
 
 impl Sizer {
     pub fn new(strategy: Strategy, resource: Resource) -> Sizer {
+        let model = match strategy {
+            Strategy::LowWastageRegression => Model::LowWastage(Default::default()),
+            Strategy::Sizey => Model::Sizey(Default::default()),
+            Strategy::BestSoFar => {
+                Model::BestSoFar(Box::new(best_so_far::BestSoFar::new(resource)))
+            }
+            _ => Model::None,
+        };
         Sizer {
             strategy,
             resource,
@@ -174,30 +214,72 @@ impl Sizer {
             completions_since_update: 0,
             random: bucketing::Random::new(0x5eed),
             buckets: None,
+            model,
+            input: None,
         }
     }
 
-    /// The allocation of the next run's first attempt.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// The allocation of the next run's first attempt, its input size unknown.
     pub fn first_allocation(&mut self) -> f64 {
+        self.first_allocation_for(None)
+    }
+
+    /// The allocation of the first attempt of a run whose input is `input` bytes (None:
+    /// unknown; the input-aware strategies then read it as 0, i.e. as every other unknown).
+    pub fn first_allocation_for(&mut self, input: Option<f64>) -> f64 {
+        self.input = input;
         let node = self.resource.node;
-        let value = match self.strategy {
-            Strategy::Fixed => node,
-            Strategy::MaxSeen if self.points.is_empty() => node,
-            Strategy::MaxSeen => self
-                .resource
-                .round_up(self.max_seen + (self.resource.bucket / 3.0).floor()),
-            Strategy::MinWaste | Strategy::MaxThroughput => self.first.unwrap_or(node),
+        let x = input.unwrap_or(0.0);
+        // The least a regression may give: a two-hundred-and-fiftieth of a bucket (1 MB).
+        let floor = self.resource.bucket / 250.0;
+        let value = match (&mut self.model, self.strategy) {
+            (Model::LowWastage(m), _) => m.predict(x, node, floor).unwrap_or(node),
+            (Model::Sizey(m), _) => match m.predict(x) {
+                Some(value) => value.max(floor),
+                None => self.max_seen_allocation(),
+            },
+            (Model::BestSoFar(m), _) => m.sizer().first_allocation_for(input),
+            (_, Strategy::Fixed) => node,
+            (_, Strategy::MaxSeen) => self.max_seen_allocation(),
+            (_, Strategy::MinWaste | Strategy::MaxThroughput) => self.first.unwrap_or(node),
             _ => self.bucketing_allocation(0.0),
         };
         value.min(node)
     }
 
+    /// cctools MAX: the largest value seen plus a third of a bucket, rounded up; the node
+    /// before any.
+    fn max_seen_allocation(&self) -> f64 {
+        if self.points.is_empty() {
+            return self.resource.node;
+        }
+        self.resource
+            .round_up(self.max_seen + (self.resource.bucket / 3.0).floor())
+    }
+
+    /// The next allocation asked will be a retry of a run of `input` bytes (a Sizer made
+    /// afresh for it was not asked the first).
+    pub fn retrying(&mut self, input: Option<f64>) {
+        self.input = input;
+        if let Model::BestSoFar(m) = &mut self.model {
+            m.sizer().retrying(input);
+        }
+    }
+
     /// The allocation after an attempt at `failed` ran out: always larger, capped by the node.
     pub fn retry_allocation(&mut self, failed: f64) -> f64 {
         let node = self.resource.node;
-        let next = match self.strategy {
-            Strategy::Fixed => node,
-            Strategy::MaxSeen | Strategy::MinWaste | Strategy::MaxThroughput => {
+        let next = match (&mut self.model, self.strategy) {
+            // Witt et al.'s exponential failure handling, base 2.
+            (Model::LowWastage(_), _) => failed * 2.0,
+            (Model::Sizey(m), _) => m.retry(failed, self.input.unwrap_or(0.0)),
+            (Model::BestSoFar(m), _) => m.sizer().retry_allocation(failed),
+            (_, Strategy::Fixed) => node,
+            (_, Strategy::MaxSeen | Strategy::MinWaste | Strategy::MaxThroughput) => {
                 // cctools retries at the largest value seen; when that is not above the failed
                 // allocation, the whole node.
                 let seen = self.resource.round_up(self.max_seen);
@@ -219,7 +301,49 @@ impl Sizer {
     /// A run ended: `used` is its peak, `time` its wall time (1 without times). Runs that ran
     /// out of their allocation (`exhausted`) only raise max-seen.
     pub fn record(&mut self, used: f64, time: f64, exhausted: bool) {
+        self.record_task(used, time, exhausted, None);
+    }
+
+    /// [`Sizer::record`] of a run whose input was `input` bytes (None: unknown).
+    pub fn record_task(&mut self, used: f64, time: f64, exhausted: bool, input: Option<f64>) {
+        match &mut self.model {
+            Model::BestSoFar(m) if exhausted => m.exhausted(used, time),
+            Model::BestSoFar(m) => m.finished(used, time, input),
+            Model::Sizey(m) if !exhausted => m.record(sample(used, time, input)),
+            _ => {}
+        }
+        self.record_points(used, time, exhausted, input);
+    }
+
+    /// [`Sizer::record_task`] of a run whose sizing is known already: `best-so-far` does not
+    /// replay it through its candidates (its tallies hold it), and Sizey measures its
+    /// regressors' errors only on `recent` runs (its last [`sizey::WINDOW`]; the others' errors
+    /// would be dropped, and each costs a prediction over every run before it).
+    pub fn learn(
+        &mut self,
+        used: f64,
+        time: f64,
+        exhausted: bool,
+        input: Option<f64>,
+        recent: bool,
+    ) {
+        match &mut self.model {
+            Model::BestSoFar(m) => m.learn(used, time, exhausted, input, recent),
+            Model::Sizey(m) if !exhausted && recent => m.record(sample(used, time, input)),
+            Model::Sizey(m) if !exhausted => m.record_untracked(sample(used, time, input)),
+            _ => {}
+        }
+        self.record_points(used, time, exhausted, input);
+    }
+
+    /// What every strategy keeps of a run: max-seen, and the points of normally ended ones.
+    fn record_points(&mut self, used: f64, time: f64, exhausted: bool, input: Option<f64>) {
         self.max_seen = self.max_seen.max(used);
+        if let Model::LowWastage(m) = &mut self.model {
+            if !exhausted {
+                m.record(sample(used, time, input));
+            }
+        }
         if exhausted {
             return;
         }
@@ -242,13 +366,32 @@ impl Sizer {
         self.points.len()
     }
 
+    /// For `best-so-far`: its tallies, the last row replayed being `last_id`.
+    pub fn tally(&self, last_id: i64) -> Option<best_so_far::Tally> {
+        match &self.model {
+            Model::BestSoFar(m) => Some(m.tally(last_id)),
+            _ => None,
+        }
+    }
+
+    /// For `best-so-far`: the strategy in charge of the category and why.
+    pub fn choice(&self) -> Option<best_so_far::Choice> {
+        match &self.model {
+            Model::BestSoFar(m) => Some(m.choice()),
+            _ => None,
+        }
+    }
+
     /// Whether the strategy is still in its warm-up (the node, or bucketing's sampling
     /// default), rather than answering from the history.
     pub fn warming_up(&self) -> bool {
-        match self.strategy {
-            Strategy::Fixed => true,
-            Strategy::MaxSeen => self.points.is_empty(),
-            Strategy::MinWaste | Strategy::MaxThroughput => self.first.is_none(),
+        match (&self.model, self.strategy) {
+            (Model::LowWastage(m), _) => m.samples() == 0,
+            (Model::Sizey(m), _) => m.samples() < sizey::MIN_SAMPLES,
+            (Model::BestSoFar(m), _) => m.chosen_sizer().warming_up(),
+            (_, Strategy::Fixed) => true,
+            (_, Strategy::MaxSeen) => self.points.is_empty(),
+            (_, Strategy::MinWaste | Strategy::MaxThroughput) => self.first.is_none(),
             _ => self.points.len() < bucketing::SAMPLING_POINTS,
         }
     }
@@ -296,17 +439,36 @@ impl Sizer {
     }
 }
 
-/// A Sizer that has seen `rows` (in order): normally ended runs as points, runs killed for
-/// this resource as exhausted (raising max-seen only). `value` reads the resource of a row.
+fn sample(used: f64, time: f64, input: Option<f64>) -> Sample {
+    Sample {
+        input: input.unwrap_or(0.0),
+        used,
+        time,
+    }
+}
+
+/// A Sizer that has seen `rows` (in order, with their input sizes): normally ended runs as
+/// points, runs killed for this resource as exhausted (raising max-seen only). `value` reads
+/// the resource of a row. For `best-so-far`, `tally` holds the replay of the rows up to its
+/// `last_id` (made against the same node): only the rows after it are replayed.
 pub fn sizer_from_history(
     rows: &[history::Row],
     strategy: Strategy,
     resource: Resource,
     name: &str,
     value: impl Fn(&history::Row) -> Option<f64>,
+    tally: Option<&best_so_far::Tally>,
 ) -> Sizer {
     let mut sizer = Sizer::new(strategy, resource);
-    for row in rows {
+    let tallied = match (&mut sizer.model, tally) {
+        (Model::BestSoFar(m), Some(tally)) => match m.resume(tally) {
+            true => tally.last_id,
+            false => i64::MIN,
+        },
+        _ => i64::MIN,
+    };
+    let recent = rows.len().saturating_sub(sizey::WINDOW);
+    for (index, row) in rows.iter().enumerate() {
         let Some(used) = value(row) else { continue };
         // Wall time weighs a run in the histogram strategies, as in `simulate` (1 without).
         let time = if row.wall_time > 0.0 {
@@ -314,10 +476,17 @@ pub fn sizer_from_history(
         } else {
             1.0
         };
-        if history::ended_normally(row) {
-            sizer.record(used, time, false);
+        let exhausted = if history::ended_normally(row) {
+            false
         } else if row.exceeded.split(',').any(|r| r == name) {
-            sizer.record(used, time, true);
+            true
+        } else {
+            continue;
+        };
+        if row.id <= tallied || (index < recent && !matches!(sizer.model, Model::BestSoFar(_))) {
+            sizer.learn(used, time, exhausted, row.input_bytes, index >= recent);
+        } else {
+            sizer.record_task(used, time, exhausted, row.input_bytes);
         }
     }
     sizer
@@ -340,3 +509,5 @@ pub fn node_memory_mb() -> f64 {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_input;

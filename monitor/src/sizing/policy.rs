@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use super::auto::{self, AutoLimit};
-use super::history::Row;
+use super::auto::{self, Ask, AutoLimit};
+use super::history::{History, Row};
 use super::Strategy;
 use crate::limits::Limits;
 use crate::report::Report;
@@ -14,8 +14,9 @@ use crate::report::Report;
 /// As `lfm run --max-retries` and a serve request's `max_retries`.
 pub const DEFAULT_MAX_RETRIES: u32 = 3;
 
-/// The category's history, read when an allocation is made (it grows between attempts).
-pub type Rows<'a> = &'a dyn Fn() -> Result<Vec<Row>, String>;
+/// The category's history, read when an allocation is made (it grows between attempts): its
+/// sizing window, and the history it came from (where `best-so-far` keeps its tallies).
+pub type Rows<'a> = &'a dyn Fn() -> Result<(Vec<Row>, Option<&'a History>), String>;
 
 /// One sized run and its retries.
 #[derive(Debug, Clone)]
@@ -31,6 +32,8 @@ pub struct Attempts {
     /// that "the whole node" (a strategy's first allocation without history, a retry's cap)
     /// is what the serve may give.
     pub node_memory_mb: Option<f64>,
+    /// The run's input size in bytes, when known: what the input-aware strategies size from.
+    pub input_bytes: Option<u64>,
 }
 
 /// One resource an attempt ran out of, and what the next attempt gets.
@@ -49,6 +52,7 @@ impl Attempts {
             sized: Vec::new(),
             retried: 0,
             node_memory_mb: None,
+            input_bytes: None,
         }
     }
 
@@ -115,12 +119,18 @@ impl Attempts {
         failed: Option<f64>,
         rows: Rows,
     ) -> Result<f64, String> {
-        let rows = rows()?;
+        let (rows, history) = rows()?;
         let node = match (resource, self.node_memory_mb) {
             (AutoLimit::Memory, Some(mb)) => mb,
             _ => auto::node(resource, sandbox),
         };
-        Ok(resource.allocation(&rows, self.strategy, node, failed))
+        let ask = Ask {
+            strategy: self.strategy,
+            node,
+            input: self.input_bytes.map(|b| b as f64),
+            failed,
+        };
+        Ok(resource.allocation(&rows, &ask, history))
     }
 }
 
@@ -157,8 +167,17 @@ pub fn run_sized(
 ) -> Result<Report, SizedRunError> {
     let category = options.category.clone();
     let sandbox = options.sandbox.clone();
-    let rows = || super::history::History::open(history)?.sizing_rows(category.as_deref());
+    // Opened once sizing needs it; a history that cannot be opened fails the sized run.
+    let opened = match &attempts {
+        Some(_) => Some(History::open(history).map_err(SizedRunError::History)?),
+        None => None,
+    };
+    let rows = || match &opened {
+        Some(h) => Ok((h.sizing_rows(category.as_deref())?, Some(h))),
+        None => Ok((Vec::new(), None)),
+    };
     if let Some(attempts) = attempts.as_mut() {
+        attempts.input_bytes = options.input_bytes;
         attempts
             .first(&mut options.limits, sandbox.as_deref(), gpus_sized, &rows)
             .map_err(SizedRunError::History)?;

@@ -2,11 +2,13 @@
 
 use super::{Resource, Sizer, Strategy};
 
-/// One task of a trace: the peak it used of the resource, and its wall time if known.
+/// One task of a trace: the peak it used of the resource, its wall time and its input size
+/// (bytes), if known. The input is known before the task runs: strategies may size from it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TaskUse {
     pub used: f64,
     pub time: Option<f64>,
+    pub input: Option<f64>,
 }
 
 /// What a strategy cost on a trace. Allocation and use are weighted by each attempt's wall
@@ -40,7 +42,7 @@ pub fn replay(tasks: &[TaskUse], strategy: Strategy, resource: Resource) -> (Out
     let mut firsts = Vec::with_capacity(tasks.len());
     for task in tasks {
         let weight = task.time.filter(|t| *t > 0.0).unwrap_or(1.0);
-        let mut allocation = sizer.first_allocation();
+        let mut allocation = sizer.first_allocation_for(task.input);
         firsts.push(allocation);
         let mut retried = false;
         // A task larger than the node is given the node: it cannot be given more.
@@ -48,13 +50,13 @@ pub fn replay(tasks: &[TaskUse], strategy: Strategy, resource: Resource) -> (Out
             totals.allocated += allocation * weight;
             totals.retries += 1;
             retried = true;
-            sizer.record(allocation, weight, true);
+            sizer.record_task(allocation, weight, true, task.input);
             allocation = sizer.retry_allocation(allocation);
         }
         totals.allocated += allocation * weight;
         totals.used += task.used.min(allocation) * weight;
         totals.retried_tasks += usize::from(retried);
-        sizer.record(task.used, weight, false);
+        sizer.record_task(task.used, weight, false, task.input);
     }
     (
         totals.outcome(strategy.name(), tasks.len(), resource.node),

@@ -288,7 +288,11 @@ fn on_synthetic_workloads_adaptive_strategies_beat_the_whole_node_and_no_one_bea
     for (name, peaks) in workloads() {
         let tasks: Vec<TaskUse> = peaks
             .iter()
-            .map(|&used| TaskUse { used, time: None })
+            .map(|&used| TaskUse {
+                used,
+                time: None,
+                input: None,
+            })
             .collect();
         let best = oracle(&tasks, resource);
         assert_eq!(best.waste_percent, 0.0);
@@ -355,7 +359,11 @@ fn clusters_favour_the_deterministic_bucketing(name: &str, tasks: &[TaskUse], re
 fn the_best_ladder_is_the_cheapest_fixed_sequence_of_allocations() {
     let tasks: Vec<TaskUse> = [10.0, 10.0, 10.0, 12.0, 40.0]
         .iter()
-        .map(|&used| TaskUse { used, time: None })
+        .map(|&used| TaskUse {
+            used,
+            time: None,
+            input: None,
+        })
         .collect();
     // Ladders ending at 40: {40} costs 5*40 = 200; {10, 40}: 5*10 + 2*40 = 130;
     // {12, 40}: 5*12 + 1*40 = 100; {10, 12, 40}: 50 + 2*12 + 40 = 114. Best: 12 then 40.
@@ -370,6 +378,7 @@ fn the_best_ladder_is_the_cheapest_fixed_sequence_of_allocations() {
         .map(|t| TaskUse {
             used: t.used,
             time: Some(if t.used == 40.0 { 10.0 } else { 1.0 }),
+            input: None,
         })
         .collect();
     let ladder = best_ladder(&timed, memory()).unwrap();

@@ -1,10 +1,15 @@
 //! Traces of finished tasks: CSV with a header naming the resources and usually `category`
 //! (bioblast's columns: category, cores, memory (MB), disk (MB), cpu_time, wall_time). Without
-//! a `category` column every row is of one category, named [`ONE_CATEGORY`].
+//! a `category` column every row is of one category, named [`ONE_CATEGORY`]. An optional
+//! `input_bytes` column gives each task's input size (known before it ran), which the
+//! input-aware strategies size from; it must not be negative.
 
 use std::path::Path;
 
 use super::simulate::TaskUse;
+
+/// The optional column of each task's input size in bytes.
+pub const INPUT_BYTES: &str = "input_bytes";
 
 /// The category of every row of a trace without a `category` column.
 pub const ONE_CATEGORY: &str = "trace";
@@ -17,8 +22,26 @@ pub struct Trace {
     pub lines: Vec<usize>,
 }
 
+/// How to read a trace that is not in lfm's own columns (a Nextflow trace, say).
+#[derive(Debug, Clone, Default)]
+pub struct TraceOptions {
+    /// The columns whose values, joined by `:`, name a row's category (default: `category`).
+    pub category_columns: Vec<String>,
+    /// (lfm's name, the trace's column): read `memory` from `memory_mb`, say.
+    pub renames: Vec<(String, String)>,
+    /// (column, value): only the rows whose field is exactly that value.
+    pub filters: Vec<(String, String)>,
+    /// The columns read as numbers (the others may hold text); None: all but the category's.
+    pub numeric: Option<Vec<String>>,
+}
+
 impl Trace {
+    /// A trace in lfm's columns, every column but `category` and `exit` a number.
     pub fn read(path: &Path) -> Result<Trace, String> {
+        Trace::read_with(path, &TraceOptions::default())
+    }
+
+    pub fn read_with(path: &Path, options: &TraceOptions) -> Result<Trace, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut lines = text
             .lines()
@@ -27,60 +50,36 @@ impl Trace {
         let (_, header) = lines
             .next()
             .ok_or_else(|| format!("{}: empty trace", path.display()))?;
-        let columns: Vec<String> = header.split(',').map(|c| c.trim().to_string()).collect();
-        let category = columns.iter().position(|c| c == "category");
+        let layout =
+            Layout::new(header, options).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut rows = Vec::new();
         let mut lines_of_rows = Vec::new();
         for (index, line) in lines {
-            let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-            if fields.len() != columns.len() {
-                return Err(format!(
-                    "{}:{}: {} fields, the header has {}",
-                    path.display(),
-                    index + 1,
-                    fields.len(),
-                    columns.len()
-                ));
+            let at = |e: String| format!("{}:{}: {e}", path.display(), index + 1);
+            if let Some(row) = layout.row(line).map_err(at)? {
+                rows.push(row);
+                lines_of_rows.push(index + 1);
             }
-            let mut values = Vec::with_capacity(fields.len());
-            for (column, field) in fields.iter().enumerate() {
-                // Text columns: the category, and the exit type of `lfm history --format csv`.
-                if Some(column) == category || columns[column] == "exit" {
-                    values.push(0.0);
-                    continue;
-                }
-                let value: f64 = field.parse().map_err(|_| {
-                    format!(
-                        "{}:{}: column {} ({}): {field:?} is not a number",
-                        path.display(),
-                        index + 1,
-                        column + 1,
-                        columns[column]
-                    )
-                })?;
-                values.push(value);
-            }
-            let name = category.map_or(ONE_CATEGORY, |c| fields[c]);
-            rows.push((name.to_string(), values));
-            lines_of_rows.push(index + 1);
         }
         Ok(Trace {
-            columns,
+            columns: layout.columns,
             rows,
             lines: lines_of_rows,
         })
     }
 
     /// Each category's tasks for `resource`, in arrival order, with wall times when the trace
-    /// has a non-zero `wall_time` column.
+    /// has a non-zero `wall_time` column and input sizes when it has `input_bytes`.
     pub fn tasks(&self, resource: &str) -> Result<Vec<(String, Vec<TaskUse>)>, String> {
         let column = self.column(resource)?;
         let wall = self.columns.iter().position(|c| c == "wall_time");
+        let input = self.columns.iter().position(|c| c == INPUT_BYTES);
         let mut categories: Vec<(String, Vec<TaskUse>)> = Vec::new();
         for (category, values) in &self.rows {
             let task = TaskUse {
                 used: values[column],
                 time: wall.map(|w| values[w]).filter(|t| *t > 0.0),
+                input: input.map(|i| values[i]),
             };
             match categories.iter_mut().find(|(c, _)| c == category) {
                 Some((_, tasks)) => tasks.push(task),
@@ -98,5 +97,100 @@ impl Trace {
                 self.columns.join(", ")
             )
         })
+    }
+}
+
+/// The header of a trace read with [`TraceOptions`]: the columns under lfm's names, and which
+/// of them name the category, filter the rows and hold numbers.
+struct Layout {
+    columns: Vec<String>,
+    category: Vec<usize>,
+    filters: Vec<(usize, String)>,
+    numeric: Vec<bool>,
+}
+
+impl Layout {
+    fn new(header: &str, options: &TraceOptions) -> Result<Layout, String> {
+        let mut columns: Vec<String> = header.split(',').map(|c| c.trim().to_string()).collect();
+        let position = |columns: &[String], name: &str| {
+            columns.iter().position(|c| c == name).ok_or_else(|| {
+                format!("no {name:?} column (the header has {})", columns.join(", "))
+            })
+        };
+        for (name, column) in &options.renames {
+            if columns.contains(name) {
+                return Err(format!(
+                    "both a {name:?} column and {column:?} to read as it"
+                ));
+            }
+            let at = position(&columns, column)?;
+            columns[at] = name.clone();
+        }
+        let category: Vec<usize> = if options.category_columns.is_empty() {
+            position(&columns, "category").into_iter().collect()
+        } else {
+            let named = options.category_columns.iter();
+            named
+                .map(|c| position(&columns, c))
+                .collect::<Result<_, _>>()?
+        };
+        let filters = options
+            .filters
+            .iter()
+            .map(|(c, v)| Ok((position(&columns, c)?, v.clone())))
+            .collect::<Result<_, String>>()?;
+        let numeric = (0..columns.len())
+            .map(|i| match &options.numeric {
+                Some(names) => names.contains(&columns[i]),
+                // Text columns: the category, and the exit type of `lfm history --format csv`.
+                None => !category.contains(&i) && columns[i] != "exit",
+            })
+            .collect();
+        Ok(Layout {
+            columns,
+            category,
+            filters,
+            numeric,
+        })
+    }
+
+    /// A line's category and values (0 for text columns), or None if a filter drops it.
+    fn row(&self, line: &str) -> Result<Option<(String, Vec<f64>)>, String> {
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        if fields.len() != self.columns.len() {
+            return Err(format!(
+                "{} fields, the header has {}",
+                fields.len(),
+                self.columns.len()
+            ));
+        }
+        if self.filters.iter().any(|(c, v)| fields[*c] != v) {
+            return Ok(None);
+        }
+        let mut values = Vec::with_capacity(fields.len());
+        for (column, field) in fields.iter().enumerate() {
+            if !self.numeric[column] {
+                values.push(0.0);
+                continue;
+            }
+            let name = &self.columns[column];
+            let value: f64 = field.parse().map_err(|_| {
+                format!("column {} ({name}): {field:?} is not a number", column + 1)
+            })?;
+            if name == INPUT_BYTES && value < 0.0 {
+                return Err(format!(
+                    "column {} ({name}): {value} is negative",
+                    column + 1
+                ));
+            }
+            values.push(value);
+        }
+        let name = if self.category.is_empty() {
+            ONE_CATEGORY.to_string()
+        } else {
+            let parts: Vec<&str> = self.category.iter().map(|&c| fields[c]).collect();
+            parts.join(":")
+        };
+        Ok(Some((name, values)))
     }
 }

@@ -37,6 +37,9 @@ pub struct RunOptions {
     pub category: Option<String>,
     /// How the run gets and keeps the GPUs of `limits.gpus`.
     pub gpu: GpuPolicy,
+    /// The input's size in bytes, when known before the run: recorded in the Report, and
+    /// what the input-aware sizing strategies size from.
+    pub input_bytes: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -147,7 +150,9 @@ pub fn run(options: &RunOptions) -> Result<Report, RunError> {
     let child_pid = child.id() as i32;
     monitor.started(own_process_group(monitor.backend()).then_some(child_pid));
     let ending = supervise(&mut monitor, child_pid, &received, options.grace);
-    Ok(monitor.finish(ending))
+    let mut report = monitor.finish(ending);
+    report.input_bytes = options.input_bytes;
+    Ok(report)
 }
 
 fn monitor_options(options: &RunOptions) -> MonitorOptions {

@@ -513,6 +513,7 @@ impl RunMonitor {
             backend: self.backend.kind().name().to_string(),
             limits: self.options.limits.clone(),
             limits_from_sizing: Vec::new(),
+            input_bytes: None,
             allocation: None,
             exit,
             limits_exceeded: std::mem::take(&mut self.exceeded),

@@ -83,6 +83,9 @@ pub(super) fn sizing_fields(report: &Report) -> serde_json::Value {
             }),
         );
     }
+    if let Some(input) = report.input_bytes {
+        fields.insert("input_bytes".into(), input.into());
+    }
     serde_json::Value::Object(fields)
 }
 
@@ -447,7 +450,8 @@ const COMPACT_REPORTS: &str = "
             'throttled_periods', json_extract(report, '$.cpu_throttling.throttled_periods')),
         'gpu', json_object(
             'memory_peak_bytes', json_extract(report, '$.gpu.memory_peak_bytes'),
-            'devices_used', json_extract(report, '$.gpu.devices_used'))))
+            'devices_used', json_extract(report, '$.gpu.devices_used')),
+        'input_bytes', json_extract(report, '$.input_bytes')))
     WHERE id IN (SELECT id FROM folded) AND json_valid(report) AND length(report) > 512";
 
 #[cfg(test)]
