@@ -519,3 +519,17 @@ fn import_tables_of_a_newer_lfm_are_an_error_naming_the_file_and_never_replaced(
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&check.stdout).trim(), "1");
 }
+
+#[test]
+fn sizing_a_category_without_runs_says_so_in_both_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.sqlite");
+    let history = history.to_str().unwrap();
+    let table = lfm_in("/", &["size", "--category", "new", "--history", history]);
+    assert_eq!(table.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&table.stdout);
+    assert!(stdout.contains("new: no measured runs"), "{stdout}");
+    let json = size(history, "new");
+    assert_eq!(json["runs"], 0);
+    assert!(json["memory_mb"].is_null(), "{json}");
+}

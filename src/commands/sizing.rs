@@ -188,6 +188,13 @@ pub fn size(args: SizeArgs) -> i32 {
             size_json(&args.category, strategy, rows.len(), resources)
         ),
         SimulateFormat::Table => {
+            if resources.is_empty() {
+                println!(
+                    "{}: no measured runs in the history: nothing to size from (the first run \
+                     gets what it asks for, or the whole node)",
+                    args.category
+                );
+            }
             for (name, a) in &resources {
                 println!(
                     "{}: {name} {} {} ({}; node {:.0})",
@@ -210,7 +217,8 @@ fn size_json(
     runs: usize,
     resources: serde_json::Map<String, serde_json::Value>,
 ) -> serde_json::Value {
-    let memory = &resources["memory"];
+    // A category without measured runs has no advice: its fields are null.
+    let memory = resources.get("memory").cloned().unwrap_or_default();
     serde_json::json!({
         "category": category,
         "strategy": strategy.name(),
