@@ -20,7 +20,12 @@ fn main() {
     let mut code = String::from("pub const RUNNER_SOURCES: &[&str] = &[\n");
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());
-        writeln!(code, "    include_str!({:?}),", file.canonicalize().unwrap()).unwrap();
+        writeln!(
+            code,
+            "    include_str!({:?}),",
+            file.canonicalize().unwrap()
+        )
+        .unwrap();
     }
     code.push_str("];\n");
     let out = Path::new(&std::env::var("OUT_DIR").unwrap()).join("runner_sources.rs");
