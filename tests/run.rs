@@ -566,16 +566,8 @@ fn a_killed_lfm_leaves_nothing_once_the_next_run_starts() {
             .current_dir("/")
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !pidfile.exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-        let grandchild: i32 = std::fs::read_to_string(&pidfile)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        let grandchild = common::pid_written_to(&pidfile, Duration::from_secs(5))
+            .expect("the workload wrote its grandchild's pid");
         monitor.kill().unwrap(); // SIGKILL: no cleanup code of lfm runs
         monitor.wait().unwrap();
         assert!(

@@ -512,15 +512,8 @@ fn a_dead_zygote_fails_its_calls_cleanly_and_is_restarted() {
         json!([pidfile, 30]),
         json!({}),
     ));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !pidfile.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let call_pid: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let call_pid =
+        common::pid_written_to(&pidfile, Duration::from_secs(10)).expect("the call wrote its pid");
     let zygote = parent_of(call_pid);
     // SAFETY: kill(2) on the zygote this test's server started.
     unsafe { libc::kill(zygote, libc::SIGKILL) };
@@ -586,15 +579,8 @@ fn socket_clients_are_served_at_once_and_a_gone_client_loses_only_its_call() {
     )
     .unwrap();
     // Generous: on a machine busy with other builds the zygote's start alone can take seconds.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !pidfile.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let call_pid: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let call_pid =
+        common::pid_written_to(&pidfile, Duration::from_secs(60)).expect("the call wrote its pid");
     drop(gone);
 
     // Two clients at once.

@@ -243,3 +243,20 @@ pub fn key_paths(value: &serde_json::Value) -> std::collections::BTreeSet<String
     walk(value, "", &mut out);
     out
 }
+
+/// The pid a workload writes to `path`, once the whole number is there: a file can exist
+/// between its creation and its write, so existing is not enough. None after `timeout`.
+#[allow(dead_code)]
+pub fn pid_written_to(path: &std::path::Path, timeout: std::time::Duration) -> Option<i32> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if let Ok(pid) = text.trim().parse() {
+            return Some(pid);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
