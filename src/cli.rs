@@ -391,6 +391,13 @@ pub struct PackArgs {
     /// site-packages to find it; a --self-contained pack always holds it.
     #[arg(long)]
     pub with_engine: bool,
+    /// Write the pack as parts into DIR: one content-addressed tar.zst per distribution, one
+    /// for the function's own files (and one for the interpreter), and `<sha256>.parts.json`
+    /// naming them, printed. Packs of functions that share numpy share its part; `lfm unpack`,
+    /// `call --pack` and `serve --pack` take the parts manifest and compose the environment
+    /// from links to parts unpacked once per node (docs/pack.md, "Parts").
+    #[arg(long, value_name = "DIR", conflicts_with = "output")]
+    pub parts: Option<PathBuf>,
     /// No summary on stderr.
     #[arg(long, short)]
     pub quiet: bool,

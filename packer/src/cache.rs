@@ -32,6 +32,8 @@ pub const DEFAULT_SHARE_PERCENT: u64 = 25;
 pub struct PackLease {
     root: PathBuf,
     _lock: Flock<fs::File>,
+    /// A composition's parts (docs/pack.md, "Parts"), held as long as it is.
+    _parts: Vec<PackLease>,
 }
 
 impl PackLease {
@@ -76,7 +78,36 @@ pub(crate) fn lock(path: &Path, how: FlockArg) -> Result<Flock<fs::File>> {
 }
 
 pub(crate) fn lease(root: PathBuf, lock: Flock<fs::File>) -> PackLease {
-    PackLease { root, _lock: lock }
+    lease_with_parts(root, lock, Vec::new())
+}
+
+pub(crate) fn lease_with_parts(
+    root: PathBuf,
+    lock: Flock<fs::File>,
+    parts: Vec<PackLease>,
+) -> PackLease {
+    PackLease {
+        root,
+        _lock: lock,
+        _parts: parts,
+    }
+}
+
+/// Remove the tree at `path`, also when it is sealed read-only (a part): its directories are
+/// made writable first where a plain removal is refused.
+pub(crate) fn remove_tree(path: &Path) -> std::io::Result<()> {
+    match fs::remove_dir_all(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
+            use std::os::unix::fs::PermissionsExt;
+            for entry in walkdir::WalkDir::new(path).into_iter().flatten() {
+                if entry.file_type().is_dir() {
+                    let _ = fs::set_permissions(entry.path(), fs::Permissions::from_mode(0o755));
+                }
+            }
+            fs::remove_dir_all(path)
+        }
+        other => other,
+    }
 }
 
 /// The budget when none is given: [`DEFAULT_SHARE_PERCENT`] of the free space of the cache's
@@ -177,7 +208,7 @@ fn remove_unless_used(pack: &CachedPack) -> bool {
     if fs::rename(&pack.root, &doomed).is_err() {
         return false;
     }
-    let _ = fs::remove_dir_all(&doomed);
+    let _ = remove_tree(&doomed);
     true
 }
 

@@ -10,6 +10,7 @@
 pub mod cache;
 pub mod manifest;
 pub mod pack;
+pub mod parts;
 pub mod stdlib;
 pub mod unpack;
 pub mod verify;

@@ -41,6 +41,10 @@ pub struct PackOptions {
     /// the node's site-packages to find them (a self-contained pack always holds them: its
     /// interpreter sees nothing else).
     pub with_engine: bool,
+    /// Write parts (one content-addressed tar.zst per distribution, one for the function's own
+    /// files, one for the interpreter) and a parts manifest into `output_dir` instead of one
+    /// archive (docs/pack.md, "Parts").
+    pub parts: bool,
     pub progress: Option<Progress>,
 }
 
@@ -59,15 +63,22 @@ pub struct Packed {
     pub warnings: Vec<String>,
 }
 
-enum Source {
+pub(crate) enum Source {
     File(PathBuf),
     Symlink(PathBuf),
     Bytes(Vec<u8>),
 }
 
-struct Entry {
-    source: Source,
-    executable: bool,
+pub(crate) struct Entry {
+    pub(crate) source: Source,
+    pub(crate) executable: bool,
+}
+
+/// The archive paths of one selected distribution's files: what its part holds.
+pub(crate) struct DistFiles {
+    pub(crate) name: String,
+    pub(crate) version: String,
+    pub(crate) paths: Vec<String>,
 }
 
 /// Build a pack from the environment of `interpreter`.
@@ -88,7 +99,7 @@ pub fn pack(
     let inherit_site_packages =
         options.inherit_site_packages || !selected.engine_left_out.is_empty();
     let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
-    let distributions = add_distributions(
+    let (distributions, dist_files) = add_distributions(
         &index,
         &selected.dist_ids,
         &prefix,
@@ -146,6 +157,17 @@ pub fn pack(
         totals: totals_of(&entries),
         pyc: "no .pyc or __pycache__ is packed (timestamps are normalised, so shipped timestamp pycs would be stale); `lfm unpack --compile` compiles once into the cache as unchecked-hash pycs".into(),
     };
+    if options.parts {
+        let (path, compressed_bytes, hash) =
+            crate::parts::write_parts(&manifest, entries, dist_files, options)?;
+        return Ok(Packed {
+            path,
+            manifest,
+            compressed_bytes,
+            hash,
+            warnings,
+        });
+    }
     let (path, compressed_bytes, hash) =
         write_archive(&manifest, &entries, options, &manifest.totals)?;
     Ok(Packed {
@@ -245,25 +267,31 @@ fn add_distributions(
     prefix: &Path,
     entries: &mut BTreeMap<String, Entry>,
     warnings: &mut Vec<String>,
-) -> Result<Vec<PackDistribution>> {
+) -> Result<(Vec<PackDistribution>, Vec<DistFiles>)> {
     let mut distributions = Vec::new();
+    let mut dist_files = Vec::new();
     for &id in dist_ids {
         let dist = &index.dists[id as usize];
-        let mut count = 0;
+        let mut paths = Vec::new();
         for file in dist.files.iter().filter(|f| !is_bytecode(f)) {
             if let Some((archive_path, entry)) = dist_entry(&dist.name, file, prefix, warnings)? {
+                paths.push(archive_path.clone());
                 entries.insert(archive_path, entry);
-                count += 1;
             }
         }
         distributions.push(PackDistribution {
             name: dist.name.clone(),
             version: dist.version.clone(),
-            files: count,
+            files: paths.len() as u64,
+        });
+        dist_files.push(DistFiles {
+            name: dist.name.clone(),
+            version: dist.version.clone(),
+            paths,
         });
     }
     distributions.sort_by_key(|d| normalize_name(&d.name));
-    Ok(distributions)
+    Ok((distributions, dist_files))
 }
 
 /// One distribution file's entry; none (with a warning) when it is outside the environment or
@@ -333,7 +361,7 @@ fn add_local_files(
     Ok(archive_paths)
 }
 
-fn totals_of(entries: &BTreeMap<String, Entry>) -> Totals {
+pub(crate) fn totals_of(entries: &BTreeMap<String, Entry>) -> Totals {
     let mut totals = Totals::default();
     for entry in entries.values() {
         totals.files += 1;
@@ -638,8 +666,43 @@ fn write_archive(
             .unwrap_or_else(|| PathBuf::from(".")),
         None => options.output_dir.clone(),
     };
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let tmp = dir.join(format!(".lfm-pack-{}.tmp", std::process::id()));
+    let manifest_bytes = serde_json::to_vec_pretty(manifest)?;
+    let written = write_tar_zst(
+        &dir,
+        Some((MANIFEST_NAME, &manifest_bytes)),
+        entries,
+        options,
+        Some(totals),
+    )?;
+    let path = match &options.output {
+        Some(path) => path.clone(),
+        None => dir.join(format!("lfm-{}.tar.zst", &written.blake3[..16])),
+    };
+    fs::rename(&written.tmp, &path)
+        .with_context(|| format!("moving the pack to {}", path.display()))?;
+    Ok((path, written.bytes, written.blake3))
+}
+
+/// A tar.zst written to a temporary file of `dir`, for the caller to name.
+pub(crate) struct Written {
+    pub(crate) tmp: PathBuf,
+    pub(crate) bytes: u64,
+    pub(crate) blake3: String,
+}
+
+/// `first` (if any), then `entries` in order, as a deterministic tar.zst in a temporary file
+/// of `dir`. Progress is reported against `totals` when given.
+pub(crate) fn write_tar_zst(
+    dir: &Path,
+    first: Option<(&str, &[u8])>,
+    entries: &BTreeMap<String, Entry>,
+    options: &PackOptions,
+    totals: Option<&Totals>,
+) -> Result<Written> {
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    static SEQUENCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let sequence = SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".lfm-pack-{}-{sequence}.tmp", std::process::id()));
     let file = fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let hashing = HashingWriter {
         inner: io::BufWriter::new(file),
@@ -653,48 +716,51 @@ fn write_archive(
     encoder.include_checksum(true)?;
     let mut builder = tar::Builder::new(encoder);
     builder.follow_symlinks(false);
-
-    let manifest_bytes = serde_json::to_vec_pretty(manifest)?;
-    append_bytes(&mut builder, MANIFEST_NAME, &manifest_bytes, false)?;
+    if let Some((name, bytes)) = first {
+        append_bytes(&mut builder, name, bytes, false)?;
+    }
     let (mut files_done, mut bytes_done) = (0u64, 0u64);
     for (path, entry) in entries {
-        match &entry.source {
-            Source::Bytes(bytes) => {
-                append_bytes(&mut builder, path, bytes, entry.executable)?;
-                bytes_done += bytes.len() as u64;
-            }
-            Source::File(source) => {
-                let file = fs::File::open(source)
-                    .with_context(|| format!("reading {}", source.display()))?;
-                let size = file.metadata()?.len();
-                bytes_done += size;
-                let mut header = header(tar::EntryType::Regular, size, entry.executable);
-                builder
-                    .append_data(&mut header, path, file)
-                    .with_context(|| format!("packing {}", source.display()))?;
-            }
-            Source::Symlink(target) => {
-                let mut header = header(tar::EntryType::Symlink, 0, false);
-                builder.append_link(&mut header, path, target)?;
-            }
-        }
+        bytes_done += append_entry(&mut builder, path, entry)?;
         files_done += 1;
-        if let Some(progress) = &options.progress {
+        if let (Some(progress), Some(totals)) = (&options.progress, totals) {
             progress(files_done, totals.files, bytes_done, totals.bytes);
         }
     }
     let encoder = builder.into_inner()?;
     let mut hashing = encoder.finish()?;
     hashing.flush()?;
-    let hash = hashing.hasher.finalize().to_hex().to_string();
-    let written = hashing.written;
-    drop(hashing);
-    let path = match &options.output {
-        Some(path) => path.clone(),
-        None => dir.join(format!("lfm-{}.tar.zst", &hash[..16])),
-    };
-    fs::rename(&tmp, &path).with_context(|| format!("moving the pack to {}", path.display()))?;
-    Ok((path, written, hash))
+    let blake3 = hashing.hasher.finalize().to_hex().to_string();
+    Ok(Written {
+        tmp,
+        bytes: hashing.written,
+        blake3,
+    })
+}
+
+/// One entry into the archive; the bytes it added.
+fn append_entry<W: Write>(builder: &mut tar::Builder<W>, path: &str, entry: &Entry) -> Result<u64> {
+    match &entry.source {
+        Source::Bytes(bytes) => {
+            append_bytes(builder, path, bytes, entry.executable)?;
+            Ok(bytes.len() as u64)
+        }
+        Source::File(source) => {
+            let file =
+                fs::File::open(source).with_context(|| format!("reading {}", source.display()))?;
+            let size = file.metadata()?.len();
+            let mut header = header(tar::EntryType::Regular, size, entry.executable);
+            builder
+                .append_data(&mut header, path, file)
+                .with_context(|| format!("packing {}", source.display()))?;
+            Ok(size)
+        }
+        Source::Symlink(target) => {
+            let mut header = header(tar::EntryType::Symlink, 0, false);
+            builder.append_link(&mut header, path, target)?;
+            Ok(0)
+        }
+    }
 }
 
 fn header(kind: tar::EntryType, size: u64, executable: bool) -> tar::Header {

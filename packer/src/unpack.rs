@@ -25,6 +25,9 @@ pub struct UnpackOptions {
     pub cache_max: Option<u64>,
     /// Compile the pack's Python files once, with this interpreter, before it is published.
     pub compile_with: Option<PathBuf>,
+    /// Seal the unpacked tree read-only before it is published (parts, which many
+    /// compositions link to).
+    pub read_only: bool,
 }
 
 impl UnpackOptions {
@@ -35,6 +38,7 @@ impl UnpackOptions {
             max_entries: 2_000_000,
             cache_max: None,
             compile_with: None,
+            read_only: false,
         }
     }
 
@@ -76,6 +80,9 @@ pub fn unpack(archive: &Path, options: &UnpackOptions) -> Result<PathBuf, Unpack
 /// Unpack `archive` into the cache (once) and hold it there: no eviction removes it while the
 /// lease lives. A new extraction then evicts least recently used packs over the budget.
 pub fn unpack_leased(archive: &Path, options: &UnpackOptions) -> Result<PackLease, UnpackError> {
+    if crate::parts::is_parts_manifest(archive) {
+        return crate::parts::compose_leased(archive, options);
+    }
     let hash = hash_file(archive).with_context(|| format!("reading {}", archive.display()))?;
     fs::create_dir_all(&options.cache)
         .with_context(|| format!("creating {}", options.cache.display()))?;
@@ -106,7 +113,7 @@ pub fn unpack_leased(archive: &Path, options: &UnpackOptions) -> Result<PackLeas
 }
 
 /// Extract `archive` to `root` under the pack's exclusive lock, unless another process did.
-fn extract_into_cache(
+pub(crate) fn extract_into_cache(
     archive: &Path,
     options: &UnpackOptions,
     hash: &str,
@@ -123,21 +130,28 @@ fn extract_into_cache(
     let tmp = options
         .cache
         .join(format!(".tmp-{hash}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&tmp);
+    let _ = cache::remove_tree(&tmp);
     fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let result = extract(archive, &tmp, options).and_then(|()| match &options.compile_with {
-        Some(python) => compile(&tmp, python).map_err(UnpackError::from),
-        None => Ok(()),
-    });
+    let result = extract(archive, &tmp, options)
+        .and_then(|()| match &options.compile_with {
+            Some(python) => compile(&tmp, python).map_err(UnpackError::from),
+            None => Ok(()),
+        })
+        .and_then(|()| {
+            fs::write(tmp.join(COMPLETE_MARKER), hash.as_bytes())?;
+            touch(&tmp.join(USED_MARKER));
+            if options.read_only {
+                crate::parts::seal(&tmp)?;
+            }
+            Ok(())
+        });
     if let Err(error) = result {
-        let _ = fs::remove_dir_all(&tmp);
+        let _ = cache::remove_tree(&tmp);
         return Err(error);
     }
-    fs::write(tmp.join(COMPLETE_MARKER), hash.as_bytes())?;
-    touch(&tmp.join(USED_MARKER));
     if root.exists() {
         // A directory without the marker: an interrupted run of an older lfm. Replace it.
-        fs::remove_dir_all(root)
+        cache::remove_tree(root)
             .with_context(|| format!("removing incomplete {}", root.display()))?;
     }
     fs::rename(&tmp, root).with_context(|| format!("moving {} into place", root.display()))?;
@@ -458,7 +472,7 @@ fn compile(root: &Path, python: &Path) -> Result<()> {
 }
 
 /// One line per extraction in `lfm-unpack.log`: what a node's cache did, and when.
-fn log_extraction(cache: &Path, hash: &str, archive: &Path) {
+pub(crate) fn log_extraction(cache: &Path, hash: &str, archive: &Path) {
     use std::io::Write;
     let seconds = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -478,12 +492,12 @@ fn log_extraction(cache: &Path, hash: &str, archive: &Path) {
     }
 }
 
-fn touch(path: &Path) {
+pub(crate) fn touch(path: &Path) {
     let _ = fs::write(path, b"");
 }
 
 /// Remove extraction and eviction directories left by processes that died mid-way.
-fn clean_stale_temporaries(cache: &Path) {
+pub(crate) fn clean_stale_temporaries(cache: &Path) {
     let Ok(entries) = fs::read_dir(cache) else {
         return;
     };
@@ -498,7 +512,7 @@ fn clean_stale_temporaries(cache: &Path) {
             continue;
         };
         if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = fs::remove_dir_all(entry.path());
+            let _ = cache::remove_tree(&entry.path());
         }
     }
 }

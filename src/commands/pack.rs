@@ -40,10 +40,11 @@ pub fn pack(args: PackArgs) -> i32 {
                 .unwrap_or(1)
         }),
         output: args.output.clone(),
-        output_dir: PathBuf::from("."),
+        output_dir: args.parts.clone().unwrap_or_else(|| PathBuf::from(".")),
         self_contained: args.self_contained,
         inherit_site_packages: args.inherit_site_packages,
         with_engine: args.with_engine,
+        parts: args.parts.is_some(),
         progress: progress_bar(args.quiet),
     };
     let selection = match &spec {
