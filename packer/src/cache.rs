@@ -20,6 +20,8 @@ use nix::fcntl::{Flock, FlockArg};
 pub(crate) const COMPLETE_MARKER: &str = ".lfm-complete";
 /// Touched on every use, for least-recently-used eviction.
 pub(crate) const USED_MARKER: &str = ".lfm-used";
+/// In a composition: the hashes of the parts it links to, one a line.
+pub(crate) const PARTS_LIST: &str = ".lfm-parts";
 
 /// The default budget's ceiling, whatever the filesystem's size.
 pub const DEFAULT_CEILING: u64 = 20 << 30;
@@ -147,6 +149,15 @@ pub fn list(cache: &Path) -> Vec<CachedPack> {
         pack.in_use = runners.iter().any(|dir| dir.starts_with(&pack.root))
             || try_exclusive(cache, &pack.root).is_none();
     }
+    // A part is in use while a composition in use links to it, lease or not.
+    let linked: Vec<PathBuf> = packs
+        .iter()
+        .filter(|pack| pack.in_use)
+        .flat_map(|pack| parts_of(&pack.root))
+        .collect();
+    for pack in &mut packs {
+        pack.in_use |= linked.contains(&pack.root);
+    }
     packs.sort_by(|a, b| (a.last_used, &a.root).cmp(&(b.last_used, &b.root)));
     packs
 }
@@ -196,6 +207,7 @@ fn remove_unless_used(pack: &CachedPack) -> bool {
     if processes_running_from(cache)
         .iter()
         .any(|dir| dir.starts_with(&pack.root))
+        || linked_from_a_running_composition(cache, &pack.root)
     {
         return false;
     }
@@ -210,6 +222,31 @@ fn remove_unless_used(pack: &CachedPack) -> bool {
     }
     let _ = remove_tree(&doomed);
     true
+}
+
+/// The part roots a composition links to (its `.lfm-parts`; none for a plain pack).
+pub(crate) fn parts_of(root: &Path) -> Vec<PathBuf> {
+    let Some(cache) = root.parent() else {
+        return Vec::new();
+    };
+    fs::read_to_string(root.join(PARTS_LIST))
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| !line.is_empty())
+        .map(|hash| cache.join(hash))
+        .collect()
+}
+
+/// Whether a process runs from a composition that links to `part` (without a lease: a script
+/// that ran `lfm unpack` and then the composition's `run`).
+fn linked_from_a_running_composition(cache: &Path, part: &Path) -> bool {
+    let runners = processes_running_from(cache);
+    runners.iter().any(|dir| {
+        dir.strip_prefix(cache)
+            .ok()
+            .and_then(|rest| rest.components().next())
+            .is_some_and(|first| parts_of(&cache.join(first)).iter().any(|p| p == part))
+    })
 }
 
 fn try_exclusive(cache: &Path, root: &Path) -> Option<Flock<fs::File>> {

@@ -21,7 +21,7 @@ use nix::fcntl::FlockArg;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::cache::{self, PackLease, COMPLETE_MARKER, USED_MARKER};
+use crate::cache::{self, PackLease, COMPLETE_MARKER, PARTS_LIST, USED_MARKER};
 use crate::manifest::{Manifest, PackPython, MANIFEST_NAME};
 use crate::pack::{totals_of, write_tar_zst, DistFiles, Entry, PackOptions};
 use crate::unpack::{self, UnpackError, UnpackOptions};
@@ -371,6 +371,8 @@ fn compose_into_cache(
         if !notes.is_empty() {
             fs::write(tmp.join(NOTES_NAME), notes.join("\n") + "\n")?;
         }
+        let hashes: Vec<&str> = manifest.parts.iter().map(|p| p.sha256.as_str()).collect();
+        fs::write(tmp.join(PARTS_LIST), hashes.join("\n") + "\n")?;
         fs::write(tmp.join(COMPLETE_MARKER), hash.as_bytes())?;
         unpack::touch(&tmp.join(USED_MARKER));
         Ok(())
@@ -405,7 +407,7 @@ fn link_union(
     for source in sources {
         for entry in fs::read_dir(cache.join(source).join(relative))? {
             let name = entry?.file_name();
-            let marker = name == COMPLETE_MARKER || name == USED_MARKER;
+            let marker = name == COMPLETE_MARKER || name == USED_MARKER || name == PARTS_LIST;
             if !(relative.as_os_str().is_empty() && marker) {
                 children.entry(name).or_default().push(source);
             }
