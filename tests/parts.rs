@@ -334,3 +334,44 @@ fn eviction_spares_the_parts_of_a_composition_in_use_and_takes_the_others() {
         String::from_utf8_lossy(&ran.stderr)
     );
 }
+
+#[test]
+fn a_call_from_parts_runs_and_its_report_does_not_count_their_unpacking() {
+    let Some(store) = store() else { return };
+    let home = tempfile::tempdir().unwrap();
+    let report = home.path().join("report.json");
+    let path = format!(
+        "{}:{}",
+        store.venv.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_lfm"))
+        .args(["call", "--args", "[5]", "--report"])
+        .arg(&report)
+        .arg("--pack")
+        .arg(&store.numpy_yaml)
+        .arg("fb:dump")
+        .env("LFM_CACHE_DIR", home.path())
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "\"sum: 10\\n\""
+    );
+    // The parts were unpacked and compiled (seconds of CPU) before the call started.
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let cpu = report["cpu_time"]["total"].as_f64().unwrap();
+    let wall = report["wall_time"].as_f64().unwrap();
+    let cores = std::thread::available_parallelism().unwrap().get() as f64;
+    assert!(
+        cpu <= wall * cores + 0.05,
+        "cpu {cpu} s in {wall} s of wall on {cores} cores"
+    );
+}

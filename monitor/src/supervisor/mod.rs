@@ -217,7 +217,7 @@ fn supervise(
     Ending {
         status,
         forwarded_signal: forwarded.map(|(s, _)| s),
-        reaped_cpu: Some(tree::rusage_children()),
+        reaped_cpu: Some(monitor.reaped_cpu()),
         io: None,
         maxrss_bytes: None,
     }

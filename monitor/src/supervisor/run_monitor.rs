@@ -89,6 +89,9 @@ pub struct RunMonitor {
     notes: Vec<String>,
     /// I/O of processes reaped before the run began, when the driver reaps the run's tree.
     io_baseline: Option<(u64, u64)>,
+    /// CPU of children this process reaped before the run (a pack's unpack and compile):
+    /// not the run's.
+    cpu_baseline: (f64, f64),
     outside_once: HashSet<(i32, u64)>,
     last_alive: HashSet<(i32, u64)>,
     escaped: BTreeMap<(i32, u64), String>,
@@ -127,6 +130,7 @@ impl RunMonitor {
             interval: sampling_interval(Duration::ZERO),
             notes,
             io_baseline: None,
+            cpu_baseline: (0.0, 0.0),
             outside_once: HashSet::new(),
             last_alive: HashSet::new(),
             escaped: BTreeMap::new(),
@@ -171,9 +175,19 @@ impl RunMonitor {
         self.group = group;
         self.start_time = now_seconds();
         self.started = Instant::now();
+        self.cpu_baseline = tree::rusage_children();
         if let Some(meter) = self.gpu.as_mut() {
             meter.started();
         }
+    }
+
+    /// (user, system) CPU seconds of the children reaped since the run started.
+    pub fn reaped_cpu(&self) -> (f64, f64) {
+        let (user, system) = tree::rusage_children();
+        (
+            (user - self.cpu_baseline.0).max(0.0),
+            (system - self.cpu_baseline.1).max(0.0),
+        )
     }
 
     /// The driver reaps the run's processes itself: their I/O is then exact (see
@@ -292,7 +306,7 @@ impl RunMonitor {
         match reading.cpu_total_us {
             Some(us) => us as f64 / 1e6,
             None => {
-                let (user, system) = tree::rusage_children();
+                let (user, system) = self.reaped_cpu();
                 user + system + live
             }
         }
