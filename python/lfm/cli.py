@@ -63,12 +63,17 @@ def pack(
     self_contained: bool = False,
     cwd: Optional[str] = None,
     closure: Optional[str] = None,
+    parts: Optional[str] = None,
 ) -> str:
     """Pack what `target` needs from the environment `env` (a venv or conda prefix) into a
     deterministic tar.zst, or with `all=True` the whole environment; returns its path. Without
     `output` the pack is named by its content hash, lfm-<hash>.tar.zst, in `cwd`. `closure`:
-    "import" (the default) or "slice" for function targets (`lfm pack --closure`)."""
+    "import" (the default) or "slice" for function targets (`lfm pack --closure`). `parts`: a
+    directory to write the pack into as parts (`lfm pack --parts`); the path returned is then
+    its parts manifest."""
     argv = [find_binary(), "pack", "--quiet", "--env", os.fspath(env)]
+    if parts is not None:
+        argv += ["--parts", os.fspath(parts)]
     if closure is not None:
         argv += ["--closure", closure]
     if output is not None:

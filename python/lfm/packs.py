@@ -13,7 +13,7 @@ from .cli import pack
 from .errors import LfmError
 
 _lock = threading.Lock()
-_built: Dict[Tuple[str, str, float, bool], str] = {}
+_built: Dict[Tuple[str, str, float, bool, bool], str] = {}
 
 
 def cache_dir() -> str:
@@ -21,22 +21,28 @@ def cache_dir() -> str:
     return os.path.join(base, "lfm", "client-packs")
 
 
-def pack_for(fn: Callable, self_contained: bool = False) -> str:
+def pack_for(fn: Callable, self_contained: bool = False, parts: bool = False) -> str:
     """The path of `fn`'s pack, built from this interpreter's environment if not yet (with
-    this interpreter itself in it when `self_contained`)."""
+    this interpreter itself in it when `self_contained`); with `parts`, its parts manifest,
+    the parts of every function in one store (`parts_dir()`), so shared ones are written once."""
     file = inspect.getsourcefile(fn) if inspect.isfunction(fn) else None
     if file is None or "<" in fn.__qualname__:
         raise LfmError(
             f"pack=True needs a module-level function defined in a .py file, not {fn!r}"
         )
     file = os.path.realpath(file)
-    key = (file, fn.__qualname__, os.path.getmtime(file), self_contained)
+    key = (file, fn.__qualname__, os.path.getmtime(file), self_contained, parts)
     with _lock:
         if key not in _built:
             os.makedirs(cache_dir(), exist_ok=True)
             _built[key] = pack(_targets(fn, file), env=sys.prefix, cwd=cache_dir(),
-                               closure=_closure(fn), self_contained=self_contained)
+                               closure=_closure(fn), self_contained=self_contained,
+                               parts=parts_dir() if parts else None)
         return _built[key]
+
+
+def parts_dir() -> str:
+    return os.path.join(cache_dir(), "parts")
 
 
 def _targets(fn: Callable, file: str) -> List[str]:

@@ -8,6 +8,10 @@ the node cache (a path visible on the node is copied, else the URL is fetched), 
 so concurrent fetches on a node wait for one, and checks the bytes against the hash before
 they enter the cache under their final name: a partial or corrupt transfer never does.
 
+Packs travel as parts (docs/pack.md, "Parts"): one per distribution, so a node that holds
+numpy's part for one function fetches only the parts it lacks for the next; the environment
+is composed there from links to parts unpacked once. LFM_SHIP_PARTS=0 ships whole packs.
+
 The node cache is node-local: LFM_NODE_CACHE, else $TMPDIR/lfm-UID, else /tmp/lfm-UID; never
 $HOME, which on a cluster is a shared filesystem.
 """
@@ -38,6 +42,7 @@ from .errors import LfmError
 CHUNK = 1 << 20
 FETCH_TIMEOUT = 60.0
 TRANSFERS_LOG = "transfers.jsonl"
+PARTS_SUFFIX = ".parts.json"
 
 
 def node_cache() -> str:
@@ -74,6 +79,8 @@ class PackRef:
     self_contained: bool = False
     url: Optional[str] = None
     path: Optional[str] = None
+    # A pack of parts: {"sha256", "bytes", "name"} of each; `hash` is then its parts manifest's.
+    parts: Optional[List[Dict[str, Any]]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -180,16 +187,36 @@ def digest_of(path: str) -> Tuple[str, int]:
     return _digests[key]
 
 
+def ships_parts() -> bool:
+    """Whether packs travel as parts (the default) or whole (LFM_SHIP_PARTS=0)."""
+    return os.environ.get("LFM_SHIP_PARTS", "1") != "0"
+
+
 def offer(fn: Callable, host: Optional[str] = None, self_contained: bool = False) -> PackRef:
     """`fn`'s pack, built here from this interpreter's environment if not yet, and offered to
     workers: the reference a task carries."""
     from . import packs
 
-    path = packs.pack_for(fn, self_contained)
+    parts = ships_parts()
+    path = packs.pack_for(fn, self_contained, parts)
     digest, size = digest_of(path)
     url = server(host).register(digest, path)
     python, abi = interpreter()
-    return PackRef(digest, size, os.path.basename(path), python, abi, self_contained, url, path)
+    listed = _offer_parts(path, host) if parts else None
+    return PackRef(digest, size, os.path.basename(path), python, abi, self_contained, url, path,
+                   listed)
+
+
+def _offer_parts(manifest_path: str, host: Optional[str]) -> List[Dict[str, Any]]:
+    """Each part of the parts manifest at `manifest_path`, registered with the server."""
+    with open(manifest_path) as handle:
+        manifest = json.load(handle)
+    store = os.path.dirname(manifest_path)
+    listed = []
+    for part in manifest["parts"]:
+        server(host).register(part["sha256"], os.path.join(store, part["sha256"] + ".tar.zst"))
+        listed.append({"sha256": part["sha256"], "bytes": part["bytes"], "name": part["name"]})
+    return listed
 
 
 # ---- node side -----------------------------------------------------------------------------
@@ -210,9 +237,29 @@ def check_interpreter(ref: PackRef) -> None:
 
 def fetch(ref: PackRef) -> str:
     """The node-local path of `ref`'s pack, transferred here first if no worker of this node
-    has yet."""
+    has yet; for a pack of parts, its parts manifest, the environment composed in the node's
+    pack cache from the parts (only those this node lacks are transferred)."""
+    if ref.parts is None:
+        return _fetch_file(ref, ref.hash + ".tar.zst")
+    manifest = _fetch_file(ref, ref.hash + PARTS_SUFFIX)
+    if _composed(ref):
+        return manifest
+    for attempt in (1, 2):
+        for part in ref.parts:
+            _fetch_file(_part_ref(ref, part), part["sha256"] + ".tar.zst")
+        failure = _compose(manifest)
+        if failure is None:
+            return manifest
+        # A part corrupted on this node's disk since its transfer is removed by the
+        # composition: the second round fetches it again.
+        if attempt == 2 or "corrupt" not in failure:
+            raise LfmError(f"could not compose pack {ref.name} on this node: {failure}")
+    return manifest
+
+
+def _fetch_file(ref: PackRef, name: str) -> str:
     directory = shipped_dir()
-    final = os.path.join(directory, ref.hash + ".tar.zst")
+    final = os.path.join(directory, name)
     if _used(final):
         return final
     os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -226,6 +273,40 @@ def fetch(ref: PackRef) -> str:
         _transfer(ref, directory, final)
     evict(directory, keep=final)
     return final
+
+
+def _part_ref(ref: PackRef, part: Dict[str, Any]) -> PackRef:
+    digest = part["sha256"]
+    url = ref.url.rsplit("/", 1)[0] + "/" + digest if ref.url else None
+    path = os.path.join(os.path.dirname(ref.path), digest + ".tar.zst") if ref.path else None
+    return PackRef(digest, part["bytes"], f"{ref.name} (part {part['name']})", ref.python,
+                   ref.abi, ref.self_contained, url, path)
+
+
+def packs_cache() -> str:
+    """Where this node's serves unpack packs and compose parts (node.py sets LFM_CACHE_DIR
+    to the node cache for them)."""
+    return os.path.join(os.environ.get("LFM_CACHE_DIR") or node_cache(), "packs")
+
+
+def _composed(ref: PackRef) -> bool:
+    """Whether the composition and every part it links to are complete in the pack cache."""
+    cache = packs_cache()
+    roots = [ref.hash] + [part["sha256"] for part in ref.parts or ()]
+    return all(os.path.exists(os.path.join(cache, root, ".lfm-complete")) for root in roots)
+
+
+def _compose(manifest: str) -> Optional[str]:
+    """Compose the environment now (parts unpacked and compiled by this worker's Python),
+    before a serve starts on it; None, or why it failed."""
+    import subprocess
+
+    from .binary import find_binary
+
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    done = subprocess.run([find_binary(), "unpack", manifest, "--cache", packs_cache()],
+                          capture_output=True, text=True, env=dict(os.environ, PATH=path))
+    return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
 
 
 def _used(path: str) -> bool:
@@ -265,7 +346,7 @@ def evict(directory: str, keep: str) -> List[str]:
     evicted on its own terms, docs/pack.md). Each goes under its lock, taken without waiting."""
     packs = []
     for name in os.listdir(directory):
-        if name.endswith(".tar.zst"):
+        if name.endswith(".tar.zst") or name.endswith(PARTS_SUFFIX):
             path = os.path.join(directory, name)
             try:
                 stat = os.stat(path)
@@ -280,7 +361,7 @@ def evict(directory: str, keep: str) -> List[str]:
             break
         if path == keep or time.time() - used < EVICT_GRACE_SECONDS:
             continue
-        with open(path[: -len(".tar.zst")] + ".lock", "a") as lock:
+        with open(_lock_of(path), "a") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -289,6 +370,13 @@ def evict(directory: str, keep: str) -> List[str]:
         held -= size
         removed.append(path)
     return removed
+
+
+def _lock_of(path: str) -> str:
+    for suffix in (".tar.zst", PARTS_SUFFIX):
+        if path.endswith(suffix):
+            return path[: -len(suffix)] + ".lock"
+    return path + ".lock"
 
 
 def _sources(ref: PackRef) -> List[Tuple[str, str]]:
