@@ -83,7 +83,11 @@ fn parts_manifest_example_matches_real_parts() {
         "slice",
         "samples/workflow/workflow.py:load_config",
     ]);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let path = String::from_utf8(output.stdout).unwrap();
     let mut real: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path.trim()).unwrap()).unwrap();

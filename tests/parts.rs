@@ -15,6 +15,8 @@ struct Store {
     path: PathBuf,
     numpy_only: PathBuf,
     numpy_yaml: PathBuf,
+    /// fb's parts written into a store of their own (no part remembered from fa's).
+    numpy_yaml_alone: PathBuf,
     venv: PathBuf,
 }
 
@@ -39,12 +41,12 @@ fn make_store() -> Option<Store> {
     )
     .unwrap();
     let path = dir.path().join("store");
-    let pack = |target: &str| {
+    let pack = |target: &str, path: &Path| {
         let out = Command::new(env!("CARGO_BIN_EXE_lfm"))
             .args(["pack", target, "--closure", "slice", "--quiet", "--env"])
             .arg(&venv)
             .arg("--parts")
-            .arg(&path)
+            .arg(path)
             .current_dir(&code)
             .env("LFM_CACHE_DIR", dir.path().join("analyze-home"))
             .output()
@@ -56,13 +58,15 @@ fn make_store() -> Option<Store> {
         );
         code.join(String::from_utf8(out.stdout).unwrap().trim())
     };
-    let numpy_only = pack("fa.py:mean");
-    let numpy_yaml = pack("fb.py:dump");
+    let numpy_only = pack("fa.py:mean", &path);
+    let numpy_yaml = pack("fb.py:dump", &path);
+    let numpy_yaml_alone = pack("fb.py:dump", &dir.path().join("alone"));
     Some(Store {
         _dir: dir,
         path,
         numpy_only,
         numpy_yaml,
+        numpy_yaml_alone,
         venv,
     })
 }
@@ -202,6 +206,9 @@ fn a_corrupt_part_is_refused_removed_and_taken_again_once_good() {
     let Some(store) = store() else { return };
     let copy = tempfile::tempdir().unwrap();
     for entry in std::fs::read_dir(&store.path).unwrap().flatten() {
+        if entry.file_type().unwrap().is_dir() {
+            continue;
+        }
         std::fs::copy(entry.path(), copy.path().join(entry.file_name())).unwrap();
     }
     let manifest_path = copy.path().join(store.numpy_yaml.file_name().unwrap());

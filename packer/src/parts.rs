@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 
 use crate::cache::{self, PackLease, COMPLETE_MARKER, PARTS_LIST, USED_MARKER};
 use crate::manifest::{Manifest, PackPython, MANIFEST_NAME};
-use crate::pack::{totals_of, write_tar_zst, DistFiles, Entry, PackOptions};
+use crate::pack::{totals_of, write_tar_zst, DistFiles, Entry, PackOptions, Source};
 use crate::unpack::{self, UnpackError, UnpackOptions};
 
 pub const PARTS_FORMAT: &str = "lfm-parts/1";
@@ -184,6 +184,13 @@ fn write_part(
     entries: &BTreeMap<String, Entry>,
     options: &PackOptions,
 ) -> Result<Part> {
+    // Unchanged files give the same part: found by what they are, not compressed again.
+    let key = first
+        .is_none()
+        .then(|| part_key(kind, &name, &version, entries, options));
+    if let Some(part) = key.as_deref().and_then(|key| remembered_part(dir, key)) {
+        return Ok(part);
+    }
     let written = write_tar_zst(dir, first, entries, options, None)?;
     let sha256 = sha256_file(&written.tmp)?;
     let path = dir.join(format!("{sha256}.tar.zst"));
@@ -194,7 +201,7 @@ fn write_part(
             .with_context(|| format!("moving a part to {}", path.display()))?;
     }
     let totals = totals_of(entries);
-    Ok(Part {
+    let part = Part {
         kind,
         name,
         version,
@@ -202,7 +209,69 @@ fn write_part(
         bytes: written.bytes,
         files: totals.files + u64::from(first.is_some()),
         unpacked_bytes: totals.bytes + first.map_or(0, |(_, b)| b.len() as u64),
-    })
+    };
+    if let Some(key) = key {
+        remember_part(dir, &key, &part);
+    }
+    Ok(part)
+}
+
+/// Where a store remembers which part the files of a distribution made.
+const PART_INDEX: &str = ".lfm-part-index";
+
+/// What a part's bytes follow from: its files' paths, sizes, modification times and link
+/// targets, and the compression level.
+fn part_key(
+    kind: PartKind,
+    name: &str,
+    version: &Option<String>,
+    entries: &BTreeMap<String, Entry>,
+    options: &PackOptions,
+) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let mut hasher = blake3::Hasher::new();
+    let header = format!("{kind:?}\0{name}\0{version:?}\0{}\0", options.level);
+    hasher.update(header.as_bytes());
+    for (path, entry) in entries {
+        hasher.update(path.as_bytes());
+        match &entry.source {
+            Source::File(file) => {
+                let (size, mtime, nanos) = fs::metadata(file)
+                    .map(|m| (m.len(), m.mtime(), m.mtime_nsec()))
+                    .unwrap_or_default();
+                hasher.update(format!("\0f{size}.{mtime}.{nanos}.{}", entry.executable).as_bytes());
+            }
+            Source::Bytes(bytes) => {
+                hasher.update(b"\0b");
+                hasher.update(blake3::hash(bytes).as_bytes());
+            }
+            Source::Symlink(target) => {
+                hasher.update(format!("\0l{}", target.display()).as_bytes());
+            }
+        }
+        hasher.update(b"\n");
+    }
+    hasher.finalize().to_hex().to_string()
+}
+
+fn remembered_part(dir: &Path, key: &str) -> Option<Part> {
+    let bytes = fs::read(dir.join(PART_INDEX).join(key)).ok()?;
+    let part: Part = serde_json::from_slice(&bytes).ok()?;
+    let blob = dir.join(format!("{}.tar.zst", part.sha256));
+    let size = fs::metadata(blob).ok()?.len();
+    (size == part.bytes).then_some(part)
+}
+
+/// Best effort: without the index the part is only compressed again next time.
+fn remember_part(dir: &Path, key: &str, part: &Part) {
+    let index = dir.join(PART_INDEX);
+    let Ok(bytes) = serde_json::to_vec(part) else {
+        return;
+    };
+    let tmp = index.join(format!(".{key}.{}", std::process::id()));
+    let _ = fs::create_dir_all(&index)
+        .and_then(|()| fs::write(&tmp, bytes))
+        .and_then(|()| fs::rename(&tmp, index.join(key)));
 }
 
 fn publish(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
