@@ -137,6 +137,8 @@ fn two_functions_sharing_numpy_store_it_once_and_each_imports_only_its_own_closu
         part_hash(&b, "numpy"),
         "the same numpy, the same part"
     );
+    let alone = manifest(&store.numpy_yaml_alone);
+    assert_eq!(alone, b, "the same bytes when no part was remembered");
     let blobs = std::fs::read_dir(&store.path)
         .unwrap()
         .flatten()
