@@ -384,3 +384,114 @@ fn a_call_from_parts_runs_and_its_report_does_not_count_their_unpacking() {
         "cpu {cpu} s in {wall} s of wall on {cores} cores"
     );
 }
+
+/// A distribution installed by hand into `site`: its files and a dist-info listing them.
+fn install_by_hand(site: &Path, name: &str, files: &[(&str, &str)]) {
+    let info = site.join(format!("{name}-1.0.dist-info"));
+    std::fs::create_dir_all(&info).unwrap();
+    let mut record = String::new();
+    for (path, text) in files {
+        let file = site.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, text).unwrap();
+        record.push_str(&format!("{path},,\n"));
+    }
+    std::fs::write(
+        info.join("METADATA"),
+        format!("Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n"),
+    )
+    .unwrap();
+    record.push_str(&format!(
+        "{name}-1.0.dist-info/METADATA,,\n{name}-1.0.dist-info/RECORD,,\n"
+    ));
+    std::fs::write(info.join("RECORD"), record).unwrap();
+}
+
+#[test]
+fn a_namespace_package_split_across_parts_and_a_pth_file_work_as_in_a_site_packages() {
+    let dir = tempfile::tempdir().unwrap();
+    let venv = dir.path().join("venv");
+    let made = Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let site = venv.join("lib/python3.11/site-packages");
+    install_by_hand(&site, "ns-a", &[("nsdemo/a.py", "WHO = 'a'\n")]);
+    install_by_hand(
+        &site,
+        "ns-b",
+        &[
+            ("nsdemo/b.py", "WHO = 'b'\n"),
+            ("ns_b.pth", "import nsb_hook\n"),
+            ("nsb_hook.py", "import sys\nsys.nsb_hooked = True\n"),
+        ],
+    );
+    let code = dir.path().join("code");
+    std::fs::create_dir(&code).unwrap();
+    std::fs::write(
+        code.join("ns.py"),
+        "def both():\n    import sys\n    import nsdemo.a, nsdemo.b\n    return nsdemo.a.WHO + nsdemo.b.WHO + str(getattr(sys, 'nsb_hooked', False))\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lfm"))
+        .args([
+            "pack",
+            "ns.py:both",
+            "--closure",
+            "slice",
+            "--quiet",
+            "--env",
+        ])
+        .arg(&venv)
+        .arg("--parts")
+        .arg(dir.path().join("store"))
+        .current_dir(&code)
+        .env("LFM_CACHE_DIR", dir.path().join("analyze-home"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest_path = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    let listed = manifest(&manifest_path);
+    part_hash(&listed, "ns-a");
+    part_hash(&listed, "ns-b");
+    let unpacked = Command::new(env!("CARGO_BIN_EXE_lfm"))
+        .arg("unpack")
+        .arg(&manifest_path)
+        .arg("--cache")
+        .arg(dir.path().join("cache"))
+        .output()
+        .unwrap();
+    assert!(
+        unpacked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&unpacked.stderr)
+    );
+    let root = PathBuf::from(String::from_utf8(unpacked.stdout).unwrap().trim());
+    let nsdemo = root.join("env/lib/python3.11/site-packages/nsdemo");
+    assert!(
+        std::fs::symlink_metadata(&nsdemo).unwrap().is_dir(),
+        "a directory two parts share is made in the composition"
+    );
+    let ran = Command::new(root.join("run"))
+        .args(["python3", "-c", "import ns; print(ns.both())"])
+        .env("PYTHONPATH", root.join("app"))
+        .output()
+        .unwrap();
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "abTrue");
+    assert_eq!(
+        String::from_utf8_lossy(&ran.stderr),
+        "",
+        "python starts without a complaint"
+    );
+}

@@ -495,6 +495,24 @@ fn run_script(pythonpath: &[String], self_contained: bool, inherit_site_packages
     } else {
         ("$here/env/bin:$PATH", ISOLATING_VENV)
     };
+    // The isolating venv's hook (ISOLATING_VENV) hands these to site.addsitedir, so their
+    // .pth files run as in a site-packages (PYTHONPATH entries' are not read).
+    let site_dirs: Vec<&String> = joined
+        .iter()
+        .filter(|dir| dir.as_str() != "$here/app")
+        .collect();
+    let extra = if extra == ISOLATING_VENV {
+        format!(
+            "LFM_PACK_SITE_DIRS=\"{}\"\nexport LFM_PACK_SITE_DIRS\n{extra}",
+            site_dirs
+                .iter()
+                .map(|d| d.as_str())
+                .collect::<Vec<_>>()
+                .join(":")
+        )
+    } else {
+        extra.to_string()
+    };
     let no_user_site = if inherit_site_packages {
         ""
     } else {
@@ -520,7 +538,8 @@ fn run_script(pythonpath: &[String], self_contained: bool, inherit_site_packages
 /// Shell lines that put first on PATH a `python3` seeing the pack and the stdlib only: a venv
 /// (without pip) of the node's `python3` with no site-packages of its own, made once per
 /// interpreter path next to the pack (or, when the cache is read-only, under $TMPDIR) and
-/// renamed into place whole, so concurrent first runs agree on one.
+/// renamed into place whole, so concurrent first runs agree on one. Its site-packages holds
+/// one .pth hook that adds the pack's site directories as site directories.
 const ISOLATING_VENV: &str = r#"py=$(command -v python3) || { echo "run: no python3 on PATH" >&2; exit 127; }
 key=$(printf %s "$py" | cksum) && key=${key%% *}
 venv=
@@ -529,6 +548,9 @@ for base in "$here" "${TMPDIR:-/tmp}/lfm-venvs-$(id -u)/$(printf %s "$here" | ck
   mkdir -p "$base" 2>/dev/null || continue
   tmp="$base/.venv-$key.tmp.$$"
   if "$py" -m venv --without-pip "$tmp" >/dev/null 2>&1; then
+    for site in "$tmp"/lib/python3*/site-packages; do
+      echo 'import os, site; list(map(site.addsitedir, filter(None, os.environ.get("LFM_PACK_SITE_DIRS", "").split(os.pathsep))))' > "$site/_lfm_pack_sites.pth"
+    done
     mv -T "$tmp" "$base/.venv-$key" 2>/dev/null || rm -rf "$tmp"
     venv="$base/.venv-$key"; break
   fi
