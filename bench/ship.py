@@ -1,8 +1,10 @@
 """Packs that travel, measured (bench/ship.sh): the multi-node workflow of
 python/tests/test_ship_nodes.py (three nodes in mount namespaces of their own, two Parsl HTEX
-workers each, 20 calls of each of three functions) on fresh nodes, two ways in one run:
+workers each, 20 calls of each of three functions) on fresh nodes, three ways in one run:
 
-  per-function  lfm={"pack": True}: each function's own pack, fetched once per node;
+  parts         lfm={"pack": True}: each function's pack as parts (docs/pack.md), a node
+                fetching only the parts it lacks (a distribution two functions share, once);
+  per-function  the same with LFM_SHIP_PARTS=0: each function's own pack, fetched once per node;
   whole-env     the seeds' way (conda-pack / venv-pack style): the submit side's whole
                 environment as one tarball (`lfm pack --all`), fetched and extracted once per
                 node, every function run from it.
@@ -29,7 +31,7 @@ from parsl.config import Config  # noqa: E402
 from parsl.launchers.base import Launcher  # noqa: E402
 from parsl.providers import LocalProvider  # noqa: E402
 
-from lfm import cli, packs  # noqa: E402
+from lfm import cli, packs, ship  # noqa: E402
 from lfm.parsl import LfmHighThroughputExecutor  # noqa: E402
 from shipbench.flows import count, slope, spread  # noqa: E402
 
@@ -72,7 +74,7 @@ def one_way(run: str) -> dict:
     with parsl.load(config):
         apps = [parsl.python_app(fn, executors=["nodes"]) for fn in (spread, slope, count)]
         for fn in (spread, slope, count):  # packs are built before the clock, both ways alike
-            packs.pack_for(fn)
+            packs.pack_for(fn, False, ship.ships_parts())
         done_at: dict = {}
         started = time.monotonic()
         futures = [app(n) for n in range(2, 2 + CALLS) for app in apps]
@@ -103,7 +105,7 @@ def whole_environment(run: str):
     path = os.path.join(work, "whole-env.tar.zst")
     subprocess.run(["tar", "--zstd", "-cf", path, "-C", tree, "."], check=True)
     shutil.rmtree(tree)
-    return lambda fn, self_contained=False: path
+    return lambda fn, self_contained=False, parts=False: path
 
 
 def summary(name: str, figures: dict) -> dict:
@@ -123,6 +125,8 @@ def main() -> None:
     base = os.path.join(ROOT, "target", "ship-bench", str(os.getpid()))
     rows = []
     try:
+        rows.append(summary("parts", one_way(os.path.join(base, "parts"))))
+        os.environ["LFM_SHIP_PARTS"] = "0"
         rows.append(summary("per-function", one_way(os.path.join(base, "per-function"))))
         original = packs.pack_for
         packs.pack_for = whole_environment(os.path.join(base, "whole-env"))
@@ -130,12 +134,14 @@ def main() -> None:
             rows.append(summary("whole-env", one_way(os.path.join(base, "whole-env"))))
         finally:
             packs.pack_for = original
+            del os.environ["LFM_SHIP_PARTS"]
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    per_function, whole = rows
-    print(f"bytes per node: {whole['bytes_per_node_mb'] / per_function['bytes_per_node_mb']:.1f}x "
-          f"fewer; first result per node (median): "
-          f"{whole['first_result_s_median'] / per_function['first_result_s_median']:.2f}x faster")
+    parts, per_function, whole = rows
+    for name, row in (("parts", parts), ("per-function", per_function)):
+        print(f"{name}: bytes per node {whole['bytes_per_node_mb'] / row['bytes_per_node_mb']:.1f}x "
+              f"fewer than whole-env; first result per node (median) "
+              f"{whole['first_result_s_median'] / row['first_result_s_median']:.2f}x sooner")
 
 
 if __name__ == "__main__":

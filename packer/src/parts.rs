@@ -332,8 +332,8 @@ pub fn compose_leased(
             return Ok(cache::lease_with_parts(root, shared, parts));
         }
         drop(shared);
+        // A composition is links: it adds nothing to evict for.
         compose_into_cache(&manifest, &hash, &root, options, manifest_path)?;
-        extracted = true;
     }
     Err(anyhow!(
         "{}: composed and evicted three times",
