@@ -189,3 +189,32 @@ fn a_name_an_import_inside_a_function_binds_is_followed_like_a_global() {
     // Importing the module runs none of it: only its package's (empty) `__init__`.
     assert_eq!(needed(target(&spec, "workflow.apps")), ["workflow"]);
 }
+
+/// A module-level value built by a comprehension or a lambda needs what they read of the
+/// module (a global, an import), but not the names they bind themselves; the slice `lfm call`
+/// runs holds those bindings, so the call works.
+#[test]
+fn what_a_module_level_comprehension_or_lambda_reads_is_needed_by_the_name_it_binds() {
+    let file = format!("{FIXTURE}/inline/tables.py");
+    let spec = analyze_in_fixture(&[&file]);
+    for (function, module) in [
+        ("uses_table", "json"),
+        ("uses_nested", "csv"),
+        ("uses_lambda", "sqlite3"),
+    ] {
+        let closure = target(&spec, &format!("tables:{function}"));
+        assert_eq!(needed(closure), [module], "{function}");
+        let called = common::lfm(&["call", "--quiet", &format!("{file}:{function}")]);
+        assert!(
+            called.status.success(),
+            "{function}: {}",
+            String::from_utf8_lossy(&called.stderr)
+        );
+    }
+    let called = common::lfm(&["call", "--quiet", &format!("{file}:uses_table")]);
+    assert_eq!(String::from_utf8_lossy(&called.stdout).trim(), "[0, 1, 2]");
+    // The comprehension's own `k` is not the module's.
+    let slice = common::lfm(&["call", "--show-slice", &format!("{file}:uses_table")]);
+    let slice = String::from_utf8_lossy(&slice.stdout);
+    assert!(slice.contains("SKIP = ") && !slice.contains("k = "), "{slice}");
+}
