@@ -218,3 +218,24 @@ fn what_a_module_level_comprehension_or_lambda_reads_is_needed_by_the_name_it_bi
     let slice = String::from_utf8_lossy(&slice.stdout);
     assert!(slice.contains("SKIP = ") && !slice.contains("k = "), "{slice}");
 }
+
+/// A builtin name that a star import of local code rebinds (funcy's `from funcy.colls import
+/// *` brings its own `all`) is followed to that code, and the slice holds the star import; a
+/// builtin no star import rebinds takes nothing.
+#[test]
+fn a_builtin_a_local_star_import_rebinds_is_followed_to_it() {
+    let file = format!("{FIXTURE}/star/uses.py");
+    let spec = analyze_in_fixture(&[&file]);
+    assert_eq!(needed(target(&spec, "uses:shadowed")), ["json", "shadows"]);
+    assert_eq!(needed(target(&spec, "uses:builtin")), Vec::<String>::new());
+    let called = common::lfm(&["call", "--quiet", &format!("{file}:shadowed")]);
+    assert_eq!(
+        String::from_utf8_lossy(&called.stdout).trim(),
+        r#""[\"shadows.all\", 2]""#,
+        "{}",
+        String::from_utf8_lossy(&called.stderr)
+    );
+    let slice = common::lfm(&["call", "--show-slice", &format!("{file}:builtin")]);
+    let slice = String::from_utf8_lossy(&slice.stdout);
+    assert!(!slice.contains("import"), "{slice}");
+}
