@@ -8,7 +8,9 @@ logs every module the call loads; the Report's `imports.not_in_closure` names wh
 analyzer's closure of that function lacks. For the calls that succeed, prints per project:
 tests, succeeded, calls with misses, recall (imported distributions and local modules the
 closure lists), precision (closure distributions and local modules the call imported), and each
-miss with its cause. `--json` prints the same as one JSON object.
+miss with its cause. A test that fails by its slice is run again with its whole module imported:
+if it passes then, the slice lacked something, a miss too. `--json` prints the same as one JSON
+object.
 """
 
 import argparse
@@ -37,6 +39,9 @@ PROJECTS = {
 
 # An import whose module name is computed at run time: the one miss the analyzer cannot see.
 DYNAMIC = re.compile(r"import_module\(|__import__\(|importlib\.|pkgutil|entry_points")
+# A test that reads its own module's names at run time (`sys.modules[__name__]`, `globals()`):
+# what its slice lacks is a dynamic use too.
+DYNAMIC_SELF = re.compile(r"sys\.modules\[__name__\]|globals\(\)|locals\(\)|vars\(\)")
 
 
 class Unavailable(Exception):
@@ -84,13 +89,14 @@ def sample(names, count):
     return [names[int(i * stride)] for i in range(count)]
 
 
-def call(lfm, python, root, source, target):
-    """Run one test through `lfm call` from the sdist `root`, its package under `source`;
-    (succeeded, the Report's imports, error line)."""
+def call(lfm, python, root, source, target, whole=False):
+    """Run one test through `lfm call` from the sdist `root`, its package under `source`, by
+    its slice (or, `whole`, importing its module); (succeeded, the Report's imports, error)."""
+    mode = ["--import-module"] if whole else []
     with tempfile.NamedTemporaryFile(suffix=".json") as report:
         done = subprocess.run(
             [lfm, "call", "--quiet", "--python", python, "--root", str(source), "--wall",
-             "120s", "--report", report.name, target],
+             "120s", "--report", report.name, *mode, target],
             cwd=root, capture_output=True, text=True, stdin=subprocess.DEVNULL,
             # As pytest run from the checkout finds the package: the runner puts only the test
             # module's own root on sys.path, not --root.
@@ -150,12 +156,26 @@ def cause(root, source, target, module, imports, closure):
         dotted = ".".join(path.parts[:-1] if path.name == "__init__" else path.parts)
         if dotted != module and dotted in closure:
             return f"dynamic: a finder loaded {dotted} (in the closure) as {module}"
+    if DYNAMIC.search(test_source(root, target)):
+        return "dynamic: the test computes the module's name"
+    return "analyzer"
+
+
+def test_source(root, target):
     path, _, name = target.partition(":")
     source = (root / path).read_text(encoding="utf-8")
-    function = next((ast.get_source_segment(source, node) for node in ast.parse(source).body
-                     if isinstance(node, ast.FunctionDef) and node.name == name), "")
-    if DYNAMIC.search(function or ""):
-        return "dynamic: the test computes the module's name"
+    return next((ast.get_source_segment(source, node) for node in ast.parse(source).body
+                 if isinstance(node, ast.FunctionDef) and node.name == name), "") or ""
+
+
+def slice_cause(root, target):
+    """Why a test failed by its slice only: `dynamic` when it, or its module's top level, reads
+    the module's names at run time."""
+    source = (root / target.partition(":")[0]).read_text(encoding="utf-8")
+    top = "\n".join(ast.get_source_segment(source, node) or "" for node in ast.parse(source).body
+                    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
+    if DYNAMIC_SELF.search(test_source(root, target) + top):
+        return "dynamic: the test reads its own module's names at run time"
     return "analyzer"
 
 
@@ -167,6 +187,12 @@ def measure_project(args, name, pool):
     runs = dict(zip(tests, pool.map(
         lambda t: call(args.lfm, args.python, root, source, t), tests)))
     passed = [t for t in tests if runs[t][0]]
+    # A test that fails by its slice but passes with its whole module imported: the slice
+    # (the analyzer's module-level statements for it) lacks something.
+    failing = [t for t in tests if not runs[t][0]]
+    whole = pool.map(lambda t: call(args.lfm, args.python, root, source, t, whole=True)[0],
+                     failing)
+    slice_failures = [t for t, ok in zip(failing, whole) if ok]
     static = closures(args.lfm, args.python, root, source, passed)
     needed = covered = listed = hit = 0
     misses, failed = [], []
@@ -194,6 +220,8 @@ def measure_project(args, name, pool):
         "precision": hit / listed if listed else 1.0,
         "misses": misses,
         "failed": failed,
+        "slice_failures": [{**f, "cause": slice_cause(root, f["test"])} for f in failed
+                           if f["test"] in slice_failures],
         "unused": unused.most_common(5),
     }
 
@@ -206,8 +234,10 @@ def print_table(report):
               f"precision {100 * row['precision']:.2f}%")
         unused = ", ".join(f"{item} ({calls})" for item, calls in row["unused"])
         print(f"   in closures, not imported (calls): {unused or 'none'}")
-        for failed in row["failed"][:3]:
-            print(f"   failed: {failed['test']}: {failed['error']}")
+        print(f"   {len(row['failed'])} failed, {len(row['slice_failures'])} of them only by "
+              "their slice (they pass with the module imported: an analyzer miss)")
+        for failed in row["slice_failures"]:
+            print(f"   slice miss: {failed['test']}: {failed['error']} ({failed['cause']})")
         for miss in row["misses"]:
             print(f"   miss {miss['module']} in {miss['test']} ({miss['cause']})")
     sys.stdout.flush()
