@@ -46,7 +46,7 @@ if [ "${ONLY:-}" != functions ]; then
 fi
 # Pinned as in tests/common/mod.rs (calls_oracle_venv).
 venv target/closure-oracle/venv pytest==8.3.3 iniconfig==2.3.1 packaging==26.3 pluggy==1.7.0 \
-  whatever==0.7
+  whatever==0.7 six==1.16.0
 echo "# function level: real test suites through lfm call"
 python3 bench/closure_truth_calls.py --python target/closure-oracle/venv/bin/python \
   --lfm "$LFM" --cache target/closure-oracle/sdists --sample "${SAMPLE:-0}"

@@ -177,7 +177,8 @@ pub fn engine_venv() -> Option<PathBuf> {
 }
 
 /// The function-level closure oracle's venv (bench/closure_truth_calls.py): what the real test
-/// suites it calls import (pytest, funcy's `whatever`), pinned with their requirements.
+/// suites it calls import (pytest, funcy's `whatever`, python-dateutil's `six`), pinned with
+/// their requirements.
 pub fn calls_oracle_venv() -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/closure-oracle/venv");
     venv_at(dir, CALLS_ORACLE_PACKAGES)
@@ -190,6 +191,7 @@ const CALLS_ORACLE_PACKAGES: &[&str] = &[
     "packaging==26.3",
     "pluggy==1.7.0",
     "whatever==0.7",
+    "six==1.16.0",
 ];
 
 /// A venv under target/test-venvs/NAME with exactly `packages`, made once and kept.
