@@ -216,7 +216,10 @@ fn what_a_module_level_comprehension_or_lambda_reads_is_needed_by_the_name_it_bi
     // The comprehension's own `k` is not the module's.
     let slice = common::lfm(&["call", "--show-slice", &format!("{file}:uses_table")]);
     let slice = String::from_utf8_lossy(&slice.stdout);
-    assert!(slice.contains("SKIP = ") && !slice.contains("k = "), "{slice}");
+    assert!(
+        slice.contains("SKIP = ") && !slice.contains("k = "),
+        "{slice}"
+    );
 }
 
 /// A builtin name that a star import of local code rebinds (funcy's `from funcy.colls import
