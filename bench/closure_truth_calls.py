@@ -124,14 +124,15 @@ def closures(lfm, python, root, source, targets, batch=50):
             assert target["target"].endswith(":" + asked.partition(":")[2]), (asked, target)
             items = {d["name"].lower() for d in target["distributions"]}
             items |= {m["name"] for m in target["modules"] if m["kind"] == "local"}
-            out[asked] = items
+            out[asked] = (items, target["module"])
     return out
 
 
-def used(imports, root, target):
+def used(imports, root, own):
     """What a call imported, as the Report's comparison counts it: each distribution (by name)
-    and each local module under the project, the test's own module and its parents left out."""
-    own = target.split(":")[0][:-3].replace("/", ".")
+    and each local module under the project, the test's own module `own` and its parents left
+    out."""
+    ancestry = {own.rsplit(".", depth)[0] for depth in range(own.count(".") + 1)}
     items = set()
     for module in imports.get("modules", []):
         if not module.get("found"):
@@ -139,7 +140,7 @@ def used(imports, root, target):
         if module.get("distribution"):
             items.add(module["distribution"].split("==")[0].lower())
         elif module.get("file", "").startswith(str(root) + "/") and \
-                "-packages/" not in module["file"] and not own.startswith(module["name"]):
+                "-packages/" not in module["file"] and module["name"] not in ancestry:
             items.add(module["name"])
     return items
 
@@ -203,7 +204,8 @@ def measure_project(args, name, pool):
         if not ok:
             failed.append({"test": test, "error": error})
             continue
-        truth, closure = used(imports, root, test), static.get(test, set())
+        closure, own = static.get(test, (set(), test))
+        truth = used(imports, root, own)
         needed, covered = needed + len(truth), covered + len(truth & closure)
         listed, hit = listed + len(closure), hit + len(closure & truth)
         unused.update(closure - truth)
