@@ -435,3 +435,54 @@ fn the_import_closure_of_installed_modules_covers_what_python_imports() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// The function-level truth oracle of bench/closure_truth.sh on a sample: plain test functions
+/// of real projects' own suites (sdists from PyPI, analysed as local code) called through
+/// `lfm call`; every module a call that succeeds imports must be in its function's closure (a
+/// miss is accepted only when the module's name is computed at run time: a dynamic import),
+/// and no test may fail by its slice that passes with its whole module imported.
+#[test]
+fn function_closures_cover_what_real_test_suites_import_when_called() {
+    let Some(venv) = common::calls_oracle_venv() else {
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new("python3")
+        .arg(root.join("bench/closure_truth_calls.py"))
+        .arg("--python")
+        .arg(venv.join("bin/python"))
+        .args(["--lfm", env!("CARGO_BIN_EXE_lfm")])
+        .arg("--cache")
+        .arg(root.join("target/closure-oracle/sdists"))
+        .args(["--sample", "6", "--jobs", "2", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if output.status.code() == Some(3) {
+        eprintln!("skipped: {}", stderr.trim());
+        return;
+    }
+    assert!(output.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let dynamic = |miss: &serde_json::Value| {
+        let cause = miss["cause"].as_str().unwrap_or_default();
+        cause.starts_with("dynamic")
+    };
+    let mut wrong = Vec::new();
+    for (project, row) in report.as_object().unwrap() {
+        if row["succeeded"].as_u64().unwrap_or(0) == 0 {
+            wrong.push(format!("{project}: no sampled test succeeded: {row}"));
+        }
+        for miss in row["misses"].as_array().unwrap() {
+            if !dynamic(miss) {
+                wrong.push(format!("{project}: {miss}"));
+            }
+        }
+        for failed in row["slice_failures"].as_array().unwrap() {
+            if !dynamic(failed) {
+                wrong.push(format!("{project}: fails by its slice only: {failed}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -189,3 +189,56 @@ fn a_name_an_import_inside_a_function_binds_is_followed_like_a_global() {
     // Importing the module runs none of it: only its package's (empty) `__init__`.
     assert_eq!(needed(target(&spec, "workflow.apps")), ["workflow"]);
 }
+
+/// A module-level value built by a comprehension or a lambda needs what they read of the
+/// module (a global, an import), but not the names they bind themselves; the slice `lfm call`
+/// runs holds those bindings, so the call works.
+#[test]
+fn what_a_module_level_comprehension_or_lambda_reads_is_needed_by_the_name_it_binds() {
+    let file = format!("{FIXTURE}/inline/tables.py");
+    let spec = analyze_in_fixture(&[&file]);
+    for (function, module) in [
+        ("uses_table", "json"),
+        ("uses_nested", "csv"),
+        ("uses_lambda", "sqlite3"),
+    ] {
+        let closure = target(&spec, &format!("tables:{function}"));
+        assert_eq!(needed(closure), [module], "{function}");
+        let called = common::lfm(&["call", "--quiet", &format!("{file}:{function}")]);
+        assert!(
+            called.status.success(),
+            "{function}: {}",
+            String::from_utf8_lossy(&called.stderr)
+        );
+    }
+    let called = common::lfm(&["call", "--quiet", &format!("{file}:uses_table")]);
+    assert_eq!(String::from_utf8_lossy(&called.stdout).trim(), "[0, 1, 2]");
+    // The comprehension's own `k` is not the module's.
+    let slice = common::lfm(&["call", "--show-slice", &format!("{file}:uses_table")]);
+    let slice = String::from_utf8_lossy(&slice.stdout);
+    assert!(
+        slice.contains("SKIP = ") && !slice.contains("k = "),
+        "{slice}"
+    );
+}
+
+/// A builtin name that a star import of local code rebinds (funcy's `from funcy.colls import
+/// *` brings its own `all`) is followed to that code, and the slice holds the star import; a
+/// builtin no star import rebinds takes nothing.
+#[test]
+fn a_builtin_a_local_star_import_rebinds_is_followed_to_it() {
+    let file = format!("{FIXTURE}/star/uses.py");
+    let spec = analyze_in_fixture(&[&file]);
+    assert_eq!(needed(target(&spec, "uses:shadowed")), ["json", "shadows"]);
+    assert_eq!(needed(target(&spec, "uses:builtin")), Vec::<String>::new());
+    let called = common::lfm(&["call", "--quiet", &format!("{file}:shadowed")]);
+    assert_eq!(
+        String::from_utf8_lossy(&called.stdout).trim(),
+        r#""[\"shadows.all\", 2]""#,
+        "{}",
+        String::from_utf8_lossy(&called.stderr)
+    );
+    let slice = common::lfm(&["call", "--show-slice", &format!("{file}:builtin")]);
+    let slice = String::from_utf8_lossy(&slice.stdout);
+    assert!(!slice.contains("import"), "{slice}");
+}

@@ -780,10 +780,11 @@ impl<'p, 'm> Walk<'p, 'm> {
         let summary = self.summary(module);
         let name = summary.name(name_id);
         let Some(bindings) = summary.bindings_of(name_id) else {
-            // An unbound global may come from `from x import *`, unless it is a builtin.
-            if !BUILTINS.contains(&name) {
-                self.follow_star_imports(module, name, &chain, optional);
-            }
+            // An unbound global may come from `from x import *`; a builtin only from local code
+            // seen to define it (funcy's `all`), or every builtin read would take every star
+            // import.
+            let shadowing_only = BUILTINS.contains(&name);
+            self.follow_star_imports(module, name, &chain, optional, shadowing_only);
             return;
         };
         for binding in bindings {
@@ -1280,12 +1281,15 @@ impl<'p, 'm> Walk<'p, 'm> {
     }
 
     /// A name no statement of `module` binds may come from its `from x import *`.
+    /// The star imports of `module` that may bind `name`: all of them, or with
+    /// `shadowing_only` those of local modules that do.
     fn follow_star_imports(
         &mut self,
         module: u32,
         name: &'p str,
         chain: &Chain<'p>,
         optional: bool,
+        shadowing_only: bool,
     ) {
         let project: &'p Project = self.project;
         let loaded = &project.modules[module as usize];
@@ -1297,11 +1301,15 @@ impl<'p, 'm> Walk<'p, 'm> {
             let Binding::Import { edge } = *binding else {
                 continue;
             };
+            let found = last_local(loaded, edge)
+                .map(|holder| find_member(project, holder, name, &mut Vec::new()));
+            if shadowing_only && matches!(found, None | Some(Found::Nothing)) {
+                continue;
+            }
             let edge_ref = &summary.imports[edge as usize];
             self.note_slice_line(module, edge_ref.line);
             self.add_edge(module, edge as usize, edge_ref, chain, optional);
-            if let Some(holder) = last_local(loaded, edge) {
-                let found = find_member(project, holder, name, &mut Vec::new());
+            if let Some(found) = found {
                 self.follow_found(found, None, chain, optional);
             }
         }

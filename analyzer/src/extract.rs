@@ -997,8 +997,16 @@ impl<'a> Extractor<'a> {
 
     fn enter_scope(&mut self, scope: u32, is_function: bool, visit: impl FnOnce(&mut Self)) {
         let saved_scope = std::mem::replace(&mut self.current, scope);
-        // A def/class body is not part of the module-level statement that defines it.
-        let saved_capture = self.capture.take();
+        // A def/class body is not part of the module-level statement that defines it. A
+        // comprehension runs with the statement, and a lambda is part of the value bound: what
+        // they read of the module is what the statement's names need (`T = {k: np.zeros(k) for
+        // k in KEYS}` needs np and KEYS), less the names they bind themselves.
+        let inline = matches!(
+            self.scopes[scope as usize].kind,
+            ScopeKind::Comprehension | ScopeKind::Lambda
+        );
+        let captured = self.capture.as_ref().map(|capture| capture.uses.len());
+        let saved_capture = if inline { None } else { self.capture.take() };
         if is_function {
             self.function_depth += 1;
         }
@@ -1006,8 +1014,25 @@ impl<'a> Extractor<'a> {
         if is_function {
             self.function_depth -= 1;
         }
-        self.capture = saved_capture;
+        if inline {
+            self.drop_captured_locals(scope, captured.unwrap_or(0));
+        } else {
+            self.capture = saved_capture;
+        }
         self.current = saved_scope;
+    }
+
+    /// Drop from the statement's capture, from `from` on, the reads of names the inline scope
+    /// `scope` binds (a comprehension's loop variables, a lambda's parameters).
+    fn drop_captured_locals(&mut self, scope: u32, from: usize) {
+        let binds = &self.builds[scope as usize].binds;
+        if let Some(capture) = &mut self.capture {
+            let mut index = 0;
+            capture.uses.retain(|pair| {
+                index += 1;
+                index <= from || !binds.contains(&pair[0])
+            });
+        }
     }
 
     fn record_dynamic_import(&mut self, call: &'a ast::ExprCall) {

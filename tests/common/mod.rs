@@ -176,16 +176,38 @@ pub fn engine_venv() -> Option<PathBuf> {
     )
 }
 
+/// The function-level closure oracle's venv (bench/closure_truth_calls.py): what the real test
+/// suites it calls import (pytest, funcy's `whatever`, python-dateutil's `six`), pinned with
+/// their requirements.
+pub fn calls_oracle_venv() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/closure-oracle/venv");
+    venv_at(dir, CALLS_ORACLE_PACKAGES)
+}
+
+/// Pinned as in bench/closure_truth.sh.
+const CALLS_ORACLE_PACKAGES: &[&str] = &[
+    "pytest==8.3.3",
+    "iniconfig==2.3.1",
+    "packaging==26.3",
+    "pluggy==1.7.0",
+    "whatever==0.7",
+    "six==1.16.0",
+];
+
 /// A venv under target/test-venvs/NAME with exactly `packages`, made once and kept.
 fn venv_with(name: &str, packages: &[&str]) -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-venvs");
+    venv_at(dir.join(name), packages)
+}
+
+/// A venv at `venv` with exactly `packages`, made once and kept, or `None` (with the reason
+/// printed) when PyPI is unreachable.
+fn venv_at(venv: PathBuf, packages: &[&str]) -> Option<PathBuf> {
     // Tests in one binary run in parallel threads; one builds a venv, the others wait.
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = BUILD
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("target/test-venvs")
-        .join(name);
     let marker = venv.join(".lfm-complete");
     if std::fs::read_to_string(&marker).is_ok_and(|text| text == packages.join("\n")) {
         return Some(venv);
