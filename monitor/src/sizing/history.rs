@@ -17,6 +17,7 @@ mod imports;
 mod retention;
 mod tallies;
 pub mod usage;
+mod window;
 pub use imports::IMPORTS_SCHEMA;
 pub use retention::{Pruned, Retention, PRUNE_EVERY, RETENTION_SCHEMA};
 
@@ -153,7 +154,8 @@ impl History {
         match schema.as_deref() {
             Some(SCHEMA) => imports::prepare(c)
                 .and_then(|()| retention::prepare(c))
-                .and_then(|()| tallies::prepare(c)),
+                .and_then(|()| tallies::prepare(c))
+                .and_then(|()| window::prepare(c)),
             Some(other) => Err(format!("schema {other}, this lfm reads {SCHEMA}")),
             None => Err("not an lfm history (no schema version)".into()),
         }
@@ -242,7 +244,18 @@ impl History {
     /// What sizing reads: the [`SIZING_WINDOW`] most recent rows of one category (or of all),
     /// in the order they were recorded. A decision then costs the same after a million runs as
     /// after a thousand, and follows a category whose needs drift.
+    /// A category's window comes from its cache beside the runs (`window.rs`), brought up to
+    /// date first: its runs lie together there, where in `runs` they lie on as many pages as
+    /// it has runs once categories interleave.
     pub fn sizing_rows(&self, category: Option<&str>) -> Result<Vec<Row>, String> {
+        if let Some(rows) = category.and_then(|c| self.cached_window(c)) {
+            return Ok(rows);
+        }
+        self.window_from_runs(category)
+    }
+
+    /// [`History::sizing_rows`] read from the runs themselves.
+    fn window_from_runs(&self, category: Option<&str>) -> Result<Vec<Row>, String> {
         // Two statements, so that a category's rows come from the (category, id) index.
         let filter = match category {
             Some(_) => "WHERE category = ?1 ORDER BY id DESC LIMIT ?2",
@@ -260,45 +273,50 @@ impl History {
         limit: i64,
     ) -> Result<Vec<Row>, String> {
         let fail = |e: rusqlite::Error| format!("history {}: {e}", self.path.display());
-        let sql = format!(
-            "SELECT id, category, time, exit, exceeded, memory_mb, cores, disk_mb, wall_time,
-                    memory_limit_mb, sized, json_extract(report, '$.limits.cores'),
-                    json_extract(report, '$.cpu_throttling.throttled_periods')
-                      * 1.0 / json_extract(report, '$.cpu_throttling.periods'),
-                    json_extract(report, '$.gpu.memory_peak_bytes') / 1048576.0,
-                    json_extract(report, '$.gpu.devices_used'),
-                    json_extract(report, '$.allocation.memory_bytes') / 1048576.0,
-                    json_extract(report, '$.allocation.queue_wait_seconds'),
-                    json_extract(report, '$.input_bytes')
-             FROM runs {filter}"
-        );
+        let sql = format!("SELECT {SIZING_COLUMNS} FROM runs {filter}");
         let mut statement = self.connection.prepare_cached(&sql).map_err(fail)?;
         let rows = statement
-            .query_map(params![category, limit], |r| {
-                Ok(Row {
-                    id: r.get(0)?,
-                    category: r.get(1)?,
-                    time: r.get(2)?,
-                    exit: r.get(3)?,
-                    exceeded: r.get(4)?,
-                    memory_mb: r.get(5)?,
-                    cores: r.get(6)?,
-                    disk_mb: r.get(7)?,
-                    wall_time: r.get(8)?,
-                    memory_limit_mb: r.get(9)?,
-                    sized: r.get(10)?,
-                    cores_limit: r.get(11)?,
-                    throttled: r.get(12)?,
-                    gpu_memory_mb: r.get(13)?,
-                    gpus: r.get(14)?,
-                    allocation_mb: r.get(15)?,
-                    queue_wait_seconds: r.get(16)?,
-                    input_bytes: r.get(17)?,
-                })
-            })
+            .query_map(params![category, limit], read_row)
             .map_err(fail)?;
         rows.collect::<Result<Vec<Row>, _>>().map_err(fail)
     }
+}
+
+/// What sizing reads of a run row, in [`Row`]'s order: the columns, then the fields of the
+/// Report it holds (the sizing window's cache stores them as they come out: `window.rs`).
+const SIZING_COLUMNS: &str = "
+    id, category, time, exit, exceeded, memory_mb, cores, disk_mb, wall_time, memory_limit_mb,
+    sized, json_extract(report, '$.limits.cores'),
+    json_extract(report, '$.cpu_throttling.throttled_periods')
+      * 1.0 / json_extract(report, '$.cpu_throttling.periods'),
+    json_extract(report, '$.gpu.memory_peak_bytes') / 1048576.0,
+    json_extract(report, '$.gpu.devices_used'),
+    json_extract(report, '$.allocation.memory_bytes') / 1048576.0,
+    json_extract(report, '$.allocation.queue_wait_seconds'),
+    json_extract(report, '$.input_bytes')";
+
+/// A [`Row`] from the columns of [`SIZING_COLUMNS`], in that order.
+fn read_row(r: &rusqlite::Row) -> rusqlite::Result<Row> {
+    Ok(Row {
+        id: r.get(0)?,
+        category: r.get(1)?,
+        time: r.get(2)?,
+        exit: r.get(3)?,
+        exceeded: r.get(4)?,
+        memory_mb: r.get(5)?,
+        cores: r.get(6)?,
+        disk_mb: r.get(7)?,
+        wall_time: r.get(8)?,
+        memory_limit_mb: r.get(9)?,
+        sized: r.get(10)?,
+        cores_limit: r.get(11)?,
+        throttled: r.get(12)?,
+        gpu_memory_mb: r.get(13)?,
+        gpus: r.get(14)?,
+        allocation_mb: r.get(15)?,
+        queue_wait_seconds: r.get(16)?,
+        input_bytes: r.get(17)?,
+    })
 }
 
 /// Whether a run's end says its memory was enough (it ended on its own or raised).
