@@ -137,3 +137,80 @@ impl History {
         rows.collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::run;
+    use super::super::{Imported, Retention};
+    use super::*;
+    use crate::sizing::auto::{Ask, AutoLimit};
+    use crate::sizing::Strategy;
+
+    /// The cache's rows of `category`.
+    fn cached(history: &History, category: &str) -> i64 {
+        let sql = "SELECT count(*) FROM sizing_window WHERE category = ?1";
+        (history.connection)
+            .query_row(sql, [category], |r| r.get(0))
+            .unwrap()
+    }
+
+    /// The window read through the cache is the window read from `runs`, and sizes the same
+    /// (best-so-far without tallies: a full replay of it).
+    fn same_window(history: &History, category: &str) {
+        let from_runs = history.window_from_runs(Some(category)).unwrap();
+        let through_cache = history.sizing_rows(Some(category)).unwrap();
+        assert_eq!(through_cache, from_runs, "{category}");
+        assert_eq!(cached(history, category), from_runs.len() as i64);
+        let ask = Ask::first(Strategy::BestSoFar, 16_000.0);
+        assert_eq!(
+            AutoLimit::Memory.allocation(&through_cache, &ask, None),
+            AutoLimit::Memory.allocation(&from_runs, &ask, None)
+        );
+    }
+
+    fn interleaved(categories: &[&str], runs: usize) -> Vec<Imported> {
+        (0..runs)
+            .map(|i| run(categories[i % categories.len()], i))
+            .collect()
+    }
+
+    #[test]
+    fn the_cached_window_is_the_window_of_runs_after_recording_and_pruning() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(&dir.path().join("h.sqlite")).unwrap();
+        // a: more runs than the window; b: fewer.
+        history
+            .import(&interleaved(&["a", "a", "a", "b"], 4 * 400 + 4))
+            .unwrap();
+        same_window(&history, "a");
+        same_window(&history, "b");
+        // Runs recorded since: copied in, the oldest dropped.
+        history.import(&interleaved(&["a", "b"], 6)).unwrap();
+        same_window(&history, "a");
+        same_window(&history, "b");
+        // Retention keeping fewer runs than the window removes some the cache holds.
+        let retention = Retention {
+            whole_runs: 5,
+            sized_runs: 700,
+        };
+        history.prune(&retention).unwrap();
+        assert_eq!(history.window_from_runs(Some("a")).unwrap().len(), 700);
+        same_window(&history, "a");
+        same_window(&history, "b");
+        // Another lfm removed a run inside the window behind the cache's back: seen, refilled.
+        let middle = history.sizing_rows(Some("a")).unwrap()[350].id;
+        (history.connection)
+            .execute("DELETE FROM runs WHERE id = ?1", [middle])
+            .unwrap();
+        same_window(&history, "a");
+    }
+
+    #[test]
+    fn a_category_without_runs_has_an_empty_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(&dir.path().join("h.sqlite")).unwrap();
+        history.import(&interleaved(&["a"], 3)).unwrap();
+        assert!(history.sizing_rows(Some("nothing")).unwrap().is_empty());
+        assert_eq!(cached(&history, "nothing"), 0);
+    }
+}
