@@ -64,7 +64,10 @@ fn forget(path: &Path, category: &str) {
     let c = rusqlite::Connection::open(path).expect("opening the history");
     for table in ["sizing_tallies", "sizing_window"] {
         // A table an older lfm does not make is not there to empty.
-        let _ = c.execute(&format!("DELETE FROM {table} WHERE category = ?1"), [category]);
+        let _ = c.execute(
+            &format!("DELETE FROM {table} WHERE category = ?1"),
+            [category],
+        );
     }
 }
 
@@ -107,6 +110,9 @@ fn main() {
     }
     println!("decision, history open            {}", percentiles(warm));
     println!("decision, opening it first        {}", percentiles(cold));
-    println!("decision after a run is recorded  {}", percentiles(recorded));
+    println!(
+        "decision after a run is recorded  {}",
+        percentiles(recorded)
+    );
     println!("first decision (no tallies/cache) {}", percentiles(first));
 }

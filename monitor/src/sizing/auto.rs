@@ -135,7 +135,10 @@ impl AutoLimit {
 
 /// Whether two tallies hold the same counts, whatever node each was made against.
 fn same_tally(a: &Tally, b: &Tally) -> bool {
-    a == &Tally { node: a.node, ..b.clone() }
+    a == &Tally {
+        node: a.node,
+        ..b.clone()
+    }
 }
 
 /// What one sizing decision is asked.

@@ -100,7 +100,13 @@ struct Learnt {
 
 impl Learnt {
     fn teach(&self, sizer: &mut Sizer) {
-        sizer.learn(self.used, self.time, self.exhausted, self.input, self.recent);
+        sizer.learn(
+            self.used,
+            self.time,
+            self.exhausted,
+            self.input,
+            self.recent,
+        );
     }
 }
 
@@ -369,7 +375,12 @@ mod tests {
     fn runs_only_the_candidate_in_charge_learnt_are_caught_up_before_a_task_is_sized() {
         let node = Resource::memory_mb(16_000.0);
         let tasks: Vec<(f64, Option<f64>)> = (0..260)
-            .map(|i| (200.0 + (i * 37 % 101) as f64 * 10.0, Some((i % 13) as f64 * 1e6)))
+            .map(|i| {
+                (
+                    200.0 + (i * 37 % 101) as f64 * 10.0,
+                    Some((i % 13) as f64 * 1e6),
+                )
+            })
             .collect();
         let mut replay = BestSoFar::new(node);
         tasks[..200]
@@ -382,7 +393,13 @@ mod tests {
             let mut best = BestSoFar::new(node);
             assert!(best.resume(&tally));
             for (i, &(used, input)) in tasks[..200].iter().enumerate() {
-                best.learn(used, 1.0, false, input, i >= 200 - crate::sizing::sizey::WINDOW);
+                best.learn(
+                    used,
+                    1.0,
+                    false,
+                    input,
+                    i >= 200 - crate::sizing::sizey::WINDOW,
+                );
                 if eager {
                     best.catch_up();
                 }

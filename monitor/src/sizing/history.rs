@@ -487,7 +487,11 @@ pub(super) mod tests {
             .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
             .unwrap();
         assert_eq!(mode, 2, "incremental");
-        let wal = || std::fs::metadata(dir.path().join("h.sqlite-wal")).unwrap().len();
+        let wal = || {
+            std::fs::metadata(dir.path().join("h.sqlite-wal"))
+                .unwrap()
+                .len()
+        };
         let before = wal();
         let again = History::open(&path).unwrap();
         assert_eq!(wal(), before, "the second open wrote to the log");

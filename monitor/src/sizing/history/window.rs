@@ -71,7 +71,10 @@ impl History {
     fn window_state(&self, category: &str) -> rusqlite::Result<State> {
         let one = |sql: &str, p: &[&dyn rusqlite::ToSql]| -> rusqlite::Result<Option<i64>> {
             let mut statement = self.connection.prepare_cached(sql)?;
-            statement.query_row(p, |r| r.get(0)).optional().map(Option::flatten)
+            statement
+                .query_row(p, |r| r.get(0))
+                .optional()
+                .map(Option::flatten)
         };
         let start = one(
             "SELECT coalesce(
