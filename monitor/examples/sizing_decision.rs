@@ -1,14 +1,22 @@
 //! What one sizing decision costs in process, whatever the history's size (bench/state.sh):
 //! `cargo run --release -p lfm-monitor --example sizing_decision -- HISTORY CATEGORY [ROUNDS [STRATEGY]]`.
 //! Times, ROUNDS times each, the next allocation of every measured resource by STRATEGY (the
-//! default, `best-so-far`, resuming from the tallies it keeps in the history): with the
-//! history open already (a serve), and opening it first (`lfm run --auto`).
+//! default, `best-so-far`, resuming from the tallies it keeps in the history):
+//! - with the history open already and no run since the last decision (a serve's queued calls);
+//! - opening it first (`lfm run --auto`, `lfm size`);
+//! - after a run of the category is recorded (the steady state: each decision has one new run
+//!   to size through every candidate);
+//! - the first decision of the category: its tallies and window cache removed first (a history
+//!   made before them, or a category recorded without sizing), ROUNDS / 10 times.
+//!
+//! It WRITES to HISTORY (a run per round, tallies, the window cache): give it a copy.
 //! Prints p50 and p99 in milliseconds.
 
+use std::path::Path;
 use std::time::Instant;
 
 use lfm_monitor::sizing::advice;
-use lfm_monitor::sizing::history::History;
+use lfm_monitor::sizing::history::{History, Imported};
 use lfm_monitor::sizing::Strategy;
 
 fn decide(history: &History, category: &str, strategy: Strategy) -> f64 {
@@ -28,6 +36,41 @@ fn percentiles(mut times: Vec<f64>) -> String {
     format!("p50 {:6.2} ms   p99 {:6.2} ms", at(0.5), at(0.99))
 }
 
+/// Milliseconds `work` takes.
+fn timed(work: impl FnOnce()) -> f64 {
+    let started = Instant::now();
+    work();
+    started.elapsed().as_secs_f64() * 1e3
+}
+
+/// One more run of `category`, as its newest.
+fn record_one(history: &History, category: &str) {
+    let rows = history.sizing_rows(Some(category)).expect("reading");
+    let last = rows.last().expect("the category has runs");
+    let run = Imported {
+        category: category.to_string(),
+        memory_mb: last.memory_mb,
+        cores: last.cores,
+        disk_mb: last.disk_mb,
+        wall_time: last.wall_time,
+        input_bytes: last.input_bytes,
+        source: "sizing_decision".into(),
+    };
+    history.import(&[run]).expect("recording a run");
+}
+
+/// Remove what sizing keeps of `category` beside its runs.
+fn forget(path: &Path, category: &str) {
+    let c = rusqlite::Connection::open(path).expect("opening the history");
+    for table in ["sizing_tallies", "sizing_window"] {
+        // A table an older lfm does not make is not there to empty.
+        let _ = c.execute(
+            &format!("DELETE FROM {table} WHERE category = ?1"),
+            [category],
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [path, category, rest @ ..] = args.as_slice() else {
@@ -42,19 +85,34 @@ fn main() {
         eprintln!("{e}");
         std::process::exit(2);
     });
-    let path = std::path::Path::new(path);
+    let path = Path::new(path);
     let open = History::open(path).expect("opening the history");
-    let mut warm = Vec::with_capacity(rounds);
-    let mut cold = Vec::with_capacity(rounds);
-    for _ in 0..rounds {
-        let started = Instant::now();
-        std::hint::black_box(decide(&open, category, strategy));
-        warm.push(started.elapsed().as_secs_f64() * 1e3);
-        let started = Instant::now();
-        let history = History::open(path).expect("opening the history");
-        std::hint::black_box(decide(&history, category, strategy));
-        cold.push(started.elapsed().as_secs_f64() * 1e3);
+    decide(&open, category, strategy);
+    let (mut warm, mut cold, mut recorded, mut first) = (vec![], vec![], vec![], vec![]);
+    for round in 0..rounds {
+        warm.push(timed(|| {
+            std::hint::black_box(decide(&open, category, strategy));
+        }));
+        cold.push(timed(|| {
+            let history = History::open(path).expect("opening the history");
+            std::hint::black_box(decide(&history, category, strategy));
+        }));
+        record_one(&open, category);
+        recorded.push(timed(|| {
+            std::hint::black_box(decide(&open, category, strategy));
+        }));
+        if round % 10 == 0 {
+            forget(path, category);
+            first.push(timed(|| {
+                std::hint::black_box(decide(&open, category, strategy));
+            }));
+        }
     }
-    println!("decision, history open     {}", percentiles(warm));
-    println!("decision, opening it first {}", percentiles(cold));
+    println!("decision, history open            {}", percentiles(warm));
+    println!("decision, opening it first        {}", percentiles(cold));
+    println!(
+        "decision after a run is recorded  {}",
+        percentiles(recorded)
+    );
+    println!("first decision (no tallies/cache) {}", percentiles(first));
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::best_so_far::Tally;
 use super::history::{cores_needed, History, Row};
 use super::{sizer_from_history, Resource, Sizer, Strategy};
 use crate::limits::Limits;
@@ -92,7 +93,9 @@ impl AutoLimit {
         let sizer = sizer_from_history(rows, strategy, resource, self.name(), used, kept.as_ref());
         let further = sizer.tally(last.map_or(0, |row| row.id));
         if let (Some(h), Some(row), Some(tally)) = (history, last, further) {
-            if kept.is_none_or(|k| k != tally) {
+            // Not again when only the node moved (a disk's is the space left, which moves
+            // between any two decisions): a write per decision for nothing.
+            if kept.as_ref().is_none_or(|k| !same_tally(k, &tally)) {
                 if let Err(error) = h.save_tally(&row.category, self.name(), &tally) {
                     eprintln!("lfm: warning: {error}");
                 }
@@ -127,6 +130,14 @@ impl AutoLimit {
             AutoLimit::Gpus => "GPUs",
             _ => "MiB",
         }
+    }
+}
+
+/// Whether two tallies hold the same counts, whatever node each was made against.
+fn same_tally(a: &Tally, b: &Tally) -> bool {
+    a == &Tally {
+        node: a.node,
+        ..b.clone()
     }
 }
 

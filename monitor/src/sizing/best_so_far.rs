@@ -81,6 +81,33 @@ pub struct BestSoFar {
     /// Use × time of the tasks replayed (the same for every candidate).
     used: f64,
     tasks: usize,
+    /// Runs learnt ([`BestSoFar::learn`]) by the candidate in charge only, and which one that
+    /// is: the others learn them when they are next asked to size a task. A decision whose
+    /// tallies hold every run then trains one strategy, not five.
+    backlog: Vec<Learnt>,
+    learnt_by: Option<usize>,
+}
+
+/// A run already in the tallies, as [`BestSoFar::learn`] is given it.
+#[derive(Clone, Copy)]
+struct Learnt {
+    used: f64,
+    time: f64,
+    exhausted: bool,
+    input: Option<f64>,
+    recent: bool,
+}
+
+impl Learnt {
+    fn teach(&self, sizer: &mut Sizer) {
+        sizer.learn(
+            self.used,
+            self.time,
+            self.exhausted,
+            self.input,
+            self.recent,
+        );
+    }
 }
 
 impl BestSoFar {
@@ -97,6 +124,8 @@ impl BestSoFar {
             node: resource.node,
             used: 0.0,
             tasks: 0,
+            backlog: Vec::new(),
+            learnt_by: None,
         }
     }
 
@@ -181,7 +210,8 @@ impl BestSoFar {
         same
     }
 
-    /// A run already in the tallies: every candidate learns it without sizing it again.
+    /// A run already in the tallies: the candidate in charge learns it without sizing it
+    /// again, the others when they next size a task ([`BestSoFar::catch_up`]).
     /// `recent`: it is among the last few, whose errors Sizey weighs.
     pub fn learn(
         &mut self,
@@ -191,13 +221,38 @@ impl BestSoFar {
         input: Option<f64>,
         recent: bool,
     ) {
-        for c in &mut self.candidates {
-            c.sizer.learn(used, time, exhausted, input, recent);
+        let chosen = self.chosen();
+        if self.learnt_by.is_some_and(|by| by != chosen) {
+            self.catch_up();
         }
+        let run = Learnt {
+            used,
+            time,
+            exhausted,
+            input,
+            recent,
+        };
+        run.teach(&mut self.candidates[chosen].sizer);
+        self.backlog.push(run);
+        self.learnt_by = Some(chosen);
+    }
+
+    /// Every candidate learns the runs only the one in charge has learnt, in their order.
+    fn catch_up(&mut self) {
+        let Some(by) = self.learnt_by.take() else {
+            return;
+        };
+        for (i, c) in self.candidates.iter_mut().enumerate() {
+            if i != by {
+                self.backlog.iter().for_each(|run| run.teach(&mut c.sizer));
+            }
+        }
+        self.backlog.clear();
     }
 
     /// A run ran out at `allocation`: every candidate learns the lower bound.
     pub fn exhausted(&mut self, allocation: f64, time: f64) {
+        self.catch_up();
         for c in &mut self.candidates {
             c.sizer.record_task(allocation, time, true, None);
         }
@@ -206,6 +261,7 @@ impl BestSoFar {
     /// A task of `input` ended normally having used `used` for `time`: each candidate sizes
     /// it as it would have, retries included, then learns it.
     pub fn finished(&mut self, used: f64, time: f64, input: Option<f64>) {
+        self.catch_up();
         let node = self.node;
         for c in &mut self.candidates {
             let mut allocation = c.sizer.first_allocation_for(input);
@@ -313,5 +369,58 @@ mod tests {
         assert_eq!(best.candidates[0].allocated, 2000.0 + 2000.0 + 4000.0);
         assert_eq!(best.candidates[1].allocated, 32_000.0 + 1500.0 + 32_000.0);
         assert_eq!(best.used, (600.0 + 1500.0) * 2.0);
+    }
+
+    #[test]
+    fn runs_only_the_candidate_in_charge_learnt_are_caught_up_before_a_task_is_sized() {
+        let node = Resource::memory_mb(16_000.0);
+        let tasks: Vec<(f64, Option<f64>)> = (0..260)
+            .map(|i| {
+                (
+                    200.0 + (i * 37 % 101) as f64 * 10.0,
+                    Some((i % 13) as f64 * 1e6),
+                )
+            })
+            .collect();
+        let mut replay = BestSoFar::new(node);
+        tasks[..200]
+            .iter()
+            .for_each(|&(used, input)| replay.finished(used, 1.0, input));
+        let tally = replay.tally(200);
+        // A decision resuming from the tally of the first 200 tasks, learning them lazily or
+        // every candidate at once, then sizing the 60 since.
+        let resumed = |eager: bool| {
+            let mut best = BestSoFar::new(node);
+            assert!(best.resume(&tally));
+            for (i, &(used, input)) in tasks[..200].iter().enumerate() {
+                best.learn(
+                    used,
+                    1.0,
+                    false,
+                    input,
+                    i >= 200 - crate::sizing::sizey::WINDOW,
+                );
+                if eager {
+                    best.catch_up();
+                }
+            }
+            let first = best.sizer().first_allocation_for(Some(3e6));
+            tasks[200..]
+                .iter()
+                .for_each(|&(used, input)| best.finished(used, 1.0, input));
+            (first, best)
+        };
+        let ((lazy_first, mut lazy), (eager_first, mut eager)) = (resumed(false), resumed(true));
+        assert_eq!(lazy_first, eager_first);
+        assert_eq!(lazy.tally(260), eager.tally(260));
+        assert_eq!(
+            lazy.sizer().first_allocation_for(Some(3e6)),
+            eager.sizer().first_allocation_for(Some(3e6))
+        );
+        // And both are what one replay of all 260 gives.
+        tasks[200..]
+            .iter()
+            .for_each(|&(used, input)| replay.finished(used, 1.0, input));
+        assert_eq!(lazy.tally(260), replay.tally(260));
     }
 }

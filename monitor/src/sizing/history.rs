@@ -17,6 +17,7 @@ mod imports;
 mod retention;
 mod tallies;
 pub mod usage;
+mod window;
 pub use imports::IMPORTS_SCHEMA;
 pub use retention::{Pruned, Retention, PRUNE_EVERY, RETENTION_SCHEMA};
 
@@ -107,9 +108,16 @@ impl History {
     fn prepare(&self) -> Result<(), String> {
         let c = &self.connection;
         // Before anything is written (the switch to WAL writes the header): pages freed by
-        // retention can then leave the file.
-        c.execute_batch("PRAGMA auto_vacuum=INCREMENTAL")
+        // retention can then leave the file. Only on a new file: on one made with it the
+        // pragma writes the header again, a transaction and an fsync at every open (~10 ms of
+        // each `lfm run --auto`); on an older one it does nothing.
+        let pages: i64 = c
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
             .map_err(|e| e.to_string())?;
+        if pages == 0 {
+            c.execute_batch("PRAGMA auto_vacuum=INCREMENTAL")
+                .map_err(|e| e.to_string())?;
+        }
         let wal = self.switch_to_wal()?;
         if wal != "wal" {
             return Err(format!("cannot switch to WAL mode (got {wal})"));
@@ -153,7 +161,8 @@ impl History {
         match schema.as_deref() {
             Some(SCHEMA) => imports::prepare(c)
                 .and_then(|()| retention::prepare(c))
-                .and_then(|()| tallies::prepare(c)),
+                .and_then(|()| tallies::prepare(c))
+                .and_then(|()| window::prepare(c)),
             Some(other) => Err(format!("schema {other}, this lfm reads {SCHEMA}")),
             None => Err("not an lfm history (no schema version)".into()),
         }
@@ -242,7 +251,18 @@ impl History {
     /// What sizing reads: the [`SIZING_WINDOW`] most recent rows of one category (or of all),
     /// in the order they were recorded. A decision then costs the same after a million runs as
     /// after a thousand, and follows a category whose needs drift.
+    /// A category's window comes from its cache beside the runs (`window.rs`), brought up to
+    /// date first: its runs lie together there, where in `runs` they lie on as many pages as
+    /// it has runs once categories interleave.
     pub fn sizing_rows(&self, category: Option<&str>) -> Result<Vec<Row>, String> {
+        if let Some(rows) = category.and_then(|c| self.cached_window(c)) {
+            return Ok(rows);
+        }
+        self.window_from_runs(category)
+    }
+
+    /// [`History::sizing_rows`] read from the runs themselves.
+    fn window_from_runs(&self, category: Option<&str>) -> Result<Vec<Row>, String> {
         // Two statements, so that a category's rows come from the (category, id) index.
         let filter = match category {
             Some(_) => "WHERE category = ?1 ORDER BY id DESC LIMIT ?2",
@@ -260,45 +280,50 @@ impl History {
         limit: i64,
     ) -> Result<Vec<Row>, String> {
         let fail = |e: rusqlite::Error| format!("history {}: {e}", self.path.display());
-        let sql = format!(
-            "SELECT id, category, time, exit, exceeded, memory_mb, cores, disk_mb, wall_time,
-                    memory_limit_mb, sized, json_extract(report, '$.limits.cores'),
-                    json_extract(report, '$.cpu_throttling.throttled_periods')
-                      * 1.0 / json_extract(report, '$.cpu_throttling.periods'),
-                    json_extract(report, '$.gpu.memory_peak_bytes') / 1048576.0,
-                    json_extract(report, '$.gpu.devices_used'),
-                    json_extract(report, '$.allocation.memory_bytes') / 1048576.0,
-                    json_extract(report, '$.allocation.queue_wait_seconds'),
-                    json_extract(report, '$.input_bytes')
-             FROM runs {filter}"
-        );
+        let sql = format!("SELECT {SIZING_COLUMNS} FROM runs {filter}");
         let mut statement = self.connection.prepare_cached(&sql).map_err(fail)?;
         let rows = statement
-            .query_map(params![category, limit], |r| {
-                Ok(Row {
-                    id: r.get(0)?,
-                    category: r.get(1)?,
-                    time: r.get(2)?,
-                    exit: r.get(3)?,
-                    exceeded: r.get(4)?,
-                    memory_mb: r.get(5)?,
-                    cores: r.get(6)?,
-                    disk_mb: r.get(7)?,
-                    wall_time: r.get(8)?,
-                    memory_limit_mb: r.get(9)?,
-                    sized: r.get(10)?,
-                    cores_limit: r.get(11)?,
-                    throttled: r.get(12)?,
-                    gpu_memory_mb: r.get(13)?,
-                    gpus: r.get(14)?,
-                    allocation_mb: r.get(15)?,
-                    queue_wait_seconds: r.get(16)?,
-                    input_bytes: r.get(17)?,
-                })
-            })
+            .query_map(params![category, limit], read_row)
             .map_err(fail)?;
         rows.collect::<Result<Vec<Row>, _>>().map_err(fail)
     }
+}
+
+/// What sizing reads of a run row, in [`Row`]'s order: the columns, then the fields of the
+/// Report it holds (the sizing window's cache stores them as they come out: `window.rs`).
+const SIZING_COLUMNS: &str = "
+    id, category, time, exit, exceeded, memory_mb, cores, disk_mb, wall_time, memory_limit_mb,
+    sized, json_extract(report, '$.limits.cores'),
+    json_extract(report, '$.cpu_throttling.throttled_periods')
+      * 1.0 / json_extract(report, '$.cpu_throttling.periods'),
+    json_extract(report, '$.gpu.memory_peak_bytes') / 1048576.0,
+    json_extract(report, '$.gpu.devices_used'),
+    json_extract(report, '$.allocation.memory_bytes') / 1048576.0,
+    json_extract(report, '$.allocation.queue_wait_seconds'),
+    json_extract(report, '$.input_bytes')";
+
+/// A [`Row`] from the columns of [`SIZING_COLUMNS`], in that order.
+fn read_row(r: &rusqlite::Row) -> rusqlite::Result<Row> {
+    Ok(Row {
+        id: r.get(0)?,
+        category: r.get(1)?,
+        time: r.get(2)?,
+        exit: r.get(3)?,
+        exceeded: r.get(4)?,
+        memory_mb: r.get(5)?,
+        cores: r.get(6)?,
+        disk_mb: r.get(7)?,
+        wall_time: r.get(8)?,
+        memory_limit_mb: r.get(9)?,
+        sized: r.get(10)?,
+        cores_limit: r.get(11)?,
+        throttled: r.get(12)?,
+        gpu_memory_mb: r.get(13)?,
+        gpus: r.get(14)?,
+        allocation_mb: r.get(15)?,
+        queue_wait_seconds: r.get(16)?,
+        input_bytes: r.get(17)?,
+    })
 }
 
 /// Whether a run's end says its memory was enough (it ended on its own or raised).
@@ -450,6 +475,27 @@ pub(super) mod tests {
             input_bytes: None,
             source: format!("trace:{i}"),
         }
+    }
+
+    #[test]
+    fn a_new_history_gives_pages_back_and_opening_one_again_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.sqlite");
+        let first = History::open(&path).unwrap();
+        first.import(&[run("a", 1)]).unwrap();
+        let mode: i64 = (first.connection)
+            .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, 2, "incremental");
+        let wal = || {
+            std::fs::metadata(dir.path().join("h.sqlite-wal"))
+                .unwrap()
+                .len()
+        };
+        let before = wal();
+        let again = History::open(&path).unwrap();
+        assert_eq!(wal(), before, "the second open wrote to the log");
+        assert_eq!(again.sizing_rows(Some("a")).unwrap().len(), 1);
     }
 
     #[test]

@@ -49,6 +49,9 @@ const REGRESSORS: [Regressor; 3] = [
 #[derive(Debug, Clone, Default)]
 pub struct Sizey {
     samples: Vec<Sample>,
+    /// The samples as the regressors read them, kept as they come rather than made again
+    /// at each prediction (a history's replay predicts for each recent run).
+    columns: Columns,
     errors: [Vec<(f64, f64)>; 3],
     /// Each regressor's prediction for the task being sized, kept for its error when it ends.
     pending: Option<(f64, [f64; 3])>,
@@ -75,6 +78,11 @@ impl Sizey {
                 }
             }
         }
+        self.push(sample);
+    }
+
+    fn push(&mut self, sample: Sample) {
+        self.columns.push(&sample);
         self.samples.push(sample);
     }
 
@@ -82,12 +90,12 @@ impl Sizey {
     /// joins the data.
     pub fn record_untracked(&mut self, sample: Sample) {
         self.pending = None;
-        self.samples.push(sample);
+        self.push(sample);
     }
 
     /// Each regressor's raw prediction for `input`.
     fn raw(&self, input: f64) -> [f64; 3] {
-        REGRESSORS.map(|r| predict(r, &self.samples, input))
+        REGRESSORS.map(|r| self.columns.predict(r, input))
     }
 
     /// The first allocation of a task of `input` bytes: the best RAQ regressor's prediction
@@ -170,30 +178,61 @@ fn mean(values: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
-fn predict(regressor: Regressor, samples: &[Sample], input: f64) -> f64 {
-    match regressor {
-        Regressor::Linear => {
-            let xs: Vec<f64> = samples.iter().map(|s| s.input).collect();
-            let ys: Vec<f64> = samples.iter().map(|s| s.used).collect();
-            least_squares(&xs, &ys).at(input)
-        }
-        Regressor::PowerLaw => {
+/// Each sample's input and use, and their logarithms (the power law's axes).
+#[derive(Debug, Clone, Default)]
+struct Columns {
+    input: Vec<f64>,
+    used: Vec<f64>,
+    ln_input: Vec<f64>,
+    ln_used: Vec<f64>,
+}
+
+/// The power law's axis: log(v + 1), 0 and below at 0.
+fn ln(v: f64) -> f64 {
+    (v.max(0.0) + 1.0).ln()
+}
+
+impl Columns {
+    fn push(&mut self, sample: &Sample) {
+        self.input.push(sample.input);
+        self.used.push(sample.used);
+        self.ln_input.push(ln(sample.input));
+        self.ln_used.push(ln(sample.used));
+    }
+
+    fn predict(&self, regressor: Regressor, input: f64) -> f64 {
+        match regressor {
+            Regressor::Linear => least_squares(&self.input, &self.used).at(input),
             // log(use) = a + b·log(input): memory that grows slower (or faster) than input.
-            let ln = |v: f64| (v.max(0.0) + 1.0).ln();
-            let xs: Vec<f64> = samples.iter().map(|s| ln(s.input)).collect();
-            let ys: Vec<f64> = samples.iter().map(|s| ln(s.used)).collect();
-            let line: Line = least_squares(&xs, &ys);
-            line.at(ln(input)).exp() - 1.0
-        }
-        Regressor::Neighbours => {
-            let mut by_distance: Vec<(f64, f64)> = samples
-                .iter()
-                .map(|s| ((s.input - input).abs(), s.used))
-                .collect();
-            by_distance.sort_by(|a, b| a.0.total_cmp(&b.0));
-            mean(by_distance.iter().take(NEIGHBOURS).map(|p| p.1))
+            Regressor::PowerLaw => {
+                let line: Line = least_squares(&self.ln_input, &self.ln_used);
+                line.at(ln(input)).exp() - 1.0
+            }
+            Regressor::Neighbours => mean(self.nearest(input).iter().map(|&(_, used)| used)),
         }
     }
+
+    /// The uses of the [`NEIGHBOURS`] samples of input nearest `input`, nearest first, the
+    /// earlier first among equally near (what a stable sort by distance puts first).
+    fn nearest(&self, input: f64) -> Vec<(f64, f64)> {
+        let mut nearest: Vec<(f64, f64)> = Vec::with_capacity(NEIGHBOURS + 1);
+        for (&x, &used) in self.input.iter().zip(&self.used) {
+            let distance = (x - input).abs();
+            let at = nearest.partition_point(|n| n.0.total_cmp(&distance).is_le());
+            if at < NEIGHBOURS {
+                nearest.insert(at, (distance, used));
+                nearest.truncate(NEIGHBOURS);
+            }
+        }
+        nearest
+    }
+}
+
+#[cfg(test)]
+fn predict(regressor: Regressor, samples: &[Sample], input: f64) -> f64 {
+    let mut columns = Columns::default();
+    samples.iter().for_each(|s| columns.push(s));
+    columns.predict(regressor, input)
 }
 
 /// Sizey's dynamic offset: of its offset rules, the one that would have wasted least on the

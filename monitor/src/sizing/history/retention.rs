@@ -380,7 +380,17 @@ fn fold_range(c: &Connection, start: i64, end: i64) -> rusqlite::Result<u64> {
             range,
         )?;
     }
-    c.execute(&format!("{FOLDED} {COMPACT_REPORTS}"), range)?;
+    let compacted = c.execute(&format!("{FOLDED} {COMPACT_REPORTS}"), range)?;
+    if compacted > 0 {
+        // Their rows changed: the sizing window's cache of them is filled again (window.rs).
+        c.execute(
+            &format!(
+                "{FOLDED} DELETE FROM sizing_window
+                 WHERE (category, id) IN (SELECT category, id FROM folded)"
+            ),
+            range,
+        )?;
+    }
     Ok(folded as u64)
 }
 

@@ -1,0 +1,219 @@
+//! The sizing window's cache: per category, what sizing reads of its [`SIZING_WINDOW`] most
+//! recent runs, kept together (a table clustered by category and id). In `runs` a category's
+//! rows lie on as many pages as it has rows once categories interleave, so reading its window
+//! there costs a page per run (~2-8 ms on a million-run history); here it is a few pages.
+//!
+//! A cache, checked against `runs` at each read by cheap index lookups: it must hold every run
+//! of the category from the window's first to its own newest, nothing else (a run another lfm
+//! recorded or retention removed shows in the counts). Runs recorded since are copied in and
+//! those that left the window dropped, in one short write that never waits for another writer;
+//! a cache that does not match is filled again from `runs`. Whatever goes wrong, sizing reads
+//! `runs` as before: the cache only ever makes a read faster.
+
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::{read_row, History, Row, BUSY_TIMEOUT, SIZING_COLUMNS, SIZING_WINDOW};
+
+/// Added in place to histories made before it (older lfm versions ignore it). Columns as
+/// [`SIZING_COLUMNS`] gives them, untyped, so that values read back exactly as from `runs`.
+const CREATE: &str = "
+    CREATE TABLE IF NOT EXISTS sizing_window (
+        id INTEGER NOT NULL, category TEXT NOT NULL, time, exit, exceeded, memory_mb, cores,
+        disk_mb, wall_time, memory_limit_mb, sized, cores_limit, throttled, gpu_memory_mb,
+        gpus, allocation_mb, queue_wait_seconds, input_bytes,
+        PRIMARY KEY (category, id)) WITHOUT ROWID;";
+
+pub(super) fn prepare(c: &Connection) -> Result<(), String> {
+    let exists: Option<String> = c
+        .query_row(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'sizing_window'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|e| e.to_string())?;
+    if exists.is_none() {
+        c.execute_batch(CREATE).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// What the cache holds of a category and what `runs` holds in the same ids.
+struct State {
+    /// The first id of the category's window in `runs` (None: it has no run).
+    start: Option<i64>,
+    /// The cache's oldest and newest ids and its row count.
+    cached: (Option<i64>, Option<i64>, i64),
+    /// Runs of the category in `runs` between the cache's oldest and newest.
+    runs_in_cache: i64,
+    /// The category's newest run.
+    newest: Option<i64>,
+}
+
+impl History {
+    /// The category's sizing window from the cache, brought up to date; None where the cache
+    /// cannot serve it (then sizing reads `runs`).
+    pub(super) fn cached_window(&self, category: &str) -> Option<Vec<Row>> {
+        let state = self.window_state(category).ok()?;
+        let start = state.start?;
+        let (oldest, newest, count) = state.cached;
+        let whole = count == state.runs_in_cache && oldest.is_some_and(|o| o <= start);
+        let current = whole && newest == state.newest && oldest == Some(start);
+        if !current {
+            let kept = newest.filter(|_| whole);
+            self.bring_up_to_date(category, start, kept).ok()?;
+        }
+        self.read_cache(category, start).ok()
+    }
+
+    fn window_state(&self, category: &str) -> rusqlite::Result<State> {
+        let one = |sql: &str, p: &[&dyn rusqlite::ToSql]| -> rusqlite::Result<Option<i64>> {
+            let mut statement = self.connection.prepare_cached(sql)?;
+            statement
+                .query_row(p, |r| r.get(0))
+                .optional()
+                .map(Option::flatten)
+        };
+        let start = one(
+            "SELECT coalesce(
+                 (SELECT id FROM runs WHERE category = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2),
+                 (SELECT min(id) FROM runs WHERE category = ?1))",
+            &[&category, &(SIZING_WINDOW as i64 - 1)],
+        )?;
+        let cached: (Option<i64>, Option<i64>, i64) = self
+            .connection
+            .prepare_cached(
+                "SELECT min(id), max(id), count(*) FROM sizing_window WHERE category = ?1",
+            )?
+            .query_row(params![category], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        let runs_in_cache = one(
+            "SELECT count(*) FROM runs WHERE category = ?1 AND id BETWEEN ?2 AND ?3",
+            &[&category, &cached.0, &cached.1],
+        )?;
+        let newest = one("SELECT max(id) FROM runs WHERE category = ?1", &[&category])?;
+        Ok(State {
+            start,
+            cached,
+            runs_in_cache: runs_in_cache.unwrap_or(0),
+            newest,
+        })
+    }
+
+    /// Copy in the runs after `kept` (the cache's newest, when what it holds is right; else
+    /// it is filled again from `start`) and drop those before `start`. One transaction that
+    /// does not wait: while another lfm writes, this decision reads `runs` instead.
+    fn bring_up_to_date(
+        &self,
+        category: &str,
+        start: i64,
+        kept: Option<i64>,
+    ) -> rusqlite::Result<()> {
+        let c = &self.connection;
+        c.busy_timeout(Duration::ZERO)?;
+        let written = (|| {
+            let transaction = c.unchecked_transaction()?;
+            let drop_below = if kept.is_some() { start } else { i64::MAX };
+            c.prepare_cached("DELETE FROM sizing_window WHERE category = ?1 AND id < ?2")?
+                .execute(params![category, drop_below])?;
+            let sql = format!(
+                "INSERT INTO sizing_window SELECT {SIZING_COLUMNS} FROM runs
+                 WHERE category = ?1 AND id >= ?2 ORDER BY id"
+            );
+            let from = kept.map_or(start, |newest| newest + 1);
+            c.prepare_cached(&sql)?.execute(params![category, from])?;
+            transaction.commit()
+        })();
+        c.busy_timeout(BUSY_TIMEOUT)?;
+        written
+    }
+
+    fn read_cache(&self, category: &str, start: i64) -> rusqlite::Result<Vec<Row>> {
+        let mut statement = self.connection.prepare_cached(
+            "SELECT id, category, time, exit, exceeded, memory_mb, cores, disk_mb, wall_time,
+                    memory_limit_mb, sized, cores_limit, throttled, gpu_memory_mb, gpus,
+                    allocation_mb, queue_wait_seconds, input_bytes
+             FROM sizing_window WHERE category = ?1 AND id >= ?2 ORDER BY id",
+        )?;
+        let rows = statement.query_map(params![category, start], read_row)?;
+        rows.collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::run;
+    use super::super::{Imported, Retention};
+    use super::*;
+    use crate::sizing::auto::{Ask, AutoLimit};
+    use crate::sizing::Strategy;
+
+    /// The cache's rows of `category`.
+    fn cached(history: &History, category: &str) -> i64 {
+        let sql = "SELECT count(*) FROM sizing_window WHERE category = ?1";
+        (history.connection)
+            .query_row(sql, [category], |r| r.get(0))
+            .unwrap()
+    }
+
+    /// The window read through the cache is the window read from `runs`, and sizes the same
+    /// (best-so-far without tallies: a full replay of it).
+    fn same_window(history: &History, category: &str) {
+        let from_runs = history.window_from_runs(Some(category)).unwrap();
+        let through_cache = history.sizing_rows(Some(category)).unwrap();
+        assert_eq!(through_cache, from_runs, "{category}");
+        assert_eq!(cached(history, category), from_runs.len() as i64);
+        let ask = Ask::first(Strategy::BestSoFar, 16_000.0);
+        assert_eq!(
+            AutoLimit::Memory.allocation(&through_cache, &ask, None),
+            AutoLimit::Memory.allocation(&from_runs, &ask, None)
+        );
+    }
+
+    fn interleaved(categories: &[&str], runs: usize) -> Vec<Imported> {
+        (0..runs)
+            .map(|i| run(categories[i % categories.len()], i))
+            .collect()
+    }
+
+    #[test]
+    fn the_cached_window_is_the_window_of_runs_after_recording_and_pruning() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(&dir.path().join("h.sqlite")).unwrap();
+        // a: more runs than the window; b: fewer.
+        history
+            .import(&interleaved(&["a", "a", "a", "b"], 4 * 400 + 4))
+            .unwrap();
+        same_window(&history, "a");
+        same_window(&history, "b");
+        // Runs recorded since: copied in, the oldest dropped.
+        history.import(&interleaved(&["a", "b"], 6)).unwrap();
+        same_window(&history, "a");
+        same_window(&history, "b");
+        // Retention keeping fewer runs than the window removes some the cache holds.
+        let retention = Retention {
+            whole_runs: 5,
+            sized_runs: 700,
+        };
+        history.prune(&retention).unwrap();
+        assert_eq!(history.window_from_runs(Some("a")).unwrap().len(), 700);
+        same_window(&history, "a");
+        same_window(&history, "b");
+        // Another lfm removed a run inside the window behind the cache's back: seen, refilled.
+        let middle = history.sizing_rows(Some("a")).unwrap()[350].id;
+        (history.connection)
+            .execute("DELETE FROM runs WHERE id = ?1", [middle])
+            .unwrap();
+        same_window(&history, "a");
+    }
+
+    #[test]
+    fn a_category_without_runs_has_an_empty_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(&dir.path().join("h.sqlite")).unwrap();
+        history.import(&interleaved(&["a"], 3)).unwrap();
+        assert!(history.sizing_rows(Some("nothing")).unwrap().is_empty());
+        assert_eq!(cached(&history, "nothing"), 0);
+    }
+}
