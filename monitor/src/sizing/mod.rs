@@ -493,7 +493,7 @@ pub fn sizer_from_history(
 }
 
 /// The strategy `--auto` and `lfm size` use unless told otherwise (docs/sizing.md).
-pub const DEFAULT_STRATEGY: Strategy = Strategy::GreedyBucketing;
+pub const DEFAULT_STRATEGY: Strategy = Strategy::BestSoFar;
 
 /// This machine's memory in MiB (the whole node of a memory allocation).
 pub fn node_memory_mb() -> f64 {
