@@ -90,11 +90,7 @@ fn part_hash(manifest: &serde_json::Value, name: &str) -> String {
 /// `lfm unpack` of a parts manifest into `cache`, with the venv's python3 first on PATH (it
 /// compiles the parts).
 fn unpack(store: &Store, cache: &Path, manifest: &Path) -> Output {
-    let path = format!(
-        "{}:{}",
-        store.venv.join("bin").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = venv_first(store);
     Command::new(env!("CARGO_BIN_EXE_lfm"))
         .arg("unpack")
         .arg(manifest)
@@ -107,12 +103,25 @@ fn unpack(store: &Store, cache: &Path, manifest: &Path) -> Output {
 
 fn composed(store: &Store, cache: &Path, manifest: &Path) -> PathBuf {
     let out = unpack(store, cache, manifest);
+    succeeded(&out);
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// PATH with the venv's bin first: its python3 compiles the parts.
+fn venv_first(store: &Store) -> String {
+    format!(
+        "{}:{}",
+        store.venv.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+fn succeeded(out: &Output) {
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
 /// Run python code through the composition's `run`, its app/ on the path.
@@ -162,18 +171,10 @@ fn two_functions_sharing_numpy_store_it_once_and_each_imports_only_its_own_closu
     assert_eq!(numpy_dirs, 1, "numpy unpacked once: {numpy_dirs}");
 
     let ran = python(store, &root_a, "import fa; print(fa.mean(5))");
-    assert!(
-        ran.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ran.stderr)
-    );
+    succeeded(&ran);
     assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "2.0");
     let ran = python(store, &root_b, "import fb; print(fb.dump(5), end='')");
-    assert!(
-        ran.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ran.stderr)
-    );
+    succeeded(&ran);
     assert_eq!(String::from_utf8_lossy(&ran.stdout), "sum: 10\n");
     let ran = python(store, &root_a, "import yaml");
     assert!(
@@ -241,22 +242,14 @@ fn a_corrupt_part_is_refused_removed_and_taken_again_once_good() {
     std::fs::copy(store.path.join(format!("{yaml}.tar.zst")), &blob).unwrap();
     let root = composed(store, cache.path(), &manifest_path);
     let ran = python(store, &root, "import fb; print(fb.dump(3), end='')");
-    assert!(
-        ran.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ran.stderr)
-    );
+    succeeded(&ran);
 }
 
 #[test]
 fn concurrent_compositions_agree_on_one_root_and_unpack_each_part_once() {
     let Some(store) = store() else { return };
     let cache = tempfile::tempdir().unwrap();
-    let path = format!(
-        "{}:{}",
-        store.venv.join("bin").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = venv_first(store);
     let children: Vec<_> = (0..4)
         .map(|_| {
             Command::new(env!("CARGO_BIN_EXE_lfm"))
@@ -294,11 +287,7 @@ fn concurrent_compositions_agree_on_one_root_and_unpack_each_part_once() {
         Path::new(&roots[0]),
         "import fb; print(fb.dump(2), end='')",
     );
-    assert!(
-        ran.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ran.stderr)
-    );
+    succeeded(&ran);
 }
 
 #[test]
@@ -337,11 +326,7 @@ fn eviction_spares_the_parts_of_a_composition_in_use_and_takes_the_others() {
     // B composes again from its parts (yaml's unpacked anew from the store).
     let root_b = composed(store, cache.path(), &store.numpy_yaml);
     let ran = python(store, &root_b, "import fb; print(fb.dump(4), end='')");
-    assert!(
-        ran.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ran.stderr)
-    );
+    succeeded(&ran);
 }
 
 #[test]
@@ -349,11 +334,7 @@ fn a_call_from_parts_runs_and_its_report_does_not_count_their_unpacking() {
     let Some(store) = store() else { return };
     let home = tempfile::tempdir().unwrap();
     let report = home.path().join("report.json");
-    let path = format!(
-        "{}:{}",
-        store.venv.join("bin").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = venv_first(store);
     let out = Command::new(env!("CARGO_BIN_EXE_lfm"))
         .args(["call", "--args", "[5]", "--report"])
         .arg(&report)
@@ -483,11 +464,7 @@ fn a_namespace_package_split_across_parts_and_a_pth_file_work_as_in_a_site_packa
         .env("PYTHONPATH", root.join("app"))
         .output()
         .unwrap();
-    assert!(
-        ran.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ran.stderr)
-    );
+    succeeded(&ran);
     assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "abTrue");
     assert_eq!(
         String::from_utf8_lossy(&ran.stderr),
