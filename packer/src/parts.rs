@@ -505,7 +505,28 @@ fn link_union(
         let target = Path::new(&"../".repeat(depth + 1))
             .join(owners[0])
             .join(&child);
-        std::os::unix::fs::symlink(target, dest.join(&name))?;
+        if let Err(error) = std::os::unix::fs::symlink(&target, dest.join(&name)) {
+            // A filesystem without symbolic links: this entry is copied instead, and said so.
+            copy_tree(&cache.join(owners[0]).join(&child), &dest.join(&name))?;
+            notes.push(format!("{}: copied, not linked ({error})", child.display()));
+        }
+    }
+    Ok(())
+}
+
+/// Copy `from` (a file, a link or a directory tree) to `to`, links as links.
+fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
+    let meta = fs::symlink_metadata(from)?;
+    if meta.file_type().is_symlink() {
+        return std::os::unix::fs::symlink(fs::read_link(from)?, to);
+    }
+    if !meta.is_dir() {
+        return fs::copy(from, to).map(|_| ());
+    }
+    fs::create_dir(to)?;
+    for entry in fs::read_dir(from)? {
+        let entry = entry?;
+        copy_tree(&entry.path(), &to.join(entry.file_name()))?;
     }
     Ok(())
 }
@@ -529,4 +550,71 @@ pub(crate) fn seal(root: &Path) -> io::Result<()> {
         fs::set_permissions(entry.path(), fs::Permissions::from_mode(mode))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &Path, text: &str) {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, text).unwrap();
+    }
+
+    #[test]
+    fn a_directory_two_parts_share_is_made_and_the_rest_linked_whole() {
+        let cache = tempfile::tempdir().unwrap();
+        let root = cache.path();
+        write(&root.join("a/site/ns/one.py"), "1");
+        write(&root.join("a/site/alone/x.py"), "x");
+        write(&root.join("b/site/ns/two.py"), "2");
+        write(&root.join("b/site/alone.py"), "conflict-free");
+        fs::create_dir(root.join("composed")).unwrap();
+        let mut notes = Vec::new();
+        let sources = [PathBuf::from("a"), PathBuf::from("b")];
+        link_union(
+            root,
+            &root.join("composed"),
+            Path::new(""),
+            &sources,
+            &mut notes,
+        )
+        .unwrap();
+        let site = root.join("composed/site");
+        assert!(!fs::symlink_metadata(&site)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert!(!fs::symlink_metadata(site.join("ns"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(
+            fs::read_link(site.join("ns/one.py")).unwrap(),
+            Path::new("../../../a/site/ns/one.py")
+        );
+        assert_eq!(fs::read_to_string(site.join("ns/two.py")).unwrap(), "2");
+        assert_eq!(
+            fs::read_link(site.join("alone")).unwrap(),
+            Path::new("../../a/site/alone")
+        );
+        assert_eq!(fs::read_to_string(site.join("alone/x.py")).unwrap(), "x");
+        assert!(notes.is_empty(), "{notes:?}");
+    }
+
+    #[test]
+    fn a_copied_tree_keeps_its_files_and_links() {
+        let dir = tempfile::tempdir().unwrap();
+        write(&dir.path().join("from/pkg/mod.py"), "m");
+        std::os::unix::fs::symlink("pkg/mod.py", dir.path().join("from/link")).unwrap();
+        copy_tree(&dir.path().join("from"), &dir.path().join("to")).unwrap();
+        assert_eq!(
+            fs::read_to_string(dir.path().join("to/pkg/mod.py")).unwrap(),
+            "m"
+        );
+        assert_eq!(
+            fs::read_link(dir.path().join("to/link")).unwrap(),
+            Path::new("pkg/mod.py")
+        );
+    }
 }
