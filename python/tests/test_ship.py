@@ -242,3 +242,40 @@ def test_a_prepared_call_runs_in_the_workers_directory_when_asked(tmp_path, monk
     assert ok and value == (str(workdir), [1, 2])
     ok, value, _ = calls.outcome(ship.run(prepared))
     assert ok and value[0] != str(workdir) and value[1] == [1, 2]
+
+
+def _writable_rmtree(path):
+    for root, dirs, _ in os.walk(path):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o755)
+    os.chmod(path, 0o755)
+    shutil.rmtree(path)
+
+
+def test_a_part_corrupted_on_the_node_is_fetched_again(tmp_path, node, monkeypatch):
+    """Packs travel as parts; a part whose bytes went bad on the node's disk is refused when
+    the environment is composed, removed, and fetched again."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "shipparts.py").write_text("def twice(x):\n    return 2 * x\n")
+    monkeypatch.syspath_prepend(str(project))
+    monkeypatch.setenv("LFM_SHIP_HOST", "127.0.0.1")
+    import shipparts
+
+    ref = ship.offer(shipparts.twice)
+    assert ref.parts and ref.name.endswith(".parts.json"), ref
+    first = ship.fetch(ref)
+    assert ship._composed(ref)
+    part = next(p for p in ref.parts if p["name"] == "cloudpickle")
+    blob = os.path.join(ship.shipped_dir(), part["sha256"] + ".tar.zst")
+    os.chmod(blob, 0o644)
+    with open(blob, "r+b") as handle:
+        handle.seek(100)
+        handle.write(b"\0" * 64)
+    for root in (ref.hash, part["sha256"]):
+        _writable_rmtree(os.path.join(ship.packs_cache(), root))
+    assert ship.fetch(ref) == first
+    assert ship._composed(ref)
+    got = [t["hash"] for t in ship.transfers()]
+    assert got.count(part["sha256"]) == 2, got
+    assert got.count(ref.hash) == 1, "the manifest was fine: fetched once"
