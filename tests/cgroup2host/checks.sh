@@ -90,18 +90,50 @@ if [ -n "$LFM_GUEST_SCRATCH" ]; then
 fi
 
 # 8 runs at once, started from this shell (beside it) and alone in one new cgroup.
+# Each run's exit status and the end of its stderr go with its line: a missing report says why.
+said() { # FILE: the file's last 600 bytes as a JSON string
+    if command -v python3 >/dev/null; then
+        python3 -c 'import json, sys; print(json.dumps(open(sys.argv[1], errors="replace").read()[-600:]))' "$1"
+    else
+        echo '"(no python3 to quote it)"'
+    fi
+}
+pids=()
 for i in 1 2 3 4 5 6 7 8; do
-    guard "$lfm" run --quiet --report "$reports/beside-$i.json" --memory 100M -- "$workload" touch 40 500 &
+    guard "$lfm" run --quiet --report "$reports/beside-$i.json" --memory 100M -- "$workload" touch 40 500 \
+        2>"$reports/beside-$i.err" &
+    pids+=($!)
 done
-wait
-for i in 1 2 3 4 5 6 7 8; do emit concurrent_beside 0 "$reports/beside-$i.json"; done
+for i in 1 2 3 4 5 6 7 8; do
+    wait "${pids[$((i - 1))]}"
+    emit concurrent_beside $? "$reports/beside-$i.json" "\"stderr\": $(said "$reports/beside-$i.err")"
+done
 mkdir -p "$parent/lfm-alone8.scope"
+# All 8 enter the scope before any lfm starts, as srun or systemd place a step's tasks: once the
+# first lfm has made the scope a parent (its leaf, controllers enabled) no process can join it
+# (EBUSY), as for any cgroup v2 parent. Each launcher waits for one line of a FIFO this shell
+# holds open, so all 8 are released at once and none blocks on a release it missed.
+go="$reports/alone-go"
+mkfifo "$go"
+exec 3<>"$go"
+pids=()
 for i in 1 2 3 4 5 6 7 8; do
-    guard bash -c 'echo $$ >"$1/cgroup.procs" || exit 124; shift; exec "$@"' _ \
-        "$parent/lfm-alone8.scope" "$lfm" run --quiet --report "$reports/alone-$i.json" --memory 100M -- "$workload" touch 40 500 &
+    guard bash -c 'echo $$ >"$1/cgroup.procs" || exit 124
+        read -r _ <"$2"; shift 2; exec "$@"' _ \
+        "$parent/lfm-alone8.scope" "$go" "$lfm" run --quiet --report "$reports/alone-$i.json" --memory 100M -- "$workload" touch 40 500 \
+        2>"$reports/alone-$i.err" &
+    pids+=($!)
 done
-wait
-for i in 1 2 3 4 5 6 7 8; do emit concurrent_alone 0 "$reports/alone-$i.json"; done
+for _ in $(seq 600); do
+    [ "$(wc -l <"$parent/lfm-alone8.scope/cgroup.procs")" -ge 8 ] && break
+    sleep 0.05
+done
+printf '\n\n\n\n\n\n\n\n' >&3
+for i in 1 2 3 4 5 6 7 8; do
+    wait "${pids[$((i - 1))]}"
+    emit concurrent_alone $? "$reports/alone-$i.json" "\"stderr\": $(said "$reports/alone-$i.err")"
+done
+exec 3>&-
 
 # Not delegated: a cgroup (and parent) lfm may not write. Root may write anything, so only for
 # an ordinary user (it makes them read-only with chmod).
