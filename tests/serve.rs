@@ -1049,8 +1049,12 @@ fn a_call_without_a_memory_limit_is_held_to_its_share_of_the_node() {
         let requests = [call("share", "alloc", json!([300]), json!({}))];
         let replies = setup.serve_all(&["--node-memory", "400M", "--slots", "2"], &requests);
         let report = &by_id(&replies, "share")["report"];
-        assert_eq!(report["limits"]["memory_bytes"], 200u64 << 20, "{name}");
-        assert_eq!(report["allocation"]["memory_bytes"], 200u64 << 20, "{name}");
+        // Half of what the node has for calls: 400M less what the serve and its zygote hold.
+        let serve = report["allocation"]["serve_memory_bytes"].as_u64().unwrap();
+        assert!(serve > 0 && serve % (16 << 20) == 0, "{name}: {report}");
+        let share = ((400u64 << 20) - serve) / 2;
+        assert_eq!(report["limits"]["memory_bytes"], share, "{name}");
+        assert_eq!(report["allocation"]["memory_bytes"], share, "{name}");
         assert!(
             report["limits_exceeded"]["memory"].is_number(),
             "{name}: stopped by its own limit: {report}"
@@ -1185,7 +1189,8 @@ fn a_status_request_says_what_runs_what_is_held_and_what_the_zygote_learned() {
 fn sizing_in_a_serve_counts_its_node_budget_as_the_whole_node() {
     let setup = setups().remove(0);
     let history = setup.dir.path().join("history.sqlite");
-    // max-seen without history gives the whole node: the serve's 300M, not the machine's.
+    // max-seen without history gives the whole node: the serve's 300M (less what the serve
+    // and its zygote hold), not the machine's.
     let mut request = call("first", "alloc_hold", json!([10, 0.0]), json!({}));
     request["auto"] = true.into();
     request["strategy"] = "max-seen".into();
@@ -1198,6 +1203,151 @@ fn sizing_in_a_serve_counts_its_node_budget_as_the_whole_node() {
     let replies = setup.serve_all(&args, &[request]);
     let reply = by_id(&replies, "first");
     assert_eq!(reply["ok"], true, "{reply}");
-    assert_eq!(reply["report"]["limits"]["memory_bytes"], 300u64 << 20);
-    assert_eq!(reply["report"]["allocation"]["memory_bytes"], 300u64 << 20);
+    let serve = reply["report"]["allocation"]["serve_memory_bytes"]
+        .as_u64()
+        .unwrap();
+    let whole = (300u64 << 20) - serve;
+    assert_eq!(reply["report"]["limits"]["memory_bytes"], whole);
+    assert_eq!(reply["report"]["allocation"]["memory_bytes"], whole);
+}
+
+/// A v1 memory cgroup with a limit, standing for a node (or a batch job) the serve runs in;
+/// removed, with anything left in it, when dropped.
+struct NodeCgroup(PathBuf);
+
+impl NodeCgroup {
+    fn new(limit: u64) -> NodeCgroup {
+        let dir = PathBuf::from(format!(
+            "/sys/fs/cgroup/memory/lfm-test-node-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string()).unwrap();
+        NodeCgroup(dir)
+    }
+
+    /// The kernel's count of OOM kills this cgroup's own limit caused (v1 counts them where
+    /// the limit was hit, not in the parents of a call's cgroup).
+    fn oom_kills(&self) -> u64 {
+        let text = std::fs::read_to_string(self.0.join("memory.oom_control")).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .expect("memory.oom_control has oom_kill")
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for NodeCgroup {
+    fn drop(&mut self) {
+        let procs = std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.parse::<i32>().ok()) {
+            // SAFETY: kill(2) on a pid of the test's own cgroup.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn the_node_is_never_oom_killed_only_a_call_that_outgrows_its_allocation() {
+    if !is_root() || !cgroup1_available() {
+        eprintln!("SKIPPED: needs root and a cgroup v1 memory hierarchy (a cgroup for the node)");
+        return;
+    }
+    const MIB: u64 = 1 << 20;
+    let setup = setup("cgroup1", "cgroup1", false);
+    // The zygote holds 300 MiB (big.py); calls of 250M fill 200 MiB each and hold it. Admitted
+    // against the node's 800M alone, three would run beside the zygote: 900 MiB in 800M.
+    let node = NodeCgroup::new(800 * MIB);
+    let mut requests: Vec<Value> = (0..6)
+        .map(|i| {
+            let id = format!("hold{i}");
+            call(
+                &id,
+                "alloc_hold",
+                json!([200, 0.5]),
+                json!({"memory": "250M"}),
+            )
+        })
+        .collect();
+    requests.push(call(
+        "outgrows",
+        "alloc",
+        json!([400]),
+        json!({"memory": "250M"}),
+    ));
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg("echo $$ > \"$0/cgroup.procs\" && exec \"$@\"")
+        .arg(&node.0)
+        .arg(
+            setup
+                .command(&["--preload", "big", "--slots", "4"])
+                .get_program(),
+        )
+        .args(
+            setup
+                .command(&["--preload", "big", "--slots", "4"])
+                .get_args(),
+        )
+        .current_dir(setup.dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for request in &requests {
+        writeln!(stdin, "{request}").unwrap();
+    }
+    drop(stdin);
+    let replies: Vec<Value> = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
+    assert!(child.wait().unwrap().success());
+    // The kernel counts an OOM kill in the victim's cgroup: the serve's and the zygote's is
+    // the node's, a call's is its own, where lfm tells its own limit from one above it.
+    assert_eq!(
+        node.oom_kills(),
+        0,
+        "the serve or zygote was killed: {replies:?}"
+    );
+    for reply in &replies {
+        let notes = reply["report"]["notes"].to_string();
+        assert!(!notes.contains("OOM killer"), "{reply}");
+    }
+    for i in 0..6 {
+        let reply = by_id(&replies, &format!("hold{i}"));
+        assert_eq!(reply["ok"], true, "{reply}");
+        let allocation = &reply["report"]["allocation"];
+        assert_eq!(
+            allocation["node_memory_bytes"],
+            800 * MIB,
+            "detected from the cgroup"
+        );
+        let serve = allocation["serve_memory_bytes"].as_u64().unwrap();
+        assert!(
+            serve >= 300 * MIB,
+            "the zygote's 300 MiB is the serve's: {allocation}"
+        );
+        let start = reply["report"]["start"].as_f64().unwrap();
+        let held = held_at(&replies, start);
+        assert!(
+            held + serve <= 800 * MIB,
+            "{held} + {serve} bytes held at {start}"
+        );
+    }
+    let outgrown = by_id(&replies, "outgrows");
+    assert_eq!(outgrown["error"]["reason"], "limits", "{outgrown}");
+    assert!(
+        outgrown["report"]["limits_exceeded"]["memory"].is_number(),
+        "stopped by its own cgroup: {outgrown}"
+    );
 }

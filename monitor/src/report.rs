@@ -76,6 +76,10 @@ pub struct Allocated {
     /// The node's budget the serve admitted calls against.
     pub node_memory_bytes: u64,
     pub node_cores: f64,
+    /// What the serve and its zygote held resident when the call was admitted, which calls
+    /// were not admitted against (none in Reports of lfm before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve_memory_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -3,6 +3,11 @@
 //! an allocation from it while it runs, and a queued call starts only when its allocation fits
 //! beside those of the running calls. `--slots` bounds how many run at once, on top.
 //!
+//! The serve and its zygote live in the same budget (in a job's cgroup they are charged to the
+//! same limit as the calls): what they hold resident, read at each decision, is taken off the
+//! memory calls are admitted against, so that calls filling their allocations never push the
+//! node over its memory.
+//!
 //! A call's memory allocation is its memory limit (given, or sized from history with `auto`),
 //! else the whole node for an `auto` call its category has no history for (the first-allocation
 //! rule of Tovar's and cctools' strategies), else the node divided by the slots; it becomes the
@@ -86,13 +91,15 @@ impl Allocation {
             && held.cores + self.cores <= budget.cores + 1e-9
     }
 
-    /// Why this allocation can never start on the node; none when it can.
-    pub fn larger_than(&self, budget: &NodeBudget) -> Option<String> {
-        if self.memory_bytes > budget.memory_bytes {
+    /// Why this allocation can never start on the node, where the serve itself holds
+    /// `serve_bytes`; none when it can.
+    pub fn larger_than(&self, budget: &NodeBudget, serve_bytes: u64) -> Option<String> {
+        if self.memory_bytes > budget.memory_bytes.saturating_sub(serve_bytes) {
             return Some(format!(
-                "the call's memory ({}) is more than the node's ({}): it can never start here",
+                "the call's memory ({}) is more than the node's ({}, of which the serve and its zygote hold {}): it can never start here",
                 mib(self.memory_bytes),
-                mib(budget.memory_bytes)
+                mib(budget.memory_bytes),
+                mib(serve_bytes)
             ));
         }
         if self.cores > budget.cores + 1e-9 {
@@ -219,13 +226,15 @@ impl Server {
     /// way (sizing failed, larger than the node) are replied to.
     pub(super) fn admit(&mut self) -> Option<(CallSpec, Allocated)> {
         loop {
-            let held = Allocation::sum(self.running.values().map(|r| allocation(&r.allocated)));
+            let serve_bytes = self.serve_resident_bytes();
+            let mut held = Allocation::sum(self.running.values().map(|r| allocation(&r.allocated)));
+            held.memory_bytes += serve_bytes;
             let mut admission = std::mem::take(&mut self.admission);
             let node = self.options.node;
             let queue = &mut admission.queue;
-            let at = admission
-                .order
-                .pick(queue.len(), held, &node, |at| self.allocate(&mut queue[at]));
+            let at = admission.order.pick(queue.len(), held, &node, |at| {
+                self.allocate(&mut queue[at], serve_bytes)
+            });
             self.admission = admission;
             let queued = self.admission.queue.remove(at?)?;
             if let Some(reason) = &queued.refusal {
@@ -239,6 +248,7 @@ impl Server {
                 queue_wait_seconds: queued.since.elapsed().as_secs_f64(),
                 node_memory_bytes: node.memory_bytes,
                 node_cores: node.cores,
+                serve_memory_bytes: Some(serve_bytes),
             };
             return Some((queued.spec, allocated));
         }
@@ -247,8 +257,9 @@ impl Server {
     /// Size a queued call and fix its allocation: as it first comes up, and again after calls
     /// ended (an `auto` call from every call recorded until then, so that calls queued before
     /// their category had a history do not keep the whole node). A refused call takes
-    /// nothing, so that it comes up at once.
-    fn allocate(&self, queued: &mut Queued) -> Allocation {
+    /// nothing, so that it comes up at once. `serve_bytes`: what the serve and its zygote hold,
+    /// which no call can have.
+    fn allocate(&self, queued: &mut Queued, serve_bytes: u64) -> Allocation {
         const NOTHING: Allocation = Allocation {
             memory_bytes: 0,
             cores: 0.0,
@@ -275,9 +286,20 @@ impl Server {
         let limits = &mut queued.spec.limits;
         let whole_node = queued.spec.auto.is_some() && limits.memory_bytes.is_none();
         let node = &self.options.node;
+        let for_calls = NodeBudget {
+            memory_bytes: node.memory_bytes.saturating_sub(serve_bytes),
+            cores: node.cores,
+        };
+        if queued.spec.auto.is_some() && queued.requested.memory_bytes.is_none() {
+            // Sized against the whole node when the serve held less (its zygote grows as it
+            // learns): a strategy's whole node is what calls can have now.
+            if let Some(memory) = limits.memory_bytes.as_mut() {
+                *memory = (*memory).min(for_calls.memory_bytes);
+            }
+        }
         let cores = queued.requested.cores;
-        let allocation = Allocation::of(limits, cores, node, self.options.slots, whole_node);
-        if let Some(reason) = allocation.larger_than(node) {
+        let allocation = Allocation::of(limits, cores, &for_calls, self.options.slots, whole_node);
+        if let Some(reason) = allocation.larger_than(node, serve_bytes) {
             queued.refusal = Some(reason);
             return NOTHING;
         }
@@ -285,6 +307,26 @@ impl Server {
         queued.allocation = Some(allocation);
         allocation
     }
+}
+
+impl Server {
+    /// What the serve and its zygote hold resident now, rounded up to 16 MiB (so that what
+    /// calls get, and sizing's "whole node", do not move with every page): taken off the memory
+    /// calls get.
+    pub(super) fn serve_resident_bytes(&self) -> u64 {
+        const STEP: u64 = 16 << 20;
+        let zygote = self.zygote.as_ref().and_then(|z| resident_bytes(z.pid));
+        let bytes = resident_bytes(std::process::id() as i32).unwrap_or(0) + zygote.unwrap_or(0);
+        bytes.div_ceil(STEP) * STEP
+    }
+}
+
+/// A process's resident size (VmRSS); none when /proc no longer has it.
+pub(super) fn resident_bytes(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// The allocation a running call holds, from its Report's record.

@@ -44,9 +44,15 @@ impl Server {
         auto.attempts.first(limits, sandbox, false, &rows)
     }
 
-    /// The serve's node budget's memory, in the MiB sizing counts in.
+    /// The memory of the serve's node budget that calls can have (less what the serve and its
+    /// zygote hold), in the MiB sizing counts in: "the whole node" to a strategy.
     fn node_memory_mb(&self) -> f64 {
-        self.options.node.memory_bytes as f64 / (1u64 << 20) as f64
+        let for_calls = self
+            .options
+            .node
+            .memory_bytes
+            .saturating_sub(self.serve_resident_bytes());
+        for_calls as f64 / (1u64 << 20) as f64
     }
 
     /// The category's rows, once those of calls that finished before are in (read once

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::admission::Allocation;
+use super::admission::{resident_bytes, Allocation};
 use super::{Message, Reply, Server};
 
 /// The `status` of a status reply.
@@ -18,6 +18,8 @@ pub struct Status {
     pub node_cores: f64,
     pub held_memory_bytes: u64,
     pub held_cores: f64,
+    /// What the serve and its zygote hold resident: no call is admitted against it.
+    pub serve_memory_bytes: u64,
     /// None between a zygote's end and the next call, which starts a fresh one.
     pub zygote: Option<ZygoteStatus>,
     /// Zygotes started again after one died.
@@ -60,6 +62,7 @@ impl Server {
             node_cores: self.options.node.cores,
             held_memory_bytes: held.memory_bytes,
             held_cores: held.cores,
+            serve_memory_bytes: self.serve_resident_bytes(),
             zygote,
             restarts: self.restarts,
         };
@@ -70,11 +73,4 @@ impl Server {
             message: Box::new(message),
         }
     }
-}
-
-fn resident_bytes(pid: i32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }

@@ -393,7 +393,7 @@ impl RunMonitor {
         if let Some(limit) = limits.memory_bytes {
             // Under a kernel limit memory_now only passes it through processes that left the
             // cgroup: then the supervisor enforces it.
-            if reading.oom_kills > 0 || memory_now > limit {
+            if own_oom_kill(reading, limit) || memory_now > limit {
                 self.exceeded.insert("memory".into(), limit as f64);
             }
         }
@@ -481,13 +481,32 @@ impl RunMonitor {
         (report, self.backend)
     }
 
+    /// The kernel counts an OOM kill in the victim's cgroup whichever limit ran out: the run's
+    /// own memory limit, or one above it (a node's or a batch job's cgroup, or the machine).
+    fn attribute_oom_kills(&mut self, reading: &Reading) {
+        if reading.oom_kills == 0 {
+            return;
+        }
+        match self.options.limits.memory_bytes {
+            Some(limit) if own_oom_kill(reading, limit) => {
+                self.exceeded.insert("memory".into(), limit as f64);
+            }
+            limit => self.notes.push(format!(
+                "the kernel's OOM killer killed a process of the run at a peak of {:.1} MiB{}: memory ran out above the run (its node's or job's cgroup, or the machine), not under its own limit",
+                reading.memory_peak.unwrap_or(0) as f64 / (1u64 << 20) as f64,
+                limit.map_or(String::new(), |l| format!(
+                    " of its {:.1} MiB limit",
+                    l as f64 / (1u64 << 20) as f64
+                ))
+            )),
+        }
+    }
+
     fn conclude(&mut self, ending: Ending, release: bool) -> Report {
         let end_time = now_seconds();
         let wall_time = self.started.elapsed().as_secs_f64();
         let reading = self.backend.read();
-        if let (Some(limit), true) = (self.options.limits.memory_bytes, reading.oom_kills > 0) {
-            self.exceeded.insert("memory".into(), limit as f64);
-        }
+        self.attribute_oom_kills(&reading);
         if let Some(meter) = self.disk.as_mut() {
             meter.measure();
         }
@@ -783,4 +802,14 @@ mod tests {
         };
         assert_eq!(rlimit.headline(true), (40 * MIB, "sampled-private"));
     }
+}
+
+/// Was the run's OOM kill its own limit's? Its memory reached the limit then (within the
+/// kernel's per-CPU charge batches); a peak well under it means a limit above the run ran out.
+/// Without a peak to tell, it is taken as its own.
+fn own_oom_kill(reading: &Reading, limit: u64) -> bool {
+    reading.oom_kills > 0
+        && reading
+            .memory_peak
+            .is_none_or(|peak| peak.saturating_add(limit / 16) >= limit)
 }

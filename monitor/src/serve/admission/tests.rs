@@ -160,7 +160,7 @@ fn allocations_default_to_the_node_per_slot_or_the_whole_node() {
 #[test]
 fn a_call_larger_than_the_node_is_told_both_sizes() {
     let budget = node();
-    let why = memory(8 * GIB).larger_than(&budget).unwrap();
+    let why = memory(8 * GIB).larger_than(&budget, 0).unwrap();
     assert!(
         why.contains("8192.0 MiB") && why.contains("6144.0 MiB"),
         "{why}"
@@ -169,8 +169,19 @@ fn a_call_larger_than_the_node_is_told_both_sizes() {
         memory_bytes: GIB,
         cores: 3.0,
     };
-    assert!(cores.larger_than(&budget).unwrap().contains("cores (3)"));
-    assert_eq!(memory(6 * GIB).larger_than(&budget), None);
+    assert!(cores.larger_than(&budget, 0).unwrap().contains("cores (3)"));
+    assert_eq!(memory(6 * GIB).larger_than(&budget, 0), None);
+}
+
+#[test]
+fn what_the_serve_holds_is_not_the_calls() {
+    let budget = node();
+    let why = memory(6 * GIB).larger_than(&budget, GIB).unwrap();
+    assert!(
+        why.contains("the serve and its zygote hold 1024.0 MiB"),
+        "{why}"
+    );
+    assert_eq!(memory(5 * GIB).larger_than(&budget, GIB), None);
 }
 
 #[test]
