@@ -742,6 +742,16 @@ pub fn classify_exit(
     }
 }
 
+/// Was the run's OOM kill its own limit's? Its memory reached the limit then (within the
+/// kernel's per-CPU charge batches); a peak well under it means a limit above the run ran out.
+/// Without a peak to tell, it is taken as its own.
+fn own_oom_kill(reading: &Reading, limit: u64) -> bool {
+    reading.oom_kills > 0
+        && reading
+            .memory_peak
+            .is_none_or(|peak| peak.saturating_add(limit / 16) >= limit)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -802,14 +812,22 @@ mod tests {
         };
         assert_eq!(rlimit.headline(true), (40 * MIB, "sampled-private"));
     }
-}
 
-/// Was the run's OOM kill its own limit's? Its memory reached the limit then (within the
-/// kernel's per-CPU charge batches); a peak well under it means a limit above the run ran out.
-/// Without a peak to tell, it is taken as its own.
-fn own_oom_kill(reading: &Reading, limit: u64) -> bool {
-    reading.oom_kills > 0
-        && reading
-            .memory_peak
-            .is_none_or(|peak| peak.saturating_add(limit / 16) >= limit)
+    #[test]
+    fn an_oom_kill_is_the_runs_own_only_when_its_memory_reached_its_limit() {
+        let killed_at = |peak: Option<u64>| Reading {
+            oom_kills: 1,
+            memory_peak: peak,
+            ..Reading::default()
+        };
+        assert!(own_oom_kill(&killed_at(Some(250 * MIB)), 250 * MIB));
+        assert!(own_oom_kill(&killed_at(Some(249 * MIB)), 250 * MIB));
+        assert!(!own_oom_kill(&killed_at(Some(200 * MIB)), 250 * MIB));
+        assert!(own_oom_kill(&killed_at(None), 250 * MIB));
+        let not_killed = Reading {
+            memory_peak: Some(250 * MIB),
+            ..Reading::default()
+        };
+        assert!(!own_oom_kill(&not_killed, 250 * MIB));
+    }
 }
