@@ -22,6 +22,11 @@ def uses_yaml(text):
 def uses_requests():
     import requests
     return requests.__name__
+
+
+def uses_a_numpy_test_module():
+    import numpy.linalg.tests as tests
+    return tests.__name__
 "#;
 
 struct Fixture {
@@ -135,6 +140,51 @@ fn a_function_pack_holds_its_closure_and_nothing_else() {
     assert!(walk(&root)
         .iter()
         .all(|p| !p.contains("__pycache__") && !p.ends_with(".pyc")));
+}
+
+#[test]
+fn a_closure_pack_leaves_out_the_test_directories_no_closure_module_lies_in() {
+    let Some(fixture) = Fixture::new() else {
+        return;
+    };
+    let pack = fixture.pack(&[&fixture.job("uses_numpy")], &[], "numpy.tar.zst");
+    let root = fixture.unpack(&pack);
+    let numpy = &manifest(&root)["distributions"][0];
+    assert!(numpy["tests_left_out"].as_u64().unwrap() > 100, "{numpy}");
+    assert!(!site(&root).join("numpy/linalg/tests").exists());
+    assert!(site(&root).join("numpy/testing/__init__.py").exists());
+    let call = |pack: &Path, function: &str, args: &str| {
+        lfm(&[
+            "call",
+            "--quiet",
+            "--pack",
+            pack.to_str().unwrap(),
+            &fixture.job(function),
+            "--args",
+            args,
+        ])
+    };
+    let ran = call(&pack, "uses_numpy", "[4]");
+    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
+    assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "6.0");
+
+    // A function that imports a module of numpy's tests gets that directory, and only it.
+    let pack = fixture.pack(
+        &[&fixture.job("uses_a_numpy_test_module")],
+        &[],
+        "numpy-tests.tar.zst",
+    );
+    let root = fixture.unpack(&pack);
+    assert!(site(&root).join("numpy/linalg/tests/test_linalg.py").exists());
+    assert!(!site(&root).join("numpy/fft/tests").exists());
+    let ran = call(&pack, "uses_a_numpy_test_module", "[]");
+    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
+    assert!(String::from_utf8_lossy(&ran.stdout).contains("numpy.linalg.tests"));
+
+    // --all packs the environment as it is.
+    let pack = fixture.pack(&["--all"], &[], "all.tar.zst");
+    let root = fixture.unpack(&pack);
+    assert!(site(&root).join("numpy/linalg/tests/test_linalg.py").exists());
 }
 
 #[test]

@@ -40,6 +40,14 @@ pub struct PackDistribution {
     pub name: String,
     pub version: String,
     pub files: u64,
+    /// Files of the distribution's `tests` directories a closure pack left out (no module of
+    /// the closure lies in them; docs/pack.md "What a pack holds"). Absent when none was.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tests_left_out: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

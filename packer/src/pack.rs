@@ -101,7 +101,7 @@ pub fn pack(
     let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
     let (distributions, dist_files) = add_distributions(
         &index,
-        &selected.dist_ids,
+        &selected,
         &prefix,
         &mut entries,
         &mut warnings,
@@ -182,6 +182,9 @@ pub fn pack(
 /// What a selection packs: distributions, local files, the stdlib modules a self-contained
 /// pack needs, and the targets the manifest names.
 struct Selected {
+    /// Test directories (`pkg/sub/tests`) whose files are packed; none for `--all`, which
+    /// packs every file (a closure pack packs those its modules lie in).
+    tests_kept: Option<BTreeSet<String>>,
     stdlib_seeds: BTreeSet<String>,
     dist_ids: Vec<u32>,
     engine_left_out: Vec<EngineLeftOut>,
@@ -200,6 +203,7 @@ impl Selected {
         let spec = match selection {
             Selection::All => {
                 return Ok(Selected {
+                    tests_kept: None,
                     stdlib_seeds: BTreeSet::new(),
                     dist_ids: (0..index.dists.len() as u32).collect(),
                     engine_left_out: Vec::new(),
@@ -250,6 +254,7 @@ impl Selected {
             .to_hex()
             .to_string();
         Ok(Selected {
+            tests_kept: Some(tests_directories_of(spec)),
             stdlib_seeds,
             dist_ids,
             engine_left_out,
@@ -260,20 +265,59 @@ impl Selected {
     }
 }
 
-/// Every file the selected distributions' records list (no bytecode), under `env/`.
+/// The `tests` directories the Spec's installed modules lie in, as site-relative paths
+/// (`scipy.stats.tests.test_x` -> `scipy/stats/tests`): their files stay in a closure pack.
+fn tests_directories_of(spec: &Spec) -> BTreeSet<String> {
+    spec.targets
+        .iter()
+        .flat_map(|t| t.modules.iter())
+        .filter_map(|m| {
+            let parts: Vec<&str> = m.name.split('.').collect();
+            let at = parts.iter().position(|p| *p == "tests")?;
+            Some(parts[..=at].join("/"))
+        })
+        .collect()
+}
+
+/// Is `file` in a `tests` directory of site-packages that no closure module lies in? Test
+/// suites are a third of numpy, pandas, scipy and scikit-learn, and no import of the library
+/// reaches them.
+fn is_unneeded_test_file(file: &Path, tests_kept: &BTreeSet<String>) -> bool {
+    let components: Vec<&str> = file
+        .iter()
+        .filter_map(|c| c.to_str())
+        .skip_while(|c| *c != "site-packages" && *c != "dist-packages")
+        .skip(1)
+        .collect();
+    let directories = components.len().saturating_sub(1);
+    components[..directories]
+        .iter()
+        .position(|c| *c == "tests")
+        .is_some_and(|at| !tests_kept.contains(&components[..=at].join("/")))
+}
+
+/// Every file the selected distributions' records list (no bytecode, and for a closure pack
+/// none of their unneeded test directories), under `env/`.
 fn add_distributions(
     index: &DistIndex,
-    dist_ids: &[u32],
+    selected: &Selected,
     prefix: &Path,
     entries: &mut BTreeMap<String, Entry>,
     warnings: &mut Vec<String>,
 ) -> Result<(Vec<PackDistribution>, Vec<DistFiles>)> {
     let mut distributions = Vec::new();
     let mut dist_files = Vec::new();
-    for &id in dist_ids {
+    for &id in &selected.dist_ids {
         let dist = &index.dists[id as usize];
         let mut paths = Vec::new();
+        let mut tests_left_out = 0;
         for file in dist.files.iter().filter(|f| !is_bytecode(f)) {
+            if let Some(kept) = &selected.tests_kept {
+                if is_unneeded_test_file(file, kept) {
+                    tests_left_out += 1;
+                    continue;
+                }
+            }
             if let Some((archive_path, entry)) = dist_entry(&dist.name, file, prefix, warnings)? {
                 paths.push(archive_path.clone());
                 entries.insert(archive_path, entry);
@@ -283,6 +327,7 @@ fn add_distributions(
             name: dist.name.clone(),
             version: dist.version.clone(),
             files: paths.len() as u64,
+            tests_left_out,
         });
         dist_files.push(DistFiles {
             name: dist.name.clone(),
@@ -809,4 +854,33 @@ fn append_bytes<W: Write>(
     let mut header = header(tar::EntryType::Regular, bytes.len() as u64, executable);
     builder.append_data(&mut header, path, bytes)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept(dirs: &[&str]) -> BTreeSet<String> {
+        dirs.iter().map(|d| d.to_string()).collect()
+    }
+
+    #[test]
+    fn test_directories_are_left_out_unless_a_closure_module_lies_in_them() {
+        let site = "/venv/lib/python3.11/site-packages";
+        let file = |rest: &str| PathBuf::from(format!("{site}/{rest}"));
+        let none = kept(&[]);
+        assert!(is_unneeded_test_file(&file("scipy/stats/tests/test_x.py"), &none));
+        assert!(is_unneeded_test_file(&file("numpy/_core/tests/data/a.csv"), &none));
+        assert!(is_unneeded_test_file(&file("tests/__init__.py"), &none));
+        // numpy.testing is a library module; a file named tests is not a directory.
+        assert!(!is_unneeded_test_file(&file("numpy/testing/__init__.py"), &none));
+        assert!(!is_unneeded_test_file(&file("pkg/tests"), &none));
+        assert!(!is_unneeded_test_file(&file("scipy/stats/_stats.py"), &none));
+        // Outside site-packages (scripts, data) nothing is left out.
+        assert!(!is_unneeded_test_file(&PathBuf::from("/venv/share/tests/x"), &none));
+        let stats = kept(&["scipy/stats/tests"]);
+        assert!(!is_unneeded_test_file(&file("scipy/stats/tests/test_x.py"), &stats));
+        assert!(!is_unneeded_test_file(&file("scipy/stats/tests/data/d.npz"), &stats));
+        assert!(is_unneeded_test_file(&file("scipy/linalg/tests/test_y.py"), &stats));
+    }
 }
