@@ -29,7 +29,11 @@ pytestmark = pytest.mark.skipif(
 
 SHIPPING = os.path.join(HERE, "shipping")
 TARGET = os.path.join(os.path.dirname(PYTHON_DIR), "target")
-WORKER_VENV = os.path.join(TARGET, "ship-worker-venv")
+# Each node mounts a private /tmp, which hides anything under /tmp: from a checkout there, the
+# worker venv and the nodes' storage (which nodes must see) go under /var/tmp instead.
+SHIP_DIR = (os.path.join("/var/tmp", f"lfm-ship-{os.getuid()}")
+            if os.path.realpath(TARGET).startswith("/tmp/") else TARGET)
+WORKER_VENV = os.path.join(SHIP_DIR, "ship-worker-venv")
 CALLS = 20
 
 
@@ -68,7 +72,7 @@ def cluster(tmp_path_factory, monkeypatch):
     venv, site = worker_venv()
     for absent in ("numpy", "pandas", "sklearn"):
         assert not os.path.exists(os.path.join(site, absent)), f"the worker venv has {absent}"
-    run = os.path.join(TARGET, "ship-nodes", f"run-{os.getpid()}-{time.time_ns()}")
+    run = os.path.join(SHIP_DIR, "ship-nodes", f"run-{os.getpid()}-{time.time_ns()}")
     project = os.path.join(run, "project")
     shutil.copytree(os.path.join(SHIPPING, "labmods"), os.path.join(project, "labmods"))
     home = os.path.join(run, "submit-home")

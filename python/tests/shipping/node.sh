@@ -25,6 +25,8 @@ exec unshare --mount --propagation private /bin/sh -c '
   for dir in $1; do if [ -d "$dir" ]; then mount -t tmpfs tmpfs "$dir"; fi; done
   unset IFS
   shift
+  # A node starts its workers in a directory of its own (the submit side'"'"'s may be hidden).
+  cd "$NODE/home"
   exec env -i PATH="$VENV/bin:/usr/bin:/bin" HOME="$NODE/home" LFM_NODE_CACHE="$NODE/cache" \
     LFM_IDLE_TIMEOUT=30 LFM_SLOTS=2 "$@"
 ' sh "$hidden" "$@"
