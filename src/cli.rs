@@ -157,6 +157,28 @@ pub struct SimulateArgs {
     /// Replay only the rows whose COLUMN is exactly VALUE (repeatable: every one must hold).
     #[arg(long = "where", value_delimiter = ',', value_name = "COLUMN=VALUE")]
     pub filters: Vec<String>,
+    /// Replay the calls in time on one node of this much memory (MB), as `lfm serve` admits
+    /// them, and print each sizing's makespan: one call at a time, a fixed allocation of the
+    /// largest peak, the strategies, the oracle. A call is `cpu_time` seconds of one core,
+    /// then the rest of its `wall_time` waiting (docs/sizing.md "Makespan on a node").
+    #[arg(long, value_name = "MB")]
+    pub schedule_memory: Option<f64>,
+    /// The node's cores, shared by the calls in their CPU time.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "schedule_memory",
+        default_value_t = 1.0
+    )]
+    pub schedule_cores: f64,
+    /// At most this many calls at once.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "schedule_memory",
+        default_value_t = 64
+    )]
+    pub schedule_slots: usize,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]

@@ -165,7 +165,11 @@ fn a_closure_pack_leaves_out_the_test_directories_no_closure_module_lies_in() {
         ])
     };
     let ran = call(&pack, "uses_numpy", "[4]");
-    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "6.0");
 
     // A function that imports a module of numpy's tests gets that directory, and only it.
@@ -175,16 +179,24 @@ fn a_closure_pack_leaves_out_the_test_directories_no_closure_module_lies_in() {
         "numpy-tests.tar.zst",
     );
     let root = fixture.unpack(&pack);
-    assert!(site(&root).join("numpy/linalg/tests/test_linalg.py").exists());
+    assert!(site(&root)
+        .join("numpy/linalg/tests/test_linalg.py")
+        .exists());
     assert!(!site(&root).join("numpy/fft/tests").exists());
     let ran = call(&pack, "uses_a_numpy_test_module", "[]");
-    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
     assert!(String::from_utf8_lossy(&ran.stdout).contains("numpy.linalg.tests"));
 
     // --all packs the environment as it is.
     let pack = fixture.pack(&["--all"], &[], "all.tar.zst");
     let root = fixture.unpack(&pack);
-    assert!(site(&root).join("numpy/linalg/tests/test_linalg.py").exists());
+    assert!(site(&root)
+        .join("numpy/linalg/tests/test_linalg.py")
+        .exists());
 }
 
 #[test]

@@ -99,13 +99,8 @@ pub fn pack(
     let inherit_site_packages =
         options.inherit_site_packages || !selected.engine_left_out.is_empty();
     let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
-    let (distributions, dist_files) = add_distributions(
-        &index,
-        &selected,
-        &prefix,
-        &mut entries,
-        &mut warnings,
-    )?;
+    let (distributions, dist_files) =
+        add_distributions(&index, &selected, &prefix, &mut entries, &mut warnings)?;
     let local_files = add_local_files(selected.local_sources, &mut entries)?;
     let interpreter_entry = if options.self_contained {
         Some(add_interpreter(
@@ -869,18 +864,42 @@ mod tests {
         let site = "/venv/lib/python3.11/site-packages";
         let file = |rest: &str| PathBuf::from(format!("{site}/{rest}"));
         let none = kept(&[]);
-        assert!(is_unneeded_test_file(&file("scipy/stats/tests/test_x.py"), &none));
-        assert!(is_unneeded_test_file(&file("numpy/_core/tests/data/a.csv"), &none));
+        assert!(is_unneeded_test_file(
+            &file("scipy/stats/tests/test_x.py"),
+            &none
+        ));
+        assert!(is_unneeded_test_file(
+            &file("numpy/_core/tests/data/a.csv"),
+            &none
+        ));
         assert!(is_unneeded_test_file(&file("tests/__init__.py"), &none));
         // numpy.testing is a library module; a file named tests is not a directory.
-        assert!(!is_unneeded_test_file(&file("numpy/testing/__init__.py"), &none));
+        assert!(!is_unneeded_test_file(
+            &file("numpy/testing/__init__.py"),
+            &none
+        ));
         assert!(!is_unneeded_test_file(&file("pkg/tests"), &none));
-        assert!(!is_unneeded_test_file(&file("scipy/stats/_stats.py"), &none));
+        assert!(!is_unneeded_test_file(
+            &file("scipy/stats/_stats.py"),
+            &none
+        ));
         // Outside site-packages (scripts, data) nothing is left out.
-        assert!(!is_unneeded_test_file(&PathBuf::from("/venv/share/tests/x"), &none));
+        assert!(!is_unneeded_test_file(
+            &PathBuf::from("/venv/share/tests/x"),
+            &none
+        ));
         let stats = kept(&["scipy/stats/tests"]);
-        assert!(!is_unneeded_test_file(&file("scipy/stats/tests/test_x.py"), &stats));
-        assert!(!is_unneeded_test_file(&file("scipy/stats/tests/data/d.npz"), &stats));
-        assert!(is_unneeded_test_file(&file("scipy/linalg/tests/test_y.py"), &stats));
+        assert!(!is_unneeded_test_file(
+            &file("scipy/stats/tests/test_x.py"),
+            &stats
+        ));
+        assert!(!is_unneeded_test_file(
+            &file("scipy/stats/tests/data/d.npz"),
+            &stats
+        ));
+        assert!(is_unneeded_test_file(
+            &file("scipy/linalg/tests/test_y.py"),
+            &stats
+        ));
     }
 }

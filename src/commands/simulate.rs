@@ -51,6 +51,9 @@ pub fn simulate_trace(args: SimulateArgs) -> i32 {
             return EXIT_FAILED;
         }
     };
+    if let Some(memory) = args.schedule_memory {
+        return schedule_trace(&args, &trace, &strategies, memory);
+    }
     let mut report = serde_json::Map::new();
     let mut panels = Vec::new();
     for name in &args.resources {
@@ -98,6 +101,9 @@ fn trace_options(args: &SimulateArgs) -> Result<TraceOptions, String> {
     };
     let mut numeric = args.resources.clone();
     numeric.extend(["wall_time".to_string(), INPUT_BYTES.to_string()]);
+    if args.schedule_memory.is_some() {
+        numeric.extend(["memory".to_string(), "cpu_time".to_string()]);
+    }
     Ok(TraceOptions {
         category_columns: args.category_columns.clone(),
         renames: pairs("column", &args.columns)?,
@@ -152,4 +158,68 @@ fn write_table(
         }
     }
     Ok(())
+}
+
+/// `--schedule-memory`: the calls replayed in time on one node, a makespan per sizing.
+fn schedule_trace(args: &SimulateArgs, trace: &Trace, strategies: &[Strategy], memory: f64) -> i32 {
+    use lfm_monitor::sizing::schedule::{calls_of, schedule, NodeShape, Sizing};
+    if !(memory > 0.0 && args.schedule_cores > 0.0 && args.schedule_slots > 0) {
+        eprintln!(
+            "error: --schedule-memory, --schedule-cores and --schedule-slots must be above 0"
+        );
+        return EXIT_USAGE;
+    }
+    let (calls, categories) = match calls_of(trace) {
+        Ok(found) => found,
+        Err(error) => {
+            eprintln!("error: {}: {error}", args.trace.display());
+            return EXIT_USAGE;
+        }
+    };
+    let node = NodeShape {
+        memory,
+        cores: args.schedule_cores,
+        slots: args.schedule_slots,
+    };
+    let largest = calls.iter().map(|c| c.used).fold(0.0, f64::max);
+    let mut sizings = vec![Sizing::Fixed(memory), Sizing::Fixed(largest.min(memory))];
+    sizings.extend(strategies.iter().map(|s| Sizing::Strategy(*s)));
+    sizings.push(Sizing::Oracle);
+    let timelines: Vec<_> = sizings
+        .into_iter()
+        .map(|sizing| schedule(&calls, categories, sizing, node))
+        .collect();
+    let mut out = std::io::stdout().lock();
+    let written = match args.format {
+        SimulateFormat::Json => writeln!(out, "{}", serde_json::json!({ "schedule": timelines })),
+        SimulateFormat::Table => {
+            let _ = writeln!(
+                out,
+                "{} calls on a node of {memory} MB, {} cores, {} slots:",
+                calls.len(),
+                args.schedule_cores,
+                args.schedule_slots
+            );
+            let _ = writeln!(
+                out,
+                "  {:36} {:>10} {:>8} {:>9} {:>9}",
+                "sizing", "makespan", "retries", "mem used", "allocated"
+            );
+            timelines.iter().try_for_each(|t| {
+                writeln!(
+                    out,
+                    "  {:36} {:>9.1}s {:>8} {:>8.1}% {:>8.1}%",
+                    t.sizing,
+                    t.makespan,
+                    t.retries,
+                    100.0 * t.memory_used,
+                    100.0 * t.memory_allocated
+                )
+            })
+        }
+    };
+    if written.is_err() {
+        return EXIT_FAILED;
+    }
+    0
 }

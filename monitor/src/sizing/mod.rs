@@ -22,6 +22,7 @@ pub mod history;
 mod low_wastage;
 pub mod policy;
 mod regression;
+pub mod schedule;
 pub mod simulate;
 mod sizey;
 pub mod trace;
