@@ -21,6 +21,8 @@
 
 #[cfg(test)]
 use super::regression::least_squares;
+mod neighbours;
+
 use super::regression::{kendall_tau, quantile, Line, Sample};
 
 /// Recent tasks whose errors weigh a regressor's accuracy and offset.
@@ -96,7 +98,7 @@ impl Sizey {
     }
 
     /// Each regressor's raw prediction for `input`.
-    fn raw(&self, input: f64) -> [f64; 3] {
+    fn raw(&mut self, input: f64) -> [f64; 3] {
         REGRESSORS.map(|r| self.columns.predict(r, input))
     }
 
@@ -183,6 +185,7 @@ struct Columns {
     /// The largest use and its input (the earliest of equal uses), and the smallest use.
     largest: (f64, f64),
     smallest: f64,
+    by_input: neighbours::ByInput,
 }
 
 impl Default for Columns {
@@ -194,6 +197,7 @@ impl Default for Columns {
             log_log: Moments::default(),
             largest: (0.0, 0.0),
             smallest: f64::INFINITY,
+            by_input: Default::default(),
         }
     }
 }
@@ -253,7 +257,7 @@ impl Columns {
         self.smallest = self.smallest.min(sample.used);
     }
 
-    fn predict(&self, regressor: Regressor, input: f64) -> f64 {
+    fn predict(&mut self, regressor: Regressor, input: f64) -> f64 {
         match regressor {
             Regressor::Linear => self.linear.line().at(input),
             // log(use) = a + b·log(input): memory that grows slower (or faster) than input.
@@ -264,17 +268,9 @@ impl Columns {
 
     /// The uses of the [`NEIGHBOURS`] samples of input nearest `input`, nearest first, the
     /// earlier first among equally near (what a stable sort by distance puts first).
-    fn nearest(&self, input: f64) -> Vec<(f64, f64)> {
-        let mut nearest: Vec<(f64, f64)> = Vec::with_capacity(NEIGHBOURS + 1);
-        for (&x, &used) in self.input.iter().zip(&self.used) {
-            let distance = (x - input).abs();
-            let at = nearest.partition_point(|n| n.0.total_cmp(&distance).is_le());
-            if at < NEIGHBOURS {
-                nearest.insert(at, (distance, used));
-                nearest.truncate(NEIGHBOURS);
-            }
-        }
-        nearest
+    fn nearest(&mut self, input: f64) -> Vec<(f64, f64)> {
+        let found = self.by_input.nearest(&self.input, input, NEIGHBOURS);
+        found.into_iter().map(|(d, i)| (d, self.used[i])).collect()
     }
 }
 
