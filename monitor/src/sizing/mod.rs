@@ -168,7 +168,7 @@ pub const STEADY_TASKS: usize = 25;
 enum Model {
     None,
     LowWastage(low_wastage::LowWastage),
-    Sizey(sizey::Sizey),
+    Sizey(Box<sizey::Sizey>),
     BestSoFar(Box<best_so_far::BestSoFar>),
 }
 

@@ -415,7 +415,8 @@ mod tests {
                 let x = 1e6 + 4e9 * random.next_f64();
                 let y = 50.0 + 3e-7 * x * (0.8 + 0.4 * random.next_f64());
                 moments.push(x, y);
-                (xs.push(x), ys.push(y));
+                xs.push(x);
+                ys.push(y);
             }
             let (running, two_pass) = (moments.line(), least_squares(&xs, &ys));
             for x in [0.0, 1e9, 5e9] {
@@ -427,7 +428,9 @@ mod tests {
             }
         }
         let mut flat = Moments::default();
-        [(7.0, 1.0), (7.0, 2.0), (7.0, 6.0)].map(|(x, y)| flat.push(x, y));
+        for (x, y) in [(7.0, 1.0), (7.0, 2.0), (7.0, 6.0)] {
+            flat.push(x, y);
+        }
         assert_eq!((flat.line().slope, flat.line().intercept), (0.0, 3.0));
     }
 
