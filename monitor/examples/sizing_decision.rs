@@ -7,7 +7,10 @@
 //! - after a run of the category is recorded (the steady state: each decision has one new run
 //!   to size through every candidate);
 //! - the first decision of the category: its tallies and window cache removed first (a history
-//!   made before them, or a category recorded without sizing), ROUNDS / 10 times.
+//!   made before them, or a category recorded without sizing), ROUNDS / 10 times;
+//! - the decisions after a first one, while its tally catches up with the window (each replays
+//!   up to `REPLAY_PER_DECISION` runs through every candidate): every one of them, untimed by
+//!   the other cases, which start from a tally that has caught up.
 //!
 //! It WRITES to HISTORY (a run per round, tallies, the window cache): give it a copy.
 //! Prints p50 and p99 in milliseconds.
@@ -16,7 +19,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use lfm_monitor::sizing::advice;
-use lfm_monitor::sizing::history::{History, Imported};
+use lfm_monitor::sizing::best_so_far::REPLAY_PER_DECISION;
+use lfm_monitor::sizing::history::{History, Imported, SIZING_WINDOW};
 use lfm_monitor::sizing::Strategy;
 
 fn decide(history: &History, category: &str, strategy: Strategy) -> f64 {
@@ -28,6 +32,17 @@ fn decide(history: &History, category: &str, strategy: Strategy) -> f64 {
         .filter(|&resource| advice::measured(&rows, resource))
         .map(|resource| advice::next_allocation(&rows, strategy, resource, None, Some(history)))
         .sum()
+}
+
+/// The decisions a tally with nothing of the window needs to catch up with it, each timed.
+fn catch_up(history: &History, category: &str, strategy: Strategy) -> Vec<f64> {
+    (0..SIZING_WINDOW.div_ceil(REPLAY_PER_DECISION))
+        .map(|_| {
+            timed(|| {
+                std::hint::black_box(decide(history, category, strategy));
+            })
+        })
+        .collect()
 }
 
 fn percentiles(mut times: Vec<f64>) -> String {
@@ -88,7 +103,9 @@ fn main() {
     let path = Path::new(path);
     let open = History::open(path).expect("opening the history");
     decide(&open, category, strategy);
+    catch_up(&open, category, strategy);
     let (mut warm, mut cold, mut recorded, mut first) = (vec![], vec![], vec![], vec![]);
+    let mut catching = vec![];
     for round in 0..rounds {
         warm.push(timed(|| {
             std::hint::black_box(decide(&open, category, strategy));
@@ -106,6 +123,7 @@ fn main() {
             first.push(timed(|| {
                 std::hint::black_box(decide(&open, category, strategy));
             }));
+            catching.extend(catch_up(&open, category, strategy));
         }
     }
     println!("decision, history open            {}", percentiles(warm));
@@ -115,4 +133,8 @@ fn main() {
         percentiles(recorded)
     );
     println!("first decision (no tallies/cache) {}", percentiles(first));
+    println!(
+        "decisions catching up after it    {}",
+        percentiles(catching)
+    );
 }

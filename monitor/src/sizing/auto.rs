@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::best_so_far::Tally;
+use super::best_so_far::{Tally, REPLAY_PER_DECISION};
 use super::history::{cores_needed, History, Row};
 use super::{sizer_from_history, Resource, Sizer, Strategy};
 use crate::limits::Limits;
@@ -90,8 +90,16 @@ impl AutoLimit {
             .zip(last)
             .and_then(|(h, row)| h.tally(&row.category, self.name()));
         let used = |r: &Row| self.used(r);
-        let sizer = sizer_from_history(rows, strategy, resource, self.name(), used, kept.as_ref());
-        let further = sizer.tally(last.map_or(0, |row| row.id));
+        // Without a history to keep the tally in, the next decision could not go on from it.
+        let at_most = match history {
+            Some(_) => REPLAY_PER_DECISION,
+            None => usize::MAX,
+        };
+        let name = self.name();
+        let sizer =
+            sizer_from_history(rows, strategy, resource, name, used, kept.as_ref(), at_most);
+        let tallied_to = sizer.tallied_to().or(last.map(|row| row.id));
+        let further = sizer.tally(tallied_to.unwrap_or(0));
         if let (Some(h), Some(row), Some(tally)) = (history, last, further) {
             // Not again when only the node moved (a disk's is the space left, which moves
             // between any two decisions): a write per decision for nothing.

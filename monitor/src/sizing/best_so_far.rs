@@ -12,6 +12,7 @@
 //! by replay, in the spirit of the per-category choice of Tovar et al.'s archive; it is lfm's
 //! own, not from one paper.
 
+use super::regression::Line;
 use super::{Resource, Sizer, Strategy};
 
 /// The strategies `best-so-far` chooses among, in order of preference on a tie (before any
@@ -59,6 +60,13 @@ pub const RETRIED_SHARE: f64 = 0.05;
 /// the cheapest.
 pub const RETRY_AVOIDANCE: f64 = 1.25;
 
+/// Runs a decision replays through the candidates at most (each is sized by all five, over a
+/// window of up to 1,000 runs). A category's first decision, or one after its tally was lost,
+/// replays its window's oldest runs this many at a time, one batch per decision, the others
+/// only learnt: its cost stays that of a few runs, and the tally catches up with the window
+/// over the next decisions (in the steady state a decision has one run to replay).
+pub const REPLAY_PER_DECISION: usize = 16;
+
 /// What `best-so-far` has replayed of a category, kept between decisions (in the history's
 /// `sizing_tallies` table) so that a decision replays only the runs since the last one.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -73,6 +81,12 @@ pub struct Tally {
     pub used: f64,
     /// Each candidate's name, allocation × time and tasks retried.
     pub candidates: Vec<(String, f64, usize)>,
+    /// Low-wastage regression's line and the tasks replayed since it was trained: resumed, a
+    /// decision retrains it only when one replay of every run would (a training searches
+    /// lines over the whole window, the costliest part of sizing a run). Absent in tallies
+    /// saved before it: the line is then trained afresh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub low_wastage: Option<(Line, usize)>,
 }
 
 pub struct BestSoFar {
@@ -187,6 +201,7 @@ impl BestSoFar {
                 .iter()
                 .map(|c| (c.sizer.strategy.name().to_string(), c.allocated, c.retried))
                 .collect(),
+            low_wastage: self.candidates.iter().find_map(|c| c.sizer.line_state()),
         }
     }
 
@@ -206,6 +221,11 @@ impl BestSoFar {
                 (c.allocated, c.retried) = (t.1, t.2);
             }
             (self.tasks, self.used) = (tally.tasks, tally.used);
+            if let Some((line, since)) = tally.low_wastage {
+                self.candidates
+                    .iter_mut()
+                    .for_each(|c| c.sizer.resume_line(line, since));
+            }
         }
         same
     }

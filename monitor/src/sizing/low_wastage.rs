@@ -14,7 +14,7 @@
 //! input barely varies (spread below 5% of its mean, the paper's test) only flat lines are
 //! tried: the strategy becomes the wastage-minimising constant.
 
-use super::regression::{doubling_cost, least_squares, quantile, Line, Sample};
+use super::regression::{doubling_cost, least_squares, quantile_of_sorted, Line, Sample};
 
 /// Witt et al.'s quantile candidates, 1 − a² for a in linspace(0.01, 0.7, 5).
 const QUANTILES: [f64; 5] = [0.9999, 0.968_975, 0.877_9, 0.725_775, 0.51];
@@ -26,18 +26,40 @@ const SEARCH_EVALUATIONS: usize = 200;
 pub struct LowWastage {
     samples: Vec<Sample>,
     line: Option<Line>,
-    /// Samples at the last training: the model is retrained once the category grew by a
-    /// sixteenth (every task while small), so training stays O(n) amortised per task.
-    trained_on: usize,
+    /// Tasks recorded since the last training: the model is retrained once the category grew
+    /// by a sixteenth (every task while small), so training stays O(n) amortised per task.
+    /// Counted rather than read from the sample count, for a decision resumes the model
+    /// ([`LowWastage::resume`]) over a window whose size no longer grows.
+    since_training: usize,
 }
 
 impl LowWastage {
+    /// A task that ended: it joins the samples and counts toward the next training.
     pub fn record(&mut self, sample: Sample) {
+        self.samples.push(sample);
+        self.since_training += 1;
+    }
+
+    /// A task the model has seen before (a decision reading the runs its tally holds): it
+    /// joins the samples only; its count is in what [`LowWastage::resume`] was given.
+    pub fn learn(&mut self, sample: Sample) {
         self.samples.push(sample);
     }
 
     pub fn samples(&self) -> usize {
         self.samples.len()
+    }
+
+    /// The line in use and the tasks recorded since it was trained (None: not trained yet).
+    pub fn state(&self) -> Option<(Line, usize)> {
+        self.line.map(|line| (line, self.since_training))
+    }
+
+    /// Take up a line trained by an earlier decision over the same tasks, so that a decision
+    /// retrains only when [`LowWastage::record`] says it is due, as one long replay would.
+    pub fn resume(&mut self, line: Line, since_training: usize) {
+        self.line = Some(line);
+        self.since_training = since_training;
     }
 
     /// The first allocation of a task of `input` bytes (None before any task finished).
@@ -47,9 +69,9 @@ impl LowWastage {
         if n == 0 {
             return None;
         }
-        if self.line.is_none() || n - self.trained_on >= (n / 16).max(1) {
+        if self.line.is_none() || self.since_training >= (n / 16).max(1) {
             self.line = Some(train(&self.samples, node, floor));
-            self.trained_on = n;
+            self.since_training = 0;
         }
         self.line.map(|line| line.at(input).max(floor))
     }
@@ -67,27 +89,37 @@ fn wastage(line: Line, samples: &[Sample], node: f64, floor: f64) -> f64 {
 /// The starting lines: for each candidate slope (none, least squares, interquartile), the
 /// intercepts putting the line at each quantile of the residuals.
 fn candidates(samples: &[Sample]) -> Vec<Line> {
-    let xs: Vec<f64> = samples.iter().map(|s| s.input).collect();
-    let ys: Vec<f64> = samples.iter().map(|s| s.used).collect();
-    let mean_x = xs.iter().sum::<f64>() / xs.len() as f64;
-    let spread = quantile(&xs, 1.0) - quantile(&xs, 0.0);
+    let xs = sorted(samples.iter().map(|s| s.input));
+    let ys = sorted(samples.iter().map(|s| s.used));
+    let q = quantile_of_sorted;
+    // In the samples' order, as before the sort: the same sum to the last bit.
+    let mean_x = samples.iter().map(|s| s.input).sum::<f64>() / xs.len() as f64;
+    let spread = q(&xs, 1.0) - q(&xs, 0.0);
     let mut slopes = vec![0.0];
     if spread > 0.05 * mean_x {
-        slopes.push(least_squares(&xs, &ys).slope.max(0.0));
-        let iqr_x = quantile(&xs, 0.75) - quantile(&xs, 0.25);
+        let (input, used): (Vec<f64>, Vec<f64>) = samples.iter().map(|s| (s.input, s.used)).unzip();
+        slopes.push(least_squares(&input, &used).slope.max(0.0));
+        let iqr_x = q(&xs, 0.75) - q(&xs, 0.25);
         if iqr_x > 0.0 {
-            slopes.push((quantile(&ys, 0.75) - quantile(&ys, 0.25)) / iqr_x);
+            slopes.push((q(&ys, 0.75) - q(&ys, 0.25)) / iqr_x);
         }
     }
     let mut lines = Vec::new();
     for slope in slopes {
-        let residuals: Vec<f64> = samples.iter().map(|s| s.used - slope * s.input).collect();
-        for q in QUANTILES {
-            let intercept = quantile(&residuals, q);
+        let residuals = sorted(samples.iter().map(|s| s.used - slope * s.input));
+        for quantile in QUANTILES {
+            let intercept = q(&residuals, quantile);
             lines.push(Line { slope, intercept });
         }
     }
     lines
+}
+
+/// The values sorted, for several quantiles of one sort.
+fn sorted(values: impl Iterator<Item = f64>) -> Vec<f64> {
+    let mut sorted: Vec<f64> = values.collect();
+    sorted.sort_by(f64::total_cmp);
+    sorted
 }
 
 /// The best candidate, refined by a compass search. The line is moved by its heights at two
@@ -110,8 +142,8 @@ fn train(samples: &[Sample], node: f64, floor: f64) -> Line {
             best = (line, c);
         }
     }
-    let xs: Vec<f64> = samples.iter().map(|s| s.input).collect();
-    let (low, high) = (quantile(&xs, 0.1), quantile(&xs, 0.9));
+    let xs = sorted(samples.iter().map(|s| s.input));
+    let (low, high) = (quantile_of_sorted(&xs, 0.1), quantile_of_sorted(&xs, 0.9));
     let sloped = best.0.slope != 0.0 && high > low;
     let through = |a: f64, b: f64| {
         let slope = if sloped {

@@ -169,7 +169,7 @@ pub const STEADY_TASKS: usize = 25;
 enum Model {
     None,
     LowWastage(low_wastage::LowWastage),
-    Sizey(sizey::Sizey),
+    Sizey(Box<sizey::Sizey>),
     BestSoFar(Box<best_so_far::BestSoFar>),
 }
 
@@ -193,6 +193,8 @@ pub struct Sizer {
     model: Model,
     /// The input size of the task being sized (its retries need it).
     input: Option<f64>,
+    /// For `best-so-far` read from a history: the id of the last row its tally holds.
+    tallied_to: Option<i64>,
 }
 
 impl Sizer {
@@ -217,6 +219,7 @@ impl Sizer {
             buckets: None,
             model,
             input: None,
+            tallied_to: None,
         }
     }
 
@@ -311,9 +314,10 @@ impl Sizer {
             Model::BestSoFar(m) if exhausted => m.exhausted(used, time),
             Model::BestSoFar(m) => m.finished(used, time, input),
             Model::Sizey(m) if !exhausted => m.record(sample(used, time, input)),
+            Model::LowWastage(m) if !exhausted => m.record(sample(used, time, input)),
             _ => {}
         }
-        self.record_points(used, time, exhausted, input);
+        self.record_points(used, time, exhausted);
     }
 
     /// [`Sizer::record_task`] of a run whose sizing is known already: `best-so-far` does not
@@ -332,19 +336,15 @@ impl Sizer {
             Model::BestSoFar(m) => m.learn(used, time, exhausted, input, recent),
             Model::Sizey(m) if !exhausted && recent => m.record(sample(used, time, input)),
             Model::Sizey(m) if !exhausted => m.record_untracked(sample(used, time, input)),
+            Model::LowWastage(m) if !exhausted => m.learn(sample(used, time, input)),
             _ => {}
         }
-        self.record_points(used, time, exhausted, input);
+        self.record_points(used, time, exhausted);
     }
 
     /// What every strategy keeps of a run: max-seen, and the points of normally ended ones.
-    fn record_points(&mut self, used: f64, time: f64, exhausted: bool, input: Option<f64>) {
+    fn record_points(&mut self, used: f64, time: f64, exhausted: bool) {
         self.max_seen = self.max_seen.max(used);
-        if let Model::LowWastage(m) = &mut self.model {
-            if !exhausted {
-                m.record(sample(used, time, input));
-            }
-        }
         if exhausted {
             return;
         }
@@ -375,11 +375,32 @@ impl Sizer {
         }
     }
 
+    /// For `best-so-far` read from a history ([`sizer_from_history`]): the id of the last row
+    /// its tally holds (None: it holds none).
+    pub fn tallied_to(&self) -> Option<i64> {
+        self.tallied_to
+    }
+
     /// For `best-so-far`: the strategy in charge of the category and why.
     pub fn choice(&self) -> Option<best_so_far::Choice> {
         match &self.model {
             Model::BestSoFar(m) => Some(m.choice()),
             _ => None,
+        }
+    }
+
+    /// For low-wastage regression: its line and the tasks recorded since it was trained.
+    fn line_state(&self) -> Option<(regression::Line, usize)> {
+        match &self.model {
+            Model::LowWastage(m) => m.state(),
+            _ => None,
+        }
+    }
+
+    /// For low-wastage regression: take up a line an earlier decision trained.
+    fn resume_line(&mut self, line: regression::Line, since_training: usize) {
+        if let Model::LowWastage(m) = &mut self.model {
+            m.resume(line, since_training);
         }
     }
 
@@ -451,7 +472,9 @@ fn sample(used: f64, time: f64, input: Option<f64>) -> Sample {
 /// A Sizer that has seen `rows` (in order, with their input sizes): normally ended runs as
 /// points, runs killed for this resource as exhausted (raising max-seen only). `value` reads
 /// the resource of a row. For `best-so-far`, `tally` holds the replay of the rows up to its
-/// `last_id` (made against the same node): only the rows after it are replayed.
+/// `last_id` (made against the same node): only the rows after it are replayed, at most
+/// `replay_at_most` of them; the others are learnt without being replayed, and
+/// [`Sizer::tallied_to`] says where the replay stopped, for the next decision to go on from.
 pub fn sizer_from_history(
     rows: &[history::Row],
     strategy: Strategy,
@@ -459,38 +482,69 @@ pub fn sizer_from_history(
     name: &str,
     value: impl Fn(&history::Row) -> Option<f64>,
     tally: Option<&best_so_far::Tally>,
+    replay_at_most: usize,
 ) -> Sizer {
     let mut sizer = Sizer::new(strategy, resource);
+    let best_so_far = matches!(sizer.model, Model::BestSoFar(_));
     let tallied = match (&mut sizer.model, tally) {
         (Model::BestSoFar(m), Some(tally)) => match m.resume(tally) {
-            true => tally.last_id,
-            false => i64::MIN,
+            true => Some(tally.last_id),
+            false => None,
         },
-        _ => i64::MIN,
+        _ => None,
     };
+    sizer.tallied_to = tallied;
+    let mut replayed = 0;
+    // Sizey weighs the errors of the last runs before each it sizes: those before the first
+    // run replayed, and the window's last (before the next decision).
+    let first_new = (rows.iter())
+        .position(|r| tallied.is_none_or(|last| r.id > last))
+        .unwrap_or(rows.len());
+    let last_few = |index: usize| index < first_new && index + sizey::WINDOW >= first_new;
     let recent = rows.len().saturating_sub(sizey::WINDOW);
     for (index, row) in rows.iter().enumerate() {
-        let Some(used) = value(row) else { continue };
-        // Wall time weighs a run in the histogram strategies, as in `simulate` (1 without).
-        let time = if row.wall_time > 0.0 {
-            row.wall_time
-        } else {
-            1.0
-        };
-        let exhausted = if history::ended_normally(row) {
-            false
-        } else if row.exceeded.split(',').any(|r| r == name) {
-            true
-        } else {
+        let Some((used, time, exhausted)) = row_use(row, name, &value) else {
             continue;
         };
-        if row.id <= tallied || (index < recent && !matches!(sizer.model, Model::BestSoFar(_))) {
-            sizer.learn(used, time, exhausted, row.input_bytes, index >= recent);
+        let known = if best_so_far {
+            tallied.is_some_and(|last| row.id <= last) || replayed >= replay_at_most
+        } else {
+            index < recent
+        };
+        if known {
+            let weighed = index >= recent || (best_so_far && last_few(index));
+            sizer.learn(used, time, exhausted, row.input_bytes, weighed);
         } else {
             sizer.record_task(used, time, exhausted, row.input_bytes);
+            replayed += 1;
+            sizer.tallied_to = Some(row.id).filter(|_| best_so_far);
         }
     }
     sizer
+}
+
+/// What `row` says of the resource `value` reads: its use, its weight (wall time, or 1 without,
+/// as in `simulate`) and whether it ran out of it (`name`); None for a run that ended otherwise
+/// (it says nothing of its need) or did not measure the resource.
+fn row_use(
+    row: &history::Row,
+    name: &str,
+    value: impl Fn(&history::Row) -> Option<f64>,
+) -> Option<(f64, f64, bool)> {
+    let used = value(row)?;
+    let time = if row.wall_time > 0.0 {
+        row.wall_time
+    } else {
+        1.0
+    };
+    let exhausted = if history::ended_normally(row) {
+        false
+    } else if row.exceeded.split(',').any(|r| r == name) {
+        true
+    } else {
+        return None;
+    };
+    Some((used, time, exhausted))
 }
 
 /// The strategy `--auto` and `lfm size` use unless told otherwise (docs/sizing.md).

@@ -13,7 +13,7 @@ pub struct Sample {
 }
 
 /// y = intercept + slope·x.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Line {
     pub slope: f64,
     pub intercept: f64,
@@ -44,11 +44,16 @@ pub fn least_squares(xs: &[f64], ys: &[f64]) -> Line {
 
 /// The q-quantile (0..=1) of `values`, linearly interpolated (numpy's default); 0 if empty.
 pub fn quantile(values: &[f64], q: f64) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
+    quantile_of_sorted(&sorted, q)
+}
+
+/// [`quantile`] of values sorted already: several quantiles of one vector cost one sort.
+pub fn quantile_of_sorted(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
     let at = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
     let (low, high) = (at.floor() as usize, at.ceil() as usize);
     sorted[low] + (sorted[high] - sorted[low]) * (at - low as f64)

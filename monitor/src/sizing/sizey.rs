@@ -19,6 +19,8 @@
 //! regressor's real online predictions over the last [`WINDOW`] tasks rather than by
 //! cross-validation over all of them.
 
+mod neighbours;
+
 use super::regression::{kendall_tau, least_squares, quantile, Line, Sample};
 
 /// Recent tasks whose errors weigh a regressor's accuracy and offset.
@@ -94,7 +96,7 @@ impl Sizey {
     }
 
     /// Each regressor's raw prediction for `input`.
-    fn raw(&self, input: f64) -> [f64; 3] {
+    fn raw(&mut self, input: f64) -> [f64; 3] {
         REGRESSORS.map(|r| self.columns.predict(r, input))
     }
 
@@ -113,11 +115,7 @@ impl Sizey {
         };
         let best = (0..3).fold(0, |b, i| if raq(i) > raq(b) { i } else { b });
         let offset = dynamic_offset(&self.errors[best], self.largest().0);
-        let smallest = self
-            .samples
-            .iter()
-            .map(|s| s.used)
-            .fold(f64::INFINITY, f64::min);
+        let smallest = self.columns.smallest;
         let allocation = raw[best] * (1.0 + offset);
         Some(if allocation > 0.0 {
             allocation
@@ -147,15 +145,9 @@ impl Sizey {
         }
     }
 
-    /// The largest use seen and its input.
+    /// The largest use seen and its input (the earliest of equal uses).
     fn largest(&self) -> (f64, f64) {
-        self.samples.iter().fold((0.0, 0.0), |(u, x), s| {
-            if s.used > u {
-                (s.used, s.input)
-            } else {
-                (u, x)
-            }
-        })
+        self.columns.largest
     }
 }
 
@@ -178,13 +170,36 @@ fn mean(values: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
-/// Each sample's input and use, and their logarithms (the power law's axes).
-#[derive(Debug, Clone, Default)]
+/// Each sample's input and use, and their logarithms (the power law's axes), kept as they
+/// come rather than made again at each prediction (a history's replay predicts for each
+/// recent run); the largest and smallest use; and the inputs sorted, for the neighbours.
+/// The least-squares fits stay two passes over the columns: running sums (Welford's) were
+/// tried and differ in the last bits, enough to move Sizey's choices and best-so-far's waste
+/// on nfcore_sizey's eager by 0.4 points (docs/benchmarks.md).
+#[derive(Debug, Clone)]
 struct Columns {
     input: Vec<f64>,
     used: Vec<f64>,
     ln_input: Vec<f64>,
     ln_used: Vec<f64>,
+    /// The largest use and its input (the earliest of equal uses), and the smallest use.
+    largest: (f64, f64),
+    smallest: f64,
+    by_input: neighbours::ByInput,
+}
+
+impl Default for Columns {
+    fn default() -> Columns {
+        Columns {
+            input: Vec::new(),
+            used: Vec::new(),
+            ln_input: Vec::new(),
+            ln_used: Vec::new(),
+            largest: (0.0, 0.0),
+            smallest: f64::INFINITY,
+            by_input: Default::default(),
+        }
+    }
 }
 
 /// The power law's axis: log(v + 1), 0 and below at 0.
@@ -198,9 +213,13 @@ impl Columns {
         self.used.push(sample.used);
         self.ln_input.push(ln(sample.input));
         self.ln_used.push(ln(sample.used));
+        if sample.used > self.largest.0 {
+            self.largest = (sample.used, sample.input);
+        }
+        self.smallest = self.smallest.min(sample.used);
     }
 
-    fn predict(&self, regressor: Regressor, input: f64) -> f64 {
+    fn predict(&mut self, regressor: Regressor, input: f64) -> f64 {
         match regressor {
             Regressor::Linear => least_squares(&self.input, &self.used).at(input),
             // log(use) = a + b·log(input): memory that grows slower (or faster) than input.
@@ -214,17 +233,9 @@ impl Columns {
 
     /// The uses of the [`NEIGHBOURS`] samples of input nearest `input`, nearest first, the
     /// earlier first among equally near (what a stable sort by distance puts first).
-    fn nearest(&self, input: f64) -> Vec<(f64, f64)> {
-        let mut nearest: Vec<(f64, f64)> = Vec::with_capacity(NEIGHBOURS + 1);
-        for (&x, &used) in self.input.iter().zip(&self.used) {
-            let distance = (x - input).abs();
-            let at = nearest.partition_point(|n| n.0.total_cmp(&distance).is_le());
-            if at < NEIGHBOURS {
-                nearest.insert(at, (distance, used));
-                nearest.truncate(NEIGHBOURS);
-            }
-        }
-        nearest
+    fn nearest(&mut self, input: f64) -> Vec<(f64, f64)> {
+        let found = self.by_input.nearest(&self.input, input, NEIGHBOURS);
+        found.into_iter().map(|(d, i)| (d, self.used[i])).collect()
     }
 }
 
