@@ -278,7 +278,8 @@ The return value is printed as JSON on stdout; the function's own output goes to
 Exit codes:
   0      the function returned (its value is on stdout, or in --result-file)
   1      the function raised (traceback on stderr; the report's exit.exception)
-  2      bad command line or arguments
+  2      bad command line or arguments, or an interpreter that cannot run it (missing,
+         older than 3.8, or failing to describe itself)
   3      the target was not found
   4      the value is not JSON: pass --result-file to get a pickle
   69     --gpus: the node has fewer GPUs than asked (or none)

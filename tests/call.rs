@@ -355,3 +355,32 @@ fn numpy_results_come_back_as_json_and_what_has_none_points_at_a_result_file() {
         "{stderr}"
     );
 }
+
+#[test]
+fn an_interpreter_that_cannot_run_the_call_is_a_usage_error_naming_it() {
+    let false_python = "/bin/false";
+    for (python, says) in [
+        (
+            "/nonexistent/python3",
+            "--python /nonexistent/python3: no such executable",
+        ),
+        ("no-such-python-here", "no such executable on PATH"),
+        (
+            false_python,
+            "the interpreter /bin/false failed to describe itself",
+        ),
+    ] {
+        // Sliced (the analyzer asks the interpreter first) and imported (it only runs it).
+        for mode in [&[][..], &["--import-module"][..]] {
+            if python == false_python && !mode.is_empty() {
+                continue; // it starts, and ends before the runner does: exit 71, not usage
+            }
+            let mut args = vec!["faults.py:add", "--python", python, "--args", "[1, 2]"];
+            args.extend_from_slice(mode);
+            let (output, _) = call(&args);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(2), "{python} {mode:?}: {stderr}");
+            assert!(stderr.contains(says), "{python} {mode:?}: {stderr}");
+        }
+    }
+}

@@ -1051,7 +1051,10 @@ fn a_call_without_a_memory_limit_is_held_to_its_share_of_the_node() {
         let report = &by_id(&replies, "share")["report"];
         // Half of what the node has for calls: 400M less what the serve and its zygote hold.
         let serve = report["allocation"]["serve_memory_bytes"].as_u64().unwrap();
-        assert!(serve > 0 && serve.is_multiple_of(16 << 20), "{name}: {report}");
+        assert!(
+            serve > 0 && serve.is_multiple_of(16 << 20),
+            "{name}: {report}"
+        );
         let share = ((400u64 << 20) - serve) / 2;
         assert_eq!(report["limits"]["memory_bytes"], share, "{name}");
         assert_eq!(report["allocation"]["memory_bytes"], share, "{name}");

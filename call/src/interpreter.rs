@@ -51,8 +51,16 @@ impl InterpreterChoice {
         }
         let cwd = std::env::current_dir().map_err(CallError::failed)?;
         if let Some(prefix) = &self.env {
+            let python = prefix.join("bin/python");
+            if !is_executable(&python) {
+                return Err(CallError::usage(format!(
+                    "--env {}: {} is not an executable interpreter",
+                    prefix.display(),
+                    python.display()
+                )));
+            }
             return Ok(Interpreter {
-                argv: vec![prefix.join("bin/python").into_os_string()],
+                argv: vec![python.into_os_string()],
                 source_roots: vec![cwd],
                 analysis_env: Environment::Prefix(prefix.clone()),
                 roots: self.roots.clone(),
@@ -60,6 +68,17 @@ impl InterpreterChoice {
             });
         }
         let python = self.python.clone().unwrap_or_else(|| "python3".into());
+        if find_executable(&python).is_none() {
+            return Err(CallError::usage(format!(
+                "--python {}: no such executable{}",
+                python.display(),
+                if python.components().count() == 1 {
+                    " on PATH"
+                } else {
+                    ""
+                }
+            )));
+        }
         Ok(Interpreter {
             argv: vec![python.clone().into_os_string()],
             source_roots: vec![cwd],
@@ -68,6 +87,21 @@ impl InterpreterChoice {
             pack_lease: None,
         })
     }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `python` itself when it names a path, else the first executable of that name on PATH.
+fn find_executable(python: &Path) -> Option<PathBuf> {
+    if python.components().count() > 1 {
+        return is_executable(python).then(|| python.to_path_buf());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(python))
+        .find(|candidate| is_executable(candidate))
 }
 
 /// Unpack `pack` into the default cache, whose budget `LFM_PACK_CACHE_MAX` may set.

@@ -32,7 +32,20 @@ pub fn slice(located: &Located, interpreter: &Interpreter) -> Result<Sliced> {
         roots,
         ..Options::default()
     };
-    let not_found = |e: lfm_analyzer::AnalyzeError| CallError::not_found(e.to_string());
+    // Only a missing target is "not found". An interpreter that cannot start or describe
+    // itself (Python 2 refuses: lfm_probes/interpreter.py) is the caller's choice (usage);
+    // anything else is lfm's failure.
+    let not_found = |e: lfm_analyzer::AnalyzeError| match e {
+        lfm_analyzer::AnalyzeError::TargetNotFound { .. } => CallError::not_found(e.to_string()),
+        other => {
+            let message = format!("{other:#}");
+            if message.contains("the interpreter ") {
+                CallError::usage(message)
+            } else {
+                CallError::failed(message)
+            }
+        }
+    };
     let analysis = prepare(std::slice::from_ref(&target), &options).map_err(not_found)?;
     let slice = analysis
         .function_slice()
