@@ -193,13 +193,22 @@ fn a_cores_limit_is_enforced() {
                 average < 0.7,
                 "{backend}: average cores {average} under --cores 0.5"
             );
-            // The limit was binding, and the Report says so.
+            // The limit was binding, and the Report says so; unless a loaded machine gave the
+            // two busy threads less than the limit all along (then nothing was throttled).
             let throttling = &report["cpu_throttling"];
-            assert!(
-                throttling["throttled_periods"].as_u64().unwrap() > 0
-                    && throttling["throttled_seconds"].as_f64().unwrap() > 0.0,
-                "{backend}: {throttling}"
-            );
+            let throttled = throttling["throttled_periods"].as_u64().unwrap();
+            if throttled == 0 {
+                assert!(
+                    average < 0.45,
+                    "{backend}: never throttled at {average} cores: {throttling}"
+                );
+                println!("NOTE {backend}: the machine gave the workload {average} cores, under the limit: nothing to throttle");
+            } else {
+                assert!(
+                    throttling["throttled_seconds"].as_f64().unwrap() > 0.0,
+                    "{backend}: {throttling}"
+                );
+            }
         } else {
             // No cpu controller: the supervisor kills a tree using more than limit + 0.25 cores.
             assert_eq!(output.status.code(), Some(125), "{backend}");
