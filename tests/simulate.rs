@@ -235,3 +235,71 @@ fn a_trace_in_other_columns_is_read_through_the_flags() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_schedule_on_one_node_gives_each_sizing_its_makespan() {
+    // Two categories: four calls of 300 MB that wait 2 s after 0.5 s of CPU, and two of 600 MB
+    // that only compute for 1 s; a 1000 MB node with 2 cores.
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("calls.csv");
+    let mut rows = String::from("category,memory,cpu_time,wall_time\n");
+    rows.push_str(&"wait,300,0.5,2.5\n".repeat(4));
+    rows.push_str(&"compute,600,1,1\n".repeat(2));
+    std::fs::write(&trace, rows).unwrap();
+    let trace = trace.to_str().unwrap();
+    let args = [
+        "simulate",
+        "--trace",
+        trace,
+        "--strategy",
+        "max-seen",
+        "--schedule-memory",
+        "1000",
+        "--schedule-cores",
+        "2",
+        "--format",
+        "json",
+    ];
+    let output = lfm(&args);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let timelines = report["schedule"].as_array().unwrap();
+    let names: Vec<&str> = timelines
+        .iter()
+        .map(|t| t["sizing"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["fixed 1000 MB", "fixed 600 MB", "max-seen", "oracle"]
+    );
+    let makespan = |i: usize| timelines[i]["makespan"].as_f64().unwrap();
+    // One at a time: 4 x 2.5 + 2 x 1.
+    assert!((makespan(0) - 12.0).abs() < 1e-6, "{report}");
+    // A fixed 600 MB leaves room for one call at a time too.
+    assert!((makespan(1) - 12.0).abs() < 1e-6, "{report}");
+    // The oracle: three waiting calls (900 MB) share the cores for their CPU (0.75 s), wait 2 s;
+    // then the fourth beside a compute call (both at full speed), then the other compute call:
+    // the fourth ends at 2.75 + 0.5 + 2.
+    assert!((makespan(3) - 5.25).abs() < 1e-6, "{report}");
+    // max-seen gives each category's first call the node, then its largest peak and a third
+    // of a bucket (rounded up to a bucket): between the two.
+    assert!(
+        makespan(3) < makespan(2) && makespan(2) < makespan(0),
+        "{report}"
+    );
+    assert_eq!(timelines[3]["retries"], 0);
+
+    let bad = lfm(&["simulate", "--trace", trace, "--schedule-memory", "0"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("must be above 0"));
+    let lonely = lfm(&["simulate", "--trace", trace, "--schedule-cores", "2"]);
+    assert_eq!(
+        lonely.status.code(),
+        Some(2),
+        "--schedule-cores needs --schedule-memory"
+    );
+}
