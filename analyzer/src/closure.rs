@@ -412,13 +412,13 @@ impl WorkNumbers {
                 scope,
                 optional,
                 ..
-            } => (self.scope(module, scope), optional),
+            } => return self.of_scope(module, scope, optional),
             Work::Definition {
                 module,
                 scope,
                 optional,
                 ..
-            } => (self.scopes as usize + self.scope(module, scope), optional),
+            } => return self.of_definition(module, scope, optional),
             Work::Name {
                 module,
                 name,
@@ -427,6 +427,14 @@ impl WorkNumbers {
             } => return self.of_name(module, name, optional),
         };
         2 * number + optional as usize
+    }
+
+    fn of_scope(&self, module: u32, scope: u32, optional: bool) -> usize {
+        2 * self.scope(module, scope) + optional as usize
+    }
+
+    fn of_definition(&self, module: u32, scope: u32, optional: bool) -> usize {
+        2 * (self.scopes as usize + self.scope(module, scope)) + optional as usize
     }
 
     /// Scope `scope` of `module`, numbered after the module imports and whole modules.
@@ -877,6 +885,17 @@ impl<'p, 'm> Walk<'p, 'm> {
                     self.follow_imported(module, *edge, None, &chain, optional);
                 }
                 Binding::Definition { scope } => {
+                    // Most definitions read are queued already: no chain link for them.
+                    let numbers = self.numbers;
+                    if self
+                        .seen
+                        .contains(numbers.of_scope(module, *scope, optional))
+                        && self
+                            .seen
+                            .contains(numbers.of_definition(module, *scope, optional))
+                    {
+                        continue;
+                    }
                     let chain = chain.then_new(summary.scope_name(*scope));
                     self.enqueue(Work::Scope {
                         module,
@@ -1057,11 +1076,14 @@ impl<'p, 'm> Walk<'p, 'm> {
         let project: &'p Project = self.project;
         let local = &project.modules[id as usize];
         self.local_modules.insert(id);
-        self.enqueue(Work::Module {
-            module: id,
-            chain: chain.then(&local.name),
-            optional,
-        });
+        // Its chain link is made only when the import is new: most are reached again and again.
+        if self.seen.insert(self.numbers.of_module(id, optional)) {
+            self.queue.push_back(Work::Module {
+                module: id,
+                chain: chain.then(&local.name),
+                optional,
+            });
+        }
         let what = (ModuleKind::Local, Some(local.display.as_str()), None);
         let entry = self.record_reached(&local.name, what, reason, chain, optional);
         entry.contexts |= contexts;
