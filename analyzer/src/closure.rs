@@ -126,6 +126,8 @@ struct Chain<'p>(Option<Rc<Link<'p>>>);
 struct Link<'p> {
     name: &'p str,
     parent: Chain<'p>,
+    /// Steps up to and including this one: reasons compare chain lengths on every merge.
+    depth: u32,
 }
 
 impl<'p> Chain<'p> {
@@ -137,6 +139,7 @@ impl<'p> Chain<'p> {
         Chain(Some(Rc::new(Link {
             name,
             parent: self.clone(),
+            depth: self.len() as u32 + 1,
         })))
     }
 
@@ -149,17 +152,11 @@ impl<'p> Chain<'p> {
     }
 
     fn len(&self) -> usize {
-        let mut length = 0;
-        let mut cursor = &self.0;
-        while let Some(link) = cursor {
-            length += 1;
-            cursor = &link.parent.0;
-        }
-        length
+        self.0.as_ref().map_or(0, |link| link.depth as usize)
     }
 
     fn to_steps(&self) -> Vec<&'p str> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(self.len());
         let mut cursor = &self.0;
         while let Some(link) = cursor {
             out.push(link.name);
@@ -240,7 +237,7 @@ struct Reached<'p> {
 struct ModuleMemo<'p> {
     reached: HashMap<&'p str, Reached<'p>>,
     missing: HashMap<&'p str, Missed<'p>>,
-    local_modules: BTreeSet<u32>,
+    local_modules: Vec<u32>,
     engine_uses: Vec<EngineUseView<'p>>,
 }
 
@@ -248,6 +245,7 @@ struct ModuleMemo<'p> {
 pub struct ModuleMemos<'p> {
     project: &'p Project,
     numbers: WorkNumbers,
+    lookups: EdgeLookups,
     memos: Vec<std::sync::OnceLock<ModuleMemo<'p>>>,
     /// Modules some local module imports: only their closures can be used more than once
     /// (others are only their own module target), so only theirs are kept.
@@ -270,6 +268,7 @@ impl<'p> ModuleMemos<'p> {
         ModuleMemos {
             project,
             numbers: WorkNumbers::new(project),
+            lookups: EdgeLookups::new(project),
             memos: (0..project.modules.len())
                 .map(|_| std::sync::OnceLock::new())
                 .collect(),
@@ -284,7 +283,7 @@ impl<'p> ModuleMemos<'p> {
         }
         Some(self.memos[module as usize].get_or_init(|| {
             // A plain walk (no memos inside: import cycles would make them wait on themselves).
-            let mut walk = Walk::new(self.project, &self.numbers, None);
+            let mut walk = Walk::new(self.project, &self.numbers, &self.lookups, None);
             walk.enqueue(Work::Module {
                 module,
                 chain: Chain::default(),
@@ -294,11 +293,78 @@ impl<'p> ModuleMemos<'p> {
             ModuleMemo {
                 reached: std::mem::take(&mut walk.reached),
                 missing: std::mem::take(&mut walk.missing),
-                local_modules: std::mem::take(&mut walk.local_modules),
+                local_modules: std::mem::take(&mut walk.local_modules)
+                    .into_iter()
+                    .collect(),
                 engine_uses: std::mem::take(&mut walk.engine_uses),
             }
         }))
     }
+}
+
+/// What the bound name of each import edge of a local module is in local code ([`Found`]),
+/// worked out on the first read through the edge and kept for the run: finding it searches
+/// name tables and follows re-exports from module to module, and the walks of a large local
+/// tree read through the same edges millions of times.
+struct EdgeLookups {
+    modules: Vec<std::sync::OnceLock<Box<[Resolved]>>>,
+}
+
+/// An import edge's bound name, as [`Walk::follow_imported`] continues from it.
+#[derive(Debug, Clone, Copy)]
+enum Resolved {
+    Found(Found),
+    /// A namespace package (no module of its own): its submodules are found by full name.
+    Namespace,
+}
+
+impl EdgeLookups {
+    fn new(project: &Project) -> EdgeLookups {
+        EdgeLookups {
+            modules: (0..project.modules.len())
+                .map(|_| std::sync::OnceLock::new())
+                .collect(),
+        }
+    }
+
+    fn get(&self, project: &Project, module: u32, edge: u32) -> Resolved {
+        let loaded = &project.modules[module as usize];
+        // Installed modules' edges lead to installed code, not followed: not worth the memory.
+        if !loaded.installed.is_empty() {
+            return resolve_edge(project, module, edge);
+        }
+        let edges = self.modules[module as usize].get_or_init(|| {
+            (0..loaded.summary.imports.len() as u32)
+                .map(|edge| resolve_edge(project, module, edge))
+                .collect()
+        });
+        edges
+            .get(edge as usize)
+            .copied()
+            .unwrap_or(Resolved::Found(Found::Nothing))
+    }
+}
+
+/// What the name bound by import edge `edge` of `module` is in local code.
+fn resolve_edge(project: &Project, module: u32, edge: u32) -> Resolved {
+    let loaded = &project.modules[module as usize];
+    let summary = &loaded.summary;
+    let Some(edge_ref) = summary.imports.get(edge as usize) else {
+        return Resolved::Found(Found::Nothing);
+    };
+    let found = match loaded.bound.get(edge as usize) {
+        Some(Some(bound)) => match project.module_named(bound) {
+            Some(id) => Found::Module(id),
+            None => return Resolved::Namespace,
+        },
+        _ => match (summary.edge_member(edge_ref), last_local(loaded, edge)) {
+            (Some(member), Some(holder)) if member != "*" => {
+                find_member(project, holder, member, &mut Vec::new())
+            }
+            _ => Found::Nothing,
+        },
+    };
+    Resolved::Found(found)
 }
 
 /// Where each work item's "already queued" bit is in a [`Visited`] set: module imports, whole
@@ -346,13 +412,13 @@ impl WorkNumbers {
                 scope,
                 optional,
                 ..
-            } => (self.scope(module, scope), optional),
+            } => return self.of_scope(module, scope, optional),
             Work::Definition {
                 module,
                 scope,
                 optional,
                 ..
-            } => (self.scopes as usize + self.scope(module, scope), optional),
+            } => return self.of_definition(module, scope, optional),
             Work::Name {
                 module,
                 name,
@@ -361,6 +427,14 @@ impl WorkNumbers {
             } => return self.of_name(module, name, optional),
         };
         2 * number + optional as usize
+    }
+
+    fn of_scope(&self, module: u32, scope: u32, optional: bool) -> usize {
+        2 * self.scope(module, scope) + optional as usize
+    }
+
+    fn of_definition(&self, module: u32, scope: u32, optional: bool) -> usize {
+        2 * (self.scopes as usize + self.scope(module, scope)) + optional as usize
     }
 
     /// Scope `scope` of `module`, numbered after the module imports and whole modules.
@@ -422,12 +496,13 @@ thread_local! {
 struct Walk<'p, 'm> {
     project: &'p Project,
     numbers: &'m WorkNumbers,
+    lookups: &'m EdgeLookups,
     memos: Option<&'m ModuleMemos<'p>>,
     queue: VecDeque<Work<'p>>,
     seen: Visited,
     reached: HashMap<&'p str, Reached<'p>>,
     missing: HashMap<&'p str, Missed<'p>>,
-    local_modules: BTreeSet<u32>,
+    local_modules: rustc_hash::FxHashSet<u32>,
     /// The engine decorators and wrappers met ([`crate::engine`]).
     engine_uses: Vec<EngineUseView<'p>>,
     /// Per module whose import was walked: the names it reads only as engine APIs. What runs
@@ -442,6 +517,9 @@ struct Walk<'p, 'm> {
     attributes_seen: rustc_hash::FxHashSet<(u32, NameId, NameId, bool)>,
     /// Reads through in-function imports already followed: (module, edge, path, optional).
     import_uses_seen: rustc_hash::FxHashSet<(u32, u32, Option<NameId>, bool)>,
+    /// The scopes nested in the one being walked, kept from scope to scope (a walk of a large
+    /// local tree walks thousands).
+    scope_stack: Vec<u32>,
 }
 
 /// The closure of module `module` (its import closure), or the `kind` closure of the
@@ -454,7 +532,7 @@ pub fn target_closure<'p>(
     kind: ClosureKind,
 ) -> TargetView<'p> {
     let loaded = &project.modules[module as usize];
-    let mut walk = Walk::new(project, &memos.numbers, Some(memos));
+    let mut walk = Walk::new(project, &memos.numbers, &memos.lookups, Some(memos));
     let (target, kind_of_target, line) = match scope {
         None => {
             let chain = Chain::of(&loaded.name);
@@ -504,7 +582,8 @@ pub fn target_closure<'p>(
 /// needs and for what `lfm call` executes of its module.
 pub fn slice_lines(project: &Project, module: u32, scope: u32) -> Vec<u32> {
     let numbers = WorkNumbers::new(project);
-    let mut walk = Walk::new(project, &numbers, None);
+    let lookups = EdgeLookups::new(project);
+    let mut walk = Walk::new(project, &numbers, &lookups, None);
     walk.slice_module = Some(module);
     walk.enqueue_definition(module, scope);
     let summary = &project.modules[module as usize].summary;
@@ -525,6 +604,7 @@ impl<'p, 'm> Walk<'p, 'm> {
     fn new(
         project: &'p Project,
         numbers: &'m WorkNumbers,
+        lookups: &'m EdgeLookups,
         memos: Option<&'m ModuleMemos<'p>>,
     ) -> Walk<'p, 'm> {
         let mut seen = VISITED_POOL
@@ -536,18 +616,20 @@ impl<'p, 'm> Walk<'p, 'm> {
         Walk {
             project,
             numbers,
+            lookups,
             memos,
             queue: VecDeque::new(),
             seen,
             reached: HashMap::default(),
             missing: HashMap::default(),
-            local_modules: BTreeSet::new(),
+            local_modules: Default::default(),
             engine_uses: Vec::new(),
             engine_names: HashMap::default(),
             slice_module: None,
             slice_lines: Vec::new(),
             attributes_seen: Default::default(),
             import_uses_seen: Default::default(),
+            scope_stack: Vec::new(),
         }
     }
 
@@ -723,7 +805,8 @@ impl<'p, 'm> Walk<'p, 'm> {
     /// and the module globals it reads.
     fn walk_scope(&mut self, module: u32, scope: u32, chain: &Chain<'p>, optional: bool) {
         let summary = self.summary(module);
-        let mut stack = vec![scope];
+        let mut stack = std::mem::take(&mut self.scope_stack);
+        stack.push(scope);
         while let Some(inner) = stack.pop() {
             for &index in summary.scope_imports(inner) {
                 let edge = &summary.imports[index as usize];
@@ -734,6 +817,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             }
             stack.extend_from_slice(summary.children(inner));
         }
+        self.scope_stack = stack;
         for read in summary.free_uses(scope) {
             if !self.read_by_engine_at_import(module, scope, read) {
                 self.enqueue_use(module, read, chain, optional);
@@ -801,6 +885,17 @@ impl<'p, 'm> Walk<'p, 'm> {
                     self.follow_imported(module, *edge, None, &chain, optional);
                 }
                 Binding::Definition { scope } => {
+                    // Most definitions read are queued already: no chain link for them.
+                    let numbers = self.numbers;
+                    if self
+                        .seen
+                        .contains(numbers.of_scope(module, *scope, optional))
+                        && self
+                            .seen
+                            .contains(numbers.of_definition(module, *scope, optional))
+                    {
+                        continue;
+                    }
                     let chain = chain.then_new(summary.scope_name(*scope));
                     self.enqueue(Work::Scope {
                         module,
@@ -981,11 +1076,14 @@ impl<'p, 'm> Walk<'p, 'm> {
         let project: &'p Project = self.project;
         let local = &project.modules[id as usize];
         self.local_modules.insert(id);
-        self.enqueue(Work::Module {
-            module: id,
-            chain: chain.then(&local.name),
-            optional,
-        });
+        // Its chain link is made only when the import is new: most are reached again and again.
+        if self.seen.insert(self.numbers.of_module(id, optional)) {
+            self.queue.push_back(Work::Module {
+                module: id,
+                chain: chain.then(&local.name),
+                optional,
+            });
+        }
         let what = (ModuleKind::Local, Some(local.display.as_str()), None);
         let entry = self.record_reached(&local.name, what, reason, chain, optional);
         entry.contexts |= contexts;
@@ -1194,23 +1292,15 @@ impl<'p, 'm> Walk<'p, 'm> {
         optional: bool,
     ) {
         let project: &'p Project = self.project;
-        let loaded = &project.modules[module as usize];
-        let summary = &loaded.summary;
-        let edge_ref = &summary.imports[edge as usize];
-        let found = match loaded.bound.get(edge as usize) {
-            Some(Some(bound)) => match project.module_named(bound) {
-                Some(id) => Found::Module(id),
-                // A namespace package: its submodules are found by their full names.
-                None => return self.follow_path_from_name(bound, path, chain, optional),
-            },
-            _ => match (summary.edge_member(edge_ref), last_local(loaded, edge)) {
-                (Some(member), Some(holder)) if member != "*" => {
-                    find_member(project, holder, member, &mut Vec::new())
+        match self.lookups.get(project, module, edge) {
+            Resolved::Found(found) => self.follow_found(found, path, chain, optional),
+            Resolved::Namespace => {
+                let loaded = &project.modules[module as usize];
+                if let Some(Some(bound)) = loaded.bound.get(edge as usize) {
+                    self.follow_path_from_name(bound, path, chain, optional);
                 }
-                _ => Found::Nothing,
-            },
-        };
-        self.follow_found(found, path, chain, optional);
+            }
+        }
     }
 
     /// Continue along `path` from what a name turned out to be.
