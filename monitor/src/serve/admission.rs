@@ -279,7 +279,7 @@ impl Server {
             None => {}
         }
         queued.sized_after = self.history_changes;
-        if let Err(message) = self.size(&mut queued.spec) {
+        if let Err(message) = self.size(&mut queued.spec, serve_bytes) {
             queued.refusal = Some(message);
             return NOTHING;
         }

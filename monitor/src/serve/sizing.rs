@@ -28,7 +28,8 @@ impl Server {
     /// The first attempt's sized limits: every one of memory, cores and disk (a call always
     /// has a sandbox) that the request did not give. Later attempts come sized from
     /// [`Server::retry`].
-    pub(super) fn size(&self, spec: &mut CallSpec) -> Result<(), String> {
+    /// `serve_bytes`: what the serve and its zygote hold (read once per admission pass).
+    pub(super) fn size(&self, spec: &mut CallSpec, serve_bytes: u64) -> Result<(), String> {
         let CallSpec {
             auto,
             limits,
@@ -38,7 +39,7 @@ impl Server {
         let Some(auto) = auto.as_mut().filter(|a| a.attempts.retried == 0) else {
             return Ok(());
         };
-        auto.attempts.node_memory_mb = Some(self.node_memory_mb());
+        auto.attempts.node_memory_mb = Some(self.node_memory_mb(serve_bytes));
         let sandbox = Some(self.options.zygote.work_dir.as_path());
         let rows = || Ok((self.rows(category.as_deref())?, self.history.as_ref()));
         auto.attempts.first(limits, sandbox, false, &rows)
@@ -46,12 +47,8 @@ impl Server {
 
     /// The memory of the serve's node budget that calls can have (less what the serve and its
     /// zygote hold), in the MiB sizing counts in: "the whole node" to a strategy.
-    fn node_memory_mb(&self) -> f64 {
-        let for_calls = self
-            .options
-            .node
-            .memory_bytes
-            .saturating_sub(self.serve_resident_bytes());
+    fn node_memory_mb(&self, serve_bytes: u64) -> f64 {
+        let for_calls = self.options.node.memory_bytes.saturating_sub(serve_bytes);
         for_calls as f64 / (1u64 << 20) as f64
     }
 
@@ -115,7 +112,7 @@ impl Server {
     pub(super) fn retry(&self, spec: &CallSpec, report: &Report) -> Option<CallSpec> {
         let mut again = spec.clone();
         let auto = again.auto.as_mut()?;
-        auto.attempts.node_memory_mb = Some(self.node_memory_mb());
+        auto.attempts.node_memory_mb = Some(self.node_memory_mb(self.serve_resident_bytes()));
         let sandbox = Some(self.options.zygote.work_dir.as_path());
         let rows = || Ok((self.rows(spec.category.as_deref())?, self.history.as_ref()));
         auto.attempts
