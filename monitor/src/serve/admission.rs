@@ -274,7 +274,16 @@ impl Server {
             .is_some_and(|a| a.attempts.retried == 0);
         let stale = first_attempt && queued.sized_after != self.history_changes;
         match queued.allocation {
-            Some(allocation) if !stale => return allocation,
+            // What the serve holds may have grown since (its zygote learns): a call that can no
+            // longer fit beside it is refused rather than left waiting for ever.
+            Some(allocation) if !stale => {
+                let node = &self.options.node;
+                if let Some(reason) = allocation.larger_than(node, serve_bytes) {
+                    queued.refusal = Some(reason);
+                    return NOTHING;
+                }
+                return allocation;
+            }
             Some(_) => queued.spec.limits = queued.requested.clone(),
             None => {}
         }
