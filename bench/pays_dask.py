@@ -61,10 +61,11 @@ def run(mode, work, args, budget_mib, scratch):
         by_key = reports(client)
     with sqlite3.connect(history) as db:
         attempts = db.execute("SELECT count(*) FROM runs").fetchone()[0]
-    replies = [{"ok": True, "report": by_key[f"t{i}"]} for i in range(len(work)) if by_key.get(f"t{i}")]
+    replies = [{"ok": True, "id": i, "report": by_key[f"t{i}"]}
+               for i in range(len(work)) if by_key.get(f"t{i}")]
     row = pays.figures(mode, makespan, replies, budget_mib)
     row.update(failed=failed, retries=attempts - len(work))
-    return row
+    return row, replies
 
 
 def main():
@@ -74,9 +75,15 @@ def main():
     budget_mib = int(args.node_gib * 1024 / args.scale)
     print(f"Dask, 1 worker x 64 threads: {len(work)} calls, peaks / {args.scale:g}, hold "
           f"{args.hold} s, node {budget_mib} MiB")
+    rows, measured = {}, None
     with tempfile.TemporaryDirectory(prefix="lfm-pays-dask-") as scratch:
-        rows = {mode: run(mode, work, args, budget_mib, scratch) for mode in args.modes}
+        for mode in args.modes:
+            rows[mode], replies = run(mode, work, args, budget_mib, scratch)
+            if mode in "bd":
+                measured = replies
     pays.print_rows(rows, args.lfm, work)
+    if measured is not None:
+        pays.print_schedule(rows, args.lfm, work, measured, args.hold, budget_mib)
 
 
 if __name__ == "__main__":
