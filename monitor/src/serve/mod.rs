@@ -6,7 +6,7 @@
 //! call, enforces its limits, and turns the zygote's exit message plus the runner's outcome
 //! into one reply. It knows nothing of transports (stdin, sockets) or of how targets are found.
 
-mod admission;
+pub(crate) mod admission;
 mod done;
 mod janitor;
 mod learn;

@@ -14,11 +14,8 @@
 use std::collections::VecDeque;
 
 use super::{Resource, Sizer, Strategy};
-
-/// How many calls may start before a first queued call that does not fit (as the serve).
-const OVERTAKE_LIMIT: u32 = 8;
-/// How far down the queue a call that fits is looked for (as the serve).
-const BACKFILL_WINDOW: usize = 32;
+// The serve's own order, so that the model cannot drift from what it models.
+use crate::serve::admission::{BACKFILL_WINDOW, OVERTAKE_LIMIT};
 
 /// One call of a trace, in arrival order (all submitted at once).
 #[derive(Debug, Clone, Copy, PartialEq)]
