@@ -188,7 +188,10 @@ pub fn run_sized(
             report.limits_from_sizing = attempts.sized_names();
         }
         annotate(&mut report);
-        record(history, &report);
+        match &opened {
+            Some(opened) => record_in(opened, &report),
+            None => record(history, &report),
+        }
         let Some(attempts) = attempts.as_mut() else {
             return Ok(report);
         };
@@ -209,9 +212,19 @@ pub fn record(history: &Path, report: &Report) {
     if report.category.is_none() {
         return;
     }
+    match History::open(history) {
+        Ok(opened) => record_in(&opened, report),
+        Err(error) => eprintln!("lfm: warning: not recorded: {error}"),
+    }
+}
+
+/// [`record`] into a history open already.
+fn record_in(history: &History, report: &Report) {
+    if report.category.is_none() {
+        return;
+    }
     let sized = !report.limits_from_sizing.is_empty();
-    let recorded = super::history::History::open(history).and_then(|h| h.record(report, sized));
-    if let Err(error) = recorded {
+    if let Err(error) = history.record(report, sized) {
         eprintln!("lfm: warning: not recorded: {error}");
     }
 }
