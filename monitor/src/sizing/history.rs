@@ -87,23 +87,6 @@ pub fn default_path() -> PathBuf {
     data.join("lfm").join(format!("history-{host}.sqlite"))
 }
 
-/// Leave the write-ahead log in place when the last connection closes. Each short-lived lfm
-/// process (a call, a sized run) otherwise made the log anew, and a new file's first write
-/// syncs it and its directory: two fsyncs, 10-16 ms of every recorded run on this VM.
-fn keep_the_log(connection: &Connection) {
-    let mut keep: std::ffi::c_int = 1;
-    // SAFETY: the handle is this open connection's; the file control reads and writes one
-    // int through the pointer, which outlives the call.
-    unsafe {
-        rusqlite::ffi::sqlite3_file_control(
-            connection.handle(),
-            c"main".as_ptr(),
-            rusqlite::ffi::SQLITE_FCNTL_PERSIST_WAL,
-            (&mut keep as *mut std::ffi::c_int).cast(),
-        );
-    }
-}
-
 impl History {
     pub fn open(path: &Path) -> Result<History, String> {
         let fail = |e: rusqlite::Error| format!("history {}: {e}", path.display());
@@ -112,7 +95,6 @@ impl History {
         }
         let connection = Connection::open(path).map_err(fail)?;
         connection.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
-        keep_the_log(&connection);
         let history = History {
             connection,
             path: path.to_path_buf(),
