@@ -5,16 +5,16 @@ raised; the value goes to its own file, as JSON or as a pickle. lfm reads both a
 process is gone, so a call that dies (a signal, `os._exit`, a limit) simply has no outcome.
 """
 
-import json
 import os
 import sys
 
 from . import headroom
+from . import plainjson
 from . import results
 from . import target as targets
 
-# pickle, traceback and importlib are imported where needed: every millisecond of imports
-# here is added to each `lfm call` (json alone costs ~5 ms, for re).
+# pickle, traceback and importlib are imported where needed, and json not at all for plain
+# values (plainjson.py): every millisecond of imports here is added to each `lfm call`.
 
 
 def read_arguments(spec):
@@ -188,7 +188,7 @@ def write_outcome(request, outcome, data):
     """The value's file first, then the outcome's: an outcome names a complete value."""
     if data is not None:
         write_atomically(request["result_file"], data)
-    write_atomically(request["outcome_file"], json.dumps(outcome).encode())
+    write_atomically(request["outcome_file"], results.dumps(outcome).encode())
 
 
 def run(request):
@@ -199,8 +199,8 @@ def run(request):
 
 
 def main(request_path):
-    with open(request_path) as handle:
-        request = json.load(handle)
+    with open(request_path, encoding="utf-8") as handle:
+        request = plainjson.loads(handle.read())
     # lfm prints the value on its stdout: the function's own output goes to stderr.
     sys.stdout.flush()
     os.dup2(2, 1)

@@ -1,6 +1,5 @@
 """Command line of the runner (lfm is its only caller)."""
 
-import json
 import sys
 
 
@@ -14,10 +13,10 @@ def main(argv):
 
         return zygote.main(argv[1])
     if len(argv) == 2 and argv[0] == "show-slice":
-        from . import target
+        from . import plainjson, target
 
-        with open(argv[1]) as handle:
-            spec = json.load(handle)
+        with open(argv[1], encoding="utf-8") as handle:
+            spec = plainjson.loads(handle.read())
         with open(spec["file"], encoding="utf-8") as handle:
             source = handle.read()
         print("\n".join(target.slice_source_lines(source, spec["statements"])))

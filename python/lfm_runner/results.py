@@ -16,9 +16,9 @@ pandas are never imported here: a value is recognised by its type's module, and 
 made the value is already loaded.
 """
 
-import json
+from . import plainjson
 
-# dataclasses, datetime and pathlib are imported in `_render` only: it runs for values `json`
+# json is imported only for values plainjson leaves to it (~7 ms, for re and enum); dataclasses, datetime and pathlib are imported in `_render` only: it runs for values `json`
 # cannot render, and a call's start pays for every import (dataclasses brings inspect).
 
 MAX_ELEMENTS = 100_000
@@ -26,7 +26,12 @@ MAX_ELEMENTS = 100_000
 
 def dumps(value):
     """The JSON text of `value`; TypeError or ValueError when it has none."""
-    return json.dumps(value, default=_render)
+    try:
+        return plainjson.dumps(value)
+    except plainjson.NotPlain:
+        import json
+
+        return json.dumps(value, default=_render)
 
 
 def _render(value):

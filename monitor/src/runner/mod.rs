@@ -41,6 +41,10 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../../../python/lfm_runner/results.py"),
     ),
     (
+        "lfm_runner/plainjson.py",
+        include_str!("../../../python/lfm_runner/plainjson.py"),
+    ),
+    (
         "lfm_runner/headroom.py",
         include_str!("../../../python/lfm_runner/headroom.py"),
     ),
