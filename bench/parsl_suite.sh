@@ -56,6 +56,9 @@ for executor in htex lfm; do
   end=$(date +%s.%N)
   echo "$start $end" > "$WORK/$executor.wall"
   tail -1 "$WORK/$executor.log" | sed "s/^/$executor: /"
+  if [ "$executor" = lfm ]; then
+    echo "lfm: serves started $(cat "$XDG_RUNTIME_DIR"/lfm/*.log 2>/dev/null | grep -c 'starts lfm serve' || true)"
+  fi
   stop_serves
 done
 "$VENV/bin/python" bench/parsl_suite_compare.py "$WORK"
