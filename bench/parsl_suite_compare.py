@@ -45,10 +45,15 @@ def main(work):
         print(f"{executor:10} {counts['passed']:7} {counts['failed']:7} {counts['skipped']:8}"
               f" {walls[executor]:8.1f}s")
     print(f"wall ratio lfm/htex: {walls['lfm'] / walls['htex']:.2f}x")
+    spent = {executor: sum(found.values()) for executor, found in times.items()}
+    print(f"time in the tests themselves (pytest's): htex {spent['htex']:.1f} s, "
+          f"lfm {spent['lfm']:.1f} s; the rest of the wall is pytest's and Parsl's start and end")
     slower = sorted(times["lfm"], key=lambda n: times["htex"].get(n, 0) - times["lfm"][n])
     print("the tests lfm is slowest on against htex (pytest's seconds, htex -> lfm):")
     for name in slower[:8]:
         print(f"  {times['htex'].get(name, 0):6.2f} -> {times['lfm'][name]:6.2f}  {name}")
+    extra = sum(max(0.0, times["lfm"][n] - times["htex"].get(n, 0)) for n in slower[:8])
+    print(f"  those 8 account for {extra:.1f} s of lfm's extra")
     htex, lfm = results["htex"], results["lfm"]
     worse = sorted(n for n, v in htex.items() if v == "passed" and lfm.get(n) != "passed")
     print(f"passed with htex, not with lfm: {len(worse)}")
