@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lfm_analyzer::Environment;
+use lfm_monitor::supervisor::resolve_command;
 use lfm_packer::{PackLease, UnpackOptions};
 
 use crate::error::{CallError, Result};
@@ -52,7 +53,7 @@ impl InterpreterChoice {
         let cwd = std::env::current_dir().map_err(CallError::failed)?;
         if let Some(prefix) = &self.env {
             let python = prefix.join("bin/python");
-            if !is_executable(&python) {
+            if resolve_command(python.as_os_str()).is_err() {
                 return Err(CallError::usage(format!(
                     "--env {}: {} is not an executable interpreter",
                     prefix.display(),
@@ -68,7 +69,7 @@ impl InterpreterChoice {
             });
         }
         let python = self.python.clone().unwrap_or_else(|| "python3".into());
-        if find_executable(&python).is_none() {
+        if resolve_command(python.as_os_str()).is_err() {
             return Err(CallError::usage(format!(
                 "--python {}: no such executable{}",
                 python.display(),
@@ -87,21 +88,6 @@ impl InterpreterChoice {
             pack_lease: None,
         })
     }
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// `python` itself when it names a path, else the first executable of that name on PATH.
-fn find_executable(python: &Path) -> Option<PathBuf> {
-    if python.components().count() > 1 {
-        return is_executable(python).then(|| python.to_path_buf());
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(python))
-        .find(|candidate| is_executable(candidate))
 }
 
 /// Unpack `pack` into the default cache, whose budget `LFM_PACK_CACHE_MAX` may set.

@@ -68,7 +68,7 @@ pub fn sampling_interval(elapsed: Duration) -> Duration {
 }
 
 /// Check the command exists and is executable before anything runs.
-pub fn resolve_command(program: &OsString) -> Result<PathBuf, RunError> {
+pub fn resolve_command(program: &std::ffi::OsStr) -> Result<PathBuf, RunError> {
     use std::os::unix::fs::PermissionsExt;
     let name = Path::new(program);
     let display = name.display().to_string();
