@@ -37,6 +37,7 @@ random seeds, stdio), runs the call as `lfm call` does, and `os._exit`s.
 """
 
 import array
+import errno
 import gc
 import importlib
 import json
@@ -209,7 +210,10 @@ def child(message, fds, control, done, go=None):
         try:
             join_cgroups(fds)
         except OSError as error:
-            os.write(2, f"lfm zygote: cannot join the call's cgroup: {error}\n".encode())
+            # A spare's cgroup that is gone was dropped by the serve (it ends, or replaces the
+            # zygote) before the zygote got to fork it: nothing to say.
+            if go is None or error.errno not in (errno.ENODEV, errno.ENOENT):
+                os.write(2, f"lfm zygote: cannot join the call's cgroup: {error}\n".encode())
             os._exit(EXIT_CGROUP_JOIN_FAILED)
         os.setpgid(0, 0)
         for number, value in message.get("rlimits", []):
