@@ -15,8 +15,8 @@ use crate::report::Report;
 
 pub const RETENTION_SCHEMA: &str = "lfm-retention/1";
 
-/// A category is pruned when its run count passes a multiple of this (and by `lfm history
-/// --prune`): a pass handles at most this many runs of it.
+/// A category is pruned when it holds this many runs more than it keeps (and by `lfm history
+/// --prune`).
 pub const PRUNE_EVERY: i64 = 500;
 
 /// Pages an incremental vacuum frees per transaction.
