@@ -376,18 +376,24 @@ struct WorkNumbers {
     scope_base: Vec<u32>,
     name_base: Vec<u32>,
     total: usize,
+    /// Import edges numbered project-wide, for [`EdgesApplied`].
+    edge_base: Vec<u32>,
+    edges: usize,
 }
 
 impl WorkNumbers {
     fn new(project: &Project) -> WorkNumbers {
         let mut scope_base = Vec::with_capacity(project.modules.len());
         let mut name_base = Vec::with_capacity(project.modules.len());
-        let (mut scopes, mut names) = (0u32, 0u32);
+        let mut edge_base = Vec::with_capacity(project.modules.len());
+        let (mut scopes, mut names, mut edges) = (0u32, 0u32, 0u32);
         for loaded in &project.modules {
             scope_base.push(scopes);
             name_base.push(names);
+            edge_base.push(edges);
             scopes += loaded.summary.scopes.len() as u32;
             names += loaded.summary.names.len() as u32;
+            edges += loaded.summary.imports.len() as u32;
         }
         let modules = project.modules.len() as u32;
         WorkNumbers {
@@ -396,7 +402,16 @@ impl WorkNumbers {
             scope_base,
             name_base,
             total: 2 * (2 * modules as usize + 2 * scopes as usize + names as usize),
+            edge_base,
+            edges: edges as usize,
         }
+    }
+
+    /// Import edge `index` of `module`, as applied with `optional` and, when `engine`, as the
+    /// engine's only: the four ways an edge's effects differ.
+    fn of_edge(&self, module: u32, index: usize, optional: bool, engine: bool) -> usize {
+        let edge = self.edge_base[module as usize] as usize + index;
+        4 * edge + 2 * engine as usize + optional as usize
     }
 
     fn of(&self, work: &Work) -> usize {
@@ -488,9 +503,49 @@ impl Visited {
     }
 }
 
+/// The shortest chain each import edge was applied with in a walk (by
+/// [`WorkNumbers::of_edge`]), stored plus one (zero: not applied). Applying an edge again with
+/// a chain at least as long changes nothing: its flags are set already, and a reason it did not
+/// replace then is no longer than that chain (merges only shorten reasons). Attribute reads
+/// through one import (`np.a`, `np.b`, ...) apply its edge once per attribute: most
+/// applications in a large local tree are such repeats.
+#[derive(Default)]
+struct EdgesApplied {
+    shortest: Vec<u32>,
+    touched: Vec<u32>,
+}
+
+impl EdgesApplied {
+    /// Note an application with a chain of `len` steps; false when it changes nothing.
+    fn apply(&mut self, number: usize, len: usize) -> bool {
+        let slot = &mut self.shortest[number];
+        if *slot != 0 && (*slot as usize) <= len + 1 {
+            return false;
+        }
+        if *slot == 0 {
+            self.touched.push(number as u32);
+        }
+        *slot = len as u32 + 1;
+        true
+    }
+
+    fn clear(&mut self) {
+        for number in self.touched.drain(..) {
+            self.shortest[number as usize] = 0;
+        }
+    }
+}
+
+/// A walk's sets that are as large as the project, kept cleared between walks.
+#[derive(Default)]
+struct Scratch {
+    seen: Visited,
+    applied: EdgesApplied,
+}
+
 thread_local! {
     /// Cleared sets, reused walk after walk (a walk may start another: module memos).
-    static VISITED_POOL: std::cell::RefCell<Vec<Visited>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SCRATCH_POOL: std::cell::RefCell<Vec<Scratch>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 struct Walk<'p, 'm> {
@@ -500,6 +555,7 @@ struct Walk<'p, 'm> {
     memos: Option<&'m ModuleMemos<'p>>,
     queue: VecDeque<Work<'p>>,
     seen: Visited,
+    applied: EdgesApplied,
     reached: HashMap<&'p str, Reached<'p>>,
     missing: HashMap<&'p str, Missed<'p>>,
     local_modules: rustc_hash::FxHashSet<u32>,
@@ -607,11 +663,17 @@ impl<'p, 'm> Walk<'p, 'm> {
         lookups: &'m EdgeLookups,
         memos: Option<&'m ModuleMemos<'p>>,
     ) -> Walk<'p, 'm> {
-        let mut seen = VISITED_POOL
+        let Scratch {
+            mut seen,
+            mut applied,
+        } = SCRATCH_POOL
             .with(|pool| pool.borrow_mut().pop())
             .unwrap_or_default();
         if seen.words.len() < numbers.total.div_ceil(64) {
             seen.words.resize(numbers.total.div_ceil(64), 0);
+        }
+        if applied.shortest.len() < 4 * numbers.edges {
+            applied.shortest.resize(4 * numbers.edges, 0);
         }
         Walk {
             project,
@@ -620,6 +682,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             memos,
             queue: VecDeque::new(),
             seen,
+            applied,
             reached: HashMap::default(),
             missing: HashMap::default(),
             local_modules: Default::default(),
@@ -963,6 +1026,10 @@ impl<'p, 'm> Walk<'p, 'm> {
         let Some(targets) = loaded.targets.get(index) else {
             return;
         };
+        let number = self.numbers.of_edge(module, index, optional, engine);
+        if !self.applied.apply(number, chain.len()) {
+            return;
+        }
         let reason = || Why {
             file: loaded.display.as_str(),
             line: edge.line,
@@ -1666,9 +1733,13 @@ fn distribution_views<'p>(
 
 impl Drop for Walk<'_, '_> {
     fn drop(&mut self) {
-        let mut seen = std::mem::take(&mut self.seen);
-        seen.clear();
-        VISITED_POOL.with(|pool| pool.borrow_mut().push(seen));
+        let mut scratch = Scratch {
+            seen: std::mem::take(&mut self.seen),
+            applied: std::mem::take(&mut self.applied),
+        };
+        scratch.seen.clear();
+        scratch.applied.clear();
+        SCRATCH_POOL.with(|pool| pool.borrow_mut().push(scratch));
     }
 }
 
