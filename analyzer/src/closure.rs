@@ -308,6 +308,22 @@ impl<'p> ModuleMemos<'p> {
 /// tree read through the same edges millions of times.
 struct EdgeLookups {
     modules: Vec<std::sync::OnceLock<Box<[Resolved]>>>,
+    /// This run, among the runs of the process: the thread's [`WAYS`] belong to one.
+    run: u64,
+}
+
+/// Runs of [`EdgeLookups`] so far in the process.
+static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The [`Way`]s this thread worked out, by (module, edge, path), for the run that filled them.
+#[derive(Default)]
+struct Ways {
+    run: u64,
+    ways: HashMap<(u32, u32, NameId), Rc<Way>>,
+}
+
+thread_local! {
+    static WAYS: std::cell::RefCell<Ways> = std::cell::RefCell::new(Ways::default());
 }
 
 /// An import edge's bound name, as [`Walk::follow_imported`] continues from it.
@@ -324,7 +340,31 @@ impl EdgeLookups {
             modules: (0..project.modules.len())
                 .map(|_| std::sync::OnceLock::new())
                 .collect(),
+            run: RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
         }
+    }
+
+    /// Where attribute `path` read through edge `edge` of `module` leads ([`Way`]).
+    fn way(&self, project: &Project, module: u32, edge: u32, path: NameId) -> Rc<Way> {
+        let resolved = || self.get(project, module, edge);
+        // Installed code reads through its imports once per target: not worth the memory.
+        if !project.modules[module as usize].installed.is_empty() {
+            return Rc::new(way_of(project, module, edge, path, resolved()));
+        }
+        WAYS.with(|ways| {
+            let mut ways = ways.borrow_mut();
+            if ways.run != self.run {
+                // Another run's: its numbers mean other modules.
+                *ways = Ways {
+                    run: self.run,
+                    ways: HashMap::default(),
+                };
+            }
+            ways.ways
+                .entry((module, edge, path))
+                .or_insert_with(|| Rc::new(way_of(project, module, edge, path, resolved())))
+                .clone()
+        })
     }
 
     fn get(&self, project: &Project, module: u32, edge: u32) -> Resolved {
@@ -365,6 +405,64 @@ fn resolve_edge(project: &Project, module: u32, edge: u32) -> Resolved {
         },
     };
     Resolved::Found(found)
+}
+
+/// Where an attribute path read through an import edge leads in local code: the local modules
+/// it passes through, in order, then a name there ([`Found::Name`]), a module read as a value
+/// ([`Found::Module`], the last one passed) or nothing. Only the summaries decide it, so it is
+/// worked out once per thread and run ([`EdgeLookups::way`]), not at each of the millions of
+/// reads of a large local tree (each searched name tables and built module names).
+struct Way {
+    through: Vec<u32>,
+    end: Found,
+}
+
+/// [`Way`] of attribute `path` (a name of `module`) read through its import edge `edge`.
+fn way_of(project: &Project, module: u32, edge: u32, path: NameId, resolved: Resolved) -> Way {
+    let loaded = &project.modules[module as usize];
+    let path = loaded.summary.name(path);
+    let mut way = Way {
+        through: Vec::new(),
+        end: Found::Nothing,
+    };
+    let (mut found, rest) = match resolved {
+        Resolved::Found(found) => (found, Some(path)),
+        Resolved::Namespace => match loaded.bound.get(edge as usize) {
+            Some(Some(bound)) => namespace_start(project, bound, path),
+            _ => return way,
+        },
+    };
+    let mut steps = rest.into_iter().flat_map(|path| path.split('.'));
+    loop {
+        match found {
+            Found::Nothing => return way,
+            Found::Name(..) => break,
+            Found::Module(id) => {
+                way.through.push(id);
+                match steps.next() {
+                    Some(step) => found = find_member(project, id, step, &mut Vec::new()),
+                    None => break,
+                }
+            }
+        }
+    }
+    way.end = found;
+    way
+}
+
+/// `bound` is no loaded module (a namespace package): the first loaded module along
+/// `bound.path` is where the path continues, with the rest of the path.
+fn namespace_start<'a>(project: &Project, bound: &str, path: &'a str) -> (Found, Option<&'a str>) {
+    let mut name = bound.to_string();
+    for (index, step) in path.split('.').enumerate() {
+        name.push('.');
+        name.push_str(step);
+        if let Some(id) = project.module_named(&name) {
+            let rest = path.splitn(index + 2, '.').nth(index + 1);
+            return (Found::Module(id), rest);
+        }
+    }
+    (Found::Nothing, None)
 }
 
 /// Where each work item's "already queued" bit is in a [`Visited`] set: module imports, whole
@@ -536,12 +634,21 @@ impl EdgesApplied {
     }
 }
 
-/// A walk's sets that are as large as the project, kept cleared between walks.
+/// A walk's sets, kept cleared between walks: the first two are as large as the project, and
+/// the others grow to tens of thousands of entries in a large local tree (growing them again
+/// walk after walk was a tenth of the time).
 #[derive(Default)]
 struct Scratch {
     seen: Visited,
     applied: EdgesApplied,
+    attributes_seen: AttributesSeen,
+    import_uses_seen: ImportUsesSeen,
 }
+
+/// Attribute reads through imports already followed: (module, name, path, optional).
+type AttributesSeen = rustc_hash::FxHashSet<(u32, NameId, NameId, bool)>;
+/// Reads through in-function imports already followed: (module, edge, path, optional).
+type ImportUsesSeen = rustc_hash::FxHashSet<(u32, u32, Option<NameId>, bool)>;
 
 thread_local! {
     /// Cleared sets, reused walk after walk (a walk may start another: module memos).
@@ -569,10 +676,8 @@ struct Walk<'p, 'm> {
     /// bindings the walk followed there.
     slice_module: Option<u32>,
     slice_lines: Vec<u32>,
-    /// Attribute reads through imports already followed: (module, name, path, optional).
-    attributes_seen: rustc_hash::FxHashSet<(u32, NameId, NameId, bool)>,
-    /// Reads through in-function imports already followed: (module, edge, path, optional).
-    import_uses_seen: rustc_hash::FxHashSet<(u32, u32, Option<NameId>, bool)>,
+    attributes_seen: AttributesSeen,
+    import_uses_seen: ImportUsesSeen,
     /// The scopes nested in the one being walked, kept from scope to scope (a walk of a large
     /// local tree walks thousands).
     scope_stack: Vec<u32>,
@@ -666,6 +771,8 @@ impl<'p, 'm> Walk<'p, 'm> {
         let Scratch {
             mut seen,
             mut applied,
+            attributes_seen,
+            import_uses_seen,
         } = SCRATCH_POOL
             .with(|pool| pool.borrow_mut().pop())
             .unwrap_or_default();
@@ -690,8 +797,8 @@ impl<'p, 'm> Walk<'p, 'm> {
             engine_names: HashMap::default(),
             slice_module: None,
             slice_lines: Vec::new(),
-            attributes_seen: Default::default(),
-            import_uses_seen: Default::default(),
+            attributes_seen,
+            import_uses_seen,
             scope_stack: Vec::new(),
         }
     }
@@ -919,8 +1026,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             return;
         }
         let chain = chain.then_new(summary.name(used.name));
-        let path = used.path.map(|path| summary.name(path));
-        self.follow_imported(module, used.edge, path, &chain, optional);
+        self.follow_imported(module, used.edge, used.path, &chain, optional);
     }
 
     fn follow_name(&mut self, module: u32, name_id: NameId, chain: Chain<'p>, optional: bool) {
@@ -1335,7 +1441,6 @@ impl<'p, 'm> Walk<'p, 'm> {
             return;
         }
         let name = summary.name(read.name);
-        let path = summary.name(path);
         for binding in bindings {
             let Binding::Import { edge } = *binding else {
                 continue;
@@ -1349,92 +1454,80 @@ impl<'p, 'm> Walk<'p, 'm> {
     }
 
     /// After the import edge `edge` of `module` bound a name: follow into local code what is
-    /// read of it, the attribute `path` or, with none, the name itself.
+    /// read of it, the attribute `path` (a name of `module`) or, with none, the name itself.
     fn follow_imported(
         &mut self,
         module: u32,
         edge: u32,
-        path: Option<&'p str>,
+        path: Option<NameId>,
         chain: &Chain<'p>,
         optional: bool,
     ) {
         let project: &'p Project = self.project;
-        match self.lookups.get(project, module, edge) {
-            Resolved::Found(found) => self.follow_found(found, path, chain, optional),
-            Resolved::Namespace => {
-                let loaded = &project.modules[module as usize];
-                if let Some(Some(bound)) = loaded.bound.get(edge as usize) {
-                    self.follow_path_from_name(bound, path, chain, optional);
-                }
+        match path {
+            Some(path) => {
+                let way = self.lookups.way(project, module, edge, path);
+                self.follow_way(&way, chain, optional);
+            }
+            // A namespace package's name alone leads to no module.
+            None => match self.lookups.get(project, module, edge) {
+                Resolved::Found(found) => self.follow_found(found, chain, optional),
+                Resolved::Namespace => {}
+            },
+        }
+    }
+
+    /// Continue from what a name turned out to be.
+    fn follow_found(&mut self, found: Found, chain: &Chain<'p>, optional: bool) {
+        match found {
+            Found::Nothing => {}
+            Found::Name(holder, name) => self.enqueue_name(holder, name, chain, optional),
+            Found::Module(id) => {
+                self.reach_on_the_way(id, chain, optional);
+                self.enqueue_whole(id, chain, optional);
             }
         }
     }
 
-    /// Continue along `path` from what a name turned out to be.
-    fn follow_found(
-        &mut self,
-        mut found: Found,
-        path: Option<&'p str>,
-        chain: &Chain<'p>,
-        optional: bool,
-    ) {
-        let project: &'p Project = self.project;
-        let mut steps = path.into_iter().flat_map(|path| path.split('.'));
-        loop {
-            match found {
-                Found::Nothing => return,
-                Found::Name(holder, name) => {
-                    self.enqueue_name(holder, name, chain, optional);
-                    return;
-                }
-                Found::Module(id) => {
-                    let local = &project.modules[id as usize];
-                    // Already reached this way: only the path through it is new.
-                    if !self.seen.contains(self.numbers.of_module(id, optional)) {
-                        let reason = || Why {
-                            file: local.display.as_str(),
-                            line: 0,
-                            chain: chain.to_steps(),
-                        };
-                        self.reach_local(id, &reason, chain, optional, Contexts::TOP_LEVEL);
-                    }
-                    match steps.next() {
-                        Some(step) => found = find_member(project, id, step, &mut Vec::new()),
-                        None => {
-                            let chain = chain.then(&local.name).then(WHOLE_MODULE_STEP);
-                            self.enqueue(Work::Whole {
-                                module: id,
-                                chain,
-                                optional,
-                            });
-                            return;
-                        }
-                    }
-                }
-            }
+    /// Replay where an attribute path leads ([`Way`]): each module on the way reached, then
+    /// the name at its end followed, or the module there taken whole.
+    fn follow_way(&mut self, way: &Way, chain: &Chain<'p>, optional: bool) {
+        for &id in &way.through {
+            self.reach_on_the_way(id, chain, optional);
+        }
+        match way.end {
+            Found::Nothing => {}
+            Found::Name(holder, name) => self.enqueue_name(holder, name, chain, optional),
+            Found::Module(id) => self.enqueue_whole(id, chain, optional),
         }
     }
 
-    /// `bound` is no loaded module (a namespace package): the first loaded module along
-    /// `bound.path` is where the path continues.
-    fn follow_path_from_name(
-        &mut self,
-        bound: &str,
-        path: Option<&'p str>,
-        chain: &Chain<'p>,
-        optional: bool,
-    ) {
-        let project: &'p Project = self.project;
-        let Some(path) = path else { return };
-        let mut name = bound.to_string();
-        for (index, step) in path.split('.').enumerate() {
-            name.push('.');
-            name.push_str(step);
-            if let Some(id) = project.module_named(&name) {
-                let rest = path.splitn(index + 2, '.').nth(index + 1);
-                return self.follow_found(Found::Module(id), rest, chain, optional);
-            }
+    /// A local module a read passes through is imported (unless already reached this way:
+    /// then only the path through it is new).
+    fn reach_on_the_way(&mut self, id: u32, chain: &Chain<'p>, optional: bool) {
+        if self.seen.contains(self.numbers.of_module(id, optional)) {
+            return;
         }
+        let project: &'p Project = self.project;
+        let local = &project.modules[id as usize];
+        let reason = || Why {
+            file: local.display.as_str(),
+            line: 0,
+            chain: chain.to_steps(),
+        };
+        self.reach_local(id, &reason, chain, optional, Contexts::TOP_LEVEL);
+    }
+
+    /// A local module read as a value: all of it.
+    fn enqueue_whole(&mut self, id: u32, chain: &Chain<'p>, optional: bool) {
+        let project: &'p Project = self.project;
+        let local = &project.modules[id as usize];
+        let chain = chain.then(&local.name).then(WHOLE_MODULE_STEP);
+        self.enqueue(Work::Whole {
+            module: id,
+            chain,
+            optional,
+        });
     }
 
     /// A name no statement of `module` binds may come from its `from x import *`.
@@ -1467,7 +1560,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             self.note_slice_line(module, edge_ref.line);
             self.add_edge(module, edge as usize, edge_ref, chain, optional);
             if let Some(found) = found {
-                self.follow_found(found, None, chain, optional);
+                self.follow_found(found, chain, optional);
             }
         }
     }
@@ -1736,9 +1829,13 @@ impl Drop for Walk<'_, '_> {
         let mut scratch = Scratch {
             seen: std::mem::take(&mut self.seen),
             applied: std::mem::take(&mut self.applied),
+            attributes_seen: std::mem::take(&mut self.attributes_seen),
+            import_uses_seen: std::mem::take(&mut self.import_uses_seen),
         };
         scratch.seen.clear();
         scratch.applied.clear();
+        scratch.attributes_seen.clear();
+        scratch.import_uses_seen.clear();
         SCRATCH_POOL.with(|pool| pool.borrow_mut().push(scratch));
     }
 }
