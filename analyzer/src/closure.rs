@@ -16,7 +16,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::dists::Owner;
 use crate::extract::{Binding, ImportEdge, ImportUse, ModuleSummary, NameId, ScopeKind, Use};
-use crate::project::{EdgeTarget, Project, ThirdPartyModule};
+use crate::project::{EdgeTarget, Project};
 use crate::spec::{
     ClosureKind, Contexts, DistributionView, EngineUseView, EngineView, MissingDistribution,
     MissingView, ModuleKind, ModuleView, ReasonView, TargetKind, TargetView, WarningView,
@@ -235,7 +235,7 @@ struct Reached<'p> {
 /// per run and merged into every closure that imports the module, instead of walking its
 /// imports again for each of them. Chains are relative to the module.
 struct ModuleMemo<'p> {
-    reached: HashMap<&'p str, Reached<'p>>,
+    reached: Vec<(u32, &'p str, Reached<'p>)>,
     missing: HashMap<&'p str, Missed<'p>>,
     local_modules: Vec<u32>,
     engine_uses: Vec<EngineUseView<'p>>,
@@ -291,7 +291,7 @@ impl<'p> ModuleMemos<'p> {
             });
             walk.run();
             ModuleMemo {
-                reached: std::mem::take(&mut walk.reached),
+                reached: walk.reached.take(),
                 missing: std::mem::take(&mut walk.missing),
                 local_modules: std::mem::take(&mut walk.local_modules)
                     .into_iter()
@@ -477,6 +477,103 @@ struct WorkNumbers {
     /// Import edges numbered project-wide, for [`EdgesApplied`].
     edge_base: Vec<u32>,
     edges: usize,
+    names: NameNumbers,
+}
+
+/// Every module name a walk can reach, numbered once per run, so that what a walk reached is
+/// found by index ([`ReachedSet`]), not by hashing names: a large local tree's walks record
+/// modules millions of times.
+struct NameNumbers {
+    /// Per import edge (numbered as [`WorkNumbers::edge_base`] says, plus one at the end):
+    /// where its targets' numbers start in `of_targets`, in the order of its targets.
+    target_base: Vec<u32>,
+    of_targets: Vec<u32>,
+    /// Per module: its own name's number, and where its installed modules' numbers start in
+    /// `of_installed` (plus one at the end).
+    of_modules: Vec<u32>,
+    installed_base: Vec<u32>,
+    of_installed: Vec<u32>,
+    count: usize,
+}
+
+impl NameNumbers {
+    fn new(project: &Project) -> NameNumbers {
+        let mut numbers: HashMap<&str, u32> = HashMap::default();
+        let mut number = |name| {
+            let next = numbers.len() as u32;
+            *numbers.entry(name).or_insert(next)
+        };
+        let of_modules = project.modules.iter().map(|m| number(&m.name)).collect();
+        let (mut target_base, mut of_targets) = (vec![0], Vec::new());
+        let (mut installed_base, mut of_installed) = (vec![0], Vec::new());
+        for loaded in &project.modules {
+            for index in 0..loaded.summary.imports.len() {
+                for target in loaded.targets.get(index).into_iter().flat_map(|t| t.iter()) {
+                    of_targets.push(number(match target {
+                        EdgeTarget::Local(id) => &project.modules[*id as usize].name,
+                        EdgeTarget::Stdlib(name) | EdgeTarget::Missing(name) => name,
+                        EdgeTarget::ThirdParty(module) => &module.name,
+                    }));
+                }
+                target_base.push(of_targets.len() as u32);
+            }
+            of_installed.extend(loaded.installed.iter().map(|needed| number(&needed.name)));
+            installed_base.push(of_installed.len() as u32);
+        }
+        NameNumbers {
+            count: numbers.len(),
+            target_base,
+            of_targets,
+            of_modules,
+            installed_base,
+            of_installed,
+        }
+    }
+
+    /// The numbers of the targets of import edge `edge` (project-wide).
+    fn targets(&self, edge: usize) -> &[u32] {
+        let (start, end) = (self.target_base[edge], self.target_base[edge + 1]);
+        &self.of_targets[start as usize..end as usize]
+    }
+
+    fn installed(&self, module: u32) -> &[u32] {
+        let (start, end) = (
+            self.installed_base[module as usize],
+            self.installed_base[module as usize + 1],
+        );
+        &self.of_installed[start as usize..end as usize]
+    }
+}
+
+/// What a walk reached, by [`NameNumbers`] number: `slots` (as large as the project's names,
+/// reused walk after walk) holds one plus each name's index in `entries`.
+struct ReachedSet<'p> {
+    slots: Vec<u32>,
+    entries: Vec<(u32, &'p str, Reached<'p>)>,
+}
+
+impl<'p> ReachedSet<'p> {
+    fn entry(
+        &mut self,
+        number: u32,
+        name: &'p str,
+        make: impl FnOnce() -> Reached<'p>,
+    ) -> &mut Reached<'p> {
+        let slot = &mut self.slots[number as usize];
+        if *slot == 0 {
+            self.entries.push((number, name, make()));
+            *slot = self.entries.len() as u32;
+        }
+        &mut self.entries[*slot as usize - 1].2
+    }
+
+    /// The entries, the slots cleared for the next walk.
+    fn take(&mut self) -> Vec<(u32, &'p str, Reached<'p>)> {
+        for (number, _, _) in &self.entries {
+            self.slots[*number as usize] = 0;
+        }
+        std::mem::take(&mut self.entries)
+    }
 }
 
 impl WorkNumbers {
@@ -502,14 +599,19 @@ impl WorkNumbers {
             total: 2 * (2 * modules as usize + 2 * scopes as usize + names as usize),
             edge_base,
             edges: edges as usize,
+            names: NameNumbers::new(project),
         }
     }
 
     /// Import edge `index` of `module`, as applied with `optional` and, when `engine`, as the
     /// engine's only: the four ways an edge's effects differ.
     fn of_edge(&self, module: u32, index: usize, optional: bool, engine: bool) -> usize {
-        let edge = self.edge_base[module as usize] as usize + index;
-        4 * edge + 2 * engine as usize + optional as usize
+        4 * self.edge(module, index) + 2 * engine as usize + optional as usize
+    }
+
+    /// Import edge `index` of `module`, numbered project-wide.
+    fn edge(&self, module: u32, index: usize) -> usize {
+        self.edge_base[module as usize] as usize + index
     }
 
     fn of(&self, work: &Work) -> usize {
@@ -643,6 +745,7 @@ struct Scratch {
     applied: EdgesApplied,
     attributes_seen: AttributesSeen,
     import_uses_seen: ImportUsesSeen,
+    reached_slots: Vec<u32>,
 }
 
 /// Attribute reads through imports already followed: (module, name, path, optional).
@@ -663,7 +766,7 @@ struct Walk<'p, 'm> {
     queue: VecDeque<Work<'p>>,
     seen: Visited,
     applied: EdgesApplied,
-    reached: HashMap<&'p str, Reached<'p>>,
+    reached: ReachedSet<'p>,
     missing: HashMap<&'p str, Missed<'p>>,
     local_modules: rustc_hash::FxHashSet<u32>,
     /// The engine decorators and wrappers met ([`crate::engine`]).
@@ -709,9 +812,8 @@ pub fn target_closure<'p>(
             let scope = &summary.scopes[scope_id as usize];
             walk.enqueue_definition(module, scope_id);
             // A function of installed code is that distribution's, even shipped by value.
-            let own_file = loaded.installed.last().map(std::slice::from_ref);
             let chain = Chain::of(summary.scope_name(scope_id));
-            walk.reach_installed(module, own_file.unwrap_or_default(), &chain, false);
+            walk.reach_installed(module, true, &chain, false);
             if kind == ClosureKind::Import {
                 walk.enqueue(Work::Module {
                     module,
@@ -773,6 +875,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             mut applied,
             attributes_seen,
             import_uses_seen,
+            mut reached_slots,
         } = SCRATCH_POOL
             .with(|pool| pool.borrow_mut().pop())
             .unwrap_or_default();
@@ -782,6 +885,9 @@ impl<'p, 'm> Walk<'p, 'm> {
         if applied.shortest.len() < 4 * numbers.edges {
             applied.shortest.resize(4 * numbers.edges, 0);
         }
+        if reached_slots.len() < numbers.names.count {
+            reached_slots.resize(numbers.names.count, 0);
+        }
         Walk {
             project,
             numbers,
@@ -790,7 +896,10 @@ impl<'p, 'm> Walk<'p, 'm> {
             queue: VecDeque::new(),
             seen,
             applied,
-            reached: HashMap::default(),
+            reached: ReachedSet {
+                slots: reached_slots,
+                entries: Vec::new(),
+            },
             missing: HashMap::default(),
             local_modules: Default::default(),
             engine_uses: Vec::new(),
@@ -812,8 +921,8 @@ impl<'p, 'm> Walk<'p, 'm> {
             line: reason.line,
             chain: prefix.iter().chain(&reason.chain).copied().collect(),
         };
-        for (&name, theirs) in &memo.reached {
-            let ours = self.reached.entry(name).or_insert_with(|| Reached {
+        for &(number, name, ref theirs) in &memo.reached {
+            let ours = self.reached.entry(number, name, || Reached {
                 kind: theirs.kind,
                 file: theirs.file,
                 owner: theirs.owner,
@@ -1141,7 +1250,9 @@ impl<'p, 'm> Walk<'p, 'm> {
             line: edge.line,
             chain: chain.to_steps(),
         };
-        for target in targets.iter() {
+        let numbers: &'m NameNumbers = &self.numbers.names;
+        let numbers = numbers.targets(self.numbers.edge(module, index));
+        for (target, &number) in targets.iter().zip(numbers) {
             let (name, kind, file, owner): (&'p str, _, Option<&'p str>, Option<&'p Owner>) =
                 match target {
                     EdgeTarget::Local(id) => {
@@ -1166,7 +1277,8 @@ impl<'p, 'm> Walk<'p, 'm> {
                         continue;
                     }
                 };
-            let entry = self.record_reached(name, (kind, file, owner), &reason, chain, optional);
+            let what = (kind, file, owner);
+            let entry = self.record_reached(number, name, what, &reason, chain, optional);
             entry.contexts |= edge_contexts(edge);
             entry.own |= !engine;
         }
@@ -1176,13 +1288,14 @@ impl<'p, 'm> Walk<'p, 'm> {
     /// reason found, and return its entry.
     fn record_reached(
         &mut self,
+        number: u32,
         name: &'p str,
         (kind, file, owner): (ModuleKind, Option<&'p str>, Option<&'p Owner>),
         reason: &dyn Fn() -> Why<'p>,
         chain: &Chain<'p>,
         optional: bool,
     ) -> &mut Reached<'p> {
-        let entry = self.reached.entry(name).or_insert_with(|| Reached {
+        let entry = self.reached.entry(number, name, || Reached {
             kind,
             file,
             owner,
@@ -1258,7 +1371,8 @@ impl<'p, 'm> Walk<'p, 'm> {
             });
         }
         let what = (ModuleKind::Local, Some(local.display.as_str()), None);
-        let entry = self.record_reached(&local.name, what, reason, chain, optional);
+        let number = self.numbers.names.of_modules[id as usize];
+        let entry = self.record_reached(number, &local.name, what, reason, chain, optional);
         entry.contexts |= contexts;
         entry.own = true;
     }
@@ -1276,7 +1390,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             };
             self.reach_local(parent, &reason, chain, optional, Contexts::TOP_LEVEL);
         }
-        self.reach_installed(module, &loaded.installed, chain, optional);
+        self.reach_installed(module, false, chain, optional);
         let summary = self.summary(module);
         let engine = self.engine_imports(module);
         for (index, edge) in summary.imports.iter().enumerate() {
@@ -1363,28 +1477,34 @@ impl<'p, 'm> Walk<'p, 'm> {
 
     /// Installed modules that running `module` needs (its own file and its packages, when a
     /// distribution provides it: [`crate::project::LoadedModule::installed`]), and so their
-    /// distributions.
+    /// distributions. With `own_file_only`, its own file only (the last of them).
     fn reach_installed(
         &mut self,
         module: u32,
-        installed: &'p [std::sync::Arc<ThirdPartyModule>],
+        own_file_only: bool,
         chain: &Chain<'p>,
         optional: bool,
     ) {
         let project: &'p Project = self.project;
         let loaded = &project.modules[module as usize];
+        let numbers: &'m NameNumbers = &self.numbers.names;
+        let (mut installed, mut numbers) = (&loaded.installed[..], numbers.installed(module));
+        if own_file_only {
+            installed = &installed[installed.len().saturating_sub(1)..];
+            numbers = &numbers[numbers.len().saturating_sub(1)..];
+        }
         let reason = || Why {
             file: loaded.display.as_str(),
             line: 0,
             chain: chain.to_steps(),
         };
-        for needed in installed {
+        for (needed, &number) in installed.iter().zip(numbers) {
             let what = (
                 ModuleKind::ThirdParty,
                 Some(needed.display.as_str()),
                 Some(&needed.owner),
             );
-            let entry = self.record_reached(&needed.name, what, &reason, chain, optional);
+            let entry = self.record_reached(number, &needed.name, what, &reason, chain, optional);
             entry.contexts |= Contexts::TOP_LEVEL;
             entry.own = true;
         }
@@ -1578,8 +1698,12 @@ impl<'p, 'm> Walk<'p, 'm> {
         let mut warnings: Vec<WarningView<'p>> = Vec::new();
         // Hash maps while walking (looked up far more often than listed); put in order here:
         // by kind, then name, the order of the Spec's list (and of each distribution's modules).
-        let mut reached_in_order: Vec<(&'p str, Reached<'p>)> =
-            std::mem::take(&mut self.reached).into_iter().collect();
+        let mut reached_in_order: Vec<(&'p str, Reached<'p>)> = self
+            .reached
+            .take()
+            .into_iter()
+            .map(|(_, name, reached)| (name, reached))
+            .collect();
         reached_in_order.sort_unstable_by_key(|(name, reached)| (reached.kind, *name));
         let mut missing_in_order: Vec<(&'p str, Missed<'p>)> =
             std::mem::take(&mut self.missing).into_iter().collect();
@@ -1831,6 +1955,10 @@ impl Drop for Walk<'_, '_> {
             applied: std::mem::take(&mut self.applied),
             attributes_seen: std::mem::take(&mut self.attributes_seen),
             import_uses_seen: std::mem::take(&mut self.import_uses_seen),
+            reached_slots: {
+                self.reached.take();
+                std::mem::take(&mut self.reached.slots)
+            },
         };
         scratch.seen.clear();
         scratch.applied.clear();
