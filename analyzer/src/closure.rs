@@ -293,9 +293,7 @@ impl<'p> ModuleMemos<'p> {
             ModuleMemo {
                 reached: walk.reached.take(),
                 missing: std::mem::take(&mut walk.missing),
-                local_modules: std::mem::take(&mut walk.local_modules)
-                    .into_iter()
-                    .collect(),
+                local_modules: walk.local_modules.list.clone(),
                 engine_uses: std::mem::take(&mut walk.engine_uses),
             }
         }))
@@ -746,6 +744,29 @@ struct Scratch {
     attributes_seen: AttributesSeen,
     import_uses_seen: ImportUsesSeen,
     reached_slots: Vec<u32>,
+    local_bits: Visited,
+}
+
+/// The local modules a walk reached, as a set (by module id, reused walk after walk) and in the
+/// order first reached.
+struct LocalModules {
+    bits: Visited,
+    list: Vec<u32>,
+}
+
+impl LocalModules {
+    fn insert(&mut self, id: u32) {
+        if self.bits.insert(id as usize) {
+            self.list.push(id);
+        }
+    }
+
+    /// The set emptied for the next walk.
+    fn take_bits(&mut self) -> Visited {
+        let mut bits = std::mem::take(&mut self.bits);
+        bits.clear();
+        bits
+    }
 }
 
 /// Attribute reads through imports already followed: (module, name, path, optional).
@@ -768,7 +789,7 @@ struct Walk<'p, 'm> {
     applied: EdgesApplied,
     reached: ReachedSet<'p>,
     missing: HashMap<&'p str, Missed<'p>>,
-    local_modules: rustc_hash::FxHashSet<u32>,
+    local_modules: LocalModules,
     /// The engine decorators and wrappers met ([`crate::engine`]).
     engine_uses: Vec<EngineUseView<'p>>,
     /// Per module whose import was walked: the names it reads only as engine APIs. What runs
@@ -876,6 +897,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             attributes_seen,
             import_uses_seen,
             mut reached_slots,
+            mut local_bits,
         } = SCRATCH_POOL
             .with(|pool| pool.borrow_mut().pop())
             .unwrap_or_default();
@@ -884,6 +906,11 @@ impl<'p, 'm> Walk<'p, 'm> {
         }
         if applied.shortest.len() < 4 * numbers.edges {
             applied.shortest.resize(4 * numbers.edges, 0);
+        }
+        if local_bits.words.len() < (numbers.modules as usize).div_ceil(64) {
+            local_bits
+                .words
+                .resize((numbers.modules as usize).div_ceil(64), 0);
         }
         if reached_slots.len() < numbers.names.count {
             reached_slots.resize(numbers.names.count, 0);
@@ -901,7 +928,10 @@ impl<'p, 'm> Walk<'p, 'm> {
                 entries: Vec::new(),
             },
             missing: HashMap::default(),
-            local_modules: Default::default(),
+            local_modules: LocalModules {
+                bits: local_bits,
+                list: Vec::new(),
+            },
             engine_uses: Vec::new(),
             engine_names: HashMap::default(),
             slice_module: None,
@@ -1736,6 +1766,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         // Problems of every local file in the closure (syntax errors, computed dynamic imports).
         let files_in_closure = std::iter::once(module).chain(
             self.local_modules
+                .list
                 .iter()
                 .copied()
                 .filter(|&id| id != module),
@@ -1959,6 +1990,7 @@ impl Drop for Walk<'_, '_> {
                 self.reached.take();
                 std::mem::take(&mut self.reached.slots)
             },
+            local_bits: self.local_modules.take_bits(),
         };
         scratch.seen.clear();
         scratch.applied.clear();
