@@ -155,6 +155,14 @@ impl<'p> Chain<'p> {
         self.0.as_ref().map_or(0, |link| link.depth as usize)
     }
 
+    /// The length of [`Chain::then_new`] of `name`, without making it.
+    fn len_then_new(&self, name: &str) -> usize {
+        match &self.0 {
+            Some(link) if link.name == name => self.len(),
+            _ => self.len() + 1,
+        }
+    }
+
     fn to_steps(&self) -> Vec<&'p str> {
         let mut out = Vec::with_capacity(self.len());
         let mut cursor = &self.0;
@@ -613,33 +621,32 @@ impl WorkNumbers {
     }
 
     fn of(&self, work: &Work) -> usize {
-        let (number, optional) = match *work {
+        match *work {
             Work::Module {
                 module, optional, ..
-            } => return self.of_module(module, optional),
+            } => self.of_module(module, optional),
             Work::Whole {
                 module, optional, ..
-            } => (self.modules as usize + module as usize, optional),
+            } => self.of_whole(module, optional),
             Work::Scope {
                 module,
                 scope,
                 optional,
                 ..
-            } => return self.of_scope(module, scope, optional),
+            } => self.of_scope(module, scope, optional),
             Work::Definition {
                 module,
                 scope,
                 optional,
                 ..
-            } => return self.of_definition(module, scope, optional),
+            } => self.of_definition(module, scope, optional),
             Work::Name {
                 module,
                 name,
                 optional,
                 ..
-            } => return self.of_name(module, name, optional),
-        };
-        2 * number + optional as usize
+            } => self.of_name(module, name, optional),
+        }
     }
 
     fn of_scope(&self, module: u32, scope: u32, optional: bool) -> usize {
@@ -653,6 +660,10 @@ impl WorkNumbers {
     /// Scope `scope` of `module`, numbered after the module imports and whole modules.
     fn scope(&self, module: u32, scope: u32) -> usize {
         2 * self.modules as usize + self.scope_base[module as usize] as usize + scope as usize
+    }
+
+    fn of_whole(&self, module: u32, optional: bool) -> usize {
+        2 * (self.modules as usize + module as usize) + optional as usize
     }
 
     fn of_module(&self, module: u32, optional: bool) -> usize {
@@ -716,15 +727,21 @@ struct EdgesApplied {
 impl EdgesApplied {
     /// Note an application with a chain of `len` steps; false when it changes nothing.
     fn apply(&mut self, number: usize, len: usize) -> bool {
-        let slot = &mut self.shortest[number];
-        if *slot != 0 && (*slot as usize) <= len + 1 {
+        if !self.would_apply(number, len) {
             return false;
         }
+        let slot = &mut self.shortest[number];
         if *slot == 0 {
             self.touched.push(number as u32);
         }
         *slot = len as u32 + 1;
         true
+    }
+
+    /// Whether [`EdgesApplied::apply`] would note an application (it changes something).
+    fn would_apply(&self, number: usize, len: usize) -> bool {
+        let slot = self.shortest[number] as usize;
+        slot == 0 || slot > len + 1
     }
 
     fn clear(&mut self) {
@@ -1591,16 +1608,52 @@ impl<'p, 'm> Walk<'p, 'm> {
             return;
         }
         let name = summary.name(read.name);
+        let project: &'p Project = self.project;
         for binding in bindings {
             let Binding::Import { edge } = *binding else {
                 continue;
             };
             let edge_ref = &summary.imports[edge as usize];
             self.note_slice_line(module, edge_ref.line);
+            let way = self.lookups.way(project, module, edge, path);
+            // Most reads lead only where the walk has been: no chain link is made for them.
+            let len = chain.len_then_new(name);
+            if !self.edge_may_apply(module, edge, len, optional) && !self.way_is_new(&way, optional)
+            {
+                continue;
+            }
             let chain = chain.then_new(name);
             self.add_edge(module, edge as usize, edge_ref, &chain, optional);
-            self.follow_imported(module, edge, Some(path), &chain, optional);
+            self.follow_way(&way, &chain, optional);
         }
+    }
+
+    /// Whether applying import edge `edge` of `module` ([`Walk::add_edge`]) with a chain of
+    /// `len` steps may change anything.
+    fn edge_may_apply(&self, module: u32, edge: u32, len: usize, optional: bool) -> bool {
+        let project: &'p Project = self.project;
+        let loaded = &project.modules[module as usize];
+        let context = loaded.summary.imports[edge as usize].context;
+        if context.type_checking || loaded.targets.get(edge as usize).is_none() {
+            return false;
+        }
+        let optional = optional || context.optional;
+        let number = self.numbers.of_edge(module, edge as usize, optional, false);
+        self.applied.would_apply(number, len)
+    }
+
+    /// Whether following `way` ([`Walk::follow_way`]) may queue or reach anything.
+    fn way_is_new(&self, way: &Way, optional: bool) -> bool {
+        let numbers = self.numbers;
+        let new = |number| !self.seen.contains(number);
+        way.through
+            .iter()
+            .any(|&id| new(numbers.of_module(id, optional)))
+            || match way.end {
+                Found::Nothing => false,
+                Found::Name(holder, name) => new(numbers.of_name(holder, name, optional)),
+                Found::Module(id) => new(numbers.of_whole(id, optional)),
+            }
     }
 
     /// After the import edge `edge` of `module` bound a name: follow into local code what is
