@@ -325,7 +325,7 @@ static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0)
 #[derive(Default)]
 struct Ways {
     run: u64,
-    ways: HashMap<(u32, u32, NameId), Rc<Way>>,
+    ways: HashMap<(u32, u32, NameId), Way>,
 }
 
 thread_local! {
@@ -351,11 +351,11 @@ impl EdgeLookups {
     }
 
     /// Where attribute `path` read through edge `edge` of `module` leads ([`Way`]).
-    fn way(&self, project: &Project, module: u32, edge: u32, path: NameId) -> Rc<Way> {
+    fn way(&self, project: &Project, module: u32, edge: u32, path: NameId) -> Way {
         let resolved = || self.get(project, module, edge);
         // Installed code reads through its imports once per target: not worth the memory.
         if !project.modules[module as usize].installed.is_empty() {
-            return Rc::new(way_of(project, module, edge, path, resolved()));
+            return way_of(project, module, edge, path, resolved());
         }
         WAYS.with(|ways| {
             let mut ways = ways.borrow_mut();
@@ -368,7 +368,7 @@ impl EdgeLookups {
             }
             ways.ways
                 .entry((module, edge, path))
-                .or_insert_with(|| Rc::new(way_of(project, module, edge, path, resolved())))
+                .or_insert_with(|| way_of(project, module, edge, path, resolved()))
                 .clone()
         })
     }
@@ -418,9 +418,40 @@ fn resolve_edge(project: &Project, module: u32, edge: u32) -> Resolved {
 /// ([`Found::Module`], the last one passed) or nothing. Only the summaries decide it, so it is
 /// worked out once per thread and run ([`EdgeLookups::way`]), not at each of the millions of
 /// reads of a large local tree (each searched name tables and built module names).
+#[derive(Clone)]
 struct Way {
-    through: Vec<u32>,
+    through: Through,
     end: Found,
+}
+
+/// The modules a [`Way`] passes through: up to four inline (a read then touches the way's
+/// table entry only, not a vector too), more in a vector (a rare deep path).
+#[derive(Clone, Default)]
+struct Through {
+    short: [u32; 4],
+    len: u8,
+    long: Vec<u32>,
+}
+
+impl Through {
+    fn push(&mut self, id: u32) {
+        if self.long.is_empty() && (self.len as usize) < self.short.len() {
+            self.short[self.len as usize] = id;
+            self.len += 1;
+            return;
+        }
+        if self.long.is_empty() {
+            self.long.extend_from_slice(&self.short);
+        }
+        self.long.push(id);
+    }
+
+    fn as_slice(&self) -> &[u32] {
+        match self.long.is_empty() {
+            true => &self.short[..self.len as usize],
+            false => &self.long,
+        }
+    }
 }
 
 /// [`Way`] of attribute `path` (a name of `module`) read through its import edge `edge`.
@@ -428,7 +459,7 @@ fn way_of(project: &Project, module: u32, edge: u32, path: NameId, resolved: Res
     let loaded = &project.modules[module as usize];
     let path = loaded.summary.name(path);
     let mut way = Way {
-        through: Vec::new(),
+        through: Through::default(),
         end: Found::Nothing,
     };
     let (mut found, rest) = match resolved {
@@ -1647,6 +1678,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         let numbers = self.numbers;
         let new = |number| !self.seen.contains(number);
         way.through
+            .as_slice()
             .iter()
             .any(|&id| new(numbers.of_module(id, optional)))
             || match way.end {
@@ -1695,7 +1727,7 @@ impl<'p, 'm> Walk<'p, 'm> {
     /// Replay where an attribute path leads ([`Way`]): each module on the way reached, then
     /// the name at its end followed, or the module there taken whole.
     fn follow_way(&mut self, way: &Way, chain: &Chain<'p>, optional: bool) {
-        for &id in &way.through {
+        for &id in way.through.as_slice() {
             self.reach_on_the_way(id, chain, optional);
         }
         match way.end {
