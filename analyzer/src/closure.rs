@@ -511,7 +511,10 @@ struct WorkNumbers {
     scope_base: Vec<u32>,
     name_base: Vec<u32>,
     total: usize,
-    /// Import edges numbered project-wide, for [`EdgesApplied`].
+    /// The import edges of local code numbered project-wide, for [`EdgesApplied`] (installed
+    /// modules' edges are applied once or twice per walk, and numbering them cost a large
+    /// tree of installed code megabytes per walk's scratch): [`NOT_NUMBERED`] for installed
+    /// modules.
     edge_base: Vec<u32>,
     edges: usize,
     names: NameNumbers,
@@ -521,8 +524,10 @@ struct WorkNumbers {
 /// found by index ([`ReachedSet`]), not by hashing names: a large local tree's walks record
 /// modules millions of times.
 struct NameNumbers {
-    /// Per import edge (numbered as [`WorkNumbers::edge_base`] says, plus one at the end):
-    /// where its targets' numbers start in `of_targets`, in the order of its targets.
+    /// Per module, where its import edges start in `target_base`; per import edge (plus one
+    /// at the end), where its targets' numbers start in `of_targets`, in the order of its
+    /// targets.
+    edge_base: Vec<u32>,
     target_base: Vec<u32>,
     of_targets: Vec<u32>,
     /// Per module: its own name's number, and where its installed modules' numbers start in
@@ -543,7 +548,9 @@ impl NameNumbers {
         let of_modules = project.modules.iter().map(|m| number(&m.name)).collect();
         let (mut target_base, mut of_targets) = (vec![0], Vec::new());
         let (mut installed_base, mut of_installed) = (vec![0], Vec::new());
+        let mut edge_base = Vec::with_capacity(project.modules.len());
         for loaded in &project.modules {
+            edge_base.push(target_base.len() as u32 - 1);
             for index in 0..loaded.summary.imports.len() {
                 for target in loaded.targets.get(index).into_iter().flat_map(|t| t.iter()) {
                     of_targets.push(number(match target {
@@ -559,6 +566,7 @@ impl NameNumbers {
         }
         NameNumbers {
             count: numbers.len(),
+            edge_base,
             target_base,
             of_targets,
             of_modules,
@@ -567,8 +575,9 @@ impl NameNumbers {
         }
     }
 
-    /// The numbers of the targets of import edge `edge` (project-wide).
-    fn targets(&self, edge: usize) -> &[u32] {
+    /// The numbers of the targets of import edge `index` of `module`.
+    fn targets(&self, module: u32, index: usize) -> &[u32] {
+        let edge = self.edge_base[module as usize] as usize + index;
         let (start, end) = (self.target_base[edge], self.target_base[edge + 1]);
         &self.of_targets[start as usize..end as usize]
     }
@@ -613,6 +622,9 @@ impl<'p> ReachedSet<'p> {
     }
 }
 
+/// [`WorkNumbers::edge_base`] of a module whose edges are not numbered.
+const NOT_NUMBERED: u32 = u32::MAX;
+
 impl WorkNumbers {
     fn new(project: &Project) -> WorkNumbers {
         let mut scope_base = Vec::with_capacity(project.modules.len());
@@ -622,10 +634,14 @@ impl WorkNumbers {
         for loaded in &project.modules {
             scope_base.push(scopes);
             name_base.push(names);
-            edge_base.push(edges);
             scopes += loaded.summary.scopes.len() as u32;
             names += loaded.summary.names.len() as u32;
-            edges += loaded.summary.imports.len() as u32;
+            if loaded.installed.is_empty() {
+                edge_base.push(edges);
+                edges += loaded.summary.imports.len() as u32;
+            } else {
+                edge_base.push(NOT_NUMBERED);
+            }
         }
         let modules = project.modules.len() as u32;
         WorkNumbers {
@@ -642,13 +658,11 @@ impl WorkNumbers {
 
     /// Import edge `index` of `module`, as applied with `optional` and, when `engine`, as the
     /// engine's only: the four ways an edge's effects differ.
-    fn of_edge(&self, module: u32, index: usize, optional: bool, engine: bool) -> usize {
-        4 * self.edge(module, index) + 2 * engine as usize + optional as usize
-    }
-
-    /// Import edge `index` of `module`, numbered project-wide.
-    fn edge(&self, module: u32, index: usize) -> usize {
-        self.edge_base[module as usize] as usize + index
+    /// `None` for an installed module's edge (not numbered).
+    fn of_edge(&self, module: u32, index: usize, optional: bool, engine: bool) -> Option<usize> {
+        let base = self.edge_base[module as usize];
+        let edge = (base != NOT_NUMBERED).then_some(base as usize + index)?;
+        Some(4 * edge + 2 * engine as usize + optional as usize)
     }
 
     fn of(&self, work: &Work) -> usize {
@@ -1320,7 +1334,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             return;
         };
         let number = self.numbers.of_edge(module, index, optional, engine);
-        if !self.applied.apply(number, chain.len()) {
+        if number.is_some_and(|number| !self.applied.apply(number, chain.len())) {
             return;
         }
         let reason = || Why {
@@ -1329,7 +1343,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             chain: chain.to_steps(),
         };
         let numbers: &'m NameNumbers = &self.numbers.names;
-        let numbers = numbers.targets(self.numbers.edge(module, index));
+        let numbers = numbers.targets(module, index);
         for (target, &number) in targets.iter().zip(numbers) {
             let (name, kind, file, owner): (&'p str, _, Option<&'p str>, Option<&'p Owner>) =
                 match target {
@@ -1670,7 +1684,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         }
         let optional = optional || context.optional;
         let number = self.numbers.of_edge(module, edge as usize, optional, false);
-        self.applied.would_apply(number, len)
+        number.is_none_or(|number| self.applied.would_apply(number, len))
     }
 
     /// Whether following `way` ([`Walk::follow_way`]) may queue or reach anything.
