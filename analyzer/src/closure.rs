@@ -796,9 +796,9 @@ impl EdgesApplied {
     }
 }
 
-/// A walk's sets, kept cleared between walks: the first two are as large as the project, and
-/// the others grow to tens of thousands of entries in a large local tree (growing them again
-/// walk after walk was a tenth of the time).
+/// A walk's sets, kept cleared between walks: the bit sets and slots are as large as the
+/// project, and the hash sets grow to thousands of entries in a large local tree (growing
+/// them again walk after walk showed in profiles).
 #[derive(Default)]
 struct Scratch {
     seen: Visited,
