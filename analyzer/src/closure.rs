@@ -16,7 +16,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::dists::Owner;
 use crate::extract::{Binding, ImportEdge, ImportUse, ModuleSummary, NameId, ScopeKind, Use};
-use crate::project::{EdgeTarget, Project, ThirdPartyModule};
+use crate::project::{EdgeTarget, Project};
 use crate::spec::{
     ClosureKind, Contexts, DistributionView, EngineUseView, EngineView, MissingDistribution,
     MissingView, ModuleKind, ModuleView, ReasonView, TargetKind, TargetView, WarningView,
@@ -155,6 +155,14 @@ impl<'p> Chain<'p> {
         self.0.as_ref().map_or(0, |link| link.depth as usize)
     }
 
+    /// The length of [`Chain::then_new`] of `name`, without making it.
+    fn len_then_new(&self, name: &str) -> usize {
+        match &self.0 {
+            Some(link) if link.name == name => self.len(),
+            _ => self.len() + 1,
+        }
+    }
+
     fn to_steps(&self) -> Vec<&'p str> {
         let mut out = Vec::with_capacity(self.len());
         let mut cursor = &self.0;
@@ -235,7 +243,7 @@ struct Reached<'p> {
 /// per run and merged into every closure that imports the module, instead of walking its
 /// imports again for each of them. Chains are relative to the module.
 struct ModuleMemo<'p> {
-    reached: HashMap<&'p str, Reached<'p>>,
+    reached: Vec<(u32, &'p str, Reached<'p>)>,
     missing: HashMap<&'p str, Missed<'p>>,
     local_modules: Vec<u32>,
     engine_uses: Vec<EngineUseView<'p>>,
@@ -291,11 +299,9 @@ impl<'p> ModuleMemos<'p> {
             });
             walk.run();
             ModuleMemo {
-                reached: std::mem::take(&mut walk.reached),
+                reached: walk.reached.take(),
                 missing: std::mem::take(&mut walk.missing),
-                local_modules: std::mem::take(&mut walk.local_modules)
-                    .into_iter()
-                    .collect(),
+                local_modules: walk.local_modules.list.clone(),
                 engine_uses: std::mem::take(&mut walk.engine_uses),
             }
         }))
@@ -308,6 +314,22 @@ impl<'p> ModuleMemos<'p> {
 /// tree read through the same edges millions of times.
 struct EdgeLookups {
     modules: Vec<std::sync::OnceLock<Box<[Resolved]>>>,
+    /// This run, among the runs of the process: the thread's [`WAYS`] belong to one.
+    run: u64,
+}
+
+/// Runs of [`EdgeLookups`] so far in the process.
+static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The [`Way`]s this thread worked out, by (module, edge, path), for the run that filled them.
+#[derive(Default)]
+struct Ways {
+    run: u64,
+    ways: HashMap<(u32, u32, NameId), Way>,
+}
+
+thread_local! {
+    static WAYS: std::cell::RefCell<Ways> = std::cell::RefCell::new(Ways::default());
 }
 
 /// An import edge's bound name, as [`Walk::follow_imported`] continues from it.
@@ -324,7 +346,31 @@ impl EdgeLookups {
             modules: (0..project.modules.len())
                 .map(|_| std::sync::OnceLock::new())
                 .collect(),
+            run: RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
         }
+    }
+
+    /// Where attribute `path` read through edge `edge` of `module` leads ([`Way`]).
+    fn way(&self, project: &Project, module: u32, edge: u32, path: NameId) -> Way {
+        let resolved = || self.get(project, module, edge);
+        // Installed code reads through its imports once per target: not worth the memory.
+        if !project.modules[module as usize].installed.is_empty() {
+            return way_of(project, module, edge, path, resolved());
+        }
+        WAYS.with(|ways| {
+            let mut ways = ways.borrow_mut();
+            if ways.run != self.run {
+                // Another run's: its numbers mean other modules.
+                *ways = Ways {
+                    run: self.run,
+                    ways: HashMap::default(),
+                };
+            }
+            ways.ways
+                .entry((module, edge, path))
+                .or_insert_with(|| way_of(project, module, edge, path, resolved()))
+                .clone()
+        })
     }
 
     fn get(&self, project: &Project, module: u32, edge: u32) -> Resolved {
@@ -367,6 +413,95 @@ fn resolve_edge(project: &Project, module: u32, edge: u32) -> Resolved {
     Resolved::Found(found)
 }
 
+/// Where an attribute path read through an import edge leads in local code: the local modules
+/// it passes through, in order, then a name there ([`Found::Name`]), a module read as a value
+/// ([`Found::Module`], the last one passed) or nothing. Only the summaries decide it, so it is
+/// worked out once per thread and run ([`EdgeLookups::way`]), not at each of the millions of
+/// reads of a large local tree (each searched name tables and built module names).
+#[derive(Clone)]
+struct Way {
+    through: Through,
+    end: Found,
+}
+
+/// The modules a [`Way`] passes through: up to four inline (a read then touches the way's
+/// table entry only, not a vector too), more in a vector (a rare deep path).
+#[derive(Clone, Default)]
+struct Through {
+    short: [u32; 4],
+    len: u8,
+    long: Vec<u32>,
+}
+
+impl Through {
+    fn push(&mut self, id: u32) {
+        if self.long.is_empty() && (self.len as usize) < self.short.len() {
+            self.short[self.len as usize] = id;
+            self.len += 1;
+            return;
+        }
+        if self.long.is_empty() {
+            self.long.extend_from_slice(&self.short);
+        }
+        self.long.push(id);
+    }
+
+    fn as_slice(&self) -> &[u32] {
+        match self.long.is_empty() {
+            true => &self.short[..self.len as usize],
+            false => &self.long,
+        }
+    }
+}
+
+/// [`Way`] of attribute `path` (a name of `module`) read through its import edge `edge`.
+fn way_of(project: &Project, module: u32, edge: u32, path: NameId, resolved: Resolved) -> Way {
+    let loaded = &project.modules[module as usize];
+    let path = loaded.summary.name(path);
+    let mut way = Way {
+        through: Through::default(),
+        end: Found::Nothing,
+    };
+    let (mut found, rest) = match resolved {
+        Resolved::Found(found) => (found, Some(path)),
+        Resolved::Namespace => match loaded.bound.get(edge as usize) {
+            Some(Some(bound)) => namespace_start(project, bound, path),
+            _ => return way,
+        },
+    };
+    let mut steps = rest.into_iter().flat_map(|path| path.split('.'));
+    loop {
+        match found {
+            Found::Nothing => return way,
+            Found::Name(..) => break,
+            Found::Module(id) => {
+                way.through.push(id);
+                match steps.next() {
+                    Some(step) => found = find_member(project, id, step, &mut Vec::new()),
+                    None => break,
+                }
+            }
+        }
+    }
+    way.end = found;
+    way
+}
+
+/// `bound` is no loaded module (a namespace package): the first loaded module along
+/// `bound.path` is where the path continues, with the rest of the path.
+fn namespace_start<'a>(project: &Project, bound: &str, path: &'a str) -> (Found, Option<&'a str>) {
+    let mut name = bound.to_string();
+    for (index, step) in path.split('.').enumerate() {
+        name.push('.');
+        name.push_str(step);
+        if let Some(id) = project.module_named(&name) {
+            let rest = path.splitn(index + 2, '.').nth(index + 1);
+            return (Found::Module(id), rest);
+        }
+    }
+    (Found::Nothing, None)
+}
+
 /// Where each work item's "already queued" bit is in a [`Visited`] set: module imports, whole
 /// modules, then scope bodies, definitions and module-level names, each numbered
 /// project-wide, times two (the optional flag is part of the item).
@@ -376,18 +511,137 @@ struct WorkNumbers {
     scope_base: Vec<u32>,
     name_base: Vec<u32>,
     total: usize,
+    /// The import edges of local code numbered project-wide, for [`EdgesApplied`] (installed
+    /// modules' edges are applied once or twice per walk, and numbering them cost a large
+    /// tree of installed code megabytes per walk's scratch): [`NOT_NUMBERED`] for installed
+    /// modules.
+    edge_base: Vec<u32>,
+    edges: usize,
+    names: NameNumbers,
 }
+
+/// Every module name a walk can reach, numbered once per run, so that what a walk reached is
+/// found by index ([`ReachedSet`]), not by hashing names: a large local tree's walks record
+/// modules millions of times.
+struct NameNumbers {
+    /// Per module, where its import edges start in `target_base`; per import edge (plus one
+    /// at the end), where its targets' numbers start in `of_targets`, in the order of its
+    /// targets.
+    edge_base: Vec<u32>,
+    target_base: Vec<u32>,
+    of_targets: Vec<u32>,
+    /// Per module: its own name's number, and where its installed modules' numbers start in
+    /// `of_installed` (plus one at the end).
+    of_modules: Vec<u32>,
+    installed_base: Vec<u32>,
+    of_installed: Vec<u32>,
+    count: usize,
+}
+
+impl NameNumbers {
+    fn new(project: &Project) -> NameNumbers {
+        let mut numbers: HashMap<&str, u32> = HashMap::default();
+        let mut number = |name| {
+            let next = numbers.len() as u32;
+            *numbers.entry(name).or_insert(next)
+        };
+        let of_modules = project.modules.iter().map(|m| number(&m.name)).collect();
+        let (mut target_base, mut of_targets) = (vec![0], Vec::new());
+        let (mut installed_base, mut of_installed) = (vec![0], Vec::new());
+        let mut edge_base = Vec::with_capacity(project.modules.len());
+        for loaded in &project.modules {
+            edge_base.push(target_base.len() as u32 - 1);
+            for index in 0..loaded.summary.imports.len() {
+                for target in loaded.targets.get(index).into_iter().flat_map(|t| t.iter()) {
+                    of_targets.push(number(match target {
+                        EdgeTarget::Local(id) => &project.modules[*id as usize].name,
+                        EdgeTarget::Stdlib(name) | EdgeTarget::Missing(name) => name,
+                        EdgeTarget::ThirdParty(module) => &module.name,
+                    }));
+                }
+                target_base.push(of_targets.len() as u32);
+            }
+            of_installed.extend(loaded.installed.iter().map(|needed| number(&needed.name)));
+            installed_base.push(of_installed.len() as u32);
+        }
+        NameNumbers {
+            count: numbers.len(),
+            edge_base,
+            target_base,
+            of_targets,
+            of_modules,
+            installed_base,
+            of_installed,
+        }
+    }
+
+    /// The numbers of the targets of import edge `index` of `module`.
+    fn targets(&self, module: u32, index: usize) -> &[u32] {
+        let edge = self.edge_base[module as usize] as usize + index;
+        let (start, end) = (self.target_base[edge], self.target_base[edge + 1]);
+        &self.of_targets[start as usize..end as usize]
+    }
+
+    fn installed(&self, module: u32) -> &[u32] {
+        let (start, end) = (
+            self.installed_base[module as usize],
+            self.installed_base[module as usize + 1],
+        );
+        &self.of_installed[start as usize..end as usize]
+    }
+}
+
+/// What a walk reached, by [`NameNumbers`] number: `slots` (as large as the project's names,
+/// reused walk after walk) holds one plus each name's index in `entries`.
+struct ReachedSet<'p> {
+    slots: Vec<u32>,
+    entries: Vec<(u32, &'p str, Reached<'p>)>,
+}
+
+impl<'p> ReachedSet<'p> {
+    fn entry(
+        &mut self,
+        number: u32,
+        name: &'p str,
+        make: impl FnOnce() -> Reached<'p>,
+    ) -> &mut Reached<'p> {
+        let slot = &mut self.slots[number as usize];
+        if *slot == 0 {
+            self.entries.push((number, name, make()));
+            *slot = self.entries.len() as u32;
+        }
+        &mut self.entries[*slot as usize - 1].2
+    }
+
+    /// The entries, the slots cleared for the next walk.
+    fn take(&mut self) -> Vec<(u32, &'p str, Reached<'p>)> {
+        for (number, _, _) in &self.entries {
+            self.slots[*number as usize] = 0;
+        }
+        std::mem::take(&mut self.entries)
+    }
+}
+
+/// [`WorkNumbers::edge_base`] of a module whose edges are not numbered.
+const NOT_NUMBERED: u32 = u32::MAX;
 
 impl WorkNumbers {
     fn new(project: &Project) -> WorkNumbers {
         let mut scope_base = Vec::with_capacity(project.modules.len());
         let mut name_base = Vec::with_capacity(project.modules.len());
-        let (mut scopes, mut names) = (0u32, 0u32);
+        let mut edge_base = Vec::with_capacity(project.modules.len());
+        let (mut scopes, mut names, mut edges) = (0u32, 0u32, 0u32);
         for loaded in &project.modules {
             scope_base.push(scopes);
             name_base.push(names);
             scopes += loaded.summary.scopes.len() as u32;
             names += loaded.summary.names.len() as u32;
+            if loaded.installed.is_empty() {
+                edge_base.push(edges);
+                edges += loaded.summary.imports.len() as u32;
+            } else {
+                edge_base.push(NOT_NUMBERED);
+            }
         }
         let modules = project.modules.len() as u32;
         WorkNumbers {
@@ -396,37 +650,48 @@ impl WorkNumbers {
             scope_base,
             name_base,
             total: 2 * (2 * modules as usize + 2 * scopes as usize + names as usize),
+            edge_base,
+            edges: edges as usize,
+            names: NameNumbers::new(project),
         }
     }
 
+    /// Import edge `index` of `module`, as applied with `optional` and, when `engine`, as the
+    /// engine's only: the four ways an edge's effects differ.
+    /// `None` for an installed module's edge (not numbered).
+    fn of_edge(&self, module: u32, index: usize, optional: bool, engine: bool) -> Option<usize> {
+        let base = self.edge_base[module as usize];
+        let edge = (base != NOT_NUMBERED).then_some(base as usize + index)?;
+        Some(4 * edge + 2 * engine as usize + optional as usize)
+    }
+
     fn of(&self, work: &Work) -> usize {
-        let (number, optional) = match *work {
+        match *work {
             Work::Module {
                 module, optional, ..
-            } => return self.of_module(module, optional),
+            } => self.of_module(module, optional),
             Work::Whole {
                 module, optional, ..
-            } => (self.modules as usize + module as usize, optional),
+            } => self.of_whole(module, optional),
             Work::Scope {
                 module,
                 scope,
                 optional,
                 ..
-            } => return self.of_scope(module, scope, optional),
+            } => self.of_scope(module, scope, optional),
             Work::Definition {
                 module,
                 scope,
                 optional,
                 ..
-            } => return self.of_definition(module, scope, optional),
+            } => self.of_definition(module, scope, optional),
             Work::Name {
                 module,
                 name,
                 optional,
                 ..
-            } => return self.of_name(module, name, optional),
-        };
-        2 * number + optional as usize
+            } => self.of_name(module, name, optional),
+        }
     }
 
     fn of_scope(&self, module: u32, scope: u32, optional: bool) -> usize {
@@ -440,6 +705,10 @@ impl WorkNumbers {
     /// Scope `scope` of `module`, numbered after the module imports and whole modules.
     fn scope(&self, module: u32, scope: u32) -> usize {
         2 * self.modules as usize + self.scope_base[module as usize] as usize + scope as usize
+    }
+
+    fn of_whole(&self, module: u32, optional: bool) -> usize {
+        2 * (self.modules as usize + module as usize) + optional as usize
     }
 
     fn of_module(&self, module: u32, optional: bool) -> usize {
@@ -488,9 +757,88 @@ impl Visited {
     }
 }
 
+/// The shortest chain each import edge was applied with in a walk (by
+/// [`WorkNumbers::of_edge`]), stored plus one (zero: not applied). Applying an edge again with
+/// a chain at least as long changes nothing: its flags are set already, and a reason it did not
+/// replace then is no longer than that chain (merges only shorten reasons). Attribute reads
+/// through one import (`np.a`, `np.b`, ...) apply its edge once per attribute: most
+/// applications in a large local tree are such repeats.
+#[derive(Default)]
+struct EdgesApplied {
+    shortest: Vec<u32>,
+    touched: Vec<u32>,
+}
+
+impl EdgesApplied {
+    /// Note an application with a chain of `len` steps; false when it changes nothing.
+    fn apply(&mut self, number: usize, len: usize) -> bool {
+        if !self.would_apply(number, len) {
+            return false;
+        }
+        let slot = &mut self.shortest[number];
+        if *slot == 0 {
+            self.touched.push(number as u32);
+        }
+        *slot = len as u32 + 1;
+        true
+    }
+
+    /// Whether [`EdgesApplied::apply`] would note an application (it changes something).
+    fn would_apply(&self, number: usize, len: usize) -> bool {
+        let slot = self.shortest[number] as usize;
+        slot == 0 || slot > len + 1
+    }
+
+    fn clear(&mut self) {
+        for number in self.touched.drain(..) {
+            self.shortest[number as usize] = 0;
+        }
+    }
+}
+
+/// A walk's sets, kept cleared between walks: the bit sets and slots are as large as the
+/// project, and the hash sets grow to thousands of entries in a large local tree (growing
+/// them again walk after walk showed in profiles).
+#[derive(Default)]
+struct Scratch {
+    seen: Visited,
+    applied: EdgesApplied,
+    attributes_seen: AttributesSeen,
+    import_uses_seen: ImportUsesSeen,
+    reached_slots: Vec<u32>,
+    local_bits: Visited,
+}
+
+/// The local modules a walk reached, as a set (by module id, reused walk after walk) and in the
+/// order first reached.
+struct LocalModules {
+    bits: Visited,
+    list: Vec<u32>,
+}
+
+impl LocalModules {
+    fn insert(&mut self, id: u32) {
+        if self.bits.insert(id as usize) {
+            self.list.push(id);
+        }
+    }
+
+    /// The set emptied for the next walk.
+    fn take_bits(&mut self) -> Visited {
+        let mut bits = std::mem::take(&mut self.bits);
+        bits.clear();
+        bits
+    }
+}
+
+/// Attribute reads through imports already followed: (module, name, path, optional).
+type AttributesSeen = rustc_hash::FxHashSet<(u32, NameId, NameId, bool)>;
+/// Reads through in-function imports already followed: (module, edge, path, optional).
+type ImportUsesSeen = rustc_hash::FxHashSet<(u32, u32, Option<NameId>, bool)>;
+
 thread_local! {
     /// Cleared sets, reused walk after walk (a walk may start another: module memos).
-    static VISITED_POOL: std::cell::RefCell<Vec<Visited>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SCRATCH_POOL: std::cell::RefCell<Vec<Scratch>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 struct Walk<'p, 'm> {
@@ -500,9 +848,10 @@ struct Walk<'p, 'm> {
     memos: Option<&'m ModuleMemos<'p>>,
     queue: VecDeque<Work<'p>>,
     seen: Visited,
-    reached: HashMap<&'p str, Reached<'p>>,
+    applied: EdgesApplied,
+    reached: ReachedSet<'p>,
     missing: HashMap<&'p str, Missed<'p>>,
-    local_modules: rustc_hash::FxHashSet<u32>,
+    local_modules: LocalModules,
     /// The engine decorators and wrappers met ([`crate::engine`]).
     engine_uses: Vec<EngineUseView<'p>>,
     /// Per module whose import was walked: the names it reads only as engine APIs. What runs
@@ -513,10 +862,8 @@ struct Walk<'p, 'm> {
     /// bindings the walk followed there.
     slice_module: Option<u32>,
     slice_lines: Vec<u32>,
-    /// Attribute reads through imports already followed: (module, name, path, optional).
-    attributes_seen: rustc_hash::FxHashSet<(u32, NameId, NameId, bool)>,
-    /// Reads through in-function imports already followed: (module, edge, path, optional).
-    import_uses_seen: rustc_hash::FxHashSet<(u32, u32, Option<NameId>, bool)>,
+    attributes_seen: AttributesSeen,
+    import_uses_seen: ImportUsesSeen,
     /// The scopes nested in the one being walked, kept from scope to scope (a walk of a large
     /// local tree walks thousands).
     scope_stack: Vec<u32>,
@@ -548,9 +895,8 @@ pub fn target_closure<'p>(
             let scope = &summary.scopes[scope_id as usize];
             walk.enqueue_definition(module, scope_id);
             // A function of installed code is that distribution's, even shipped by value.
-            let own_file = loaded.installed.last().map(std::slice::from_ref);
             let chain = Chain::of(summary.scope_name(scope_id));
-            walk.reach_installed(module, own_file.unwrap_or_default(), &chain, false);
+            walk.reach_installed(module, true, &chain, false);
             if kind == ClosureKind::Import {
                 walk.enqueue(Work::Module {
                     module,
@@ -607,11 +953,29 @@ impl<'p, 'm> Walk<'p, 'm> {
         lookups: &'m EdgeLookups,
         memos: Option<&'m ModuleMemos<'p>>,
     ) -> Walk<'p, 'm> {
-        let mut seen = VISITED_POOL
+        let Scratch {
+            mut seen,
+            mut applied,
+            attributes_seen,
+            import_uses_seen,
+            mut reached_slots,
+            mut local_bits,
+        } = SCRATCH_POOL
             .with(|pool| pool.borrow_mut().pop())
             .unwrap_or_default();
         if seen.words.len() < numbers.total.div_ceil(64) {
             seen.words.resize(numbers.total.div_ceil(64), 0);
+        }
+        if applied.shortest.len() < 4 * numbers.edges {
+            applied.shortest.resize(4 * numbers.edges, 0);
+        }
+        if local_bits.words.len() < (numbers.modules as usize).div_ceil(64) {
+            local_bits
+                .words
+                .resize((numbers.modules as usize).div_ceil(64), 0);
+        }
+        if reached_slots.len() < numbers.names.count {
+            reached_slots.resize(numbers.names.count, 0);
         }
         Walk {
             project,
@@ -620,15 +984,22 @@ impl<'p, 'm> Walk<'p, 'm> {
             memos,
             queue: VecDeque::new(),
             seen,
-            reached: HashMap::default(),
+            applied,
+            reached: ReachedSet {
+                slots: reached_slots,
+                entries: Vec::new(),
+            },
             missing: HashMap::default(),
-            local_modules: Default::default(),
+            local_modules: LocalModules {
+                bits: local_bits,
+                list: Vec::new(),
+            },
             engine_uses: Vec::new(),
             engine_names: HashMap::default(),
             slice_module: None,
             slice_lines: Vec::new(),
-            attributes_seen: Default::default(),
-            import_uses_seen: Default::default(),
+            attributes_seen,
+            import_uses_seen,
             scope_stack: Vec::new(),
         }
     }
@@ -642,8 +1013,8 @@ impl<'p, 'm> Walk<'p, 'm> {
             line: reason.line,
             chain: prefix.iter().chain(&reason.chain).copied().collect(),
         };
-        for (&name, theirs) in &memo.reached {
-            let ours = self.reached.entry(name).or_insert_with(|| Reached {
+        for &(number, name, ref theirs) in &memo.reached {
+            let ours = self.reached.entry(number, name, || Reached {
                 kind: theirs.kind,
                 file: theirs.file,
                 owner: theirs.owner,
@@ -856,8 +1227,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             return;
         }
         let chain = chain.then_new(summary.name(used.name));
-        let path = used.path.map(|path| summary.name(path));
-        self.follow_imported(module, used.edge, path, &chain, optional);
+        self.follow_imported(module, used.edge, used.path, &chain, optional);
     }
 
     fn follow_name(&mut self, module: u32, name_id: NameId, chain: Chain<'p>, optional: bool) {
@@ -963,12 +1333,18 @@ impl<'p, 'm> Walk<'p, 'm> {
         let Some(targets) = loaded.targets.get(index) else {
             return;
         };
+        let number = self.numbers.of_edge(module, index, optional, engine);
+        if number.is_some_and(|number| !self.applied.apply(number, chain.len())) {
+            return;
+        }
         let reason = || Why {
             file: loaded.display.as_str(),
             line: edge.line,
             chain: chain.to_steps(),
         };
-        for target in targets.iter() {
+        let numbers: &'m NameNumbers = &self.numbers.names;
+        let numbers = numbers.targets(module, index);
+        for (target, &number) in targets.iter().zip(numbers) {
             let (name, kind, file, owner): (&'p str, _, Option<&'p str>, Option<&'p Owner>) =
                 match target {
                     EdgeTarget::Local(id) => {
@@ -993,7 +1369,8 @@ impl<'p, 'm> Walk<'p, 'm> {
                         continue;
                     }
                 };
-            let entry = self.record_reached(name, (kind, file, owner), &reason, chain, optional);
+            let what = (kind, file, owner);
+            let entry = self.record_reached(number, name, what, &reason, chain, optional);
             entry.contexts |= edge_contexts(edge);
             entry.own |= !engine;
         }
@@ -1003,13 +1380,14 @@ impl<'p, 'm> Walk<'p, 'm> {
     /// reason found, and return its entry.
     fn record_reached(
         &mut self,
+        number: u32,
         name: &'p str,
         (kind, file, owner): (ModuleKind, Option<&'p str>, Option<&'p Owner>),
         reason: &dyn Fn() -> Why<'p>,
         chain: &Chain<'p>,
         optional: bool,
     ) -> &mut Reached<'p> {
-        let entry = self.reached.entry(name).or_insert_with(|| Reached {
+        let entry = self.reached.entry(number, name, || Reached {
             kind,
             file,
             owner,
@@ -1085,7 +1463,8 @@ impl<'p, 'm> Walk<'p, 'm> {
             });
         }
         let what = (ModuleKind::Local, Some(local.display.as_str()), None);
-        let entry = self.record_reached(&local.name, what, reason, chain, optional);
+        let number = self.numbers.names.of_modules[id as usize];
+        let entry = self.record_reached(number, &local.name, what, reason, chain, optional);
         entry.contexts |= contexts;
         entry.own = true;
     }
@@ -1103,7 +1482,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             };
             self.reach_local(parent, &reason, chain, optional, Contexts::TOP_LEVEL);
         }
-        self.reach_installed(module, &loaded.installed, chain, optional);
+        self.reach_installed(module, false, chain, optional);
         let summary = self.summary(module);
         let engine = self.engine_imports(module);
         for (index, edge) in summary.imports.iter().enumerate() {
@@ -1190,28 +1569,34 @@ impl<'p, 'm> Walk<'p, 'm> {
 
     /// Installed modules that running `module` needs (its own file and its packages, when a
     /// distribution provides it: [`crate::project::LoadedModule::installed`]), and so their
-    /// distributions.
+    /// distributions. With `own_file_only`, its own file only (the last of them).
     fn reach_installed(
         &mut self,
         module: u32,
-        installed: &'p [std::sync::Arc<ThirdPartyModule>],
+        own_file_only: bool,
         chain: &Chain<'p>,
         optional: bool,
     ) {
         let project: &'p Project = self.project;
         let loaded = &project.modules[module as usize];
+        let numbers: &'m NameNumbers = &self.numbers.names;
+        let (mut installed, mut numbers) = (&loaded.installed[..], numbers.installed(module));
+        if own_file_only {
+            installed = &installed[installed.len().saturating_sub(1)..];
+            numbers = &numbers[numbers.len().saturating_sub(1)..];
+        }
         let reason = || Why {
             file: loaded.display.as_str(),
             line: 0,
             chain: chain.to_steps(),
         };
-        for needed in installed {
+        for (needed, &number) in installed.iter().zip(numbers) {
             let what = (
                 ModuleKind::ThirdParty,
                 Some(needed.display.as_str()),
                 Some(&needed.owner),
             );
-            let entry = self.record_reached(&needed.name, what, &reason, chain, optional);
+            let entry = self.record_reached(number, &needed.name, what, &reason, chain, optional);
             entry.contexts |= Contexts::TOP_LEVEL;
             entry.own = true;
         }
@@ -1268,106 +1653,130 @@ impl<'p, 'm> Walk<'p, 'm> {
             return;
         }
         let name = summary.name(read.name);
-        let path = summary.name(path);
+        let project: &'p Project = self.project;
         for binding in bindings {
             let Binding::Import { edge } = *binding else {
                 continue;
             };
             let edge_ref = &summary.imports[edge as usize];
             self.note_slice_line(module, edge_ref.line);
+            let way = self.lookups.way(project, module, edge, path);
+            // Most reads lead only where the walk has been: no chain link is made for them.
+            let len = chain.len_then_new(name);
+            if !self.edge_may_apply(module, edge, len, optional) && !self.way_is_new(&way, optional)
+            {
+                continue;
+            }
             let chain = chain.then_new(name);
             self.add_edge(module, edge as usize, edge_ref, &chain, optional);
-            self.follow_imported(module, edge, Some(path), &chain, optional);
+            self.follow_way(&way, &chain, optional);
         }
     }
 
+    /// Whether applying import edge `edge` of `module` ([`Walk::add_edge`]) with a chain of
+    /// `len` steps may change anything.
+    fn edge_may_apply(&self, module: u32, edge: u32, len: usize, optional: bool) -> bool {
+        let project: &'p Project = self.project;
+        let loaded = &project.modules[module as usize];
+        let context = loaded.summary.imports[edge as usize].context;
+        if context.type_checking || loaded.targets.get(edge as usize).is_none() {
+            return false;
+        }
+        let optional = optional || context.optional;
+        let number = self.numbers.of_edge(module, edge as usize, optional, false);
+        number.is_none_or(|number| self.applied.would_apply(number, len))
+    }
+
+    /// Whether following `way` ([`Walk::follow_way`]) may queue or reach anything.
+    fn way_is_new(&self, way: &Way, optional: bool) -> bool {
+        let numbers = self.numbers;
+        let new = |number| !self.seen.contains(number);
+        way.through
+            .as_slice()
+            .iter()
+            .any(|&id| new(numbers.of_module(id, optional)))
+            || match way.end {
+                Found::Nothing => false,
+                Found::Name(holder, name) => new(numbers.of_name(holder, name, optional)),
+                Found::Module(id) => new(numbers.of_whole(id, optional)),
+            }
+    }
+
     /// After the import edge `edge` of `module` bound a name: follow into local code what is
-    /// read of it, the attribute `path` or, with none, the name itself.
+    /// read of it, the attribute `path` (a name of `module`) or, with none, the name itself.
     fn follow_imported(
         &mut self,
         module: u32,
         edge: u32,
-        path: Option<&'p str>,
+        path: Option<NameId>,
         chain: &Chain<'p>,
         optional: bool,
     ) {
         let project: &'p Project = self.project;
-        match self.lookups.get(project, module, edge) {
-            Resolved::Found(found) => self.follow_found(found, path, chain, optional),
-            Resolved::Namespace => {
-                let loaded = &project.modules[module as usize];
-                if let Some(Some(bound)) = loaded.bound.get(edge as usize) {
-                    self.follow_path_from_name(bound, path, chain, optional);
-                }
+        match path {
+            Some(path) => {
+                let way = self.lookups.way(project, module, edge, path);
+                self.follow_way(&way, chain, optional);
+            }
+            // A namespace package's name alone leads to no module.
+            None => match self.lookups.get(project, module, edge) {
+                Resolved::Found(found) => self.follow_found(found, chain, optional),
+                Resolved::Namespace => {}
+            },
+        }
+    }
+
+    /// Continue from what a name turned out to be.
+    fn follow_found(&mut self, found: Found, chain: &Chain<'p>, optional: bool) {
+        match found {
+            Found::Nothing => {}
+            Found::Name(holder, name) => self.enqueue_name(holder, name, chain, optional),
+            Found::Module(id) => {
+                self.reach_on_the_way(id, chain, optional);
+                self.enqueue_whole(id, chain, optional);
             }
         }
     }
 
-    /// Continue along `path` from what a name turned out to be.
-    fn follow_found(
-        &mut self,
-        mut found: Found,
-        path: Option<&'p str>,
-        chain: &Chain<'p>,
-        optional: bool,
-    ) {
-        let project: &'p Project = self.project;
-        let mut steps = path.into_iter().flat_map(|path| path.split('.'));
-        loop {
-            match found {
-                Found::Nothing => return,
-                Found::Name(holder, name) => {
-                    self.enqueue_name(holder, name, chain, optional);
-                    return;
-                }
-                Found::Module(id) => {
-                    let local = &project.modules[id as usize];
-                    // Already reached this way: only the path through it is new.
-                    if !self.seen.contains(self.numbers.of_module(id, optional)) {
-                        let reason = || Why {
-                            file: local.display.as_str(),
-                            line: 0,
-                            chain: chain.to_steps(),
-                        };
-                        self.reach_local(id, &reason, chain, optional, Contexts::TOP_LEVEL);
-                    }
-                    match steps.next() {
-                        Some(step) => found = find_member(project, id, step, &mut Vec::new()),
-                        None => {
-                            let chain = chain.then(&local.name).then(WHOLE_MODULE_STEP);
-                            self.enqueue(Work::Whole {
-                                module: id,
-                                chain,
-                                optional,
-                            });
-                            return;
-                        }
-                    }
-                }
-            }
+    /// Replay where an attribute path leads ([`Way`]): each module on the way reached, then
+    /// the name at its end followed, or the module there taken whole.
+    fn follow_way(&mut self, way: &Way, chain: &Chain<'p>, optional: bool) {
+        for &id in way.through.as_slice() {
+            self.reach_on_the_way(id, chain, optional);
+        }
+        match way.end {
+            Found::Nothing => {}
+            Found::Name(holder, name) => self.enqueue_name(holder, name, chain, optional),
+            Found::Module(id) => self.enqueue_whole(id, chain, optional),
         }
     }
 
-    /// `bound` is no loaded module (a namespace package): the first loaded module along
-    /// `bound.path` is where the path continues.
-    fn follow_path_from_name(
-        &mut self,
-        bound: &str,
-        path: Option<&'p str>,
-        chain: &Chain<'p>,
-        optional: bool,
-    ) {
-        let project: &'p Project = self.project;
-        let Some(path) = path else { return };
-        let mut name = bound.to_string();
-        for (index, step) in path.split('.').enumerate() {
-            name.push('.');
-            name.push_str(step);
-            if let Some(id) = project.module_named(&name) {
-                let rest = path.splitn(index + 2, '.').nth(index + 1);
-                return self.follow_found(Found::Module(id), rest, chain, optional);
-            }
+    /// A local module a read passes through is imported (unless already reached this way:
+    /// then only the path through it is new).
+    fn reach_on_the_way(&mut self, id: u32, chain: &Chain<'p>, optional: bool) {
+        if self.seen.contains(self.numbers.of_module(id, optional)) {
+            return;
         }
+        let project: &'p Project = self.project;
+        let local = &project.modules[id as usize];
+        let reason = || Why {
+            file: local.display.as_str(),
+            line: 0,
+            chain: chain.to_steps(),
+        };
+        self.reach_local(id, &reason, chain, optional, Contexts::TOP_LEVEL);
+    }
+
+    /// A local module read as a value: all of it.
+    fn enqueue_whole(&mut self, id: u32, chain: &Chain<'p>, optional: bool) {
+        let project: &'p Project = self.project;
+        let local = &project.modules[id as usize];
+        let chain = chain.then(&local.name).then(WHOLE_MODULE_STEP);
+        self.enqueue(Work::Whole {
+            module: id,
+            chain,
+            optional,
+        });
     }
 
     /// A name no statement of `module` binds may come from its `from x import *`.
@@ -1400,7 +1809,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             self.note_slice_line(module, edge_ref.line);
             self.add_edge(module, edge as usize, edge_ref, chain, optional);
             if let Some(found) = found {
-                self.follow_found(found, None, chain, optional);
+                self.follow_found(found, chain, optional);
             }
         }
     }
@@ -1418,8 +1827,12 @@ impl<'p, 'm> Walk<'p, 'm> {
         let mut warnings: Vec<WarningView<'p>> = Vec::new();
         // Hash maps while walking (looked up far more often than listed); put in order here:
         // by kind, then name, the order of the Spec's list (and of each distribution's modules).
-        let mut reached_in_order: Vec<(&'p str, Reached<'p>)> =
-            std::mem::take(&mut self.reached).into_iter().collect();
+        let mut reached_in_order: Vec<(&'p str, Reached<'p>)> = self
+            .reached
+            .take()
+            .into_iter()
+            .map(|(_, name, reached)| (name, reached))
+            .collect();
         reached_in_order.sort_unstable_by_key(|(name, reached)| (reached.kind, *name));
         let mut missing_in_order: Vec<(&'p str, Missed<'p>)> =
             std::mem::take(&mut self.missing).into_iter().collect();
@@ -1452,6 +1865,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         // Problems of every local file in the closure (syntax errors, computed dynamic imports).
         let files_in_closure = std::iter::once(module).chain(
             self.local_modules
+                .list
                 .iter()
                 .copied()
                 .filter(|&id| id != module),
@@ -1666,9 +2080,22 @@ fn distribution_views<'p>(
 
 impl Drop for Walk<'_, '_> {
     fn drop(&mut self) {
-        let mut seen = std::mem::take(&mut self.seen);
-        seen.clear();
-        VISITED_POOL.with(|pool| pool.borrow_mut().push(seen));
+        let mut scratch = Scratch {
+            seen: std::mem::take(&mut self.seen),
+            applied: std::mem::take(&mut self.applied),
+            attributes_seen: std::mem::take(&mut self.attributes_seen),
+            import_uses_seen: std::mem::take(&mut self.import_uses_seen),
+            reached_slots: {
+                self.reached.take();
+                std::mem::take(&mut self.reached.slots)
+            },
+            local_bits: self.local_modules.take_bits(),
+        };
+        scratch.seen.clear();
+        scratch.applied.clear();
+        scratch.attributes_seen.clear();
+        scratch.import_uses_seen.clear();
+        SCRATCH_POOL.with(|pool| pool.borrow_mut().push(scratch));
     }
 }
 
