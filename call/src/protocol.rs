@@ -51,6 +51,10 @@ pub struct Request {
     /// absent: the arguments' bytes and the files their strings name, measured here.
     #[serde(default)]
     pub input_bytes: Option<u64>,
+    /// Modules the call will import (`[[name, file or null], ...]`, parents first): the zygote
+    /// imports those of the interpreter's and installed ones before it forks the call.
+    #[serde(default)]
+    pub warm: Option<Vec<(String, Option<String>)>>,
     /// `true`: no call; the reply says what the serve holds and runs (docs/serve.md "Status").
     #[serde(default)]
     pub status: Option<bool>,
@@ -103,6 +107,7 @@ impl Request {
             && self.args_file.is_none()
             && self.limits.is_none()
             && self.input_bytes.is_none()
+            && self.warm.is_none()
     }
 
     fn into_call(self, targets: &mut Targets, client: u64) -> Result<CallSpec, String> {
@@ -142,6 +147,7 @@ impl Request {
             auto,
             closure,
             input_bytes: Some(input_bytes),
+            warm: self.warm.unwrap_or_default(),
         })
     }
 
@@ -259,6 +265,20 @@ mod tests {
         let limits = request.limits.unwrap().parse(Written::Json).unwrap();
         assert_eq!(limits.memory_bytes, Some(1 << 30));
         assert_eq!(limits.cores, Some(2.0));
+    }
+
+    #[test]
+    fn warm_names_modules_with_their_files_or_null() {
+        let request = parsed(
+            r#"{"function_pickle": "AA==", "warm": [["xml", "/usr/lib/python3/xml/__init__.py"],
+                ["xml.dom", null]]}"#,
+        )
+        .unwrap();
+        let warm = request.warm.unwrap();
+        assert_eq!(warm[1], ("xml.dom".to_string(), None));
+        assert!(parsed(r#"{"function": "f.py:g", "warm": ["xml"]}"#)
+            .unwrap_err()
+            .contains("invalid type"));
     }
 
     #[test]

@@ -27,6 +27,7 @@ from .errors import (
     SerializationError,
 )
 from .inputs import input_bytes
+from .warm import warm_modules
 
 Size = Union[str, int, float, None]
 # Arguments whose pickle is larger go to the serve as a file, not base64 in the request line.
@@ -164,15 +165,22 @@ def function_fields(
     fn: Callable, roots: Sequence[str], name: Optional[str] = None
 ) -> Dict[str, Any]:
     fn = unwrapped(fn)
+    fields = _warm_fields(fn)
     target = importable_target(fn, roots)
     if target is not None:
-        return {"function": target}
+        return dict(fields, function=target)
     name = name or getattr(fn, "__qualname__", None) or type(fn).__qualname__
     try:
         data = cloudpickle.dumps(fn)
     except Exception as error:
         raise SerializationError(f"could not pickle the function {name}: {error}") from error
-    return {"function_pickle": _b64(data), "name": name}
+    return dict(fields, function_pickle=_b64(data), name=name)
+
+
+def _warm_fields(fn: Callable) -> Dict[str, Any]:
+    """`warm`: what the serve's zygote should import before forking the call (lfm/warm.py)."""
+    modules = warm_modules(fn)
+    return {"warm": [list(pair) for pair in modules]} if modules else {}
 
 
 def request(

@@ -67,7 +67,7 @@ def source_roots() -> List[str]:
 
 @functools.lru_cache(maxsize=16)
 def _source_roots(path: Tuple[str, ...], cwd: str) -> Tuple[str, ...]:
-    installed = {os.path.realpath(p) for p in _installed_dirs()}
+    installed = {os.path.realpath(p) for p in installed_dirs()}
     roots: List[str] = []
     for entry in path:
         real = os.path.realpath(entry or cwd)
@@ -82,7 +82,7 @@ def _source_roots(path: Tuple[str, ...], cwd: str) -> Tuple[str, ...]:
 DASK_SCRATCH = "dask-scratch-space"
 
 
-def _installed_dirs() -> List[str]:
+def installed_dirs() -> List[str]:
     dirs = [sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
     dirs += site.getsitepackages() if hasattr(site, "getsitepackages") else []
     dirs.append(site.getusersitepackages())

@@ -61,6 +61,31 @@ impl Learner {
         self.flush(zygote)
     }
 
+    /// Send now, ahead of the call about to be forked, the modules a client said its call
+    /// will import that the zygote was not sent before. True when something went.
+    pub fn warm(&mut self, zygote: &Zygote, modules: &[(String, Option<String>)]) -> bool {
+        if self.budget.is_none() {
+            return false;
+        }
+        let new: Vec<(String, Option<String>)> = modules
+            .iter()
+            .filter(|(name, _)| !self.sent.contains(name))
+            .cloned()
+            .collect();
+        if new.is_empty() {
+            return false;
+        }
+        match zygote.learn(&new) {
+            Ok(batches) => self.in_flight += batches,
+            Err(error) => {
+                eprintln!("lfm serve: warning: {error:#}");
+                return false;
+            }
+        }
+        self.sent.extend(new.into_iter().map(|(name, _)| name));
+        true
+    }
+
     /// Send what was gathered once the zygote has answered every batch.
     pub fn flush(&mut self, zygote: &Zygote) -> bool {
         if self.in_flight > 0 || self.pending.is_empty() || self.budget.is_none() {

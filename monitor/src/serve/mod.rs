@@ -65,6 +65,9 @@ pub struct CallSpec {
     /// The call's input size in bytes (the request's `input_bytes`, or measured from its
     /// arguments): recorded in its Report, and what `auto` sizes from.
     pub input_bytes: Option<u64>,
+    /// Modules the client says the call will import (the request's `warm`): the zygote
+    /// imports those it may before it forks the call (learn.rs).
+    pub warm: Vec<(String, Option<String>)>,
 }
 
 pub struct ServerOptions {
@@ -320,6 +323,7 @@ impl Server {
             }
             self.last_limits = Some(spec.limits.clone());
             self.last_start = Some(Instant::now());
+            self.warm_zygote_for(&spec);
             let Some((spec, gpus)) = self.start_in_spare(spec, gpus, &allocated) else {
                 continue;
             };
@@ -695,6 +699,17 @@ impl Server {
     fn learn_from(&mut self, modules: &[crate::report::ImportedModule]) {
         let Some(zygote) = &self.zygote else { return };
         if self.learner.offer(zygote, modules) {
+            for spare in std::mem::take(&mut self.spares) {
+                self.drop_spare(spare);
+            }
+        }
+    }
+
+    /// The zygote imports what the call's client said it will import before it forks the
+    /// call (its messages are handled in order); the spares forked before lack it.
+    fn warm_zygote_for(&mut self, spec: &CallSpec) {
+        let Some(zygote) = &self.zygote else { return };
+        if !spec.warm.is_empty() && self.learner.warm(zygote, &spec.warm) {
             for spare in std::mem::take(&mut self.spares) {
                 self.drop_spare(spare);
             }
