@@ -30,14 +30,27 @@ Warm = List[Tuple[str, Optional[str]]]
 # A function whose hint would be longer is told the first ones: the rest come from its log.
 MAX_MODULES = 64
 _IMPORT_NAME = dis.opmap["IMPORT_NAME"]
+# A task holding a partial holding the function: far enough.
+WRAPPED_DEPTH = 3
 
 
 def warm_modules(fn: Callable) -> Warm:
     """`[(module, file or None), ...]`, parents first, of installed or standard-library modules
-    `fn` needs loaded (see the module's docstring)."""
+    `fn` needs loaded (see the module's docstring). A callable that wraps a function (a Dask
+    task's run_spec, a functools.partial: its `func`) is read with that function."""
+    names: List[str] = []
+    for depth in range(WRAPPED_DEPTH):
+        names.extend(_function_modules(fn))
+        fn = getattr(fn, "func", None)
+        if fn is None or not callable(fn):
+            break
+    return _placed(names)
+
+
+def _function_modules(fn: Any) -> List[str]:
     code = getattr(fn, "__code__", None)
     if not isinstance(code, types.CodeType):
-        return _placed(_owner_modules(fn))
+        return _owner_modules(fn)
     names = _owner_modules(fn)
     global_names, imported = _code_names(code)
     namespace = getattr(fn, "__globals__", {}) or {}
@@ -50,17 +63,22 @@ def warm_modules(fn: Callable) -> Warm:
         except ValueError:  # an empty cell
             continue
     names.extend(imported)
-    return _placed(names)
+    return names
 
 
 def _owner_modules(value: Any) -> List[str]:
-    """The module `value` is, or the module a function or class of it comes from."""
+    """The module `value` is, or the module a function or class (or a callable object's
+    class) comes from."""
     if isinstance(value, types.ModuleType):
         return [value.__name__]
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
         module = getattr(value, "__module__", None)
-        if isinstance(module, str) and module not in ("__main__", "builtins"):
-            return [module]
+    elif callable(value):
+        module = getattr(type(value), "__module__", None)
+    else:
+        return []
+    if isinstance(module, str) and module not in ("__main__", "builtins"):
+        return [module]
     return []
 
 

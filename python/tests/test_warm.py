@@ -109,3 +109,20 @@ def test_the_hint_is_bounded(monkeypatch):
 def test_absolute_imports_are_told_apart_from_relative_ones(level):
     code = compile(f"from {'.' * level}pkg import x\nimport abc\n", "<test>", "exec")
     assert warm._absolute_imports(code) == ["abc"]
+
+
+def test_a_callable_wrapping_a_function_is_read_with_it():
+    import functools
+
+    def fn():
+        import json  # noqa: F401
+
+    class Task:  # as a Dask task's run_spec holds its function
+        def __init__(self, func):
+            self.func = func
+
+        def __call__(self):
+            return self.func()
+
+    assert "json" in names(functools.partial(fn))
+    assert "json" in names(Task(functools.partial(fn)))
