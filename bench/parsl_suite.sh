@@ -57,7 +57,8 @@ for executor in htex lfm; do
   echo "$start $end" > "$WORK/$executor.wall"
   tail -1 "$WORK/$executor.log" | sed "s/^/$executor: /"
   if [ "$executor" = lfm ]; then
-    echo "lfm: serves started $(cat "$XDG_RUNTIME_DIR"/lfm/*.log 2>/dev/null | grep -c 'starts lfm serve' || true)"
+    echo "lfm: serves started $(cat "$XDG_RUNTIME_DIR"/lfm/*.log 2>/dev/null | grep -c 'starts lfm serve' || true)," \
+      "by: $(cat "$XDG_RUNTIME_DIR"/lfm/*.log 2>/dev/null | sed -n 's/^--- .* \([^ ]*\) (pid [0-9]*) starts lfm serve$/\1/p' | sort | uniq -c | xargs)"
   fi
   stop_serves
 done

@@ -242,7 +242,8 @@ def _start(key: ServeKey, path: str) -> socket.socket:
     if key.pack:
         env.update(_pack_environment(key))
     with open(log, "ab") as out:
-        out.write(f"--- {time.ctime()} pid {os.getpid()} starts lfm serve\n".encode())
+        starter = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+        out.write(f"--- {time.ctime()} {starter} (pid {os.getpid()}) starts lfm serve\n".encode())
         out.flush()
         try:
             process = subprocess.Popen(
@@ -251,6 +252,7 @@ def _start(key: ServeKey, path: str) -> socket.socket:
             )
         except OSError as error:
             raise ServeError(f"could not start lfm serve ({key.binary}): {error}") from error
+        out.write(f"--- lfm serve pid {process.pid}\n".encode())
     # Reap it when it exits (idle), so no zombie stays behind this process.
     threading.Thread(target=process.wait, name="lfm-serve-reaper", daemon=True).start()
     _STARTED[path] = process

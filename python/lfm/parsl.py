@@ -236,6 +236,15 @@ class LfmHighThroughputExecutor(HighThroughputExecutor):
         if unknown:
             raise ValueError(f"lfm: unknown key(s) {', '.join(sorted(unknown))}")
 
+    def _get_launch_command(self, block_id: str) -> str:
+        """HTEX's command, after starting the node's serve alongside the worker pool (unless
+        every app ships its own pack, which runs in that pack's serve): the first app then
+        finds it ready instead of waiting for it (lfm/prestart.py)."""
+        command = super()._get_launch_command(block_id)
+        if self.lfm.get("pack"):
+            return command
+        return prestart_command(PRELOAD) + command
+
     def submit(self, func: Callable, resource_specification: dict, *args: Any, **kwargs: Any):
         spec = dict(self.lfm, **(resource_specification or {}))
         self.validate_resource_spec(spec)
@@ -270,6 +279,18 @@ class LfmHighThroughputExecutor(HighThroughputExecutor):
         host = address if address and address not in ("*", "0.0.0.0") else None
         prepared = ship.prepare(user_function(app), args, kwargs, options, host)
         return pickle.dumps(prepared), {"task_executor": {"f": f"{__name__}.execute_shipped"}}
+
+
+def prestart_command(preload: tuple) -> str:
+    """A shell prefix that starts the node's serve in the background with the interpreter of
+    HTEX's worker pool script (its `#!` line), keyed as the pool's workers will key it; where
+    the script is not on PATH it does nothing, and the workers start the serve as before."""
+    modules = ",".join(preload)
+    return (
+        "lfm_pool=$(command -v process_worker_pool.py) && "
+        "lfm_python=$(sed -n '1s/^#! *//p' \"$lfm_pool\") && "
+        f"( $lfm_python -m lfm.prestart --script-dir \"$(dirname \"$lfm_pool\")\" --preload {modules} & ); "
+    )
 
 
 def _settle(outer: LfmFuture, inner: Future) -> None:

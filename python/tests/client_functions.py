@@ -99,3 +99,9 @@ def raise_local_exception(message):
 
 def working_directory():
     return os.getcwd()
+
+
+def serve_pid():
+    """The pid of the lfm serve this call runs under (its zygote's parent)."""
+    with open(f"/proc/{os.getppid()}/stat") as handle:
+        return int(handle.read().rsplit(")", 1)[1].split()[1])

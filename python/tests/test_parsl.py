@@ -62,6 +62,21 @@ def worker_pool():
     raise AssertionError("no process_worker_pool.py running")
 
 
+def test_the_serve_starts_with_the_worker_pool_and_serves_its_apps(dfk):
+    # First in this module: the first app runs in the serve the pool's launch started.
+    pid = app(fns.serve_pid)().result()
+    lfm_dir = os.path.join(os.environ["XDG_RUNTIME_DIR"], "lfm")
+    starts = []
+    for name in sorted(os.listdir(lfm_dir)):
+        if name.endswith(".log"):
+            with open(os.path.join(lfm_dir, name)) as handle:
+                lines = handle.read().splitlines()
+            starts += [(lines[n - 1], name) for n, line in enumerate(lines)
+                       if n and line == f"--- lfm serve pid {pid}"]
+    assert len(starts) == 1, starts
+    assert "prestart.py" in starts[0][0], starts
+
+
 def test_apps_resolve_to_raw_values_with_a_report(dfk):
     futures = [app(fns.double)(n, parsl_resource_specification={"memory": 200}) for n in range(4)]
     assert [f.result() for f in futures] == [0, 2, 4, 6]
