@@ -44,7 +44,7 @@ def warm_modules(fn: Callable) -> Warm:
         fn = getattr(fn, "func", None)
         if fn is None or not callable(fn):
             break
-    return _placed(names)
+    return list(_placed(tuple(dict.fromkeys(names))))
 
 
 def _function_modules(fn: Any) -> List[str]:
@@ -115,9 +115,12 @@ def _absolute_imports(code: types.CodeType) -> List[str]:
     return found
 
 
-def _placed(names: List[str]) -> Warm:
+@functools.lru_cache(maxsize=1024)
+def _placed(names: Tuple[str, ...]) -> Tuple[Tuple[str, Optional[str]], ...]:
     """Each name with its parents, parents first, where the module is the interpreter's own
-    (stdlib, built in) or an installed distribution's; at most MAX_MODULES."""
+    (stdlib, built in) or an installed distribution's; at most MAX_MODULES. Kept per set of
+    names: the same function's calls name the same modules, and where each lies does not
+    change while a workflow runs."""
     out: Warm = []
     seen = set()
     for name in names:
@@ -132,8 +135,8 @@ def _placed(names: List[str]) -> Warm:
                 break  # the user's own, or not found: nor its submodules
             out.append((module, place or None))
             if len(out) >= MAX_MODULES:
-                return out
-    return out
+                return tuple(out)
+    return tuple(out)
 
 
 def _place(module: str) -> Optional[str]:

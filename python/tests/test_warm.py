@@ -96,6 +96,7 @@ def test_a_function_unpickled_again_is_read_from_the_cache():
 
 def test_the_hint_is_bounded(monkeypatch):
     monkeypatch.setattr(warm, "MAX_MODULES", 3)
+    warm._placed.cache_clear()
 
     def fn():
         import json  # noqa: F401
