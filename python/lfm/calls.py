@@ -179,7 +179,10 @@ def function_fields(
 
 def _warm_fields(fn: Callable) -> Dict[str, Any]:
     """`warm`: what the serve's zygote should import before forking the call (lfm/warm.py)."""
-    modules = warm_modules(fn)
+    try:
+        modules = warm_modules(fn)
+    except Exception:  # noqa: BLE001 - a hint: an odd callable (a proxy's __getattr__) goes without
+        return {}
     return {"warm": [list(pair) for pair in modules]} if modules else {}
 
 

@@ -127,3 +127,16 @@ def test_a_callable_wrapping_a_function_is_read_with_it():
 
     assert "json" in names(functools.partial(fn))
     assert "json" in names(Task(functools.partial(fn)))
+
+
+def test_a_callable_that_fails_to_be_read_goes_without_a_hint():
+    from lfm import calls
+
+    class Proxy:
+        def __getattr__(self, name):
+            raise RuntimeError(f"no {name} here")
+
+        def __call__(self):
+            return 1
+
+    assert calls._warm_fields(Proxy()) == {}
