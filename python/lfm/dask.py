@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import math
+import threading
 from typing import Any, Callable, Dict, Optional
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from . import calls
+from . import calls, node
 from .calls import Options
 from .executor import call
 from .ship import ShippedFunction, shipped  # noqa: F401  (lfm.dask.shipped(fn): bare workers)
@@ -123,11 +124,21 @@ class LfmPlugin(WorkerPlugin):
         worker.executors["lfm"] = executor
         if self.default:
             worker.executors["default"] = executor
+        # The node's serve starts now, in the background, rather than when the first task
+        # needs it (that task would wait for it and its zygote's preloads).
+        threading.Thread(target=_connect_to_serve, name="lfm-serve-start", daemon=True).start()
 
     def teardown(self, worker: Any) -> None:
         executor = worker.executors.pop("lfm", None)
         if executor is not None:
             executor.shutdown(wait=False)
+
+
+def _connect_to_serve() -> None:
+    try:
+        node.CALLS.connect(node.ServeKey.here(preload=PRELOAD))
+    except Exception:  # noqa: BLE001 - the first task tries again, and its error says why
+        pass
 
 
 def reports(client: Any) -> Dict[str, Optional[Dict[str, Any]]]:

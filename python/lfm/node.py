@@ -397,6 +397,11 @@ class Calls:
                 return
         raise ServeError(f"could not keep a connection to lfm serve for {key.stem}")
 
+    def connect(self, key: ServeKey) -> None:
+        """Connect to `key`'s serve now, starting it if need be, so that the first call finds
+        it ready (an engine's worker calls this as it starts)."""
+        self._connection(key)
+
     def _connection(self, key: ServeKey) -> Connection:
         with self._lock:
             connection = self._connections.get(key)

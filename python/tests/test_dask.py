@@ -124,3 +124,41 @@ def test_every_tasks_report_is_reachable_from_its_future_past_the_event_log():
             assert report["limits"]["memory_bytes"] == 100_000_000
             assert report["exit"]["type"] == "normal"
         assert report_of(failing)["exit"]["type"] == "exception"
+
+
+def serve_commands():
+    """pid -> command line of each serve started under the tests' runtime directory."""
+    from conftest import serve_pids
+
+    found = {}
+    for pid in serve_pids():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                found[pid] = handle.read().decode().split("\0")
+        except OSError:
+            continue
+    return found
+
+
+def test_a_worker_starts_its_serve_when_the_plugin_is_registered(monkeypatch):
+    import time
+
+    # A preload no other test asks for: this cluster's workers key a serve of their own.
+    monkeypatch.setenv("LFM_PRELOAD", "colorsys")
+
+    def ours():
+        return [pid for pid, argv in serve_commands().items()
+                if any("colorsys" in arg for arg in argv)]
+
+    assert ours() == []
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                       dashboard_address=":0")
+    with cluster, distributed.Client(cluster) as client:
+        client.register_plugin(LfmPlugin())
+        deadline = time.monotonic() + 60
+        while not ours() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        started = ours()
+        assert len(started) == 1, "no serve started before any task"
+        with dask.annotate(executor="lfm"):
+            assert client.submit(fns.serve_pid, pure=False).result() == started[0]
