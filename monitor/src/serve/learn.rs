@@ -18,6 +18,10 @@ pub struct Learner {
     budget: Option<u64>,
     /// Module names sent to this zygote (each once).
     sent: HashSet<String>,
+    /// Module names clients said calls will import, sent ahead of those calls (each once).
+    /// Apart from `sent`: a name the zygote refused here (a file of another interpreter's,
+    /// as a pack's serve sees its clients') may still come from a call's own log.
+    hinted: HashSet<String>,
     /// The top-level names the zygote imported, named in Reports as preloaded.
     pub packages: BTreeSet<String>,
     /// Over the budget: the zygote is to be replaced once no call runs.
@@ -33,6 +37,7 @@ impl Learner {
         Learner {
             budget,
             sent: HashSet::new(),
+            hinted: HashSet::new(),
             packages: BTreeSet::new(),
             must_shed: false,
             pending: Vec::new(),
@@ -69,7 +74,7 @@ impl Learner {
         }
         let new: Vec<(String, Option<String>)> = modules
             .iter()
-            .filter(|(name, _)| !self.sent.contains(name))
+            .filter(|(name, _)| !self.sent.contains(name) && !self.hinted.contains(name))
             .cloned()
             .collect();
         if new.is_empty() {
@@ -82,7 +87,7 @@ impl Learner {
                 return false;
             }
         }
-        self.sent.extend(new.into_iter().map(|(name, _)| name));
+        self.hinted.extend(new.into_iter().map(|(name, _)| name));
         true
     }
 
@@ -128,6 +133,7 @@ impl Learner {
     /// The zygote was replaced: it has learned nothing.
     pub fn forget(&mut self) {
         self.sent.clear();
+        self.hinted.clear();
         self.pending.clear();
         self.in_flight = 0;
         self.packages.clear();
