@@ -39,7 +39,7 @@ def warm_modules(fn: Callable) -> Warm:
     `fn` needs loaded (see the module's docstring). A callable that wraps a function (a Dask
     task's run_spec, a functools.partial: its `func`) is read with that function."""
     names: List[str] = []
-    for depth in range(WRAPPED_DEPTH):
+    for _ in range(WRAPPED_DEPTH):
         names.extend(_function_modules(fn))
         fn = getattr(fn, "func", None)
         if fn is None or not callable(fn):
