@@ -314,6 +314,14 @@ impl<'p> ModuleMemos<'p> {
 /// tree read through the same edges millions of times.
 struct EdgeLookups {
     modules: Vec<std::sync::OnceLock<Box<[Resolved]>>>,
+    /// Per local module, its attribute reads through imports ([`ModuleReads`]).
+    reads: Vec<std::sync::OnceLock<ModuleReads>>,
+    /// Per module, where its attribute numbers start project-wide (each module gets one more
+    /// than half its use slots, at least its count of reads): [`NOT_NUMBERED`] for installed
+    /// modules, whose reads go through [`EdgeLookups::way`].
+    read_base: Vec<u32>,
+    /// Attribute numbers in all, for the walk's [`Scratch::attributes_read`].
+    read_numbers: usize,
     /// This run, among the runs of the process: the thread's [`WAYS`] belong to one.
     run: u64,
 }
@@ -342,12 +350,38 @@ enum Resolved {
 
 impl EdgeLookups {
     fn new(project: &Project) -> EdgeLookups {
+        let mut read_base = Vec::with_capacity(project.modules.len());
+        let mut read_numbers = 0usize;
+        for loaded in &project.modules {
+            if loaded.installed.is_empty() {
+                read_base.push(read_numbers as u32);
+                read_numbers += loaded.summary.use_slots() / 2 + 1;
+            } else {
+                read_base.push(NOT_NUMBERED);
+            }
+        }
         EdgeLookups {
-            modules: (0..project.modules.len())
-                .map(|_| std::sync::OnceLock::new())
-                .collect(),
+            modules: per_module_once(project),
+            reads: per_module_once(project),
+            read_base,
+            read_numbers,
             run: RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
         }
+    }
+
+    /// The attribute reads of `module` ([`ModuleReads`]), worked out on first use; `None` for
+    /// an installed module.
+    fn reads(&self, project: &Project, module: u32) -> Option<&ModuleReads> {
+        if self.read_base[module as usize] == NOT_NUMBERED {
+            return None;
+        }
+        Some(self.reads[module as usize].get_or_init(|| ModuleReads::new(project, self, module)))
+    }
+
+    /// The project-wide number of attribute `attribute` of `module`, read with `optional`,
+    /// for [`Scratch::attributes_read`].
+    fn attribute_number(&self, module: u32, attribute: u32, optional: bool) -> usize {
+        2 * (self.read_base[module as usize] as usize + attribute as usize) + optional as usize
     }
 
     /// Where attribute `path` read through edge `edge` of `module` leads ([`Way`]).
@@ -389,6 +423,107 @@ impl EdgeLookups {
             .copied()
             .unwrap_or(Resolved::Found(Found::Nothing))
     }
+}
+
+/// The attribute reads through imports of one local module (`np.sum`, where only imports bind
+/// `np`), numbered once per run with where each leads ([`Way`]): each read in a walk is then a
+/// bit and an array lookup, not a hash probe for the read and another for each way (a large
+/// local tree's walks make millions of them, and the hash tables missed the cache).
+struct ModuleReads {
+    /// Per use slot ([`ModuleSummary::use_slots`]): one plus the number of the attribute read
+    /// there, zero where the read is not of an attribute of a name only imports bind.
+    attribute_at: Vec<u32>,
+    /// Per attribute number, where its ways start in `ways` (plus one at the end).
+    ways_start: Vec<u32>,
+    /// For each attribute, the import edge of each binding of its name, in binding order, and
+    /// where the attribute path leads through it.
+    ways: Vec<(u32, Way)>,
+}
+
+impl ModuleReads {
+    fn new(project: &Project, lookups: &EdgeLookups, module: u32) -> ModuleReads {
+        let summary = &project.modules[module as usize].summary;
+        let mut reads = ModuleReads {
+            attribute_at: vec![0; summary.use_slots()],
+            ways_start: vec![0],
+            ways: Vec::new(),
+        };
+        let mut numbers: HashMap<(NameId, NameId), u32> = HashMap::default();
+        for scope in 0..summary.scopes.len() as u32 {
+            let uses = summary.free_uses_at(scope);
+            let uses = uses.chain(summary.definition_uses_at(scope));
+            for (slot, read) in uses.chain(summary.engine_decorators_at(scope)) {
+                reads.note(project, lookups, module, &mut numbers, slot, read);
+            }
+        }
+        for binding in &summary.bindings {
+            for (slot, read) in summary.value_uses_at(binding) {
+                reads.note(project, lookups, module, &mut numbers, slot, read);
+            }
+        }
+        reads
+    }
+
+    /// Number the read in `slot` if it is of an attribute of a name only imports bind (as
+    /// [`Walk::enqueue_use`] decides), working out its ways the first time.
+    fn note(
+        &mut self,
+        project: &Project,
+        lookups: &EdgeLookups,
+        module: u32,
+        numbers: &mut HashMap<(NameId, NameId), u32>,
+        slot: u32,
+        read: Use,
+    ) {
+        let summary = &project.modules[module as usize].summary;
+        let (Some(path), Some(bindings)) = (read.path, summary.bindings_of(read.name)) else {
+            return;
+        };
+        let edges: Vec<u32> = bindings
+            .iter()
+            .map_while(|binding| match *binding {
+                Binding::Import { edge } => Some(edge),
+                _ => None,
+            })
+            .collect();
+        if edges.len() != bindings.len() {
+            return;
+        }
+        let next = numbers.len() as u32;
+        let number = *numbers.entry((read.name, path)).or_insert_with(|| {
+            for edge in edges {
+                let resolved = lookups.get(project, module, edge);
+                self.ways
+                    .push((edge, way_of(project, module, edge, path, resolved)));
+            }
+            self.ways_start.push(self.ways.len() as u32);
+            next
+        });
+        if let Some(at) = self.attribute_at.get_mut(slot as usize) {
+            *at = number + 1;
+        }
+    }
+
+    /// The number of the attribute read in use slot `slot`, if it is one.
+    fn attribute_at(&self, slot: u32) -> Option<u32> {
+        match self.attribute_at.get(slot as usize) {
+            Some(&at) if at > 0 => Some(at - 1),
+            _ => None,
+        }
+    }
+
+    fn ways_of(&self, attribute: u32) -> &[(u32, Way)] {
+        let start = self.ways_start[attribute as usize] as usize;
+        let end = self.ways_start[attribute as usize + 1] as usize;
+        &self.ways[start..end]
+    }
+}
+
+/// One empty [`std::sync::OnceLock`] per module of `project`.
+fn per_module_once<T>(project: &Project) -> Vec<std::sync::OnceLock<T>> {
+    (0..project.modules.len())
+        .map(|_| std::sync::OnceLock::new())
+        .collect()
 }
 
 /// What the name bound by import edge `edge` of `module` is in local code.
@@ -804,6 +939,8 @@ struct Scratch {
     seen: Visited,
     applied: EdgesApplied,
     attributes_seen: AttributesSeen,
+    /// Attribute reads of local code already followed, by [`EdgeLookups::attribute_number`].
+    attributes_read: Visited,
     import_uses_seen: ImportUsesSeen,
     reached_slots: Vec<u32>,
     local_bits: Visited,
@@ -863,6 +1000,7 @@ struct Walk<'p, 'm> {
     slice_module: Option<u32>,
     slice_lines: Vec<u32>,
     attributes_seen: AttributesSeen,
+    attributes_read: Visited,
     import_uses_seen: ImportUsesSeen,
     /// The scopes nested in the one being walked, kept from scope to scope (a walk of a large
     /// local tree walks thousands).
@@ -957,6 +1095,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             mut seen,
             mut applied,
             attributes_seen,
+            mut attributes_read,
             import_uses_seen,
             mut reached_slots,
             mut local_bits,
@@ -973,6 +1112,11 @@ impl<'p, 'm> Walk<'p, 'm> {
             local_bits
                 .words
                 .resize((numbers.modules as usize).div_ceil(64), 0);
+        }
+        if attributes_read.words.len() < (2 * lookups.read_numbers).div_ceil(64) {
+            attributes_read
+                .words
+                .resize((2 * lookups.read_numbers).div_ceil(64), 0);
         }
         if reached_slots.len() < numbers.names.count {
             reached_slots.resize(numbers.names.count, 0);
@@ -999,6 +1143,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             slice_module: None,
             slice_lines: Vec::new(),
             attributes_seen,
+            attributes_read,
             import_uses_seen,
             scope_stack: Vec::new(),
         }
@@ -1153,12 +1298,12 @@ impl<'p, 'm> Walk<'p, 'm> {
                             self.follow_import_use(module, used, &chain, optional);
                         }
                     }
-                    for read in summary.definition_uses(scope) {
+                    for (slot, read) in summary.definition_uses_at(scope) {
                         if !self.read_by_engine_at_import(module, scope, read) {
-                            self.enqueue_use(module, read, &chain, optional);
+                            self.enqueue_use_at(module, slot, read, &chain, optional);
                         }
                     }
-                    for decorator in summary.engine_decorators(scope) {
+                    for decorator in summary.engine_decorators_at(scope) {
                         self.follow_decorator(module, scope, decorator, &chain, optional);
                     }
                 }
@@ -1189,9 +1334,9 @@ impl<'p, 'm> Walk<'p, 'm> {
             stack.extend_from_slice(summary.children(inner));
         }
         self.scope_stack = stack;
-        for read in summary.free_uses(scope) {
+        for (slot, read) in summary.free_uses_at(scope) {
             if !self.read_by_engine_at_import(module, scope, read) {
-                self.enqueue_use(module, read, chain, optional);
+                self.enqueue_use_at(module, slot, read, chain, optional);
             }
         }
     }
@@ -1286,9 +1431,9 @@ impl<'p, 'm> Walk<'p, 'm> {
                         let edge_ref = &summary.imports[edge as usize];
                         self.add_edge(module, edge as usize, edge_ref, &chain, optional);
                     }
-                    for read in summary.value_uses(binding) {
+                    for (slot, read) in summary.value_uses_at(binding) {
                         if read.name != name_id || read.path.is_some() {
-                            self.enqueue_use(module, read, &chain, optional);
+                            self.enqueue_use_at(module, slot, read, &chain, optional);
                         }
                     }
                 }
@@ -1411,13 +1556,13 @@ impl<'p, 'm> Walk<'p, 'm> {
         &mut self,
         module: u32,
         scope: u32,
-        decorator: Use,
+        (slot, decorator): (u32, Use),
         chain: &Chain<'p>,
         optional: bool,
     ) {
         let summary = self.summary(module);
         let Some(api) = engine_api_of(summary, decorator) else {
-            return self.enqueue_use(module, decorator, chain, optional);
+            return self.enqueue_use_at(module, slot, decorator, chain, optional);
         };
         let project: &'p Project = self.project;
         self.engine_uses.push(EngineUseView {
@@ -1509,9 +1654,9 @@ impl<'p, 'm> Walk<'p, 'm> {
             };
             self.enqueue(work);
         }
-        for read in summary.definition_uses(0) {
+        for (slot, read) in summary.definition_uses_at(0) {
             if !engine.names.contains(&read.name) {
-                self.enqueue_use(module, read, chain, optional);
+                self.enqueue_use_at(module, slot, read, chain, optional);
             }
         }
         if !engine.names.is_empty() {
@@ -1628,6 +1773,61 @@ impl<'p, 'm> Walk<'p, 'm> {
                     optional,
                 });
             }
+        }
+    }
+
+    /// [`Walk::enqueue_use`] of the read in use slot `slot` of `module`: in local code, by the
+    /// numbers of [`ModuleReads`] (the same decisions, worked out once per run).
+    fn enqueue_use_at(
+        &mut self,
+        module: u32,
+        slot: u32,
+        read: Use,
+        chain: &Chain<'p>,
+        optional: bool,
+    ) {
+        let project: &'p Project = self.project;
+        let lookups: &'m EdgeLookups = self.lookups;
+        let Some(reads) = lookups.reads(project, module) else {
+            return self.enqueue_use(module, read, chain, optional);
+        };
+        match reads.attribute_at(slot) {
+            Some(attribute) => {
+                self.read_attribute(module, reads, attribute, read.name, chain, optional)
+            }
+            None => self.enqueue_name(module, read.name, chain, optional),
+        }
+    }
+
+    /// An attribute read through the imports that bind `name` in local code, numbered
+    /// `attribute` in `reads`: as [`Walk::enqueue_use`] follows one.
+    fn read_attribute(
+        &mut self,
+        module: u32,
+        reads: &'m ModuleReads,
+        attribute: u32,
+        name: NameId,
+        chain: &Chain<'p>,
+        optional: bool,
+    ) {
+        let number = self.lookups.attribute_number(module, attribute, optional);
+        if !self.attributes_read.insert(number) {
+            return;
+        }
+        let summary = self.summary(module);
+        let name = summary.name(name);
+        for (edge, way) in reads.ways_of(attribute) {
+            let edge_ref = &summary.imports[*edge as usize];
+            self.note_slice_line(module, edge_ref.line);
+            // Most reads lead only where the walk has been: no chain link is made for them.
+            let len = chain.len_then_new(name);
+            if !self.edge_may_apply(module, *edge, len, optional) && !self.way_is_new(way, optional)
+            {
+                continue;
+            }
+            let chain = chain.then_new(name);
+            self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
+            self.follow_way(way, &chain, optional);
         }
     }
 
@@ -2084,6 +2284,7 @@ impl Drop for Walk<'_, '_> {
             seen: std::mem::take(&mut self.seen),
             applied: std::mem::take(&mut self.applied),
             attributes_seen: std::mem::take(&mut self.attributes_seen),
+            attributes_read: std::mem::take(&mut self.attributes_read),
             import_uses_seen: std::mem::take(&mut self.import_uses_seen),
             reached_slots: {
                 self.reached.take();
@@ -2094,6 +2295,7 @@ impl Drop for Walk<'_, '_> {
         scratch.seen.clear();
         scratch.applied.clear();
         scratch.attributes_seen.clear();
+        scratch.attributes_read.clear();
         scratch.import_uses_seen.clear();
         SCRATCH_POOL.with(|pool| pool.borrow_mut().push(scratch));
     }

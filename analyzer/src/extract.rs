@@ -174,6 +174,11 @@ fn uses_of(pairs: &[u32]) -> impl Iterator<Item = Use> + '_ {
     })
 }
 
+/// [`uses_of`] with each use's slot: `start` is the slot of the first pair.
+fn uses_at(start: u32, pairs: &[u32]) -> impl Iterator<Item = (u32, Use)> + '_ {
+    (start..).step_by(2).zip(uses_of(pairs))
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Binding {
@@ -285,9 +290,55 @@ impl ModuleSummary {
     }
 
     fn scope_list(&self, scope: u32, which: usize) -> &[u32] {
+        let start = self.scope_list_start(scope, which);
+        let length = self.scopes[scope as usize].lengths[which] as usize;
+        &self.scope_lists[start..start + length]
+    }
+
+    fn scope_list_start(&self, scope: u32, which: usize) -> usize {
         let scope = &self.scopes[scope as usize];
-        let start = scope.lists as usize + scope.lengths[..which].iter().sum::<u32>() as usize;
-        &self.scope_lists[start..start + scope.lengths[which] as usize]
+        scope.lists as usize + scope.lengths[..which].iter().sum::<u32>() as usize
+    }
+
+    /// [`ModuleSummary::scope_list`] of uses, each with its [use slot](ModuleSummary::use_slots).
+    fn scope_uses_at(&self, scope: u32, which: usize) -> impl Iterator<Item = (u32, Use)> + '_ {
+        let start = self.scope_list_start(scope, which) as u32;
+        uses_at(start, self.scope_list(scope, which))
+    }
+
+    /// How many use slots the module has: each use in its lists ([`ModuleSummary::free_uses_at`],
+    /// [`ModuleSummary::definition_uses_at`], [`ModuleSummary::engine_decorators_at`],
+    /// [`ModuleSummary::value_uses_at`]) comes with a number below this, its own, so that a
+    /// caller can keep what it worked out about each read in an array rather than a hash map.
+    pub fn use_slots(&self) -> usize {
+        self.scope_lists.len() + self.value_lists.len()
+    }
+
+    /// [`ModuleSummary::free_uses`], each with its use slot.
+    pub fn free_uses_at(&self, scope: u32) -> impl Iterator<Item = (u32, Use)> + '_ {
+        self.scope_uses_at(scope, FREE_USES)
+    }
+
+    /// [`ModuleSummary::definition_uses`], each with its use slot.
+    pub fn definition_uses_at(&self, scope: u32) -> impl Iterator<Item = (u32, Use)> + '_ {
+        self.scope_uses_at(scope, DEFINITION_USES)
+    }
+
+    /// [`ModuleSummary::engine_decorators`], each with its use slot.
+    pub fn engine_decorators_at(&self, scope: u32) -> impl Iterator<Item = (u32, Use)> + '_ {
+        self.scope_uses_at(scope, ENGINE_DECORATORS)
+    }
+
+    /// [`ModuleSummary::value_uses`], each with its use slot (after the scope lists' slots).
+    pub fn value_uses_at(&self, binding: &Binding) -> impl Iterator<Item = (u32, Use)> + '_ {
+        let (start, pairs) = match *binding {
+            Binding::Value { start, reads, .. } => (
+                start,
+                &self.value_lists[start as usize..(start + 2 * reads) as usize],
+            ),
+            _ => (0, &[][..]),
+        };
+        uses_at(self.scope_lists.len() as u32 + start, pairs)
     }
 
     pub fn children(&self, scope: u32) -> &[u32] {
