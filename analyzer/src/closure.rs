@@ -438,6 +438,33 @@ struct ModuleReads {
     /// For each attribute, the import edge of each binding of its name, in binding order, and
     /// where the attribute path leads through it.
     ways: Vec<(u32, Way)>,
+    /// Per scope, where its [`NestedStep`]s start in `nested` (plus one at the end).
+    nested_starts: Vec<u32>,
+    /// What [`Walk::walk_scope`] takes from each scope and everything nested in it, in its
+    /// order: a class's methods were a scope record read each, walk after walk.
+    nested: Vec<NestedStep>,
+    /// Per read through an in-function import, numbered after the attributes (so that one
+    /// range of numbers per module holds both): its edge and where its path leads.
+    import_uses: Vec<ImportUseWay>,
+    /// The number of the first import use: the count of attributes.
+    import_uses_from: u32,
+}
+
+/// One step of [`ModuleReads::nested`].
+#[derive(Clone, Copy)]
+enum NestedStep {
+    /// An import edge held by the scope or a scope nested in it.
+    Edge(u32),
+    /// A read through such an import (not under `TYPE_CHECKING`): its number in
+    /// [`ModuleReads::import_uses`] (after the attributes), and the name as read.
+    Use(u32, NameId),
+}
+
+/// A read through an in-function import, by edge and attribute path.
+struct ImportUseWay {
+    edge: u32,
+    /// Where the path leads; `None` for a read of the bound name itself.
+    way: Option<Way>,
 }
 
 impl ModuleReads {
@@ -447,6 +474,10 @@ impl ModuleReads {
             attribute_at: vec![0; summary.use_slots()],
             ways_start: vec![0],
             ways: Vec::new(),
+            nested_starts: vec![0],
+            nested: Vec::new(),
+            import_uses: Vec::new(),
+            import_uses_from: 0,
         };
         let mut numbers: HashMap<(NameId, NameId), u32> = HashMap::default();
         for scope in 0..summary.scopes.len() as u32 {
@@ -461,7 +492,59 @@ impl ModuleReads {
                 reads.note(project, lookups, module, &mut numbers, slot, read);
             }
         }
+        reads.import_uses_from = reads.ways_start.len() as u32 - 1;
+        reads.note_nested(project, lookups, module);
         reads
+    }
+
+    /// [`ModuleReads::nested`] of every scope, its import uses numbered by (edge, path).
+    fn note_nested(&mut self, project: &Project, lookups: &EdgeLookups, module: u32) {
+        let summary = &project.modules[module as usize].summary;
+        let mut numbers: HashMap<(u32, Option<NameId>), u32> = HashMap::default();
+        let mut stack = Vec::new();
+        for scope in 0..summary.scopes.len() as u32 {
+            stack.push(scope);
+            while let Some(inner) = stack.pop() {
+                let edges = summary.scope_imports(inner).iter();
+                self.nested
+                    .extend(edges.map(|&edge| NestedStep::Edge(edge)));
+                for used in summary.import_uses(inner) {
+                    if summary.imports[used.edge as usize].context.type_checking {
+                        continue;
+                    }
+                    let next = self.import_uses_from + numbers.len() as u32;
+                    let number = *numbers.entry((used.edge, used.path)).or_insert_with(|| {
+                        let way = used.path.map(|path| {
+                            let resolved = lookups.get(project, module, used.edge);
+                            way_of(project, module, used.edge, path, resolved)
+                        });
+                        self.import_uses.push(ImportUseWay {
+                            edge: used.edge,
+                            way,
+                        });
+                        next
+                    });
+                    self.nested.push(NestedStep::Use(number, used.name));
+                }
+                stack.extend_from_slice(summary.children(inner));
+            }
+            self.nested_starts.push(self.nested.len() as u32);
+        }
+    }
+
+    /// What [`Walk::walk_scope`] takes from `scope` and the scopes nested in it.
+    fn nested_of(&self, scope: u32) -> &[NestedStep] {
+        match (
+            self.nested_starts.get(scope as usize),
+            self.nested_starts.get(scope as usize + 1),
+        ) {
+            (Some(&start), Some(&end)) => &self.nested[start as usize..end as usize],
+            _ => &[],
+        }
+    }
+
+    fn import_use(&self, number: u32) -> &ImportUseWay {
+        &self.import_uses[(number - self.import_uses_from) as usize]
     }
 
     /// Number the read in `slot` if it is of an attribute of a name only imports bind (as
@@ -1321,6 +1404,57 @@ impl<'p, 'm> Walk<'p, 'm> {
     /// and the module globals it reads.
     fn walk_scope(&mut self, module: u32, scope: u32, chain: &Chain<'p>, optional: bool) {
         let summary = self.summary(module);
+        let project: &'p Project = self.project;
+        let lookups: &'m EdgeLookups = self.lookups;
+        match lookups.reads(project, module) {
+            Some(reads) => self.walk_nested(module, reads, scope, chain, optional),
+            None => self.walk_nested_scopes(module, scope, chain, optional),
+        }
+        for (slot, read) in summary.free_uses_at(scope) {
+            if !self.read_by_engine_at_import(module, scope, read) {
+                self.enqueue_use_at(module, slot, read, chain, optional);
+            }
+        }
+    }
+
+    /// [`Walk::walk_nested_scopes`] by the steps worked out once per run for local code.
+    fn walk_nested(
+        &mut self,
+        module: u32,
+        reads: &'m ModuleReads,
+        scope: u32,
+        chain: &Chain<'p>,
+        optional: bool,
+    ) {
+        let summary = self.summary(module);
+        for &step in reads.nested_of(scope) {
+            match step {
+                NestedStep::Edge(index) => {
+                    let edge = &summary.imports[index as usize];
+                    self.add_edge(module, index as usize, edge, chain, optional);
+                }
+                NestedStep::Use(number, name) => {
+                    let bit = self.lookups.attribute_number(module, number, optional);
+                    // Following a read again changes nothing: each effect is guarded by `seen`.
+                    if !self.attributes_read.insert(bit) {
+                        continue;
+                    }
+                    let chain = chain.then_new(summary.name(name));
+                    match &reads.import_use(number).way {
+                        Some(way) => self.follow_way(way, &chain, optional),
+                        None => {
+                            let edge = reads.import_use(number).edge;
+                            self.follow_imported(module, edge, None, &chain, optional);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The imports of `scope` and of every scope nested in it, and what is read through them.
+    fn walk_nested_scopes(&mut self, module: u32, scope: u32, chain: &Chain<'p>, optional: bool) {
+        let summary = self.summary(module);
         let mut stack = std::mem::take(&mut self.scope_stack);
         stack.push(scope);
         while let Some(inner) = stack.pop() {
@@ -1334,16 +1468,15 @@ impl<'p, 'm> Walk<'p, 'm> {
             stack.extend_from_slice(summary.children(inner));
         }
         self.scope_stack = stack;
-        for (slot, read) in summary.free_uses_at(scope) {
-            if !self.read_by_engine_at_import(module, scope, read) {
-                self.enqueue_use_at(module, slot, read, chain, optional);
-            }
-        }
     }
 
     /// Whether `read`, in a class body or comprehension of `module`, is of a name the module
     /// reads only as engine APIs, while that scope runs at the module's import.
     fn read_by_engine_at_import(&self, module: u32, scope: u32, read: Use) -> bool {
+        // Usually no module read has engine names: then no scope needs looking at.
+        if self.engine_names.is_empty() {
+            return false;
+        }
         let summary = self.summary(module);
         summary.scopes[scope as usize].kind != ScopeKind::Function
             && self
@@ -1377,22 +1510,36 @@ impl<'p, 'm> Walk<'p, 'm> {
 
     fn follow_name(&mut self, module: u32, name_id: NameId, chain: Chain<'p>, optional: bool) {
         let summary = self.summary(module);
-        let name = summary.name(name_id);
+        // The name's text is looked up only where a chain or a builtin check needs it: most
+        // names read are definitions, and the lookup missed the cache.
+        let name = || summary.name(name_id);
         let Some(bindings) = summary.bindings_of(name_id) else {
             // An unbound global may come from `from x import *`; a builtin only from local code
             // seen to define it (funcy's `all`), or every builtin read would take every star
             // import.
-            let shadowing_only = BUILTINS.contains(&name);
-            self.follow_star_imports(module, name, &chain, optional, shadowing_only);
+            let shadowing_only = BUILTINS.contains(&name());
+            self.follow_star_imports(module, name(), &chain, optional, shadowing_only);
             return;
         };
         for binding in bindings {
-            self.note_slice_line(module, binding_line(summary, binding));
+            if self.slice_module == Some(module) {
+                self.slice_lines.push(binding_line(summary, binding));
+            }
             match binding {
                 Binding::Import { edge } => {
                     let edge_ref = &summary.imports[*edge as usize];
+                    // Most imports read lead only where the walk has been: no chain link then.
+                    let len = match edge_ref.has_member() {
+                        true => chain.len_then_new(name()),
+                        false => chain.len(),
+                    };
+                    if !self.edge_may_apply(module, *edge, len, optional)
+                        && !self.bound_is_new(module, *edge, optional)
+                    {
+                        continue;
+                    }
                     let chain = if edge_ref.has_member() {
-                        chain.then_new(name)
+                        chain.then_new(name())
                     } else {
                         chain.clone()
                     };
@@ -1426,7 +1573,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                     });
                 }
                 Binding::Value { .. } => {
-                    let chain = chain.then(name);
+                    let chain = chain.then(name());
                     for &edge in summary.value_edges(binding) {
                         let edge_ref = &summary.imports[edge as usize];
                         self.add_edge(module, edge as usize, edge_ref, &chain, optional);
@@ -1900,6 +2047,22 @@ impl<'p, 'm> Walk<'p, 'm> {
                 Found::Name(holder, name) => new(numbers.of_name(holder, name, optional)),
                 Found::Module(id) => new(numbers.of_whole(id, optional)),
             }
+    }
+
+    /// Whether following what import edge `edge` of `module` binds ([`Walk::follow_imported`]
+    /// without a path) may queue or reach anything.
+    fn bound_is_new(&self, module: u32, edge: u32, optional: bool) -> bool {
+        let numbers = self.numbers;
+        let new = |number| !self.seen.contains(number);
+        match self.lookups.get(self.project, module, edge) {
+            Resolved::Namespace | Resolved::Found(Found::Nothing) => false,
+            Resolved::Found(Found::Name(holder, name)) => {
+                new(numbers.of_name(holder, name, optional))
+            }
+            Resolved::Found(Found::Module(id)) => {
+                new(numbers.of_module(id, optional)) || new(numbers.of_whole(id, optional))
+            }
+        }
     }
 
     /// After the import edge `edge` of `module` bound a name: follow into local code what is
