@@ -814,6 +814,8 @@ impl NameNumbers {
 struct ReachedSet<'p> {
     slots: Vec<u32>,
     entries: Vec<(u32, &'p str, Reached<'p>)>,
+    /// The room `entries` had when last taken ([`Scratch::reached_room`]).
+    room: usize,
 }
 
 impl<'p> ReachedSet<'p> {
@@ -836,6 +838,7 @@ impl<'p> ReachedSet<'p> {
         for (number, _, _) in &self.entries {
             self.slots[*number as usize] = 0;
         }
+        self.room = self.room.max(self.entries.capacity());
         std::mem::take(&mut self.entries)
     }
 }
@@ -1003,8 +1006,15 @@ impl EdgesApplied {
 
     /// Whether [`EdgesApplied::apply`] would note an application (it changes something).
     fn would_apply(&self, number: usize, len: usize) -> bool {
-        let slot = self.shortest[number] as usize;
-        slot == 0 || slot > len + 1
+        len < self.applies_below(number)
+    }
+
+    /// [`EdgesApplied::apply`] notes an application with a chain shorter than this.
+    fn applies_below(&self, number: usize) -> usize {
+        match self.shortest[number] as usize {
+            0 => usize::MAX,
+            slot => slot - 1,
+        }
     }
 
     fn clear(&mut self) {
@@ -1027,6 +1037,10 @@ struct Scratch {
     import_uses_seen: ImportUsesSeen,
     reached_slots: Vec<u32>,
     local_bits: Visited,
+    /// The largest queue and the most modules reached of the walks so far: the next walk
+    /// starts with room for as many (growing them copied every item, walk after walk).
+    queue_room: usize,
+    reached_room: usize,
 }
 
 /// The local modules a walk reached, as a set (by module id, reused walk after walk) and in the
@@ -1182,6 +1196,8 @@ impl<'p, 'm> Walk<'p, 'm> {
             import_uses_seen,
             mut reached_slots,
             mut local_bits,
+            queue_room,
+            reached_room,
         } = SCRATCH_POOL
             .with(|pool| pool.borrow_mut().pop())
             .unwrap_or_default();
@@ -1209,12 +1225,13 @@ impl<'p, 'm> Walk<'p, 'm> {
             numbers,
             lookups,
             memos,
-            queue: VecDeque::new(),
+            queue: VecDeque::with_capacity(queue_room),
             seen,
             applied,
             reached: ReachedSet {
                 slots: reached_slots,
-                entries: Vec::new(),
+                entries: Vec::with_capacity(reached_room),
+                room: reached_room,
             },
             missing: HashMap::default(),
             local_modules: LocalModules {
@@ -1962,17 +1979,26 @@ impl<'p, 'm> Walk<'p, 'm> {
             return;
         }
         let summary = self.summary(module);
-        let name = summary.name(name);
+        // The name's text only decides whether the chain grows by a step: it is looked up when
+        // that matters (the lookup missed the cache on most reads).
+        let name = || summary.name(name);
         for (edge, way) in reads.ways_of(attribute) {
             let edge_ref = &summary.imports[*edge as usize];
             self.note_slice_line(module, edge_ref.line);
             // Most reads lead only where the walk has been: no chain link is made for them.
-            let len = chain.len_then_new(name);
-            if !self.edge_may_apply(module, *edge, len, optional) && !self.way_is_new(way, optional)
-            {
+            let may_apply = |walk: &Self| {
+                let below = walk.edge_applies_below(module, *edge, optional);
+                // The chain grows by a step or not: only in between does the name decide.
+                match chain.len() {
+                    len if len + 1 < below => true,
+                    len if len >= below => false,
+                    _ => chain.len_then_new(name()) < below,
+                }
+            };
+            if !self.way_is_new(way, optional) && !may_apply(self) {
                 continue;
             }
-            let chain = chain.then_new(name);
+            let chain = chain.then_new(name());
             self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
             self.follow_way(way, &chain, optional);
         }
@@ -2023,15 +2049,23 @@ impl<'p, 'm> Walk<'p, 'm> {
     /// Whether applying import edge `edge` of `module` ([`Walk::add_edge`]) with a chain of
     /// `len` steps may change anything.
     fn edge_may_apply(&self, module: u32, edge: u32, len: usize, optional: bool) -> bool {
+        len < self.edge_applies_below(module, edge, optional)
+    }
+
+    /// The chain lengths with which applying import edge `edge` of `module` may change
+    /// anything are those below this ([`EdgesApplied`]; `usize::MAX`: all of them).
+    fn edge_applies_below(&self, module: u32, edge: u32, optional: bool) -> usize {
         let project: &'p Project = self.project;
         let loaded = &project.modules[module as usize];
         let context = loaded.summary.imports[edge as usize].context;
         if context.type_checking || loaded.targets.get(edge as usize).is_none() {
-            return false;
+            return 0;
         }
         let optional = optional || context.optional;
-        let number = self.numbers.of_edge(module, edge as usize, optional, false);
-        number.is_none_or(|number| self.applied.would_apply(number, len))
+        match self.numbers.of_edge(module, edge as usize, optional, false) {
+            Some(number) => self.applied.applies_below(number),
+            None => usize::MAX,
+        }
     }
 
     /// Whether following `way` ([`Walk::follow_way`]) may queue or reach anything.
@@ -2454,6 +2488,8 @@ impl Drop for Walk<'_, '_> {
                 std::mem::take(&mut self.reached.slots)
             },
             local_bits: self.local_modules.take_bits(),
+            queue_room: self.queue.capacity(),
+            reached_room: self.reached.room,
         };
         scratch.seen.clear();
         scratch.applied.clear();
