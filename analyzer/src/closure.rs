@@ -1489,11 +1489,15 @@ impl<'p, 'm> Walk<'p, 'm> {
 
     /// Whether `read`, in a class body or comprehension of `module`, is of a name the module
     /// reads only as engine APIs, while that scope runs at the module's import.
+    #[inline]
     fn read_by_engine_at_import(&self, module: u32, scope: u32, read: Use) -> bool {
-        // Usually no module read has engine names: then no scope needs looking at.
-        if self.engine_names.is_empty() {
-            return false;
-        }
+        // Usually no module read has engine names: then no scope needs looking at (and this
+        // runs for every read of a scope).
+        !self.engine_names.is_empty() && self.engine_name_read_at_import(module, scope, read)
+    }
+
+    /// [`Walk::read_by_engine_at_import`] when some module has engine names.
+    fn engine_name_read_at_import(&self, module: u32, scope: u32, read: Use) -> bool {
         let summary = self.summary(module);
         summary.scopes[scope as usize].kind != ScopeKind::Function
             && self
