@@ -430,8 +430,10 @@ impl EdgeLookups {
 /// bit and an array lookup, not a hash probe for the read and another for each way (a large
 /// local tree's walks make millions of them, and the hash tables missed the cache).
 struct ModuleReads {
-    /// Per use slot ([`ModuleSummary::use_slots`]): one plus the number of the attribute read
-    /// there, zero where the read is not of an attribute of a name only imports bind.
+    /// Per use slot ([`ModuleSummary::use_slots`]) halved: one plus the number of the
+    /// attribute read there, zero where the read is not of an attribute of a name only imports
+    /// bind. A use takes two slots, so the halves of two uses' slots differ; halving keeps a
+    /// large local tree's tables (a few MiB) half as large.
     attribute_at: Vec<u32>,
     /// Per attribute number, where its ways start in `ways` (plus one at the end).
     ways_start: Vec<u32>,
@@ -471,7 +473,7 @@ impl ModuleReads {
     fn new(project: &Project, lookups: &EdgeLookups, module: u32) -> ModuleReads {
         let summary = &project.modules[module as usize].summary;
         let mut reads = ModuleReads {
-            attribute_at: vec![0; summary.use_slots()],
+            attribute_at: vec![0; summary.use_slots() / 2 + 1],
             ways_start: vec![0],
             ways: Vec::new(),
             nested_starts: vec![0],
@@ -582,14 +584,14 @@ impl ModuleReads {
             self.ways_start.push(self.ways.len() as u32);
             next
         });
-        if let Some(at) = self.attribute_at.get_mut(slot as usize) {
+        if let Some(at) = self.attribute_at.get_mut(slot as usize / 2) {
             *at = number + 1;
         }
     }
 
     /// The number of the attribute read in use slot `slot`, if it is one.
     fn attribute_at(&self, slot: u32) -> Option<u32> {
-        match self.attribute_at.get(slot as usize) {
+        match self.attribute_at.get(slot as usize / 2) {
             Some(&at) if at > 0 => Some(at - 1),
             _ => None,
         }
