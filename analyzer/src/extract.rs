@@ -1838,6 +1838,56 @@ mod tests {
     }
 
     #[test]
+    fn each_use_has_a_slot_of_its_own_and_the_same_reads_as_without_slots() {
+        let source = "import os, parsl\nSEP = os.sep + os.name\nX = SEP\n\
+            @parsl.python_app\n@deco(os.sep)\ndef fit(n):\n    return os.path.join(SEP, X)\n\
+            class Model(Base):\n    sep = os.sep\n    def f(self):\n        return [os.sep for _ in X]\n";
+        let summary = summarize(source);
+        let mut slots = Vec::new();
+        for scope in 0..summary.scopes.len() as u32 {
+            let pairs = [
+                (
+                    summary.free_uses_at(scope).collect::<Vec<_>>(),
+                    summary.free_uses(scope).collect::<Vec<_>>(),
+                ),
+                (
+                    summary.definition_uses_at(scope).collect(),
+                    summary.definition_uses(scope).collect(),
+                ),
+                (
+                    summary.engine_decorators_at(scope).collect(),
+                    summary.engine_decorators(scope).collect(),
+                ),
+            ];
+            for (with_slots, plain) in pairs {
+                assert_eq!(
+                    with_slots.iter().map(|(_, read)| *read).collect::<Vec<_>>(),
+                    plain
+                );
+                slots.extend(with_slots.iter().map(|(slot, _)| *slot));
+            }
+        }
+        for binding in &summary.bindings {
+            let with_slots: Vec<_> = summary.value_uses_at(binding).collect();
+            let plain: Vec<_> = summary.value_uses(binding).collect();
+            assert_eq!(
+                with_slots.iter().map(|(_, read)| *read).collect::<Vec<_>>(),
+                plain
+            );
+            slots.extend(with_slots.iter().map(|(slot, _)| *slot));
+        }
+        assert!(slots.len() > 8);
+        // Distinct, below the count, and distinct when halved (callers index by half a slot).
+        assert!(slots
+            .iter()
+            .all(|&slot| (slot as usize) < summary.use_slots()));
+        let mut halves: Vec<u32> = slots.iter().map(|slot| slot / 2).collect();
+        halves.sort_unstable();
+        halves.dedup();
+        assert_eq!(halves.len(), slots.len());
+    }
+
+    #[test]
     fn an_engine_decorator_is_kept_apart_from_its_defs_reads_and_other_decorators_are_not() {
         let source = "import parsl\nimport functools\nfrom dask import delayed\n\n\
             @parsl.python_app(executors=EXECUTORS)\n@functools.cache\ndef fit(n):\n    return n\n\n\
