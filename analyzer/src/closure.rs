@@ -314,6 +314,14 @@ impl<'p> ModuleMemos<'p> {
 /// tree read through the same edges millions of times.
 struct EdgeLookups {
     modules: Vec<std::sync::OnceLock<Box<[Resolved]>>>,
+    /// Per local module, its attribute reads through imports ([`ModuleReads`]).
+    reads: Vec<std::sync::OnceLock<ModuleReads>>,
+    /// Per module, where its attribute numbers start project-wide (each module gets one more
+    /// than half its use slots, at least its count of reads): [`NOT_NUMBERED`] for installed
+    /// modules, whose reads go through [`EdgeLookups::way`].
+    read_base: Vec<u32>,
+    /// Attribute numbers in all, for the walk's [`Scratch::attributes_read`].
+    read_numbers: usize,
     /// This run, among the runs of the process: the thread's [`WAYS`] belong to one.
     run: u64,
 }
@@ -342,12 +350,38 @@ enum Resolved {
 
 impl EdgeLookups {
     fn new(project: &Project) -> EdgeLookups {
+        let mut read_base = Vec::with_capacity(project.modules.len());
+        let mut read_numbers = 0usize;
+        for loaded in &project.modules {
+            if loaded.installed.is_empty() {
+                read_base.push(read_numbers as u32);
+                read_numbers += loaded.summary.use_slots() / 2 + 1;
+            } else {
+                read_base.push(NOT_NUMBERED);
+            }
+        }
         EdgeLookups {
-            modules: (0..project.modules.len())
-                .map(|_| std::sync::OnceLock::new())
-                .collect(),
+            modules: per_module_once(project),
+            reads: per_module_once(project),
+            read_base,
+            read_numbers,
             run: RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
         }
+    }
+
+    /// The attribute reads of `module` ([`ModuleReads`]), worked out on first use; `None` for
+    /// an installed module.
+    fn reads(&self, project: &Project, module: u32) -> Option<&ModuleReads> {
+        if self.read_base[module as usize] == NOT_NUMBERED {
+            return None;
+        }
+        Some(self.reads[module as usize].get_or_init(|| ModuleReads::new(project, self, module)))
+    }
+
+    /// The project-wide number of attribute `attribute` of `module`, read with `optional`,
+    /// for [`Scratch::attributes_read`].
+    fn attribute_number(&self, module: u32, attribute: u32, optional: bool) -> usize {
+        2 * (self.read_base[module as usize] as usize + attribute as usize) + optional as usize
     }
 
     /// Where attribute `path` read through edge `edge` of `module` leads ([`Way`]).
@@ -389,6 +423,192 @@ impl EdgeLookups {
             .copied()
             .unwrap_or(Resolved::Found(Found::Nothing))
     }
+}
+
+/// The attribute reads through imports of one local module (`np.sum`, where only imports bind
+/// `np`), numbered once per run with where each leads ([`Way`]): each read in a walk is then a
+/// bit and an array lookup, not a hash probe for the read and another for each way (a large
+/// local tree's walks make millions of them, and the hash tables missed the cache).
+struct ModuleReads {
+    /// Per use slot ([`ModuleSummary::use_slots`]) halved: one plus the number of the
+    /// attribute read there, zero where the read is not of an attribute of a name only imports
+    /// bind. A use takes two slots, so the halves of two uses' slots differ; halving keeps a
+    /// large local tree's tables (a few MiB) half as large.
+    attribute_at: Vec<u32>,
+    /// Per attribute number, where its ways start in `ways` (plus one at the end).
+    ways_start: Vec<u32>,
+    /// For each attribute, the import edge of each binding of its name, in binding order, and
+    /// where the attribute path leads through it.
+    ways: Vec<(u32, Way)>,
+    /// Per scope, where its [`NestedStep`]s start in `nested` (plus one at the end).
+    nested_starts: Vec<u32>,
+    /// What [`Walk::walk_scope`] takes from each scope and everything nested in it, in its
+    /// order: a class's methods were a scope record read each, walk after walk.
+    nested: Vec<NestedStep>,
+    /// Per read through an in-function import, numbered after the attributes (so that one
+    /// range of numbers per module holds both): its edge and where its path leads.
+    import_uses: Vec<ImportUseWay>,
+    /// The number of the first import use: the count of attributes.
+    import_uses_from: u32,
+}
+
+/// One step of [`ModuleReads::nested`].
+#[derive(Clone, Copy)]
+enum NestedStep {
+    /// An import edge held by the scope or a scope nested in it.
+    Edge(u32),
+    /// A read through such an import (not under `TYPE_CHECKING`): its number in
+    /// [`ModuleReads::import_uses`] (after the attributes), and the name as read.
+    Use(u32, NameId),
+}
+
+/// A read through an in-function import, by edge and attribute path.
+struct ImportUseWay {
+    edge: u32,
+    /// Where the path leads; `None` for a read of the bound name itself.
+    way: Option<Way>,
+}
+
+impl ModuleReads {
+    fn new(project: &Project, lookups: &EdgeLookups, module: u32) -> ModuleReads {
+        let summary = &project.modules[module as usize].summary;
+        let mut reads = ModuleReads {
+            attribute_at: vec![0; summary.use_slots() / 2 + 1],
+            ways_start: vec![0],
+            ways: Vec::new(),
+            nested_starts: vec![0],
+            nested: Vec::new(),
+            import_uses: Vec::new(),
+            import_uses_from: 0,
+        };
+        let mut numbers: HashMap<(NameId, NameId), u32> = HashMap::default();
+        for scope in 0..summary.scopes.len() as u32 {
+            let uses = summary.free_uses_at(scope);
+            let uses = uses.chain(summary.definition_uses_at(scope));
+            for (slot, read) in uses.chain(summary.engine_decorators_at(scope)) {
+                reads.note(project, lookups, module, &mut numbers, slot, read);
+            }
+        }
+        for binding in &summary.bindings {
+            for (slot, read) in summary.value_uses_at(binding) {
+                reads.note(project, lookups, module, &mut numbers, slot, read);
+            }
+        }
+        reads.import_uses_from = reads.ways_start.len() as u32 - 1;
+        reads.note_nested(project, lookups, module);
+        reads
+    }
+
+    /// [`ModuleReads::nested`] of every scope, its import uses numbered by (edge, path).
+    fn note_nested(&mut self, project: &Project, lookups: &EdgeLookups, module: u32) {
+        let summary = &project.modules[module as usize].summary;
+        let mut numbers: HashMap<(u32, Option<NameId>), u32> = HashMap::default();
+        let mut stack = Vec::new();
+        for scope in 0..summary.scopes.len() as u32 {
+            stack.push(scope);
+            while let Some(inner) = stack.pop() {
+                let edges = summary.scope_imports(inner).iter();
+                self.nested
+                    .extend(edges.map(|&edge| NestedStep::Edge(edge)));
+                for used in summary.import_uses(inner) {
+                    if summary.imports[used.edge as usize].context.type_checking {
+                        continue;
+                    }
+                    let next = self.import_uses_from + numbers.len() as u32;
+                    let number = *numbers.entry((used.edge, used.path)).or_insert_with(|| {
+                        let way = used.path.map(|path| {
+                            let resolved = lookups.get(project, module, used.edge);
+                            way_of(project, module, used.edge, path, resolved)
+                        });
+                        self.import_uses.push(ImportUseWay {
+                            edge: used.edge,
+                            way,
+                        });
+                        next
+                    });
+                    self.nested.push(NestedStep::Use(number, used.name));
+                }
+                stack.extend_from_slice(summary.children(inner));
+            }
+            self.nested_starts.push(self.nested.len() as u32);
+        }
+    }
+
+    /// What [`Walk::walk_scope`] takes from `scope` and the scopes nested in it.
+    fn nested_of(&self, scope: u32) -> &[NestedStep] {
+        match (
+            self.nested_starts.get(scope as usize),
+            self.nested_starts.get(scope as usize + 1),
+        ) {
+            (Some(&start), Some(&end)) => &self.nested[start as usize..end as usize],
+            _ => &[],
+        }
+    }
+
+    fn import_use(&self, number: u32) -> &ImportUseWay {
+        &self.import_uses[(number - self.import_uses_from) as usize]
+    }
+
+    /// Number the read in `slot` if it is of an attribute of a name only imports bind (as
+    /// [`Walk::enqueue_use`] decides), working out its ways the first time.
+    fn note(
+        &mut self,
+        project: &Project,
+        lookups: &EdgeLookups,
+        module: u32,
+        numbers: &mut HashMap<(NameId, NameId), u32>,
+        slot: u32,
+        read: Use,
+    ) {
+        let summary = &project.modules[module as usize].summary;
+        let (Some(path), Some(bindings)) = (read.path, summary.bindings_of(read.name)) else {
+            return;
+        };
+        let edges: Vec<u32> = bindings
+            .iter()
+            .map_while(|binding| match *binding {
+                Binding::Import { edge } => Some(edge),
+                _ => None,
+            })
+            .collect();
+        if edges.len() != bindings.len() {
+            return;
+        }
+        let next = numbers.len() as u32;
+        let number = *numbers.entry((read.name, path)).or_insert_with(|| {
+            for edge in edges {
+                let resolved = lookups.get(project, module, edge);
+                self.ways
+                    .push((edge, way_of(project, module, edge, path, resolved)));
+            }
+            self.ways_start.push(self.ways.len() as u32);
+            next
+        });
+        if let Some(at) = self.attribute_at.get_mut(slot as usize / 2) {
+            *at = number + 1;
+        }
+    }
+
+    /// The number of the attribute read in use slot `slot`, if it is one.
+    fn attribute_at(&self, slot: u32) -> Option<u32> {
+        match self.attribute_at.get(slot as usize / 2) {
+            Some(&at) if at > 0 => Some(at - 1),
+            _ => None,
+        }
+    }
+
+    fn ways_of(&self, attribute: u32) -> &[(u32, Way)] {
+        let start = self.ways_start[attribute as usize] as usize;
+        let end = self.ways_start[attribute as usize + 1] as usize;
+        &self.ways[start..end]
+    }
+}
+
+/// One empty [`std::sync::OnceLock`] per module of `project`.
+fn per_module_once<T>(project: &Project) -> Vec<std::sync::OnceLock<T>> {
+    (0..project.modules.len())
+        .map(|_| std::sync::OnceLock::new())
+        .collect()
 }
 
 /// What the name bound by import edge `edge` of `module` is in local code.
@@ -596,6 +816,8 @@ impl NameNumbers {
 struct ReachedSet<'p> {
     slots: Vec<u32>,
     entries: Vec<(u32, &'p str, Reached<'p>)>,
+    /// The room `entries` had when last taken ([`Scratch::reached_room`]).
+    room: usize,
 }
 
 impl<'p> ReachedSet<'p> {
@@ -618,6 +840,7 @@ impl<'p> ReachedSet<'p> {
         for (number, _, _) in &self.entries {
             self.slots[*number as usize] = 0;
         }
+        self.room = self.room.max(self.entries.capacity());
         std::mem::take(&mut self.entries)
     }
 }
@@ -785,8 +1008,15 @@ impl EdgesApplied {
 
     /// Whether [`EdgesApplied::apply`] would note an application (it changes something).
     fn would_apply(&self, number: usize, len: usize) -> bool {
-        let slot = self.shortest[number] as usize;
-        slot == 0 || slot > len + 1
+        len < self.applies_below(number)
+    }
+
+    /// [`EdgesApplied::apply`] notes an application with a chain shorter than this.
+    fn applies_below(&self, number: usize) -> usize {
+        match self.shortest[number] as usize {
+            0 => usize::MAX,
+            slot => slot - 1,
+        }
     }
 
     fn clear(&mut self) {
@@ -804,9 +1034,15 @@ struct Scratch {
     seen: Visited,
     applied: EdgesApplied,
     attributes_seen: AttributesSeen,
+    /// Attribute reads of local code already followed, by [`EdgeLookups::attribute_number`].
+    attributes_read: Visited,
     import_uses_seen: ImportUsesSeen,
     reached_slots: Vec<u32>,
     local_bits: Visited,
+    /// The largest queue and the most modules reached of the walks so far: the next walk
+    /// starts with room for as many (growing them copied every item, walk after walk).
+    queue_room: usize,
+    reached_room: usize,
 }
 
 /// The local modules a walk reached, as a set (by module id, reused walk after walk) and in the
@@ -863,6 +1099,7 @@ struct Walk<'p, 'm> {
     slice_module: Option<u32>,
     slice_lines: Vec<u32>,
     attributes_seen: AttributesSeen,
+    attributes_read: Visited,
     import_uses_seen: ImportUsesSeen,
     /// The scopes nested in the one being walked, kept from scope to scope (a walk of a large
     /// local tree walks thousands).
@@ -957,9 +1194,12 @@ impl<'p, 'm> Walk<'p, 'm> {
             mut seen,
             mut applied,
             attributes_seen,
+            mut attributes_read,
             import_uses_seen,
             mut reached_slots,
             mut local_bits,
+            queue_room,
+            reached_room,
         } = SCRATCH_POOL
             .with(|pool| pool.borrow_mut().pop())
             .unwrap_or_default();
@@ -974,6 +1214,11 @@ impl<'p, 'm> Walk<'p, 'm> {
                 .words
                 .resize((numbers.modules as usize).div_ceil(64), 0);
         }
+        if attributes_read.words.len() < (2 * lookups.read_numbers).div_ceil(64) {
+            attributes_read
+                .words
+                .resize((2 * lookups.read_numbers).div_ceil(64), 0);
+        }
         if reached_slots.len() < numbers.names.count {
             reached_slots.resize(numbers.names.count, 0);
         }
@@ -982,12 +1227,13 @@ impl<'p, 'm> Walk<'p, 'm> {
             numbers,
             lookups,
             memos,
-            queue: VecDeque::new(),
+            queue: VecDeque::with_capacity(queue_room),
             seen,
             applied,
             reached: ReachedSet {
                 slots: reached_slots,
-                entries: Vec::new(),
+                entries: Vec::with_capacity(reached_room),
+                room: reached_room,
             },
             missing: HashMap::default(),
             local_modules: LocalModules {
@@ -999,6 +1245,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             slice_module: None,
             slice_lines: Vec::new(),
             attributes_seen,
+            attributes_read,
             import_uses_seen,
             scope_stack: Vec::new(),
         }
@@ -1153,12 +1400,12 @@ impl<'p, 'm> Walk<'p, 'm> {
                             self.follow_import_use(module, used, &chain, optional);
                         }
                     }
-                    for read in summary.definition_uses(scope) {
+                    for (slot, read) in summary.definition_uses_at(scope) {
                         if !self.read_by_engine_at_import(module, scope, read) {
-                            self.enqueue_use(module, read, &chain, optional);
+                            self.enqueue_use_at(module, slot, read, &chain, optional);
                         }
                     }
-                    for decorator in summary.engine_decorators(scope) {
+                    for decorator in summary.engine_decorators_at(scope) {
                         self.follow_decorator(module, scope, decorator, &chain, optional);
                     }
                 }
@@ -1176,6 +1423,57 @@ impl<'p, 'm> Walk<'p, 'm> {
     /// and the module globals it reads.
     fn walk_scope(&mut self, module: u32, scope: u32, chain: &Chain<'p>, optional: bool) {
         let summary = self.summary(module);
+        let project: &'p Project = self.project;
+        let lookups: &'m EdgeLookups = self.lookups;
+        match lookups.reads(project, module) {
+            Some(reads) => self.walk_nested(module, reads, scope, chain, optional),
+            None => self.walk_nested_scopes(module, scope, chain, optional),
+        }
+        for (slot, read) in summary.free_uses_at(scope) {
+            if !self.read_by_engine_at_import(module, scope, read) {
+                self.enqueue_use_at(module, slot, read, chain, optional);
+            }
+        }
+    }
+
+    /// [`Walk::walk_nested_scopes`] by the steps worked out once per run for local code.
+    fn walk_nested(
+        &mut self,
+        module: u32,
+        reads: &'m ModuleReads,
+        scope: u32,
+        chain: &Chain<'p>,
+        optional: bool,
+    ) {
+        let summary = self.summary(module);
+        for &step in reads.nested_of(scope) {
+            match step {
+                NestedStep::Edge(index) => {
+                    let edge = &summary.imports[index as usize];
+                    self.add_edge(module, index as usize, edge, chain, optional);
+                }
+                NestedStep::Use(number, name) => {
+                    let bit = self.lookups.attribute_number(module, number, optional);
+                    // Following a read again changes nothing: each effect is guarded by `seen`.
+                    if !self.attributes_read.insert(bit) {
+                        continue;
+                    }
+                    let chain = chain.then_new(summary.name(name));
+                    match &reads.import_use(number).way {
+                        Some(way) => self.follow_way(way, &chain, optional),
+                        None => {
+                            let edge = reads.import_use(number).edge;
+                            self.follow_imported(module, edge, None, &chain, optional);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The imports of `scope` and of every scope nested in it, and what is read through them.
+    fn walk_nested_scopes(&mut self, module: u32, scope: u32, chain: &Chain<'p>, optional: bool) {
+        let summary = self.summary(module);
         let mut stack = std::mem::take(&mut self.scope_stack);
         stack.push(scope);
         while let Some(inner) = stack.pop() {
@@ -1189,16 +1487,19 @@ impl<'p, 'm> Walk<'p, 'm> {
             stack.extend_from_slice(summary.children(inner));
         }
         self.scope_stack = stack;
-        for read in summary.free_uses(scope) {
-            if !self.read_by_engine_at_import(module, scope, read) {
-                self.enqueue_use(module, read, chain, optional);
-            }
-        }
     }
 
     /// Whether `read`, in a class body or comprehension of `module`, is of a name the module
     /// reads only as engine APIs, while that scope runs at the module's import.
+    #[inline]
     fn read_by_engine_at_import(&self, module: u32, scope: u32, read: Use) -> bool {
+        // Usually no module read has engine names: then no scope needs looking at (and this
+        // runs for every read of a scope).
+        !self.engine_names.is_empty() && self.engine_name_read_at_import(module, scope, read)
+    }
+
+    /// [`Walk::read_by_engine_at_import`] when some module has engine names.
+    fn engine_name_read_at_import(&self, module: u32, scope: u32, read: Use) -> bool {
         let summary = self.summary(module);
         summary.scopes[scope as usize].kind != ScopeKind::Function
             && self
@@ -1232,22 +1533,36 @@ impl<'p, 'm> Walk<'p, 'm> {
 
     fn follow_name(&mut self, module: u32, name_id: NameId, chain: Chain<'p>, optional: bool) {
         let summary = self.summary(module);
-        let name = summary.name(name_id);
+        // The name's text is looked up only where a chain or a builtin check needs it: most
+        // names read are definitions, and the lookup missed the cache.
+        let name = || summary.name(name_id);
         let Some(bindings) = summary.bindings_of(name_id) else {
             // An unbound global may come from `from x import *`; a builtin only from local code
             // seen to define it (funcy's `all`), or every builtin read would take every star
             // import.
-            let shadowing_only = BUILTINS.contains(&name);
-            self.follow_star_imports(module, name, &chain, optional, shadowing_only);
+            let shadowing_only = BUILTINS.contains(&name());
+            self.follow_star_imports(module, name(), &chain, optional, shadowing_only);
             return;
         };
         for binding in bindings {
-            self.note_slice_line(module, binding_line(summary, binding));
+            if self.slice_module == Some(module) {
+                self.slice_lines.push(binding_line(summary, binding));
+            }
             match binding {
                 Binding::Import { edge } => {
                     let edge_ref = &summary.imports[*edge as usize];
+                    // Most imports read lead only where the walk has been: no chain link then.
+                    let len = match edge_ref.has_member() {
+                        true => chain.len_then_new(name()),
+                        false => chain.len(),
+                    };
+                    if !self.edge_may_apply(module, *edge, len, optional)
+                        && !self.bound_is_new(module, *edge, optional)
+                    {
+                        continue;
+                    }
                     let chain = if edge_ref.has_member() {
-                        chain.then_new(name)
+                        chain.then_new(name())
                     } else {
                         chain.clone()
                     };
@@ -1281,14 +1596,14 @@ impl<'p, 'm> Walk<'p, 'm> {
                     });
                 }
                 Binding::Value { .. } => {
-                    let chain = chain.then(name);
+                    let chain = chain.then(name());
                     for &edge in summary.value_edges(binding) {
                         let edge_ref = &summary.imports[edge as usize];
                         self.add_edge(module, edge as usize, edge_ref, &chain, optional);
                     }
-                    for read in summary.value_uses(binding) {
+                    for (slot, read) in summary.value_uses_at(binding) {
                         if read.name != name_id || read.path.is_some() {
-                            self.enqueue_use(module, read, &chain, optional);
+                            self.enqueue_use_at(module, slot, read, &chain, optional);
                         }
                     }
                 }
@@ -1411,13 +1726,13 @@ impl<'p, 'm> Walk<'p, 'm> {
         &mut self,
         module: u32,
         scope: u32,
-        decorator: Use,
+        (slot, decorator): (u32, Use),
         chain: &Chain<'p>,
         optional: bool,
     ) {
         let summary = self.summary(module);
         let Some(api) = engine_api_of(summary, decorator) else {
-            return self.enqueue_use(module, decorator, chain, optional);
+            return self.enqueue_use_at(module, slot, decorator, chain, optional);
         };
         let project: &'p Project = self.project;
         self.engine_uses.push(EngineUseView {
@@ -1509,9 +1824,9 @@ impl<'p, 'm> Walk<'p, 'm> {
             };
             self.enqueue(work);
         }
-        for read in summary.definition_uses(0) {
+        for (slot, read) in summary.definition_uses_at(0) {
             if !engine.names.contains(&read.name) {
-                self.enqueue_use(module, read, chain, optional);
+                self.enqueue_use_at(module, slot, read, chain, optional);
             }
         }
         if !engine.names.is_empty() {
@@ -1631,6 +1946,70 @@ impl<'p, 'm> Walk<'p, 'm> {
         }
     }
 
+    /// [`Walk::enqueue_use`] of the read in use slot `slot` of `module`: in local code, by the
+    /// numbers of [`ModuleReads`] (the same decisions, worked out once per run).
+    fn enqueue_use_at(
+        &mut self,
+        module: u32,
+        slot: u32,
+        read: Use,
+        chain: &Chain<'p>,
+        optional: bool,
+    ) {
+        let project: &'p Project = self.project;
+        let lookups: &'m EdgeLookups = self.lookups;
+        let Some(reads) = lookups.reads(project, module) else {
+            return self.enqueue_use(module, read, chain, optional);
+        };
+        match reads.attribute_at(slot) {
+            Some(attribute) => {
+                self.read_attribute(module, reads, attribute, read.name, chain, optional)
+            }
+            None => self.enqueue_name(module, read.name, chain, optional),
+        }
+    }
+
+    /// An attribute read through the imports that bind `name` in local code, numbered
+    /// `attribute` in `reads`: as [`Walk::enqueue_use`] follows one.
+    fn read_attribute(
+        &mut self,
+        module: u32,
+        reads: &'m ModuleReads,
+        attribute: u32,
+        name: NameId,
+        chain: &Chain<'p>,
+        optional: bool,
+    ) {
+        let number = self.lookups.attribute_number(module, attribute, optional);
+        if !self.attributes_read.insert(number) {
+            return;
+        }
+        let summary = self.summary(module);
+        // The name's text only decides whether the chain grows by a step: it is looked up when
+        // that matters (the lookup missed the cache on most reads).
+        let name = || summary.name(name);
+        for (edge, way) in reads.ways_of(attribute) {
+            let edge_ref = &summary.imports[*edge as usize];
+            self.note_slice_line(module, edge_ref.line);
+            // Most reads lead only where the walk has been: no chain link is made for them.
+            let may_apply = |walk: &Self| {
+                let below = walk.edge_applies_below(module, *edge, optional);
+                // The chain grows by a step or not: only in between does the name decide.
+                match chain.len() {
+                    len if len + 1 < below => true,
+                    len if len >= below => false,
+                    _ => chain.len_then_new(name()) < below,
+                }
+            };
+            if !self.way_is_new(way, optional) && !may_apply(self) {
+                continue;
+            }
+            let chain = chain.then_new(name());
+            self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
+            self.follow_way(way, &chain, optional);
+        }
+    }
+
     /// A read of a module global: the name itself, or an attribute path of it. Through an
     /// import of a local module, the path says what of that module is needed.
     fn enqueue_use(&mut self, module: u32, read: Use, chain: &Chain<'p>, optional: bool) {
@@ -1676,15 +2055,23 @@ impl<'p, 'm> Walk<'p, 'm> {
     /// Whether applying import edge `edge` of `module` ([`Walk::add_edge`]) with a chain of
     /// `len` steps may change anything.
     fn edge_may_apply(&self, module: u32, edge: u32, len: usize, optional: bool) -> bool {
+        len < self.edge_applies_below(module, edge, optional)
+    }
+
+    /// The chain lengths with which applying import edge `edge` of `module` may change
+    /// anything are those below this ([`EdgesApplied`]; `usize::MAX`: all of them).
+    fn edge_applies_below(&self, module: u32, edge: u32, optional: bool) -> usize {
         let project: &'p Project = self.project;
         let loaded = &project.modules[module as usize];
         let context = loaded.summary.imports[edge as usize].context;
         if context.type_checking || loaded.targets.get(edge as usize).is_none() {
-            return false;
+            return 0;
         }
         let optional = optional || context.optional;
-        let number = self.numbers.of_edge(module, edge as usize, optional, false);
-        number.is_none_or(|number| self.applied.would_apply(number, len))
+        match self.numbers.of_edge(module, edge as usize, optional, false) {
+            Some(number) => self.applied.applies_below(number),
+            None => usize::MAX,
+        }
     }
 
     /// Whether following `way` ([`Walk::follow_way`]) may queue or reach anything.
@@ -1700,6 +2087,22 @@ impl<'p, 'm> Walk<'p, 'm> {
                 Found::Name(holder, name) => new(numbers.of_name(holder, name, optional)),
                 Found::Module(id) => new(numbers.of_whole(id, optional)),
             }
+    }
+
+    /// Whether following what import edge `edge` of `module` binds ([`Walk::follow_imported`]
+    /// without a path) may queue or reach anything.
+    fn bound_is_new(&self, module: u32, edge: u32, optional: bool) -> bool {
+        let numbers = self.numbers;
+        let new = |number| !self.seen.contains(number);
+        match self.lookups.get(self.project, module, edge) {
+            Resolved::Namespace | Resolved::Found(Found::Nothing) => false,
+            Resolved::Found(Found::Name(holder, name)) => {
+                new(numbers.of_name(holder, name, optional))
+            }
+            Resolved::Found(Found::Module(id)) => {
+                new(numbers.of_module(id, optional)) || new(numbers.of_whole(id, optional))
+            }
+        }
     }
 
     /// After the import edge `edge` of `module` bound a name: follow into local code what is
@@ -2084,16 +2487,20 @@ impl Drop for Walk<'_, '_> {
             seen: std::mem::take(&mut self.seen),
             applied: std::mem::take(&mut self.applied),
             attributes_seen: std::mem::take(&mut self.attributes_seen),
+            attributes_read: std::mem::take(&mut self.attributes_read),
             import_uses_seen: std::mem::take(&mut self.import_uses_seen),
             reached_slots: {
                 self.reached.take();
                 std::mem::take(&mut self.reached.slots)
             },
             local_bits: self.local_modules.take_bits(),
+            queue_room: self.queue.capacity(),
+            reached_room: self.reached.room,
         };
         scratch.seen.clear();
         scratch.applied.clear();
         scratch.attributes_seen.clear();
+        scratch.attributes_read.clear();
         scratch.import_uses_seen.clear();
         SCRATCH_POOL.with(|pool| pool.borrow_mut().push(scratch));
     }

@@ -174,6 +174,11 @@ fn uses_of(pairs: &[u32]) -> impl Iterator<Item = Use> + '_ {
     })
 }
 
+/// [`uses_of`] with each use's slot: `start` is the slot of the first pair.
+fn uses_at(start: u32, pairs: &[u32]) -> impl Iterator<Item = (u32, Use)> + '_ {
+    (start..).step_by(2).zip(uses_of(pairs))
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Binding {
@@ -285,9 +290,55 @@ impl ModuleSummary {
     }
 
     fn scope_list(&self, scope: u32, which: usize) -> &[u32] {
+        let start = self.scope_list_start(scope, which);
+        let length = self.scopes[scope as usize].lengths[which] as usize;
+        &self.scope_lists[start..start + length]
+    }
+
+    fn scope_list_start(&self, scope: u32, which: usize) -> usize {
         let scope = &self.scopes[scope as usize];
-        let start = scope.lists as usize + scope.lengths[..which].iter().sum::<u32>() as usize;
-        &self.scope_lists[start..start + scope.lengths[which] as usize]
+        scope.lists as usize + scope.lengths[..which].iter().sum::<u32>() as usize
+    }
+
+    /// [`ModuleSummary::scope_list`] of uses, each with its [use slot](ModuleSummary::use_slots).
+    fn scope_uses_at(&self, scope: u32, which: usize) -> impl Iterator<Item = (u32, Use)> + '_ {
+        let start = self.scope_list_start(scope, which) as u32;
+        uses_at(start, self.scope_list(scope, which))
+    }
+
+    /// How many use slots the module has: each use in its lists ([`ModuleSummary::free_uses_at`],
+    /// [`ModuleSummary::definition_uses_at`], [`ModuleSummary::engine_decorators_at`],
+    /// [`ModuleSummary::value_uses_at`]) comes with a number below this, its own, so that a
+    /// caller can keep what it worked out about each read in an array rather than a hash map.
+    pub fn use_slots(&self) -> usize {
+        self.scope_lists.len() + self.value_lists.len()
+    }
+
+    /// [`ModuleSummary::free_uses`], each with its use slot.
+    pub fn free_uses_at(&self, scope: u32) -> impl Iterator<Item = (u32, Use)> + '_ {
+        self.scope_uses_at(scope, FREE_USES)
+    }
+
+    /// [`ModuleSummary::definition_uses`], each with its use slot.
+    pub fn definition_uses_at(&self, scope: u32) -> impl Iterator<Item = (u32, Use)> + '_ {
+        self.scope_uses_at(scope, DEFINITION_USES)
+    }
+
+    /// [`ModuleSummary::engine_decorators`], each with its use slot.
+    pub fn engine_decorators_at(&self, scope: u32) -> impl Iterator<Item = (u32, Use)> + '_ {
+        self.scope_uses_at(scope, ENGINE_DECORATORS)
+    }
+
+    /// [`ModuleSummary::value_uses`], each with its use slot (after the scope lists' slots).
+    pub fn value_uses_at(&self, binding: &Binding) -> impl Iterator<Item = (u32, Use)> + '_ {
+        let (start, pairs) = match *binding {
+            Binding::Value { start, reads, .. } => (
+                start,
+                &self.value_lists[start as usize..(start + 2 * reads) as usize],
+            ),
+            _ => (0, &[][..]),
+        };
+        uses_at(self.scope_lists.len() as u32 + start, pairs)
     }
 
     pub fn children(&self, scope: u32) -> &[u32] {
@@ -1784,6 +1835,56 @@ mod tests {
             .unwrap();
         assert_eq!(named(summary.value_uses(&sep[0]).collect()), ["os.sep"]);
         assert!(summary.value_edges(&sep[0]).is_empty());
+    }
+
+    #[test]
+    fn each_use_has_a_slot_of_its_own_and_the_same_reads_as_without_slots() {
+        let source = "import os, parsl\nSEP = os.sep + os.name\nX = SEP\n\
+            @parsl.python_app\n@deco(os.sep)\ndef fit(n):\n    return os.path.join(SEP, X)\n\
+            class Model(Base):\n    sep = os.sep\n    def f(self):\n        return [os.sep for _ in X]\n";
+        let summary = summarize(source);
+        let mut slots = Vec::new();
+        for scope in 0..summary.scopes.len() as u32 {
+            let pairs = [
+                (
+                    summary.free_uses_at(scope).collect::<Vec<_>>(),
+                    summary.free_uses(scope).collect::<Vec<_>>(),
+                ),
+                (
+                    summary.definition_uses_at(scope).collect(),
+                    summary.definition_uses(scope).collect(),
+                ),
+                (
+                    summary.engine_decorators_at(scope).collect(),
+                    summary.engine_decorators(scope).collect(),
+                ),
+            ];
+            for (with_slots, plain) in pairs {
+                assert_eq!(
+                    with_slots.iter().map(|(_, read)| *read).collect::<Vec<_>>(),
+                    plain
+                );
+                slots.extend(with_slots.iter().map(|(slot, _)| *slot));
+            }
+        }
+        for binding in &summary.bindings {
+            let with_slots: Vec<_> = summary.value_uses_at(binding).collect();
+            let plain: Vec<_> = summary.value_uses(binding).collect();
+            assert_eq!(
+                with_slots.iter().map(|(_, read)| *read).collect::<Vec<_>>(),
+                plain
+            );
+            slots.extend(with_slots.iter().map(|(slot, _)| *slot));
+        }
+        assert!(slots.len() > 8);
+        // Distinct, below the count, and distinct when halved (callers index by half a slot).
+        assert!(slots
+            .iter()
+            .all(|&slot| (slot as usize) < summary.use_slots()));
+        let mut halves: Vec<u32> = slots.iter().map(|slot| slot / 2).collect();
+        halves.sort_unstable();
+        halves.dedup();
+        assert_eq!(halves.len(), slots.len());
     }
 
     #[test]
