@@ -284,12 +284,15 @@ class LfmHighThroughputExecutor(HighThroughputExecutor):
 def prestart_command(preload: tuple) -> str:
     """A shell prefix that starts the node's serve in the background with the interpreter of
     HTEX's worker pool script (its `#!` line), keyed as the pool's workers will key it; where
-    the script is not on PATH it does nothing, and the workers start the serve as before."""
+    the script is not on PATH it does nothing, and the workers start the serve as before.
+    No quotes and no shell variables: Parsl's launchers put the command inside quotes
+    (`bash -c '...'`) or an unquoted heredoc (expanded where the heredoc is written)."""
+    script = "process_worker_pool.py"
+    python = f"$(head -n 1 $(command -v {script}) </dev/null | cut -c 3-)"
     modules = ",".join(preload)
     return (
-        "lfm_pool=$(command -v process_worker_pool.py) && "
-        "lfm_python=$(sed -n '1s/^#! *//p' \"$lfm_pool\") && "
-        f"( $lfm_python -m lfm.prestart --script-dir \"$(dirname \"$lfm_pool\")\" --preload {modules} & ); "
+        f"command -v {script} >/dev/null && "
+        f"( {python} -m lfm.prestart --script {script} --preload {modules} & ) ; "
     )
 
 

@@ -173,3 +173,50 @@ def test_a_memory_no_python_call_runs_under_is_refused_before_it_runs(dfk):
     with pytest.raises(InvalidResourceSpecification, match="memory"):
         future.result()
     assert report_of(future) is None
+
+
+@pytest.mark.parametrize("wrap", ["plain", "single-quoted", "heredoc"])
+def test_the_prestart_prefix_runs_the_pools_interpreter_however_a_launcher_wraps_it(tmp_path, wrap):
+    import subprocess
+    import time
+
+    from lfm.parsl import prestart_command
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "argv"
+    python = tmp_path / "fake-python"
+    python.write_text(f"#!/bin/sh\necho \"$@\" > {record}\n")
+    python.chmod(0o755)
+    pool = bin_dir / "process_worker_pool.py"
+    pool.write_text(f"#!{python}\n")
+    pool.chmod(0o755)
+    command = prestart_command(("parsl",)) + "echo launched"
+    script = {
+        "plain": command,
+        "single-quoted": f"bash -c '{command}'",
+        "heredoc": f"cat << EOF > {tmp_path}/cmd.sh\n{command}\nEOF\nbash {tmp_path}/cmd.sh",
+    }[wrap]
+    env = dict(os.environ, PATH=f"{bin_dir}:/usr/bin:/bin")
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "launched", done
+    for _ in range(100):  # the prestart runs in the background
+        if record.exists() and record.read_text():
+            break
+        time.sleep(0.05)
+    assert record.read_text().split() == [
+        "-m", "lfm.prestart", "--script", "process_worker_pool.py", "--preload", "parsl"]
+    # Without the pool script on PATH the prefix does nothing and says nothing.
+    env["PATH"] = "/usr/bin:/bin"
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "launched", ""), done
+
+
+def test_prestart_names_a_script_it_cannot_find():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "lfm.prestart", "--script", "no-such-pool.py"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "--script: no-such-pool.py is not an executable file here nor on PATH" in done.stderr
