@@ -8,8 +8,9 @@
 # `lfm run` of the same command (the difference is what the decision costs a run), p50 and p99
 # over ROUNDS processes each; and in process (monitor/examples/sizing_decision.rs) the default's
 # decision with the history open, opening it first, after a run is recorded, a category's
-# first decision (no tallies, no window cache), and the decisions after it while its tally
-# catches up with the window (16 runs replayed each). Sizing writes its tallies and window cache into
+# first decision (no tallies), the decisions after it while its tally catches up with the
+# window (16 runs replayed each), and a first decision without the window cache either (a
+# history made before lfm kept one). Sizing writes its tallies and window cache into
 # the history: each is sized on a copy in target/state-scratch, the cached file stays as made.
 # Then retention on a history of RUNS calls with import rows (bench/state_history.py): size
 # before and after `lfm history --prune`, and `lfm usage` answers before and after.

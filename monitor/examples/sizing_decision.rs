@@ -6,8 +6,10 @@
 //! - opening it first (`lfm run --auto`, `lfm size`);
 //! - after a run of the category is recorded (the steady state: each decision has one new run
 //!   to size through every candidate);
-//! - the first decision of the category: its tallies and window cache removed first (a history
-//!   made before them, or a category recorded without sizing), ROUNDS / 10 times;
+//! - the first decision of the category: its tallies removed first (a category recorded
+//!   without sizing; recording keeps the window cache current), ROUNDS / 10 times;
+//! - the same with its window cache removed too (a history made by an lfm that kept neither:
+//!   once per category, unless a run of it is recorded first), ROUNDS / 10 times;
 //! - the decisions after a first one, while its tally catches up with the window (each replays
 //!   up to `REPLAY_PER_DECISION` runs through every candidate): every one of them, untimed by
 //!   the other cases, which start from a tally that has caught up.
@@ -74,10 +76,10 @@ fn record_one(history: &History, category: &str) {
     history.import(&[run]).expect("recording a run");
 }
 
-/// Remove what sizing keeps of `category` beside its runs.
-fn forget(path: &Path, category: &str) {
+/// Remove what sizing keeps of `category` in `tables` beside its runs.
+fn forget(path: &Path, category: &str, tables: &[&str]) {
     let c = rusqlite::Connection::open(path).expect("opening the history");
-    for table in ["sizing_tallies", "sizing_window"] {
+    for table in tables {
         // A table an older lfm does not make is not there to empty.
         let _ = c.execute(
             &format!("DELETE FROM {table} WHERE category = ?1"),
@@ -105,7 +107,7 @@ fn main() {
     decide(&open, category, strategy);
     catch_up(&open, category, strategy);
     let (mut warm, mut cold, mut recorded, mut first) = (vec![], vec![], vec![], vec![]);
-    let mut catching = vec![];
+    let (mut catching, mut uncached) = (vec![], vec![]);
     for round in 0..rounds {
         warm.push(timed(|| {
             std::hint::black_box(decide(&open, category, strategy));
@@ -119,11 +121,16 @@ fn main() {
             std::hint::black_box(decide(&open, category, strategy));
         }));
         if round % 10 == 0 {
-            forget(path, category);
+            forget(path, category, &["sizing_tallies"]);
             first.push(timed(|| {
                 std::hint::black_box(decide(&open, category, strategy));
             }));
             catching.extend(catch_up(&open, category, strategy));
+            forget(path, category, &["sizing_tallies", "sizing_window"]);
+            uncached.push(timed(|| {
+                std::hint::black_box(decide(&open, category, strategy));
+            }));
+            catch_up(&open, category, strategy);
         }
     }
     println!("decision, history open            {}", percentiles(warm));
@@ -132,9 +139,10 @@ fn main() {
         "decision after a run is recorded  {}",
         percentiles(recorded)
     );
-    println!("first decision (no tallies/cache) {}", percentiles(first));
+    println!("first decision (no tallies)       {}", percentiles(first));
     println!(
         "decisions catching up after it    {}",
         percentiles(catching)
     );
+    println!("first decision, no window cache   {}", percentiles(uncached));
 }

@@ -27,6 +27,8 @@ const MIB: f64 = 1_048_576.0;
 pub const SIZING_WINDOW: usize = 1_000;
 /// How long a write waits for the other lfm processes writing the same history.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
+/// SQLite's default: the log is copied into the file at the commit that takes it past this.
+const CHECKPOINT_PAGES: u32 = 1_000;
 
 /// One finished run or call, as sizing reads it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -200,9 +202,27 @@ impl History {
         let transaction = self.connection.unchecked_transaction().map_err(fail)?;
         self.insert_run(report, sized)?;
         imports::record(&transaction, transaction.last_insert_rowid(), report).map_err(fail)?;
+        let category = report.category.as_deref().unwrap_or("default");
+        self.keep_window_current(category);
         transaction.commit().map_err(fail)?;
-        self.prune_when_due(report.category.as_deref().unwrap_or("default"));
+        self.prune_when_due(category);
         Ok(())
+    }
+
+    /// `write` with this connection's automatic checkpoints off: a decision's own writes (its
+    /// tallies, the window cache) never copy the log into the file, which takes milliseconds
+    /// at times; the writes that record, import and prune runs still do.
+    fn without_checkpoint<T>(
+        &self,
+        write: impl FnOnce() -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        self.connection
+            .execute_batch("PRAGMA wal_autocheckpoint=0")?;
+        let written = write();
+        // Should this fail, this connection no longer checkpoints; the others still do.
+        let _ = (self.connection)
+            .execute_batch(&format!("PRAGMA wal_autocheckpoint={CHECKPOINT_PAGES}"));
+        written
     }
 
     fn insert_run(&self, report: &Report, sized: bool) -> Result<(), String> {
@@ -438,6 +458,11 @@ impl History {
                     ])
                     .map_err(fail)?;
             }
+        }
+        let categories: std::collections::BTreeSet<&str> =
+            rows.iter().map(|row| row.category.as_str()).collect();
+        for category in categories {
+            self.keep_window_current(category);
         }
         transaction.commit().map_err(fail)
     }

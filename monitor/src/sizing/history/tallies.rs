@@ -46,21 +46,23 @@ impl History {
     /// Keep `tally`, unless a tally further along was saved meanwhile (by another lfm).
     pub fn save_tally(&self, category: &str, resource: &str, tally: &Tally) -> Result<(), String> {
         let text = serde_json::to_string(tally).map_err(|e| e.to_string())?;
-        self.connection
-            .prepare_cached(
-                "INSERT INTO sizing_tallies (category, resource, last_id, tally)
-                 VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (category, resource) DO UPDATE
-                 SET last_id = excluded.last_id, tally = excluded.tally
-                 WHERE excluded.last_id >= sizing_tallies.last_id",
-            )
-            .and_then(|mut s| s.execute(params![category, resource, tally.last_id, text]))
-            .map(|_| ())
-            .map_err(|e| {
-                format!(
-                    "history {}: saving a sizing tally: {e}",
-                    self.path.display()
+        self.without_checkpoint(|| {
+            self.connection
+                .prepare_cached(
+                    "INSERT INTO sizing_tallies (category, resource, last_id, tally)
+                     VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (category, resource) DO UPDATE
+                     SET last_id = excluded.last_id, tally = excluded.tally
+                     WHERE excluded.last_id >= sizing_tallies.last_id",
                 )
-            })
+                .and_then(|mut s| s.execute(params![category, resource, tally.last_id, text]))
+        })
+        .map(|_| ())
+        .map_err(|e| {
+            format!(
+                "history {}: saving a sizing tally: {e}",
+                self.path.display()
+            )
+        })
     }
 }

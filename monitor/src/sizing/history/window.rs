@@ -52,20 +52,43 @@ struct State {
     newest: Option<i64>,
 }
 
+impl State {
+    /// The cache holds every run of the category from its oldest to its newest, and the
+    /// window's start is among them.
+    fn whole(&self) -> bool {
+        let (oldest, _, count) = self.cached;
+        count == self.runs_in_cache && oldest.zip(self.start).is_some_and(|(o, s)| o <= s)
+    }
+
+    /// The cache is the window, neither more nor less.
+    fn current(&self) -> bool {
+        let (oldest, newest, _) = self.cached;
+        self.whole() && newest == self.newest && oldest == self.start
+    }
+}
+
 impl History {
     /// The category's sizing window from the cache, brought up to date; None where the cache
     /// cannot serve it (then sizing reads `runs`).
     pub(super) fn cached_window(&self, category: &str) -> Option<Vec<Row>> {
         let state = self.window_state(category).ok()?;
         let start = state.start?;
-        let (oldest, newest, count) = state.cached;
-        let whole = count == state.runs_in_cache && oldest.is_some_and(|o| o <= start);
-        let current = whole && newest == state.newest && oldest == Some(start);
-        if !current {
-            let kept = newest.filter(|_| whole);
-            self.bring_up_to_date(category, start, kept).ok()?;
+        if !state.current() {
+            self.write_without_waiting(|| self.bring_up_to_date(category, &state))
+                .ok()?;
         }
         self.read_cache(category, start).ok()
+    }
+
+    /// After a run of `category` is inserted, inside the recording's transaction: the cache
+    /// takes it (and is filled or caught up first where it was behind), so that no decision
+    /// pays for that. A failure only leaves the cache behind: the next decision sees it.
+    pub(super) fn keep_window_current(&self, category: &str) {
+        if let Ok(state) = self.window_state(category) {
+            if !state.current() {
+                let _ = self.bring_up_to_date(category, &state);
+            }
+        }
     }
 
     fn window_state(&self, category: &str) -> rusqlite::Result<State> {
@@ -101,30 +124,39 @@ impl History {
         })
     }
 
-    /// Copy in the runs after `kept` (the cache's newest, when what it holds is right; else
-    /// it is filled again from `start`) and drop those before `start`. One transaction that
-    /// does not wait: while another lfm writes, this decision reads `runs` instead.
-    fn bring_up_to_date(
+    /// Copy in the runs after the cache's newest, when what it holds is right (else it is
+    /// filled again from the window's start), and drop those before the start.
+    fn bring_up_to_date(&self, category: &str, state: &State) -> rusqlite::Result<()> {
+        let Some(start) = state.start else {
+            return Ok(());
+        };
+        let c = &self.connection;
+        let kept = state.cached.1.filter(|_| state.whole());
+        let drop_below = if kept.is_some() { start } else { i64::MAX };
+        c.prepare_cached("DELETE FROM sizing_window WHERE category = ?1 AND id < ?2")?
+            .execute(params![category, drop_below])?;
+        let sql = format!(
+            "INSERT INTO sizing_window SELECT {SIZING_COLUMNS} FROM runs
+             WHERE category = ?1 AND id >= ?2 ORDER BY id"
+        );
+        let from = kept.map_or(start, |newest| newest + 1);
+        c.prepare_cached(&sql)?.execute(params![category, from])?;
+        Ok(())
+    }
+
+    /// `write` in one transaction that does not wait: while another lfm writes, a decision
+    /// reads `runs` instead of the cache.
+    fn write_without_waiting(
         &self,
-        category: &str,
-        start: i64,
-        kept: Option<i64>,
+        write: impl FnOnce() -> rusqlite::Result<()>,
     ) -> rusqlite::Result<()> {
         let c = &self.connection;
         c.busy_timeout(Duration::ZERO)?;
-        let written = (|| {
+        let written = self.without_checkpoint(|| {
             let transaction = c.unchecked_transaction()?;
-            let drop_below = if kept.is_some() { start } else { i64::MAX };
-            c.prepare_cached("DELETE FROM sizing_window WHERE category = ?1 AND id < ?2")?
-                .execute(params![category, drop_below])?;
-            let sql = format!(
-                "INSERT INTO sizing_window SELECT {SIZING_COLUMNS} FROM runs
-                 WHERE category = ?1 AND id >= ?2 ORDER BY id"
-            );
-            let from = kept.map_or(start, |newest| newest + 1);
-            c.prepare_cached(&sql)?.execute(params![category, from])?;
+            write()?;
             transaction.commit()
-        })();
+        });
         c.busy_timeout(BUSY_TIMEOUT)?;
         written
     }
@@ -206,6 +238,50 @@ mod tests {
             .execute("DELETE FROM runs WHERE id = ?1", [middle])
             .unwrap();
         same_window(&history, "a");
+    }
+
+    /// The cache's rows of `category` as they lie, without bringing them up to date first.
+    fn as_cached(history: &History, category: &str) -> Vec<Row> {
+        history.read_cache(category, i64::MIN).unwrap()
+    }
+
+    /// docs/report.md's example Report (its second JSON block), of `category`.
+    fn a_report(category: &str, memory_mb: u64) -> crate::report::Report {
+        let doc = include_str!("../../../../docs/report.md");
+        let block = doc.split("```json\n").nth(2).unwrap();
+        let json = &block[..block.find("```").unwrap()];
+        let mut report: crate::report::Report = serde_json::from_str(json).unwrap();
+        report.category = Some(category.into());
+        report.memory.peak_bytes = memory_mb << 20;
+        report
+    }
+
+    #[test]
+    fn recording_keeps_the_cache_current_without_a_decision() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(&dir.path().join("h.sqlite")).unwrap();
+        history
+            .import(&interleaved(&["a", "a", "b"], 3 * 600))
+            .unwrap();
+        for category in ["a", "b"] {
+            let window = history.window_from_runs(Some(category)).unwrap();
+            assert!(as_cached(&history, category) == window, "{category}");
+        }
+        // A run recorded: taken in, and the oldest run leaves the cache with the window.
+        history.record(&a_report("a", 7), false).unwrap();
+        let window = history.window_from_runs(Some("a")).unwrap();
+        assert_eq!(window.len(), SIZING_WINDOW);
+        assert_eq!(window.last().unwrap().memory_mb, 7.0);
+        assert!(as_cached(&history, "a") == window);
+        // A history made before the cache: the category's next recorded run fills it.
+        (history.connection)
+            .execute("DELETE FROM sizing_window", [])
+            .unwrap();
+        history.record(&a_report("b", 9), false).unwrap();
+        let window = history.window_from_runs(Some("b")).unwrap();
+        assert_eq!(window.len(), 601);
+        assert!(as_cached(&history, "b") == window);
+        assert!(as_cached(&history, "a").is_empty());
     }
 
     #[test]
