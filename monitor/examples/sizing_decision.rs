@@ -144,5 +144,8 @@ fn main() {
         "decisions catching up after it    {}",
         percentiles(catching)
     );
-    println!("first decision, no window cache   {}", percentiles(uncached));
+    println!(
+        "first decision, no window cache   {}",
+        percentiles(uncached)
+    );
 }

@@ -201,9 +201,10 @@ impl History {
         let fail = |e: rusqlite::Error| format!("history {}: {e}", self.path.display());
         let transaction = self.connection.unchecked_transaction().map_err(fail)?;
         self.insert_run(report, sized)?;
-        imports::record(&transaction, transaction.last_insert_rowid(), report).map_err(fail)?;
+        let run = transaction.last_insert_rowid();
+        imports::record(&transaction, run, report).map_err(fail)?;
         let category = report.category.as_deref().unwrap_or("default");
-        self.keep_window_current(category);
+        self.keep_window_current(category, Some(run));
         transaction.commit().map_err(fail)?;
         self.prune_when_due(category);
         Ok(())
@@ -462,7 +463,7 @@ impl History {
         let categories: std::collections::BTreeSet<&str> =
             rows.iter().map(|row| row.category.as_str()).collect();
         for category in categories {
-            self.keep_window_current(category);
+            self.keep_window_current(category, None);
         }
         transaction.commit().map_err(fail)
     }

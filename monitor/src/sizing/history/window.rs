@@ -80,15 +80,44 @@ impl History {
         self.read_cache(category, start).ok()
     }
 
-    /// After a run of `category` is inserted, inside the recording's transaction: the cache
-    /// takes it (and is filled or caught up first where it was behind), so that no decision
-    /// pays for that. A failure only leaves the cache behind: the next decision sees it.
-    pub(super) fn keep_window_current(&self, category: &str) {
+    /// After runs of `category` are inserted (`recorded`: the one run, when there is one),
+    /// inside the recording's transaction: the cache takes them (and is filled or caught up
+    /// first where it was behind), so that no decision pays for that. A failure only leaves
+    /// the cache behind: the next decision sees it.
+    pub(super) fn keep_window_current(&self, category: &str, recorded: Option<i64>) {
+        if recorded.is_some_and(|run| self.append(category, run).unwrap_or(false)) {
+            return;
+        }
         if let Ok(state) = self.window_state(category) {
             if !state.current() {
                 let _ = self.bring_up_to_date(category, &state);
             }
         }
+    }
+
+    /// Where the cache ends at the category's run before `run`: take `run` in and drop what
+    /// left the window, a few index lookups (`window_state` counts both sides of the cache,
+    /// ~2,000 index entries, which every recorded run would pay). Whether it did.
+    fn append(&self, category: &str, run: i64) -> rusqlite::Result<bool> {
+        let c = &self.connection;
+        let newest = |sql: &str| -> rusqlite::Result<Option<i64>> {
+            c.prepare_cached(sql)?
+                .query_row(params![category, run], |r| r.get(0))
+        };
+        let cached = newest("SELECT max(id) FROM sizing_window WHERE category = ?1 AND id < ?2")?;
+        let before = newest("SELECT max(id) FROM runs WHERE category = ?1 AND id < ?2")?;
+        if cached.is_none() || cached != before {
+            return Ok(false);
+        }
+        let sql =
+            format!("INSERT INTO sizing_window SELECT {SIZING_COLUMNS} FROM runs WHERE id = ?1");
+        c.prepare_cached(&sql)?.execute(params![run])?;
+        c.prepare_cached(
+            "DELETE FROM sizing_window WHERE category = ?1 AND id <
+                 (SELECT id FROM runs WHERE category = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+        )?
+        .execute(params![category, SIZING_WINDOW as i64 - 1])?;
+        Ok(true)
     }
 
     fn window_state(&self, category: &str) -> rusqlite::Result<State> {
@@ -272,6 +301,19 @@ mod tests {
         let window = history.window_from_runs(Some("a")).unwrap();
         assert_eq!(window.len(), SIZING_WINDOW);
         assert_eq!(window.last().unwrap().memory_mb, 7.0);
+        assert!(as_cached(&history, "a") == window);
+        // A run an older lfm recorded (not in the cache): the next recorded run catches up.
+        (history.connection)
+            .execute(
+                "INSERT INTO runs (category, time, exit, exceeded, memory_mb, cores, wall_time,
+                     sized, report) VALUES ('a', 0, 'normal', '', 8, 1, 1, 0, '{}')",
+                [],
+            )
+            .unwrap();
+        history.record(&a_report("a", 9), false).unwrap();
+        let window = history.window_from_runs(Some("a")).unwrap();
+        let newest: Vec<f64> = window[998..].iter().map(|r| r.memory_mb).collect();
+        assert_eq!(newest, [8.0, 9.0]);
         assert!(as_cached(&history, "a") == window);
         // A history made before the cache: the category's next recorded run fills it.
         (history.connection)
