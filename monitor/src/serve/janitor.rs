@@ -73,9 +73,40 @@ impl Drop for Janitor {
     }
 }
 
+/// Runs that ended while the janitor was busy are recorded together, in one transaction:
+/// under a stream of short calls a commit per call was most of the janitor's time.
 fn work(history: Option<History>, inbox: mpsc::Receiver<Job>) {
-    for job in inbox {
-        do_job(history.as_ref(), job);
+    let mut waiting = Vec::new();
+    while let Ok(first) = inbox.recv() {
+        let mut next = Some(first);
+        while let Some(job) = next.take() {
+            match job {
+                Job::Record(report, sized) => waiting.push((report, sized)),
+                Job::Sync(done) => {
+                    record_all(history.as_ref(), std::mem::take(&mut waiting));
+                    let _ = done.send(());
+                }
+                // Removals come between records (one a call): they need no row written first.
+                other => do_job(history.as_ref(), other),
+            }
+            next = inbox.try_recv().ok();
+        }
+        record_all(history.as_ref(), std::mem::take(&mut waiting));
+    }
+}
+
+/// One transaction for `runs`; should it fail, each on its own, so that one run the history
+/// refuses does not take the others with it.
+fn record_all(history: Option<&History>, runs: Vec<(Box<Report>, bool)>) {
+    let Some(history) = history.filter(|_| !runs.is_empty()) else {
+        return;
+    };
+    let together: Vec<(&Report, bool)> = runs.iter().map(|(r, s)| (r.as_ref(), *s)).collect();
+    if together.len() > 1 && history.record_all(&together).is_ok() {
+        return;
+    }
+    for (report, sized) in runs {
+        do_job(Some(history), Job::Record(report, sized));
     }
 }
 
@@ -100,6 +131,26 @@ fn do_job(history: Option<&History>, job: Job) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_sent_in_a_burst_are_all_recorded_in_order_before_sync_returns() {
+        let scratch = tempfile::tempdir().unwrap();
+        let path = scratch.path().join("h.sqlite");
+        let janitor = Janitor::start(Some(&path)).unwrap();
+        for i in 0..50 {
+            let category = ["a", "b"][i % 2];
+            let report = crate::sizing::history::tests::a_report(category, i as u64);
+            janitor.record(report, false);
+            if i == 20 {
+                janitor.remove(None, scratch.path().join("none"));
+            }
+        }
+        janitor.sync();
+        let rows = History::open(&path).unwrap().rows(None).unwrap();
+        let memory: Vec<f64> = rows.iter().map(|r| r.memory_mb).collect();
+        assert_eq!(memory, (0..50).map(f64::from).collect::<Vec<_>>());
+        drop(janitor);
+    }
 
     #[test]
     fn every_job_is_done_by_the_time_it_is_dropped_and_sync_waits_for_them() {

@@ -73,6 +73,11 @@ pub struct History {
     path: PathBuf,
 }
 
+/// A run's category in the history: the Report's, else `default`.
+fn category_of(report: &Report) -> &str {
+    report.category.as_deref().unwrap_or("default")
+}
+
 /// `$LFM_HISTORY`, else `$XDG_DATA_HOME/lfm/history-HOST.sqlite` (`~/.local/share`), else the
 /// temp dir: one file per user per node.
 pub fn default_path() -> PathBuf {
@@ -198,15 +203,26 @@ impl History {
 
     /// Append one finished run (its category is the Report's), and a call's imports with it.
     pub fn record(&self, report: &Report, sized: bool) -> Result<(), String> {
+        self.record_all(&[(report, sized)])
+    }
+
+    /// Append finished runs in one transaction, all or none (`lfm serve` records the calls
+    /// that ended meanwhile together: one commit instead of one a call).
+    pub fn record_all(&self, runs: &[(&Report, bool)]) -> Result<(), String> {
         let fail = |e: rusqlite::Error| format!("history {}: {e}", self.path.display());
         let transaction = self.connection.unchecked_transaction().map_err(fail)?;
-        self.insert_run(report, sized)?;
-        let run = transaction.last_insert_rowid();
-        imports::record(&transaction, run, report).map_err(fail)?;
-        let category = report.category.as_deref().unwrap_or("default");
-        self.keep_window_current(category, Some(run));
+        for &(report, sized) in runs {
+            self.insert_run(report, sized)?;
+            let run = transaction.last_insert_rowid();
+            imports::record(&transaction, run, report).map_err(fail)?;
+            self.keep_window_current(category_of(report), Some(run));
+        }
         transaction.commit().map_err(fail)?;
-        self.prune_when_due(category);
+        let categories: std::collections::BTreeSet<&str> =
+            runs.iter().map(|(report, _)| category_of(report)).collect();
+        for category in categories {
+            self.prune_when_due(category);
+        }
         Ok(())
     }
 
@@ -487,8 +503,19 @@ fn retry_pause() -> Duration {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// docs/report.md's example Report (its second JSON block), of `category`.
+    pub(crate) fn a_report(category: &str, memory_mb: u64) -> crate::report::Report {
+        let doc = include_str!("../../../docs/report.md");
+        let block = doc.split("```json\n").nth(2).unwrap();
+        let json = &block[..block.find("```").unwrap()];
+        let mut report: crate::report::Report = serde_json::from_str(json).unwrap();
+        report.category = Some(category.into());
+        report.memory.peak_bytes = memory_mb << 20;
+        report
+    }
 
     /// The `i`th run of a trace, in `category`, using `i` MiB.
     pub(in crate::sizing::history) fn run(category: &str, i: usize) -> Imported {

@@ -204,7 +204,7 @@ impl History {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::run;
+    use super::super::tests::{a_report, run};
     use super::super::{Imported, Retention};
     use super::*;
     use crate::sizing::auto::{Ask, AutoLimit};
@@ -272,17 +272,6 @@ mod tests {
     /// The cache's rows of `category` as they lie, without bringing them up to date first.
     fn as_cached(history: &History, category: &str) -> Vec<Row> {
         history.read_cache(category, i64::MIN).unwrap()
-    }
-
-    /// docs/report.md's example Report (its second JSON block), of `category`.
-    fn a_report(category: &str, memory_mb: u64) -> crate::report::Report {
-        let doc = include_str!("../../../../docs/report.md");
-        let block = doc.split("```json\n").nth(2).unwrap();
-        let json = &block[..block.find("```").unwrap()];
-        let mut report: crate::report::Report = serde_json::from_str(json).unwrap();
-        report.category = Some(category.into());
-        report.memory.peak_bytes = memory_mb << 20;
-        report
     }
 
     #[test]
