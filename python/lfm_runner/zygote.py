@@ -42,7 +42,6 @@ import gc
 import importlib
 import json
 import os
-import random
 import resource
 import selectors
 import signal
@@ -196,7 +195,8 @@ def join_cgroups(fds):
 
 
 def reseed():
-    random.seed()
+    """Python's `random` reseeds itself in a forked child (an at-fork hook of its own, 3.7+):
+    only numpy's global generator is left to reseed."""
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed(int.from_bytes(os.urandom(4), "little"))

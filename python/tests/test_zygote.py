@@ -86,6 +86,23 @@ def test_a_call_is_forked_run_in_its_sandbox_and_reaped(tmp_path):
     assert process.wait(10) == 0
 
 
+def test_each_call_draws_its_own_random_numbers(tmp_path):
+    # Loaded in the zygote: each child starts from a copy of its generator's state.
+    process, sock = start(tmp_path, preload=("random",))
+    assert message(sock)["op"] == "ready"
+    drawn = []
+    for name in ("r1", "r2", "r3"):
+        call, _ = call_request(tmp_path, name, "import random\ndef f():\n    return random.random()\n")
+        sock.send(json.dumps(call).encode())
+        _, (done,) = started(sock)
+        drawn.append(json.loads(base64.b64decode(done_of(done)["result"])))
+        os.close(done)
+        assert message(sock)["status"] == 0
+    assert len(set(drawn)) == 3, drawn
+    sock.send(b'{"op": "exit"}')
+    assert process.wait(10) == 0
+
+
 def test_a_value_too_large_for_the_done_message_goes_to_the_files_first(tmp_path):
     process, sock = start(tmp_path)
     assert message(sock)["op"] == "ready"

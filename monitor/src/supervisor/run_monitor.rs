@@ -221,9 +221,16 @@ impl RunMonitor {
         self.tracker.peak_file = self.tracker.peak_file.max(reading.file_bytes);
         let cpu_now = self.cpu_now(&reading, &processes);
         self.tracker.observe_cpu(Instant::now(), cpu_now);
-        // A forked process's RSS counts the pages it shares with its parent.
+        // A forked process's RSS counts the pages it shares with its parent. One seen outside
+        // the cgroup once is most likely a call's child that has not joined it yet, with
+        // nothing of its own so far: its smaps are not walked (a walk of the zygote's whole
+        // address space, ~1% of a busy serve's CPU) until it is seen outside twice.
         let outside_rss: u64 = if self.options.forked {
-            outside.iter().map(|p| proctree::private_bytes(p.pid)).sum()
+            outside
+                .iter()
+                .filter(|p| self.escaped.contains_key(&(p.pid, p.start_ticks)))
+                .map(|p| proctree::private_bytes(p.pid))
+                .sum()
         } else {
             outside.iter().map(|p| p.rss_bytes).sum()
         };
