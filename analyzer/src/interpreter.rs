@@ -11,8 +11,11 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::cache::SummaryCache;
+use crate::interpreter_cache;
+
 /// Printed by the interpreter asked (python/lfm_probes/interpreter.py, run with `-c`).
-const QUERY: &str = include_str!("../../python/lfm_probes/interpreter.py");
+pub(crate) const QUERY: &str = include_str!("../../python/lfm_probes/interpreter.py");
 
 /// What the analyzer knows about the interpreter the code will run under.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -36,6 +39,9 @@ pub struct Interpreter {
     #[serde(default)]
     pub shared_library: String,
     pub platform_tag: String,
+    /// The user site directory where Python would add it to `sys.path` once it exists.
+    #[serde(default)]
+    pub user_site: Option<PathBuf>,
     pub markers: Markers,
 }
 
@@ -55,8 +61,26 @@ pub struct Markers {
 }
 
 impl Interpreter {
-    /// Ask `python` (a path or a name on PATH) about itself.
+    /// Ask `python` (a path or a name on PATH) about itself, or take its answer from lfm's
+    /// cache directory while that still holds (interpreter_cache.rs).
     pub fn query(python: &Path) -> Result<Interpreter> {
+        let cache = SummaryCache::default_dir().map(|dir| dir.join(interpreter_cache::DIR));
+        Interpreter::query_cached(python, cache.as_deref())
+    }
+
+    /// [`Interpreter::query`] with the answers kept in `cache` (none: always ask).
+    pub fn query_cached(python: &Path, cache: Option<&Path>) -> Result<Interpreter> {
+        if let Some(known) = cache.and_then(|dir| interpreter_cache::lookup(dir, python, QUERY)) {
+            return Ok(known);
+        }
+        let interpreter = Interpreter::ask(python)?;
+        if let Some(dir) = cache {
+            interpreter_cache::store(dir, python, QUERY, &interpreter);
+        }
+        Ok(interpreter)
+    }
+
+    fn ask(python: &Path) -> Result<Interpreter> {
         let output = Command::new(python)
             .arg("-E")
             .arg("-c")

@@ -20,6 +20,7 @@ pub mod dists;
 pub mod engine;
 pub mod extract;
 pub mod interpreter;
+pub mod interpreter_cache;
 pub mod paths;
 pub mod project;
 pub mod render;

@@ -8,7 +8,7 @@ if sys.version_info[0] < 3:
     sys.stderr.write("lfm: Python %s is not supported: lfm runs functions on Python 3.8 and newer\n"
                      % sys.version.split()[0])
     sys.exit(87)
-import os, json, platform, sysconfig, importlib.machinery
+import os, json, platform, site, sysconfig, importlib.machinery
 paths = sysconfig.get_paths()
 # In a venv, sysconfig's platstdlib is the venv's own lib/pythonX.Y (site-packages lives there);
 # the real stdlib and lib-dynload belong to the base install. os.py marks the stdlib itself.
@@ -37,6 +37,8 @@ print(json.dumps({
     "shared_library": os.path.join(sysconfig.get_config_var("LIBDIR") or "", sysconfig.get_config_var("INSTSONAME") or "")
         if sysconfig.get_config_var("Py_ENABLE_SHARED") else "",
     "platform_tag": sysconfig.get_platform(),
+    # On sys.path only once it exists: lfm's cache of this answer watches for it.
+    "user_site": site.getusersitepackages() if site.ENABLE_USER_SITE else None,
     "markers": {
         "implementation_name": sys.implementation.name,
         "implementation_version": platform.python_version(),

@@ -12,9 +12,13 @@ use crate::cli::CacheArgs;
 use crate::monitoring::EXIT_USAGE;
 
 /// The analyze caches under the cache directory: each bounded by its own rule.
-const ANALYZE_CACHES: [(&str, &str); 2] = [
+const ANALYZE_CACHES: [(&str, &str); 3] = [
     ("analyze-summaries.bin", "entries unused for 32 runs leave"),
     ("analyze-results", "the 16 most recent results"),
+    (
+        lfm_analyzer::interpreter_cache::DIR,
+        "the 32 most recently asked interpreters",
+    ),
 ];
 
 pub fn cache(args: CacheArgs) -> i32 {
