@@ -251,8 +251,12 @@ def child(message, fds, control, done, go=None):
         say_done(done, request, outcome, data)
         code = 0
     except BaseException as error:  # noqa: BLE001 - report anything, then leave
+        # A spare whose directory is gone was dropped by the serve (it ends) while it was
+        # still getting ready: nothing to say.
+        dropped = go is not None and not os.path.isdir(message.get("dir", ""))
         try:
-            os.write(2, f"lfm zygote child: {error!r}\n".encode())
+            if not dropped:
+                os.write(2, f"lfm zygote child: {error!r}\n".encode())
         except OSError:
             pass
     finally:

@@ -10,11 +10,11 @@ import time
 RUNNER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lfm_runner_main.py")
 
 
-def start(tmp_path, preload=()):
+def start(tmp_path, preload=(), stderr=None):
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     config = tmp_path / "zygote.json"
     config.write_text(json.dumps({"control_fd": theirs.fileno(), "preload": list(preload), "sys_path": [str(tmp_path)]}))
-    process = subprocess.Popen([sys.executable, RUNNER, "zygote", str(config)], pass_fds=[theirs.fileno()])
+    process = subprocess.Popen([sys.executable, RUNNER, "zygote", str(config)], pass_fds=[theirs.fileno()], stderr=stderr)
     theirs.close()
     return process, ours
 
@@ -236,6 +236,23 @@ def test_a_spare_leaves_without_running_when_its_go_pipe_closes_unwritten(tmp_pa
         raise AssertionError("the spare outlived its go pipe")
     assert not (tmp_path / "d1" / "sandbox" / "ran").exists()
     assert not (tmp_path / "d2" / "sandbox" / "ran").exists()
+
+
+def test_a_spare_whose_directory_is_gone_leaves_without_a_word(tmp_path):
+    """The serve drops a spare's directory when it ends; a spare still getting ready then
+    cannot open its output files, and that is no error of anyone's."""
+    process, sock = start(tmp_path, stderr=subprocess.PIPE)
+    assert message(sock)["op"] == "ready"
+    gone = tmp_path / "gone"
+    sock.send(json.dumps({"op": "spare", "id": 3, "dir": str(gone), "rlimits": []}).encode())
+    info, (done, go) = started(sock)
+    exited = message(sock)
+    assert exited["op"] == "exited" and exited["pid"] == info["pid"] and exited["status"] != 0
+    assert done_of(done) is None
+    os.close(go)
+    sock.send(b'{"op": "exit"}')
+    assert process.wait(10) == 0
+    assert b"lfm zygote child" not in process.stderr.read()
 
 
 def test_the_zygote_learns_installed_and_stdlib_modules_never_the_users(tmp_path, monkeypatch):
