@@ -6,7 +6,7 @@ use std::io::{BufWriter, IsTerminal, Write};
 
 use lfm_analyzer::dists::normalize_name;
 use lfm_analyzer::render;
-use lfm_analyzer::results::{Outcome, RequestKey, ResultWriter, ResultsCache};
+use lfm_analyzer::results::{Outcome, RequestKey, ResultWriter, ResultsCache, TargetOutcome};
 use lfm_analyzer::spec::{DistributionNeed, ModuleKind, TargetSpec, TargetView, SPEC_FORMAT};
 use lfm_analyzer::{prepare_or_reuse, Analysis, AnalyzeError, Environment, Options, Prepared};
 
@@ -282,7 +282,7 @@ fn finish(
             warnings: totals.count_warnings() as u64,
             missing_required: totals.missing_required,
         };
-        if let Err(error) = record.finish(inputs, outcome) {
+        if let Err(error) = record.finish(inputs, analysis.index_keys(), outcome) {
             eprintln!("warning: the result was not stored: {error:#}");
         }
     }
@@ -653,6 +653,28 @@ impl Totals {
         }
     }
 
+    /// A stored target's counts ([`Totals::to_outcome`] of when it was computed).
+    fn of_outcome(outcome: &TargetOutcome) -> Totals {
+        Totals {
+            warnings: 0,
+            distinct_warnings: outcome.warnings.iter().cloned().collect(),
+            missing_required: outcome.missing_required,
+            missing: outcome.missing.iter().cloned().collect(),
+        }
+    }
+
+    /// One target's counts as a stored result keeps them, in a fixed order.
+    fn to_outcome(&self) -> TargetOutcome {
+        let mut warnings: Vec<(String, u32, String)> =
+            self.distinct_warnings.iter().cloned().collect();
+        warnings.sort();
+        TargetOutcome {
+            warnings,
+            missing: self.missing.iter().cloned().collect(),
+            missing_required: self.missing_required,
+        }
+    }
+
     fn add(&mut self, other: Totals) {
         self.warnings += other.warnings;
         self.distinct_warnings.extend(other.distinct_warnings);
@@ -703,16 +725,24 @@ fn write_json(
         };
         (Totals::of_view(&target), bytes)
     };
-    analysis.map_chunks(CHUNK, render, |rendered| {
+    // A target a stored result holds comes back as its JSON and what it counted.
+    let stored = |bytes: Vec<u8>, outcome: &TargetOutcome| (Totals::of_outcome(outcome), bytes);
+    analysis.map_chunks_reusing(CHUNK, render, stored, |rendered| {
         advance(bar, rendered.len(), analysis.len());
         let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * rendered.len());
+        let mut position = out.record.as_ref().map_or(0, ResultWriter::position);
         for (counts, bytes) in &rendered {
             totals.add(counts.clone());
             if !first {
                 parts.push(b",");
+                position += 1;
             }
             first = false;
             parts.push(bytes);
+            if let Some(record) = &mut out.record {
+                record.note_target(position, bytes.len() as u64, counts.to_outcome());
+            }
+            position += bytes.len() as u64;
         }
         out.write_parts(&parts)
     })?;
