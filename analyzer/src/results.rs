@@ -152,6 +152,8 @@ impl Previous {
         let decoder = zstd::stream::Decoder::new(file.take(self.compressed_len))?;
         Ok(StoredOutput {
             decoder,
+            buffer: Vec::new(),
+            start: 0,
             position: 0,
         })
     }
@@ -160,8 +162,16 @@ impl Previous {
 /// A stored output read forward, span by span.
 pub struct StoredOutput {
     decoder: zstd::stream::Decoder<'static, BufReader<std::io::Take<std::fs::File>>>,
+    /// Decoded bytes not yet consumed, from `buffer[start..]`; `position` is the output
+    /// offset of `buffer[start]`. Decoded a block at a time: a read per span (most are a few
+    /// KB, and the commas between them one byte) cost more than the decompression itself.
+    buffer: Vec<u8>,
+    start: usize,
     position: u64,
 }
+
+/// How much is decoded at a time.
+const DECODED_BLOCK: usize = 1 << 20;
 
 impl StoredOutput {
     /// The `len` bytes at `start`, which must not be before the end of the last span read.
@@ -169,15 +179,51 @@ impl StoredOutput {
         let skip = start.checked_sub(self.position).ok_or_else(|| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "span behind the reader")
         })?;
-        let skipped = std::io::copy(&mut (&mut self.decoder).take(skip), &mut std::io::sink())?;
-        let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
-        if skipped != skip {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        self.decoder.read_exact(&mut bytes)?;
-        self.position = start + len;
+        let (skip, len) = match (usize::try_from(skip), usize::try_from(len)) {
+            (Ok(skip), Ok(len)) => (skip, len),
+            _ => return Err(std::io::ErrorKind::InvalidInput.into()),
+        };
+        self.fill(skip + len)?;
+        let from = self.start + skip;
+        let bytes = self.buffer[from..from + len].to_vec();
+        self.start = from + len;
+        self.position = start + len as u64;
         Ok(bytes)
     }
+
+    /// At least `wanted` unconsumed bytes in the buffer, or an error at the output's end.
+    fn fill(&mut self, wanted: usize) -> std::io::Result<()> {
+        if self.buffer.len() - self.start >= wanted {
+            return Ok(());
+        }
+        self.buffer.drain(..self.start);
+        self.start = 0;
+        while self.buffer.len() < wanted {
+            let have = self.buffer.len();
+            self.buffer
+                .resize(have + DECODED_BLOCK.max(wanted - have), 0);
+            let read = read_full(&mut self.decoder, &mut self.buffer[have..]);
+            self.buffer.truncate(have + read.as_ref().map_or(0, |n| *n));
+            if read? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Read until `buffer` is full or the reader ends; how many bytes were read.
+fn read_full(reader: &mut impl Read, buffer: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match reader.read(&mut buffer[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(filled)
 }
 
 /// A reusable result: its outcome, and its entry file, from which the output is decompressed.
