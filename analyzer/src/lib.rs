@@ -19,6 +19,7 @@ pub mod closure;
 pub mod dists;
 pub mod engine;
 pub mod extract;
+pub mod frames;
 pub mod interpreter;
 pub mod paths;
 pub mod project;
@@ -156,6 +157,8 @@ struct Reused {
     index: results::TargetIndex,
     /// `None` once reading it failed (the remaining targets are computed).
     output: std::sync::Mutex<Option<results::StoredOutput>>,
+    /// Its compressed frames, until the writer of the new result takes them.
+    frames: std::sync::Mutex<Option<frames::FrameSource>>,
 }
 
 impl Analysis {
@@ -200,6 +203,12 @@ impl Analysis {
             .map(|&(module, scope)| (module, scope.unwrap_or(results::NO_SCOPE)))
             .collect();
         (jobs, reuse::imported_flags(&self.project))
+    }
+
+    /// The compressed frames of the stored result whose output is reused, for the writer of
+    /// the new result to copy ([`results::ResultWriter::copy_frames_from`]); taken once.
+    pub fn stored_frames(&self) -> Option<frames::FrameSource> {
+        self.reused.as_ref()?.frames.lock().ok()?.take()
     }
 
     /// How many targets' output is copied from a stored result.
@@ -292,17 +301,18 @@ impl Analysis {
         map: impl Fn(spec::TargetView<'_>) -> T + Sync,
         sink: impl FnMut(Vec<T>) -> Result<(), E>,
     ) -> Result<(), E> {
-        let never = |_: Vec<u8>, _: &results::TargetOutcome| unreachable!("nothing is reused");
+        let never = |_: Vec<u8>, _: &results::TargetOutcome, _: u32| unreachable!("not reused");
         self.map_chunks_inner(chunk, map, never, false, sink)
     }
 
     /// Like [`Analysis::map_chunks`], but a target whose output a stored result holds
-    /// ([`prepare_or_reuse`]) is given to `stored` as that JSON (and its outcome) instead.
+    /// ([`prepare_or_reuse`]) is given to `stored` as that JSON, its outcome and its number
+    /// there instead.
     pub fn map_chunks_reusing<T: Send, E>(
         &self,
         chunk: usize,
         map: impl Fn(spec::TargetView<'_>) -> T + Sync,
-        stored: impl Fn(Vec<u8>, &results::TargetOutcome) -> T,
+        stored: impl Fn(Vec<u8>, &results::TargetOutcome, u32) -> T,
         sink: impl FnMut(Vec<T>) -> Result<(), E>,
     ) -> Result<(), E> {
         self.map_chunks_inner(chunk, map, stored, true, sink)
@@ -312,7 +322,7 @@ impl Analysis {
         &self,
         chunk: usize,
         map: impl Fn(spec::TargetView<'_>) -> T + Sync,
-        stored: impl Fn(Vec<u8>, &results::TargetOutcome) -> T,
+        stored: impl Fn(Vec<u8>, &results::TargetOutcome, u32) -> T,
         reuse: bool,
         mut sink: impl FnMut(Vec<T>) -> Result<(), E>,
     ) -> Result<(), E> {
@@ -322,7 +332,8 @@ impl Analysis {
             let first = number * chunk.max(1);
             // Read in order here: the stored output is one compressed stream.
             let mut copied: Vec<Option<T>> = (first..first + jobs.len())
-                .map(|job| reused.and_then(|r| r.read(job)).map(|(b, o)| stored(b, o)))
+                .map(|job| reused.and_then(|r| r.read(job)))
+                .map(|read| read.map(|(bytes, outcome, old)| stored(bytes, outcome, old)))
                 .collect();
             let is_copied: Vec<bool> = copied.iter().map(Option::is_some).collect();
             let computed: Vec<Option<T>> = jobs
@@ -352,8 +363,8 @@ impl Analysis {
 }
 
 impl Reused {
-    /// Job `job`'s stored output and outcome, when it is reused and can be read.
-    fn read(&self, job: usize) -> Option<(Vec<u8>, &results::TargetOutcome)> {
+    /// Job `job`'s stored output, outcome and target number, when it is reused and can be read.
+    fn read(&self, job: usize) -> Option<(Vec<u8>, &results::TargetOutcome, u32)> {
         let target = self.stored[job]? as usize;
         let (start, len) = self.index.spans[target];
         let mut output = self.output.lock().ok()?;
@@ -365,7 +376,7 @@ impl Reused {
             }
         };
         let outcome = &self.index.outcomes[self.index.outcome_of[target] as usize];
-        Some((bytes, outcome))
+        Some((bytes, outcome, target as u32))
     }
 }
 
@@ -551,10 +562,12 @@ fn reused_output(
         })
         .collect();
     let output = previous.output().ok()?;
+    let frames = previous.frames(&index).ok();
     Some(Reused {
         stored,
         index,
         output: std::sync::Mutex::new(Some(output)),
+        frames: std::sync::Mutex::new(frames),
     })
 }
 

@@ -103,6 +103,8 @@ pub struct TargetIndex {
     pub outcomes: Vec<TargetOutcome>,
     /// Per module, whether its whole-module closure was shared ([`crate::reuse::imported_flags`]).
     pub imported: Vec<bool>,
+    /// The output's compressed frames ([`crate::frames`]).
+    pub frames: Vec<crate::frames::Frame>,
 }
 
 /// The scope number of a module target in [`TargetIndex::jobs`].
@@ -142,6 +144,13 @@ impl Previous {
             .ok()?;
         (&self.file).read_exact(&mut section).ok()?;
         bincode::deserialize(&section).ok()
+    }
+
+    /// Its frames, to copy into the next entry (read at offsets: the output's reader is not
+    /// disturbed).
+    pub fn frames(&self, index: &TargetIndex) -> std::io::Result<crate::frames::FrameSource> {
+        let file = self.file.try_clone()?;
+        Ok(crate::frames::FrameSource::new(file, index.frames.clone()))
     }
 
     /// A reader of its output, from the start.
@@ -304,14 +313,11 @@ impl ResultsCache {
         let tmp = self.dir.join(format!(".{}.tmp", std::process::id()));
         let file =
             std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        let mut encoder = zstd::stream::Encoder::new(file, 1).context("starting zstd")?;
-        // Compression runs on zstd's own thread, beside the closures being computed.
-        let _ = encoder.multithread(1);
         Ok(ResultWriter {
             path: self.entry_path(request),
             tmp,
             dir: self.dir.clone(),
-            encoder: Some(encoder),
+            encoder: Some(crate::frames::FrameWriter::new(file).context("starting zstd")?),
             written: 0,
             index: TargetIndex::default(),
             outcome_ids: Default::default(),
@@ -342,7 +348,7 @@ pub struct ResultWriter {
     tmp: PathBuf,
     dir: PathBuf,
     /// Taken by [`ResultWriter::finish`]; still here on drop means the result is abandoned.
-    encoder: Option<zstd::stream::Encoder<'static, std::fs::File>>,
+    encoder: Option<crate::frames::FrameWriter>,
     /// Bytes of output written so far: where the next target starts.
     written: u64,
     index: TargetIndex,
@@ -350,21 +356,43 @@ pub struct ResultWriter {
 }
 
 impl ResultWriter {
+    /// Output that is no target's (the document's head and tail).
     pub fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.written += bytes.len() as u64;
         match &mut self.encoder {
-            Some(encoder) => encoder.write_all(bytes),
+            Some(encoder) => encoder.write_other(bytes),
             None => Ok(()),
         }
     }
 
-    /// Bytes of output written so far.
-    pub fn position(&self) -> u64 {
-        self.written
+    /// Copy whole frames of a stored output where the same targets follow one another.
+    pub fn copy_frames_from(&mut self, source: crate::frames::FrameSource) {
+        if let Some(encoder) = &mut self.encoder {
+            encoder.copy_from(source);
+        }
+    }
+
+    /// The next target: after a comma or not, its JSON, what it counts, and its number in
+    /// the stored output it was copied from, if it was.
+    pub fn write_target(
+        &mut self,
+        comma: bool,
+        json: &[u8],
+        outcome: TargetOutcome,
+        old: Option<u32>,
+    ) -> std::io::Result<()> {
+        let parts: &[&[u8]] = if comma { &[b",", json] } else { &[json] };
+        let start = self.written + comma as u64;
+        self.note_target(start, json.len() as u64, outcome);
+        self.written = start + json.len() as u64;
+        match &mut self.encoder {
+            Some(encoder) => encoder.write_target(parts, old),
+            None => Ok(()),
+        }
     }
 
     /// The next target's output is at `start`, `len` bytes long, with `outcome`.
-    pub fn note_target(&mut self, start: u64, len: u64, outcome: TargetOutcome) {
+    fn note_target(&mut self, start: u64, len: u64, outcome: TargetOutcome) {
         let next = self.index.outcomes.len() as u32;
         let id = *self
             .outcome_ids
@@ -388,11 +416,12 @@ impl ResultWriter {
         outcome: Outcome,
     ) -> Result<()> {
         let encoder = self.encoder.take().context("already finished")?;
-        let mut file = encoder.finish().context("finishing zstd")?;
+        let (mut file, frames) = encoder.finish().context("finishing zstd")?;
         let mut index = std::mem::take(&mut self.index);
         if jobs.len() == index.spans.len() {
             index.jobs = jobs;
             index.imported = imported;
+            index.frames = frames;
         } else {
             index = TargetIndex::default();
         }
@@ -586,9 +615,14 @@ mod tests {
             missing: vec!["nope".into()],
             missing_required: true,
         };
-        writer.write_all(b"[AA,BBB]").unwrap();
-        writer.note_target(1, 2, empty.clone());
-        writer.note_target(4, 3, warned.clone());
+        writer.write_all(b"[").unwrap();
+        writer
+            .write_target(false, b"AA", empty.clone(), None)
+            .unwrap();
+        writer
+            .write_target(true, b"BBB", warned.clone(), None)
+            .unwrap();
+        writer.write_all(b"]").unwrap();
         let outcome = Outcome {
             warnings: 1,
             missing_required: true,

@@ -68,7 +68,12 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     }
     if let Some((cache, request)) = &results {
         match cache.writer(request) {
-            Ok(writer) => out.record = Some(writer),
+            Ok(mut writer) => {
+                if let Some(frames) = analysis.stored_frames() {
+                    writer.copy_frames_from(frames);
+                }
+                out.record = Some(writer)
+            }
             Err(error) => eprintln!("warning: the result will not be stored: {error:#}"),
         }
     }
@@ -370,8 +375,9 @@ struct Output {
 }
 
 impl Output {
-    /// Write `parts` in order, in as few system calls as the OS takes, without copying them
-    /// into the buffer first (a chunk of targets is ~350 KB, a whole tree ~480 MB; the copy was
+    /// Write `parts` in order to the output only (the caller hands each target to the
+    /// record), in as few system calls as the OS takes, without copying them into the buffer
+    /// first (a chunk of targets is ~350 KB, a whole tree ~480 MB; the copy was
     /// made on the main thread while the workers waited for the next chunk).
     fn write_parts(&mut self, parts: &[&[u8]]) -> std::io::Result<()> {
         use std::io::IoSlice;
@@ -387,11 +393,6 @@ impl Output {
                     return Err(std::io::ErrorKind::WriteZero.into());
                 }
                 IoSlice::advance_slices(&mut remaining, written);
-            }
-        }
-        if let Some(record) = &mut self.record {
-            for part in parts {
-                record.write_all(part)?;
             }
         }
         Ok(())
@@ -723,28 +724,33 @@ fn write_json(
             target.write_json(&mut bytes);
             bytes
         };
-        (Totals::of_view(&target), bytes)
+        (Totals::of_view(&target), bytes, None)
     };
     // A target a stored result holds comes back as its JSON and what it counted.
-    let stored = |bytes: Vec<u8>, outcome: &TargetOutcome| (Totals::of_outcome(outcome), bytes);
+    let stored = |bytes: Vec<u8>, outcome: &TargetOutcome, old: u32| {
+        (Totals::of_outcome(outcome), bytes, Some(old))
+    };
     analysis.map_chunks_reusing(CHUNK, render, stored, |rendered| {
         advance(bar, rendered.len(), analysis.len());
         let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * rendered.len());
-        let mut position = out.record.as_ref().map_or(0, ResultWriter::position);
-        for (counts, bytes) in &rendered {
+        let first_in_chunk = first;
+        for (counts, bytes, _) in &rendered {
             totals.add(counts.clone());
             if !first {
                 parts.push(b",");
-                position += 1;
             }
             first = false;
             parts.push(bytes);
-            if let Some(record) = &mut out.record {
-                record.note_target(position, bytes.len() as u64, counts.to_outcome());
-            }
-            position += bytes.len() as u64;
         }
-        out.write_parts(&parts)
+        out.write_parts(&parts)?;
+        let Some(record) = &mut out.record else {
+            return Ok::<(), std::io::Error>(());
+        };
+        for (number, (counts, bytes, old)) in rendered.into_iter().enumerate() {
+            let comma = !(first_in_chunk && number == 0);
+            record.write_target(comma, &bytes, counts.to_outcome(), old)?;
+        }
+        Ok(())
     })?;
     write!(out, "],\"warnings\":")?;
     value(out, pretty, &analysis.warnings())?;
