@@ -85,6 +85,12 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     if finish(&args, &analysis, &mut out, written, &mut totals).is_err() {
         return EXIT_FAILED; // a closed pipe (`| head`) is not worth a panic
     }
+    if show_timings {
+        print_checkpoint(
+            "finished (output flushed, result stored)",
+            &since_prepare(&analysis, started),
+        );
+    }
     // Freeing every summary one by one takes longer than the exit that follows frees them all.
     std::mem::forget(analysis);
     report_totals(&args, environment_given, &totals)
@@ -238,25 +244,38 @@ fn print_memory(analysis: &Analysis) {
     );
 }
 
-/// Cumulative wall times since prepare() started, then the closures and rendering.
+/// When each phase ended, in wall time since prepare() started, with the CPU time and memory
+/// of the process so far: the preparation's phases, then the closures and output.
 fn print_timings(analysis: &Analysis, started: std::time::Instant) {
-    let mut checkpoints = analysis.timings.clone();
-    checkpoints.push((
-        "closures and output",
-        lfm_analyzer::Checkpoint::since(started),
-    ));
-    for (phase, at) in &checkpoints {
-        let cpu = at.cpu.map_or(String::new(), |cpu| {
-            format!("  (cpu {:.2} s)", cpu.as_secs_f64())
-        });
-        let cpu = match (at.rss_kib, at.peak_rss_kib) {
-            (Some(rss), Some(peak)) => {
-                format!("{cpu}  (rss {} MiB, peak {} MiB)", rss / 1024, peak / 1024)
-            }
-            _ => cpu,
-        };
-        eprintln!("timing: {:>8.3} s  {phase}{cpu}", at.wall.as_secs_f64());
+    for (phase, at) in &analysis.timings {
+        print_checkpoint(phase, at);
     }
+    print_checkpoint("closures and output", &since_prepare(analysis, started));
+}
+
+/// A checkpoint timed from prepare()'s start like the preparation's own (`started` is when
+/// the preparation ended). Timed from `started` alone, the closures' line once read as if
+/// the process waited ~0.75 s after it.
+fn since_prepare(analysis: &Analysis, started: std::time::Instant) -> lfm_analyzer::Checkpoint {
+    let mut at = lfm_analyzer::Checkpoint::since(started);
+    at.wall += analysis
+        .timings
+        .last()
+        .map_or(Default::default(), |(_, at)| at.wall);
+    at
+}
+
+fn print_checkpoint(phase: &str, at: &lfm_analyzer::Checkpoint) {
+    let cpu = at.cpu.map_or(String::new(), |cpu| {
+        format!("  (cpu {:.2} s)", cpu.as_secs_f64())
+    });
+    let cpu = match (at.rss_kib, at.peak_rss_kib) {
+        (Some(rss), Some(peak)) => {
+            format!("{cpu}  (rss {} MiB, peak {} MiB)", rss / 1024, peak / 1024)
+        }
+        _ => cpu,
+    };
+    eprintln!("timing: {:>8.3} s  {phase}{cpu}", at.wall.as_secs_f64());
 }
 
 /// The global warnings (tables print them last), the output flushed, and the result stored
