@@ -161,19 +161,21 @@ impl SummaryCache {
             Ok(mut added) => std::mem::take(&mut *added),
             Err(_) => anyhow::bail!("cache lock poisoned"),
         };
-        let records = self.journal_records(&added)?;
-        let journal_after = self.journal_bytes.load(Relaxed) + records.len() as u64;
-        let file_bytes = self.file_bytes.load(Relaxed);
-        if file_bytes > 0 && journal_after <= file_bytes / 4 {
+        let journal = self.journal_bytes.load(Relaxed);
+        let room = (self.file_bytes.load(Relaxed) / 4).saturating_sub(journal);
+        if let Some(records) = self.journal_records(&added, room)? {
             self.append_to_journal(&records)?;
-            self.journal_bytes.store(journal_after, Relaxed);
+            self.journal_bytes
+                .store(journal + records.len() as u64, Relaxed);
             return Ok(());
         }
         self.save_whole()
     }
 
-    /// The journal records of `keys`' entries.
-    fn journal_records(&self, keys: &[CacheKey]) -> Result<Vec<u8>> {
+    /// The journal records of `keys`' entries; `None` as soon as they would take more than
+    /// `room` bytes (a first run adds every file: its records would be a second copy of the
+    /// whole cache in memory).
+    fn journal_records(&self, keys: &[CacheKey], room: u64) -> Result<Option<Vec<u8>>> {
         let entries = self
             .entries
             .lock()
@@ -184,11 +186,14 @@ impl SummaryCache {
                 continue;
             };
             let payload = bincode::serialize(&(key, entry.summary.as_ref()))?;
+            if (records.len() + RECORD_HEAD + payload.len()) as u64 > room {
+                return Ok(None);
+            }
             records.extend_from_slice(&(payload.len() as u64).to_le_bytes());
             records.extend_from_slice(&record_check(&payload));
             records.extend_from_slice(&payload);
         }
-        Ok(records)
+        Ok(Some(records))
     }
 
     /// One write in append mode: runs that append at once do not interleave their records.
