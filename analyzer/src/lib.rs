@@ -211,13 +211,6 @@ impl Analysis {
         self.reused.as_ref()?.frames.lock().ok()?.take()
     }
 
-    /// How many targets' output is copied from a stored result.
-    pub fn reused_targets(&self) -> usize {
-        self.reused
-            .as_ref()
-            .map_or(0, |reused| reused.stored.iter().flatten().count())
-    }
-
     /// Roughly the heap bytes held by the summaries of every loaded module.
     pub fn summary_heap_bytes(&self) -> usize {
         self.project
