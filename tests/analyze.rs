@@ -393,6 +393,80 @@ fn stored_results_are_replayed_only_while_nothing_they_depend_on_changed() {
     assert_eq!(plain, shadowed);
 }
 
+/// Runs `lfm analyze --format json` on `tree` with `cache` (or `--no-cache`), returning the
+/// raw output and how many targets' stored output was reused (from `LFM_TIMINGS`).
+fn analyze_bytes(tree: &std::path::Path, cache: Option<&std::path::Path>) -> (Vec<u8>, usize) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_lfm"));
+    command.args(["analyze", "--format", "json"]);
+    match cache {
+        Some(cache) => command.arg("--cache-dir").arg(cache),
+        None => command.arg("--no-cache"),
+    };
+    let output = command.arg(tree).env("LFM_TIMINGS", "1").output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let reused = stderr
+        .split("the stored output of ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next()?.parse().ok())
+        .unwrap_or(0);
+    (output.stdout, reused)
+}
+
+#[test]
+fn stored_target_outputs_are_reused_only_where_no_changed_file_is_read() {
+    let cache = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let tree = project.path();
+    let write = |name: &str, text: &str| std::fs::write(tree.join(name), text).unwrap();
+    std::fs::create_dir(tree.join("pkg")).unwrap();
+    write("job.py", "import helper\n\ndef f():\n    return helper.x\n");
+    write("helper.py", "import json\nx = 1\n");
+    write(
+        "other.py",
+        "import zipfile\n\ndef h():\n    return zipfile\n",
+    );
+    // `pkg.sub` is found by name from `pkg` (loaded because loader.py imports it).
+    write("pkg/__init__.py", "");
+    write("pkg/sub.py", "def value():\n    return 1\n");
+    write("loader.py", "import pkg.sub\n");
+    write(
+        "user.py",
+        "import pkg\n\ndef u():\n    return pkg.sub.value()\n",
+    );
+    let cached = || analyze_bytes(tree, Some(cache.path()));
+    let fresh = || analyze_bytes(tree, None).0;
+    let spec = |bytes: &[u8]| serde_json::from_slice::<serde_json::Value>(bytes).unwrap();
+    assert_eq!(cached().0, fresh());
+
+    // The edited file gains an import that a closure reading it includes.
+    write("helper.py", "import pathlib\nx = 1\n");
+    let (edited, reused) = cached();
+    assert_eq!(edited, fresh());
+    assert!(reused > 0, "other.py's targets do not read helper.py");
+    assert_eq!(
+        names(target(&spec(&edited), "job:f")),
+        ["helper", "pathlib"]
+    );
+
+    // A module reached only by name lookups changes.
+    write(
+        "pkg/sub.py",
+        "import decimal\n\ndef value():\n    return decimal\n",
+    );
+    let (edited, reused) = cached();
+    assert_eq!(edited, fresh());
+    assert!(reused > 0);
+    assert!(names(target(&spec(&edited), "user:u")).contains(&"decimal".to_string()));
+
+    // A new local module the edited file imports: nothing is reused, the answer is right.
+    write("other.py", "import extra\n\ndef h():\n    return extra\n");
+    write("extra.py", "import fractions\n");
+    let (edited, _) = cached();
+    assert_eq!(edited, fresh());
+    assert!(names(target(&spec(&edited), "other:h")).contains(&"fractions".to_string()));
+}
+
 fn module<'a>(target: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     target["modules"]
         .as_array()

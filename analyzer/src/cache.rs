@@ -5,14 +5,23 @@
 //! files whose content changed. One file holds the whole cache: reading thousands of small files
 //! would cost more than the parse it saves.
 //!
-//! Entries age by generations: each run that writes the cache is one generation, and an entry
-//! not used in the last [`KEPT_GENERATIONS`] of them is dropped. Old versions of edited files
+//! A run that adds a few summaries to a large cache appends them to a journal beside it
+//! (`analyze-summaries.journal`) instead of writing the whole file again (52 MB for a
+//! scientific site-packages, for one edited file). The journal is read after the file; a
+//! record that is cut short or fails its checksum ends it. Once the journal outgrows a
+//! quarter of the file, the next save writes the whole cache (temp file + rename) and
+//! removes the journal.
+//!
+//! Entries age by generations: each run that writes the whole cache is one generation, and an
+//! entry not used in the last [`KEPT_GENERATIONS`] of them is dropped (runs that only append
+//! to the journal age nothing). Old versions of edited files
 //! therefore leave the cache, while projects analysed now and then (sharing the default cache
 //! directory) keep theirs.
 
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
@@ -31,6 +40,10 @@ pub const KEPT_GENERATIONS: u32 = 32;
 /// Names the layout of the cache file; a file of another layout is ignored and replaced.
 const FILE_LAYOUT: &str = "lfm-summary-cache/2";
 
+/// A journal record: the payload's length (u64 little-endian), the first 8 bytes of its
+/// checksum ([`record_check`]), then the payload, `(CacheKey, ModuleSummary)` in bincode.
+const RECORD_HEAD: usize = 16;
+
 /// The cache file: its generation, and each entry with the generation that last used it.
 #[derive(serde::Serialize, serde::Deserialize, Default)]
 struct CacheFile<S> {
@@ -46,16 +59,23 @@ struct Entry {
 
 pub struct SummaryCache {
     path: PathBuf,
+    journal: PathBuf,
+    /// Bytes of the cache file and of the journal, as this run last read or wrote them.
+    file_bytes: AtomicU64,
+    journal_bytes: AtomicU64,
     /// The generation this run writes, one past the file's.
     generation: u32,
     entries: Mutex<HashMap<CacheKey, Entry>>,
-    added: Mutex<usize>,
+    /// Keys added by this run and not saved yet.
+    added: Mutex<Vec<CacheKey>>,
 }
 
 impl SummaryCache {
     /// Open the cache file in `dir`; a missing or unreadable cache starts empty.
     pub fn open(dir: &Path) -> SummaryCache {
         let path = dir.join("analyze-summaries.bin");
+        let journal = dir.join("analyze-summaries.journal");
+        let file_bytes = std::fs::metadata(&path).map_or(0, |meta| meta.len());
         // Decoded as read: the file's bytes never sit in memory beside the summaries.
         let file: CacheFile<ModuleSummary> = std::fs::File::open(&path)
             .ok()
@@ -73,7 +93,8 @@ impl SummaryCache {
             })
             .filter(|file| file.layout == FILE_LAYOUT)
             .unwrap_or_default();
-        let entries = file
+        let generation = file.generation.wrapping_add(1);
+        let mut entries: HashMap<CacheKey, Entry> = file
             .entries
             .into_iter()
             .map(|(key, last_used, summary)| {
@@ -81,11 +102,19 @@ impl SummaryCache {
                 (key, Entry { summary, last_used })
             })
             .collect();
+        let journal_bytes = read_journal(&journal, |key, summary| {
+            let summary = Arc::new(summary);
+            let last_used = generation;
+            entries.insert(key, Entry { summary, last_used });
+        });
         SummaryCache {
             path,
-            generation: file.generation.wrapping_add(1),
+            journal,
+            file_bytes: AtomicU64::new(file_bytes),
+            journal_bytes: AtomicU64::new(journal_bytes),
+            generation,
             entries: Mutex::new(entries),
-            added: Mutex::new(0),
+            added: Mutex::new(Vec::new()),
         }
     }
 
@@ -119,17 +148,69 @@ impl SummaryCache {
             let last_used = self.generation;
             entries.insert(key, Entry { summary, last_used });
             if let Ok(mut added) = self.added.lock() {
-                *added += 1;
+                added.push(key);
             }
         }
     }
 
-    /// Write the cache if anything was added, atomically (temp file + rename), without the
-    /// entries that no run of the last [`KEPT_GENERATIONS`] used.
+    /// Save what was added: appended to the journal while it stays small beside the file,
+    /// else the whole cache ([`SummaryCache::save_whole`]).
     pub fn save(&self) -> Result<()> {
-        if self.added.lock().map(|a| *a == 0).unwrap_or(true) {
+        let added = match self.added.lock() {
+            Ok(added) if added.is_empty() => return Ok(()),
+            Ok(mut added) => std::mem::take(&mut *added),
+            Err(_) => anyhow::bail!("cache lock poisoned"),
+        };
+        let journal = self.journal_bytes.load(Relaxed);
+        let room = (self.file_bytes.load(Relaxed) / 4).saturating_sub(journal);
+        if let Some(records) = self.journal_records(&added, room)? {
+            self.append_to_journal(&records)?;
+            self.journal_bytes
+                .store(journal + records.len() as u64, Relaxed);
             return Ok(());
         }
+        self.save_whole()
+    }
+
+    /// The journal records of `keys`' entries; `None` as soon as they would take more than
+    /// `room` bytes (a first run adds every file: its records would be a second copy of the
+    /// whole cache in memory).
+    fn journal_records(&self, keys: &[CacheKey], room: u64) -> Result<Option<Vec<u8>>> {
+        let entries = self
+            .entries
+            .lock()
+            .map_err(|_| anyhow::anyhow!("cache lock poisoned"))?;
+        let mut records = Vec::new();
+        for key in keys {
+            let Some(entry) = entries.get(key) else {
+                continue;
+            };
+            let payload = bincode::serialize(&(key, entry.summary.as_ref()))?;
+            if (records.len() + RECORD_HEAD + payload.len()) as u64 > room {
+                return Ok(None);
+            }
+            records.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+            records.extend_from_slice(&record_check(&payload));
+            records.extend_from_slice(&payload);
+        }
+        Ok(Some(records))
+    }
+
+    /// One write in append mode: runs that append at once do not interleave their records.
+    fn append_to_journal(&self, records: &[u8]) -> Result<()> {
+        let mut journal = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.journal)
+            .with_context(|| format!("opening {}", self.journal.display()))?;
+        journal
+            .write_all(records)
+            .with_context(|| format!("appending to {}", self.journal.display()))
+    }
+
+    /// Write the whole cache atomically (temp file + rename), without the entries that no run
+    /// of the last [`KEPT_GENERATIONS`] used, then remove the journal it now holds.
+    fn save_whole(&self) -> Result<()> {
         let entries = self
             .entries
             .lock()
@@ -164,11 +245,51 @@ impl SummaryCache {
         }
         std::fs::rename(&tmp, &self.path)
             .with_context(|| format!("renaming to {}", self.path.display()))?;
-        if let Ok(mut added) = self.added.lock() {
-            *added = 0;
-        }
+        // Records another run appended since this one opened the cache go too: a cache loses
+        // nothing but time by that.
+        let _ = std::fs::remove_file(&self.journal);
+        let written = std::fs::metadata(&self.path).map_or(0, |meta| meta.len());
+        self.file_bytes.store(written, Relaxed);
+        self.journal_bytes.store(0, Relaxed);
         Ok(())
     }
+}
+
+/// The checksum of a journal record's payload, under this layout and these extraction rules
+/// (a journal written by another version ends at its first record).
+fn record_check(payload: &[u8]) -> [u8; 8] {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(FILE_LAYOUT.as_bytes());
+    hasher.update(EXTRACTOR_VERSION);
+    hasher.update(payload);
+    let mut check = [0u8; 8];
+    check.copy_from_slice(&hasher.finalize().as_bytes()[..8]);
+    check
+}
+
+/// Hand each whole, intact record of the journal at `path` to `add`, in order; returns the
+/// journal's size (0 when there is none).
+fn read_journal(path: &Path, mut add: impl FnMut(CacheKey, ModuleSummary)) -> u64 {
+    let Ok(bytes) = std::fs::read(path) else {
+        return 0;
+    };
+    let mut rest = &bytes[..];
+    while rest.len() >= RECORD_HEAD {
+        let (head, body) = rest.split_at(RECORD_HEAD);
+        let len = u64::from_le_bytes(head[..8].try_into().unwrap_or_default());
+        let Some(payload) = usize::try_from(len).ok().and_then(|len| body.get(..len)) else {
+            break;
+        };
+        if head[8..] != record_check(payload) {
+            break;
+        }
+        match bincode::deserialize::<(CacheKey, ModuleSummary)>(payload) {
+            Ok((key, summary)) => add(key, summary),
+            Err(_) => break,
+        }
+        rest = &body[payload.len()..];
+    }
+    bytes.len() as u64
 }
 
 #[cfg(test)]
@@ -185,13 +306,13 @@ mod tests {
         cache.entries.lock().unwrap().contains_key(key)
     }
 
-    /// One run that uses `used` and writes a generation (it adds something new).
+    /// One run that uses `used` and writes a generation (the whole cache).
     fn run_using(dir: &Path, used: &CacheKey, run: u32) {
         let cache = SummaryCache::open(dir);
         assert_eq!(cache.get(used).unwrap().name(0), "used");
         let fresh = SummaryCache::key(format!("fresh {run}").as_bytes());
         cache.insert(fresh, summary_named("fresh"));
-        cache.save().unwrap();
+        cache.save_whole().unwrap();
     }
 
     #[test]
@@ -213,6 +334,86 @@ mod tests {
             "unused for more than the kept generations"
         );
         assert!(holds(&cache, &used));
+    }
+
+    /// A cache with `count` entries keyed `"{prefix}{n}"`, saved as one file.
+    fn saved_with(dir: &Path, prefix: &str, count: usize) -> Vec<CacheKey> {
+        let cache = SummaryCache::open(dir);
+        let keys: Vec<CacheKey> = (0..count)
+            .map(|n| SummaryCache::key(format!("{prefix}{n}").as_bytes()))
+            .collect();
+        for key in &keys {
+            cache.insert(*key, summary_named("used"));
+        }
+        cache.save().unwrap();
+        keys
+    }
+
+    #[test]
+    fn a_few_additions_go_to_the_journal_and_a_cut_record_ends_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = saved_with(dir.path(), "old", 64);
+        let file = dir.path().join("analyze-summaries.bin");
+        let journal = dir.path().join("analyze-summaries.journal");
+        let before = std::fs::read(&file).unwrap();
+        let (first, second) = (SummaryCache::key(b"first"), SummaryCache::key(b"second"));
+        for key in [first, second] {
+            let cache = SummaryCache::open(dir.path());
+            cache.insert(key, summary_named("used"));
+            cache.save().unwrap();
+        }
+        assert_eq!(
+            std::fs::read(&file).unwrap(),
+            before,
+            "the file is not rewritten"
+        );
+        let cache = SummaryCache::open(dir.path());
+        assert!(old
+            .iter()
+            .chain([&first, &second])
+            .all(|key| holds(&cache, key)));
+
+        // A run that stopped while appending: the records before the cut still count.
+        let length = std::fs::metadata(&journal).unwrap().len();
+        let cut = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&journal)
+            .unwrap();
+        cut.set_len(length - 3).unwrap();
+        let cache = SummaryCache::open(dir.path());
+        assert!(holds(&cache, &first));
+        assert!(!holds(&cache, &second));
+        assert!(old.iter().all(|key| holds(&cache, key)));
+    }
+
+    #[test]
+    fn a_journal_that_outgrows_the_file_is_folded_into_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = saved_with(dir.path(), "old", 8);
+        let size = |name: &str| std::fs::metadata(dir.path().join(name)).map_or(0, |m| m.len());
+        let first_size = size("analyze-summaries.bin");
+        let mut added = Vec::new();
+        for run in 0..8 {
+            let key = SummaryCache::key(format!("new {run}").as_bytes());
+            let cache = SummaryCache::open(dir.path());
+            cache.insert(key, summary_named("used"));
+            cache.save().unwrap();
+            added.push(key);
+            let (file, journal) = (
+                size("analyze-summaries.bin"),
+                size("analyze-summaries.journal"),
+            );
+            assert!(
+                journal <= file / 4,
+                "run {run}: journal {journal} beside {file}"
+            );
+        }
+        assert!(
+            size("analyze-summaries.bin") > first_size,
+            "folded into the file"
+        );
+        let cache = SummaryCache::open(dir.path());
+        assert!(old.iter().chain(&added).all(|key| holds(&cache, key)));
     }
 
     #[test]

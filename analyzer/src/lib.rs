@@ -19,6 +19,7 @@ pub mod closure;
 pub mod dists;
 pub mod engine;
 pub mod extract;
+pub mod frames;
 pub mod interpreter;
 pub mod interpreter_cache;
 pub mod paths;
@@ -26,6 +27,7 @@ pub mod project;
 pub mod render;
 pub mod resolve;
 pub mod results;
+pub mod reuse;
 pub mod scratch;
 pub mod slice;
 pub mod source;
@@ -144,6 +146,20 @@ pub struct Analysis {
     /// (module, scope) pairs in output order; `None` is the module itself.
     jobs: Vec<(u32, Option<u32>)>,
     closure: spec::ClosureKind,
+    /// The stored output of targets no changed file can reach, when a stored result was found
+    /// whose only changed inputs are source files.
+    reused: Option<Reused>,
+}
+
+/// Targets whose output is copied from a stored result ([`reuse`]).
+struct Reused {
+    /// Per job, its target's number in `index`, when its output is reused.
+    stored: Vec<Option<u32>>,
+    index: results::TargetIndex,
+    /// `None` once reading it failed (the remaining targets are computed).
+    output: std::sync::Mutex<Option<results::StoredOutput>>,
+    /// Its compressed frames, until the writer of the new result takes them.
+    frames: std::sync::Mutex<Option<frames::FrameSource>>,
 }
 
 impl Analysis {
@@ -177,6 +193,23 @@ impl Analysis {
                 .collect(),
             dirs: self.project.listed_dirs().to_vec(),
         })
+    }
+
+    /// What the target index of a stored result needs besides each target's span: the jobs as
+    /// (module, scope or [`results::NO_SCOPE`]) and the modules whose closures are shared.
+    pub fn index_keys(&self) -> (Vec<(u32, u32)>, Vec<bool>) {
+        let jobs = self
+            .jobs
+            .iter()
+            .map(|&(module, scope)| (module, scope.unwrap_or(results::NO_SCOPE)))
+            .collect();
+        (jobs, reuse::imported_flags(&self.project))
+    }
+
+    /// The compressed frames of the stored result whose output is reused, for the writer of
+    /// the new result to copy ([`results::ResultWriter::copy_frames_from`]); taken once.
+    pub fn stored_frames(&self) -> Option<frames::FrameSource> {
+        self.reused.as_ref()?.frames.lock().ok()?.take()
     }
 
     /// Roughly the heap bytes held by the summaries of every loaded module.
@@ -260,25 +293,84 @@ impl Analysis {
         &self,
         chunk: usize,
         map: impl Fn(spec::TargetView<'_>) -> T + Sync,
+        sink: impl FnMut(Vec<T>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let never = |_: Vec<u8>, _: &results::TargetOutcome, _: u32| unreachable!("not reused");
+        self.map_chunks_inner(chunk, map, never, false, sink)
+    }
+
+    /// Like [`Analysis::map_chunks`], but a target whose output a stored result holds
+    /// ([`prepare_or_reuse`]) is given to `stored` as that JSON, its outcome and its number
+    /// there instead.
+    pub fn map_chunks_reusing<T: Send, E>(
+        &self,
+        chunk: usize,
+        map: impl Fn(spec::TargetView<'_>) -> T + Sync,
+        stored: impl Fn(Vec<u8>, &results::TargetOutcome, u32) -> T,
+        sink: impl FnMut(Vec<T>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.map_chunks_inner(chunk, map, stored, true, sink)
+    }
+
+    fn map_chunks_inner<T: Send, E>(
+        &self,
+        chunk: usize,
+        map: impl Fn(spec::TargetView<'_>) -> T + Sync,
+        stored: impl Fn(Vec<u8>, &results::TargetOutcome, u32) -> T,
+        reuse: bool,
         mut sink: impl FnMut(Vec<T>) -> Result<(), E>,
     ) -> Result<(), E> {
         let memos = closure::ModuleMemos::new(&self.project);
-        for jobs in self.jobs.chunks(chunk.max(1)) {
-            let mapped: Vec<T> = jobs
+        let reused = self.reused.as_ref().filter(|_| reuse);
+        for (number, jobs) in self.jobs.chunks(chunk.max(1)).enumerate() {
+            let first = number * chunk.max(1);
+            // Read in order here: the stored output is one compressed stream.
+            let mut copied: Vec<Option<T>> = (first..first + jobs.len())
+                .map(|job| reused.and_then(|r| r.read(job)))
+                .map(|read| read.map(|(bytes, outcome, old)| stored(bytes, outcome, old)))
+                .collect();
+            let is_copied: Vec<bool> = copied.iter().map(Option::is_some).collect();
+            let computed: Vec<Option<T>> = jobs
                 .par_iter()
-                .map(|&(id, scope)| {
-                    map(closure::target_closure(
-                        &self.project,
-                        &memos,
-                        id,
-                        scope,
-                        self.closure,
-                    ))
+                .zip(is_copied)
+                .map(|(&(id, scope), is_copied)| {
+                    (!is_copied).then(|| {
+                        map(closure::target_closure(
+                            &self.project,
+                            &memos,
+                            id,
+                            scope,
+                            self.closure,
+                        ))
+                    })
                 })
+                .collect();
+            let mapped = computed
+                .into_iter()
+                .zip(copied.iter_mut())
+                .filter_map(|(computed, copy)| computed.or_else(|| copy.take()))
                 .collect();
             sink(mapped)?;
         }
         Ok(())
+    }
+}
+
+impl Reused {
+    /// Job `job`'s stored output, outcome and target number, when it is reused and can be read.
+    fn read(&self, job: usize) -> Option<(Vec<u8>, &results::TargetOutcome, u32)> {
+        let target = self.stored[job]? as usize;
+        let (start, len) = self.index.spans[target];
+        let mut output = self.output.lock().ok()?;
+        let bytes = match output.as_mut()?.read_span(start, len) {
+            Ok(bytes) => bytes,
+            Err(_) => {
+                *output = None; // computed from here on
+                return None;
+            }
+        };
+        let outcome = &self.index.outcomes[self.index.outcome_of[target] as usize];
+        Some((bytes, outcome, target as u32))
     }
 }
 
@@ -357,6 +449,7 @@ pub fn prepare_or_reuse(
             .collect()
     };
     let mut results_miss = None;
+    let mut previous = None;
     let (environment, env_key, cache, preparsed) = match reuse {
         // A stored result needs only the environment to be checked, so ask it first; the
         // summary cache is opened only when the result cannot be reused.
@@ -365,7 +458,10 @@ pub fn prepare_or_reuse(
             let env_key = environment_key(&interpreter, &dists);
             match results.lookup(request, &env_key, &located_description) {
                 Ok(hit) => return Ok(Prepared::Reused(hit)),
-                Err(why) => results_miss = Some(why),
+                Err(miss) => {
+                    results_miss = Some(miss.why);
+                    previous = miss.previous;
+                }
             }
             timings.push(("look for a stored result", Checkpoint::since(started)));
             let cache = options.cache_dir.as_deref().map(SummaryCache::open);
@@ -402,6 +498,14 @@ pub fn prepare_or_reuse(
     project.finish_loading();
     scratch::release_all();
     timings.push(("resolve imports", Checkpoint::since(started)));
+    let reused = previous.and_then(|previous| reused_output(&project, &jobs, previous));
+    if let (Some(why), Some(reused)) = (&mut results_miss, &reused) {
+        let count = reused.stored.iter().flatten().count();
+        *why = format!(
+            "{why}; the stored output of {count} of {} targets reused",
+            jobs.len()
+        );
+    }
     Ok(Prepared::Fresh(Box::new(Analysis {
         project,
         jobs,
@@ -410,7 +514,55 @@ pub fn prepare_or_reuse(
         located: located_description,
         results_miss,
         closure: options.closure,
+        reused,
     })))
+}
+
+/// The targets of `previous` whose output still holds ([`reuse`]): it must have loaded the
+/// same files in the same order, and a target's module must reach no file whose stamp
+/// changed, nor a module whose closure is now shared where it was not (or the reverse).
+fn reused_output(
+    project: &Project,
+    jobs: &[(u32, Option<u32>)],
+    previous: results::Previous,
+) -> Option<Reused> {
+    let modules = &project.modules;
+    let same_files = previous.files.len() == modules.len()
+        && previous
+            .files
+            .iter()
+            .zip(modules)
+            .all(|((path, _), m)| *path == m.path);
+    if !same_files {
+        return None;
+    }
+    let index = previous.index()?;
+    let imported = reuse::imported_flags(project);
+    if index.imported.len() != modules.len() {
+        return None;
+    }
+    let changed: Vec<bool> = (previous.files.iter().zip(modules))
+        .zip(index.imported.iter().zip(&imported))
+        .map(|(((_, stamp), m), (then, now))| stamp.is_none() || *stamp != m.stamp || then != now)
+        .collect();
+    let affected = reuse::affected(project, &changed);
+    let by_job: std::collections::HashMap<(u32, u32), u32> =
+        (index.jobs.iter().copied()).zip(0..).collect();
+    let stored = jobs
+        .iter()
+        .map(|&(module, scope)| {
+            let key = (module, scope.unwrap_or(results::NO_SCOPE));
+            (!affected[module as usize]).then(|| by_job.get(&key).copied())?
+        })
+        .collect();
+    let output = previous.output().ok()?;
+    let frames = previous.frames(&index).ok();
+    Some(Reused {
+        stored,
+        index,
+        output: std::sync::Mutex::new(Some(output)),
+        frames: std::sync::Mutex::new(frames),
+    })
 }
 
 /// Every target located, and the `--root` directories as found on disk.

@@ -197,6 +197,11 @@ impl Project {
         self.by_name.get(name).copied()
     }
 
+    /// Every module findable by name ([`Project::module_named`]), in no order.
+    pub fn named_modules(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.by_name.iter().map(|(name, &id)| (name.as_str(), id))
+    }
+
     pub fn module_id(&self, path: &Path) -> Option<u32> {
         self.by_path.get(&*path_key(path)).copied()
     }

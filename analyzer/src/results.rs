@@ -12,11 +12,15 @@
 //!   anywhere the resolver looked changes its directory's mtime;
 //! - for directory targets, the list of files found.
 //!
-//! Any difference and the entry is not used (the caller recomputes, with the summary cache).
-//! An entry is the zstd-compressed output, then the header (inputs and outcome, bincode), then
-//! the header's length (u64 little-endian): the output is compressed straight into the file as
-//! it is printed, and a lookup reads only the header. The least recently used entries beyond
-//! [`KEPT_RESULTS`] are deleted.
+//! Any difference and the entry is not replayed. When only source files changed, the entry is
+//! still handed back ([`Previous`]): each target's output is stored with where it starts and
+//! how long it is ([`TargetIndex`]), and the caller reuses those of targets that could not
+//! read a changed file ([`crate::reuse`]) and computes the others, with the summary cache.
+//! An entry is the zstd-compressed output, then the target index (bincode), then the header
+//! (inputs, outcome and the index's length, bincode), then the header's length (u64
+//! little-endian): the output is compressed straight into the file as it is printed, and a
+//! lookup reads only the header. The least recently used entries beyond [`KEPT_RESULTS`] are
+//! deleted.
 
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
@@ -26,7 +30,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// Names the layout of an entry; entries of another layout are ignored.
-const LAYOUT: &str = "lfm-results/3";
+const LAYOUT: &str = "lfm-results/4";
 
 /// How many results (one per distinct request) the cache keeps.
 pub const KEPT_RESULTS: usize = 16;
@@ -82,6 +86,153 @@ struct Header {
     layout: String,
     inputs: Inputs,
     outcome: Outcome,
+    /// Bytes of the [`TargetIndex`] between the compressed output and the header.
+    index_len: u64,
+}
+
+/// Each target of a stored output, in output order: enough to copy its JSON into a later
+/// output, with what it counts towards the command's closing lines.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TargetIndex {
+    /// (module, scope or [`NO_SCOPE`]) as the analysis numbered them.
+    pub jobs: Vec<(u32, u32)>,
+    /// Where each target's JSON starts in the output, and its length.
+    pub spans: Vec<(u64, u64)>,
+    /// Each target's outcome, an index into `outcomes` (most targets share the empty one).
+    pub outcome_of: Vec<u32>,
+    pub outcomes: Vec<TargetOutcome>,
+    /// Per module, whether its whole-module closure was shared ([`crate::reuse::imported_flags`]).
+    pub imported: Vec<bool>,
+    /// The output's compressed frames ([`crate::frames`]).
+    pub frames: Vec<crate::frames::Frame>,
+}
+
+/// The scope number of a module target in [`TargetIndex::jobs`].
+pub const NO_SCOPE: u32 = u32::MAX;
+
+/// What one target adds to the command's closing lines: its distinct warnings (file, line,
+/// message), the required modules and distributions it misses, and whether it misses any.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TargetOutcome {
+    pub warnings: Vec<(String, u32, String)>,
+    pub missing: Vec<String>,
+    pub missing_required: bool,
+}
+
+/// Why a stored result was not replayed, and the entry when only source files changed.
+pub struct Miss {
+    pub why: String,
+    pub previous: Option<Previous>,
+}
+
+/// An entry computed with the same environment, targets and directory listings as now, some of
+/// whose source files changed since.
+pub struct Previous {
+    file: std::fs::File,
+    compressed_len: u64,
+    index_len: u64,
+    /// The files it read, in the order of their module numbers, with their stamps then.
+    pub files: Vec<(PathBuf, Option<Stamp>)>,
+}
+
+impl Previous {
+    /// Its target index; `None` when it cannot be read back.
+    pub fn index(&self) -> Option<TargetIndex> {
+        let mut section = vec![0u8; usize::try_from(self.index_len).ok()?];
+        (&self.file)
+            .seek(SeekFrom::Start(self.compressed_len))
+            .ok()?;
+        (&self.file).read_exact(&mut section).ok()?;
+        bincode::deserialize(&section).ok()
+    }
+
+    /// Its frames, to copy into the next entry (read at offsets: the output's reader is not
+    /// disturbed).
+    pub fn frames(&self, index: &TargetIndex) -> std::io::Result<crate::frames::FrameSource> {
+        let file = self.file.try_clone()?;
+        Ok(crate::frames::FrameSource::new(file, index.frames.clone()))
+    }
+
+    /// A reader of its output, from the start.
+    pub fn output(&self) -> std::io::Result<StoredOutput> {
+        // A clone shares the offset: read after the index, never between its reads.
+        let mut file = self.file.try_clone()?;
+        file.seek(SeekFrom::Start(0))?;
+        let decoder = zstd::stream::Decoder::new(file.take(self.compressed_len))?;
+        Ok(StoredOutput {
+            decoder,
+            buffer: Vec::new(),
+            start: 0,
+            position: 0,
+        })
+    }
+}
+
+/// A stored output read forward, span by span.
+pub struct StoredOutput {
+    decoder: zstd::stream::Decoder<'static, BufReader<std::io::Take<std::fs::File>>>,
+    /// Decoded bytes not yet consumed, from `buffer[start..]`; `position` is the output
+    /// offset of `buffer[start]`. Decoded a block at a time: a read per span (most are a few
+    /// KB, and the commas between them one byte) cost more than the decompression itself.
+    buffer: Vec<u8>,
+    start: usize,
+    position: u64,
+}
+
+/// How much is decoded at a time.
+const DECODED_BLOCK: usize = 1 << 20;
+
+impl StoredOutput {
+    /// The `len` bytes at `start`, which must not be before the end of the last span read.
+    pub fn read_span(&mut self, start: u64, len: u64) -> std::io::Result<Vec<u8>> {
+        let skip = start.checked_sub(self.position).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "span behind the reader")
+        })?;
+        let (skip, len) = match (usize::try_from(skip), usize::try_from(len)) {
+            (Ok(skip), Ok(len)) => (skip, len),
+            _ => return Err(std::io::ErrorKind::InvalidInput.into()),
+        };
+        self.fill(skip + len)?;
+        let from = self.start + skip;
+        let bytes = self.buffer[from..from + len].to_vec();
+        self.start = from + len;
+        self.position = start + len as u64;
+        Ok(bytes)
+    }
+
+    /// At least `wanted` unconsumed bytes in the buffer, or an error at the output's end.
+    fn fill(&mut self, wanted: usize) -> std::io::Result<()> {
+        if self.buffer.len() - self.start >= wanted {
+            return Ok(());
+        }
+        self.buffer.drain(..self.start);
+        self.start = 0;
+        while self.buffer.len() < wanted {
+            let have = self.buffer.len();
+            self.buffer
+                .resize(have + DECODED_BLOCK.max(wanted - have), 0);
+            let read = read_full(&mut self.decoder, &mut self.buffer[have..]);
+            self.buffer.truncate(have + read.as_ref().map_or(0, |n| *n));
+            if read? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Read until `buffer` is full or the reader ends; how many bytes were read.
+fn read_full(reader: &mut impl Read, buffer: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match reader.read(&mut buffer[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(filled)
 }
 
 /// A reusable result: its outcome, and its entry file, from which the output is decompressed.
@@ -123,13 +274,28 @@ impl ResultsCache {
         request: &RequestKey,
         env_key: &[u8; 32],
         located: &[PathBuf],
-    ) -> Result<Hit, String> {
+    ) -> Result<Hit, Miss> {
+        let miss = |why: &str| Miss {
+            why: why.to_string(),
+            previous: None,
+        };
         let path = self.entry_path(request);
-        let mut file = std::fs::File::open(&path).map_err(|_| "nothing stored".to_string())?;
+        let mut file = std::fs::File::open(&path).map_err(|_| miss("nothing stored"))?;
         let (header, compressed_len) =
-            read_header(&mut file).ok_or_else(|| "damaged entry".to_string())?;
-        if let Some(changed) = changed_input(&header, env_key, located) {
-            return Err(format!("{changed} changed"));
+            read_header(&mut file).ok_or_else(|| miss("damaged entry"))?;
+        if let Some(changed) = changed_context(&header, env_key, located) {
+            return Err(miss(&format!("{changed} changed")));
+        }
+        if let Some(changed) = changed_file(&header.inputs.files) {
+            return Err(Miss {
+                why: format!("{changed} changed"),
+                previous: Some(Previous {
+                    file,
+                    compressed_len,
+                    index_len: header.index_len,
+                    files: header.inputs.files,
+                }),
+            });
         }
         // Recently used entries are the ones eviction keeps.
         let _ = file.set_modified(std::time::SystemTime::now());
@@ -147,19 +313,20 @@ impl ResultsCache {
         let tmp = self.dir.join(format!(".{}.tmp", std::process::id()));
         let file =
             std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        let mut encoder = zstd::stream::Encoder::new(file, 1).context("starting zstd")?;
-        // Compression runs on zstd's own thread, beside the closures being computed.
-        let _ = encoder.multithread(1);
         Ok(ResultWriter {
             path: self.entry_path(request),
             tmp,
             dir: self.dir.clone(),
-            encoder: Some(encoder),
+            encoder: Some(crate::frames::FrameWriter::new(file).context("starting zstd")?),
+            written: 0,
+            index: TargetIndex::default(),
+            outcome_ids: Default::default(),
         })
     }
 }
 
-/// The header at the end of an entry, and the length of the compressed output before it.
+/// The header at the end of an entry, and the length of the compressed output before the
+/// target index.
 fn read_header(file: &mut std::fs::File) -> Option<(Header, u64)> {
     let end = file.seek(SeekFrom::End(0)).ok()?;
     let mut length = [0u8; 8];
@@ -171,6 +338,7 @@ fn read_header(file: &mut std::fs::File) -> Option<(Header, u64)> {
     let mut header = vec![0u8; usize::try_from(header_len).ok()?];
     file.read_exact(&mut header).ok()?;
     let header = bincode::deserialize::<Header>(&header).ok()?;
+    let compressed_len = compressed_len.checked_sub(header.index_len)?;
     Some((header, compressed_len))
 }
 
@@ -180,29 +348,93 @@ pub struct ResultWriter {
     tmp: PathBuf,
     dir: PathBuf,
     /// Taken by [`ResultWriter::finish`]; still here on drop means the result is abandoned.
-    encoder: Option<zstd::stream::Encoder<'static, std::fs::File>>,
+    encoder: Option<crate::frames::FrameWriter>,
+    /// Bytes of output written so far: where the next target starts.
+    written: u64,
+    index: TargetIndex,
+    outcome_ids: std::collections::HashMap<TargetOutcome, u32>,
 }
 
 impl ResultWriter {
+    /// Output that is no target's (the document's head and tail).
     pub fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.written += bytes.len() as u64;
         match &mut self.encoder {
-            Some(encoder) => encoder.write_all(bytes),
+            Some(encoder) => encoder.write_other(bytes),
             None => Ok(()),
         }
     }
 
+    /// Copy whole frames of a stored output where the same targets follow one another.
+    pub fn copy_frames_from(&mut self, source: crate::frames::FrameSource) {
+        if let Some(encoder) = &mut self.encoder {
+            encoder.copy_from(source);
+        }
+    }
+
+    /// The next target: after a comma or not, its JSON, what it counts, and its number in
+    /// the stored output it was copied from, if it was.
+    pub fn write_target(
+        &mut self,
+        comma: bool,
+        json: &[u8],
+        outcome: TargetOutcome,
+        old: Option<u32>,
+    ) -> std::io::Result<()> {
+        let parts: &[&[u8]] = if comma { &[b",", json] } else { &[json] };
+        let start = self.written + comma as u64;
+        self.note_target(start, json.len() as u64, outcome);
+        self.written = start + json.len() as u64;
+        match &mut self.encoder {
+            Some(encoder) => encoder.write_target(parts, old),
+            None => Ok(()),
+        }
+    }
+
+    /// The next target's output is at `start`, `len` bytes long, with `outcome`.
+    fn note_target(&mut self, start: u64, len: u64, outcome: TargetOutcome) {
+        let next = self.index.outcomes.len() as u32;
+        let id = *self
+            .outcome_ids
+            .entry(outcome)
+            .or_insert_with_key(|outcome| {
+                self.index.outcomes.push(outcome.clone());
+                next
+            });
+        self.index.spans.push((start, len));
+        self.index.outcome_of.push(id);
+    }
+
     /// Store the output with what it was computed from (temp file + rename), then delete the
-    /// least recently used entries beyond [`KEPT_RESULTS`].
-    pub fn finish(mut self, inputs: Inputs, outcome: Outcome) -> Result<()> {
+    /// least recently used entries beyond [`KEPT_RESULTS`]. `jobs` and `imported` complete
+    /// the target index ([`TargetIndex`]); a count of targets other than the ones noted
+    /// stores no index, so nothing will be reused from this result but the whole of it.
+    pub fn finish(
+        mut self,
+        inputs: Inputs,
+        (jobs, imported): (Vec<(u32, u32)>, Vec<bool>),
+        outcome: Outcome,
+    ) -> Result<()> {
         let encoder = self.encoder.take().context("already finished")?;
-        let mut file = encoder.finish().context("finishing zstd")?;
+        let (mut file, frames) = encoder.finish().context("finishing zstd")?;
+        let mut index = std::mem::take(&mut self.index);
+        if jobs.len() == index.spans.len() {
+            index.jobs = jobs;
+            index.imported = imported;
+            index.frames = frames;
+        } else {
+            index = TargetIndex::default();
+        }
+        let index = bincode::serialize(&index).context("serialising the target index")?;
         let header = bincode::serialize(&Header {
             layout: LAYOUT.to_string(),
             inputs,
             outcome,
+            index_len: index.len() as u64,
         })
         .context("serialising the result header")?;
-        file.write_all(&header)
+        file.write_all(&index)
+            .and_then(|_| file.write_all(&header))
             .and_then(|_| file.write_all(&(header.len() as u64).to_le_bytes()))
             .with_context(|| format!("writing {}", self.tmp.display()))?;
         drop(file);
@@ -222,8 +454,8 @@ impl Drop for ResultWriter {
     }
 }
 
-/// The first input that differs from when the result was stored, if any.
-fn changed_input(header: &Header, env_key: &[u8; 32], located: &[PathBuf]) -> Option<String> {
+/// The first input other than a source file that differs from when the result was stored.
+fn changed_context(header: &Header, env_key: &[u8; 32], located: &[PathBuf]) -> Option<String> {
     let inputs = &header.inputs;
     if header.layout != LAYOUT {
         return Some("the entry layout".into());
@@ -234,10 +466,13 @@ fn changed_input(header: &Header, env_key: &[u8; 32], located: &[PathBuf]) -> Op
     if inputs.located != located {
         return Some("the located files".into());
     }
-    inputs
-        .files
+    changed_file(&inputs.dirs)
+}
+
+/// The first of `stamped` whose stamp differs from now.
+fn changed_file(stamped: &[(PathBuf, Option<Stamp>)]) -> Option<String> {
+    stamped
         .iter()
-        .chain(&inputs.dirs)
         .find(|(path, stamp)| Stamp::of(path) != *stamp)
         .map(|(path, _)| path.display().to_string())
 }
@@ -296,7 +531,9 @@ mod tests {
             warnings: 2,
             missing_required: true,
         };
-        writer.finish(inputs, outcome).unwrap();
+        writer
+            .finish(inputs, (Vec::new(), Vec::new()), outcome)
+            .unwrap();
     }
 
     fn replay(hit: Hit) -> String {
@@ -316,7 +553,7 @@ mod tests {
         let located = [file.clone()];
         let hit = |request: &RequestKey| match cache.lookup(request, &[7; 32], &located) {
             Ok(hit) => hit,
-            Err(why) => panic!("not reused: {why}"),
+            Err(miss) => panic!("not reused: {}", miss.why),
         };
         store(
             &cache,
@@ -331,14 +568,23 @@ mod tests {
 
         let other_request = RequestKey::new(&[b"job.py", b"table"]);
         assert!(cache.lookup(&other_request, &[7; 32], &located).is_err());
-        let miss = |env: [u8; 32], located: &[PathBuf]| cache.lookup(&request, &env, located).err();
+        let miss = |env: [u8; 32], located: &[PathBuf]| {
+            cache
+                .lookup(&request, &env, located)
+                .err()
+                .map(|miss| miss.why)
+        };
         assert_eq!(miss([8; 32], &located).unwrap(), "the environment changed");
         assert_eq!(miss([7; 32], &[]).unwrap(), "the located files changed");
 
         // A new module where the resolver looked changes the directory's stamp.
         std::thread::sleep(std::time::Duration::from_millis(10));
         std::fs::write(project.path().join("json.py"), "").unwrap();
-        let why = cache.lookup(&request, &[7; 32], &located).err().unwrap();
+        let why = cache
+            .lookup(&request, &[7; 32], &located)
+            .err()
+            .unwrap()
+            .why;
         assert_eq!(why, format!("{} changed", project.path().display()));
         store(
             &cache,
@@ -352,6 +598,62 @@ mod tests {
         // Same length, new content: the stamp (mtime, ctime) still differs.
         std::fs::write(&file, "import re\n").unwrap();
         assert!(cache.lookup(&request, &[7; 32], &located).is_err());
+    }
+
+    #[test]
+    fn a_result_whose_source_files_changed_hands_back_its_targets() {
+        let cache_dir = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let file = project.path().join("job.py");
+        std::fs::write(&file, "import os\n").unwrap();
+        let cache = ResultsCache::new(cache_dir.path());
+        let request = RequestKey::new(&[b"job.py"]);
+        let mut writer = cache.writer(&request).unwrap();
+        let empty = TargetOutcome::default();
+        let warned = TargetOutcome {
+            warnings: vec![("job.py".into(), 3, "dynamic import".into())],
+            missing: vec!["nope".into()],
+            missing_required: true,
+        };
+        writer.write_all(b"[").unwrap();
+        writer
+            .write_target(false, b"AA", empty.clone(), None)
+            .unwrap();
+        writer
+            .write_target(true, b"BBB", warned.clone(), None)
+            .unwrap();
+        writer.write_all(b"]").unwrap();
+        let outcome = Outcome {
+            warnings: 1,
+            missing_required: true,
+        };
+        let keys = (vec![(0, NO_SCOPE), (0, 1)], vec![false]);
+        writer
+            .finish(inputs(project.path(), &file), keys, outcome)
+            .unwrap();
+
+        std::fs::write(&file, "import re\n").unwrap();
+        let miss = cache
+            .lookup(&request, &[7; 32], std::slice::from_ref(&file))
+            .err()
+            .unwrap();
+        let previous = miss.previous.expect("only a source file changed");
+        let index = previous.index().unwrap();
+        assert_eq!(index.jobs, [(0, NO_SCOPE), (0, 1)]);
+        assert_eq!(index.outcomes[index.outcome_of[1] as usize], warned);
+        let mut output = previous.output().unwrap();
+        assert_eq!(output.read_span(1, 2).unwrap(), b"AA");
+        assert_eq!(output.read_span(4, 3).unwrap(), b"BBB");
+        assert!(output.read_span(1, 2).is_err(), "spans are read forward");
+
+        // A listed directory changed too: the entry is not handed back.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::fs::write(project.path().join("re.py"), "").unwrap();
+        let miss = cache
+            .lookup(&request, &[7; 32], std::slice::from_ref(&file))
+            .err()
+            .unwrap();
+        assert!(miss.previous.is_none());
     }
 
     #[test]

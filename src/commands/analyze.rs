@@ -6,7 +6,7 @@ use std::io::{BufWriter, IsTerminal, Write};
 
 use lfm_analyzer::dists::normalize_name;
 use lfm_analyzer::render;
-use lfm_analyzer::results::{Outcome, RequestKey, ResultWriter, ResultsCache};
+use lfm_analyzer::results::{Outcome, RequestKey, ResultWriter, ResultsCache, TargetOutcome};
 use lfm_analyzer::spec::{DistributionNeed, ModuleKind, TargetSpec, TargetView, SPEC_FORMAT};
 use lfm_analyzer::{prepare_or_reuse, Analysis, AnalyzeError, Environment, Options, Prepared};
 
@@ -68,7 +68,12 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     }
     if let Some((cache, request)) = &results {
         match cache.writer(request) {
-            Ok(writer) => out.record = Some(writer),
+            Ok(mut writer) => {
+                if let Some(frames) = analysis.stored_frames() {
+                    writer.copy_frames_from(frames);
+                }
+                out.record = Some(writer)
+            }
             Err(error) => eprintln!("warning: the result will not be stored: {error:#}"),
         }
     }
@@ -79,6 +84,12 @@ pub fn run(args: AnalyzeArgs) -> i32 {
     }
     if finish(&args, &analysis, &mut out, written, &mut totals).is_err() {
         return EXIT_FAILED; // a closed pipe (`| head`) is not worth a panic
+    }
+    if show_timings {
+        print_checkpoint(
+            "finished (output flushed, result stored)",
+            &since_prepare(&analysis, started),
+        );
     }
     // Freeing every summary one by one takes longer than the exit that follows frees them all.
     std::mem::forget(analysis);
@@ -233,25 +244,38 @@ fn print_memory(analysis: &Analysis) {
     );
 }
 
-/// Cumulative wall times since prepare() started, then the closures and rendering.
+/// When each phase ended, in wall time since prepare() started, with the CPU time and memory
+/// of the process so far: the preparation's phases, then the closures and output.
 fn print_timings(analysis: &Analysis, started: std::time::Instant) {
-    let mut checkpoints = analysis.timings.clone();
-    checkpoints.push((
-        "closures and output",
-        lfm_analyzer::Checkpoint::since(started),
-    ));
-    for (phase, at) in &checkpoints {
-        let cpu = at.cpu.map_or(String::new(), |cpu| {
-            format!("  (cpu {:.2} s)", cpu.as_secs_f64())
-        });
-        let cpu = match (at.rss_kib, at.peak_rss_kib) {
-            (Some(rss), Some(peak)) => {
-                format!("{cpu}  (rss {} MiB, peak {} MiB)", rss / 1024, peak / 1024)
-            }
-            _ => cpu,
-        };
-        eprintln!("timing: {:>8.3} s  {phase}{cpu}", at.wall.as_secs_f64());
+    for (phase, at) in &analysis.timings {
+        print_checkpoint(phase, at);
     }
+    print_checkpoint("closures and output", &since_prepare(analysis, started));
+}
+
+/// A checkpoint timed from prepare()'s start like the preparation's own (`started` is when
+/// the preparation ended). Timed from `started` alone, the closures' line once read as if
+/// the process waited ~0.75 s after it.
+fn since_prepare(analysis: &Analysis, started: std::time::Instant) -> lfm_analyzer::Checkpoint {
+    let mut at = lfm_analyzer::Checkpoint::since(started);
+    at.wall += analysis
+        .timings
+        .last()
+        .map_or(Default::default(), |(_, at)| at.wall);
+    at
+}
+
+fn print_checkpoint(phase: &str, at: &lfm_analyzer::Checkpoint) {
+    let cpu = at.cpu.map_or(String::new(), |cpu| {
+        format!("  (cpu {:.2} s)", cpu.as_secs_f64())
+    });
+    let cpu = match (at.rss_kib, at.peak_rss_kib) {
+        (Some(rss), Some(peak)) => {
+            format!("{cpu}  (rss {} MiB, peak {} MiB)", rss / 1024, peak / 1024)
+        }
+        _ => cpu,
+    };
+    eprintln!("timing: {:>8.3} s  {phase}{cpu}", at.wall.as_secs_f64());
 }
 
 /// The global warnings (tables print them last), the output flushed, and the result stored
@@ -282,7 +306,7 @@ fn finish(
             warnings: totals.count_warnings() as u64,
             missing_required: totals.missing_required,
         };
-        if let Err(error) = record.finish(inputs, outcome) {
+        if let Err(error) = record.finish(inputs, analysis.index_keys(), outcome) {
             eprintln!("warning: the result was not stored: {error:#}");
         }
     }
@@ -370,8 +394,9 @@ struct Output {
 }
 
 impl Output {
-    /// Write `parts` in order, in as few system calls as the OS takes, without copying them
-    /// into the buffer first (a chunk of targets is ~350 KB, a whole tree ~480 MB; the copy was
+    /// Write `parts` in order to the output only (the caller hands each target to the
+    /// record), in as few system calls as the OS takes, without copying them into the buffer
+    /// first (a chunk of targets is ~350 KB, a whole tree ~480 MB; the copy was
     /// made on the main thread while the workers waited for the next chunk).
     fn write_parts(&mut self, parts: &[&[u8]]) -> std::io::Result<()> {
         use std::io::IoSlice;
@@ -387,11 +412,6 @@ impl Output {
                     return Err(std::io::ErrorKind::WriteZero.into());
                 }
                 IoSlice::advance_slices(&mut remaining, written);
-            }
-        }
-        if let Some(record) = &mut self.record {
-            for part in parts {
-                record.write_all(part)?;
             }
         }
         Ok(())
@@ -653,6 +673,28 @@ impl Totals {
         }
     }
 
+    /// A stored target's counts ([`Totals::to_outcome`] of when it was computed).
+    fn of_outcome(outcome: &TargetOutcome) -> Totals {
+        Totals {
+            warnings: 0,
+            distinct_warnings: outcome.warnings.iter().cloned().collect(),
+            missing_required: outcome.missing_required,
+            missing: outcome.missing.iter().cloned().collect(),
+        }
+    }
+
+    /// One target's counts as a stored result keeps them, in a fixed order.
+    fn to_outcome(&self) -> TargetOutcome {
+        let mut warnings: Vec<(String, u32, String)> =
+            self.distinct_warnings.iter().cloned().collect();
+        warnings.sort();
+        TargetOutcome {
+            warnings,
+            missing: self.missing.iter().cloned().collect(),
+            missing_required: self.missing_required,
+        }
+    }
+
     fn add(&mut self, other: Totals) {
         self.warnings += other.warnings;
         self.distinct_warnings.extend(other.distinct_warnings);
@@ -701,12 +743,17 @@ fn write_json(
             target.write_json(&mut bytes);
             bytes
         };
-        (Totals::of_view(&target), bytes)
+        (Totals::of_view(&target), bytes, None)
     };
-    analysis.map_chunks(CHUNK, render, |rendered| {
+    // A target a stored result holds comes back as its JSON and what it counted.
+    let stored = |bytes: Vec<u8>, outcome: &TargetOutcome, old: u32| {
+        (Totals::of_outcome(outcome), bytes, Some(old))
+    };
+    analysis.map_chunks_reusing(CHUNK, render, stored, |rendered| {
         advance(bar, rendered.len(), analysis.len());
         let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * rendered.len());
-        for (counts, bytes) in &rendered {
+        let first_in_chunk = first;
+        for (counts, bytes, _) in &rendered {
             totals.add(counts.clone());
             if !first {
                 parts.push(b",");
@@ -714,7 +761,15 @@ fn write_json(
             first = false;
             parts.push(bytes);
         }
-        out.write_parts(&parts)
+        out.write_parts(&parts)?;
+        let Some(record) = &mut out.record else {
+            return Ok::<(), std::io::Error>(());
+        };
+        for (number, (counts, bytes, old)) in rendered.into_iter().enumerate() {
+            let comma = !(first_in_chunk && number == 0);
+            record.write_target(comma, &bytes, counts.to_outcome(), old)?;
+        }
+        Ok(())
     })?;
     write!(out, "],\"warnings\":")?;
     value(out, pretty, &analysis.warnings())?;

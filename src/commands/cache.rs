@@ -14,6 +14,10 @@ use crate::monitoring::EXIT_USAGE;
 /// The analyze caches under the cache directory: each bounded by its own rule.
 const ANALYZE_CACHES: [(&str, &str); 3] = [
     ("analyze-summaries.bin", "entries unused for 32 runs leave"),
+    (
+        "analyze-summaries.journal",
+        "summaries added since; folded in at a quarter of the file",
+    ),
     ("analyze-results", "the 16 most recent results"),
     (
         lfm_analyzer::interpreter_cache::DIR,
