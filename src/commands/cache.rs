@@ -12,7 +12,7 @@ use crate::cli::CacheArgs;
 use crate::monitoring::EXIT_USAGE;
 
 /// The analyze caches under the cache directory: each bounded by its own rule.
-const ANALYZE_CACHES: [(&str, &str); 3] = [
+const ANALYZE_CACHES: [(&str, &str); 4] = [
     ("analyze-summaries.bin", "entries unused for 32 runs leave"),
     (
         "analyze-summaries.journal",
