@@ -9,7 +9,7 @@
 //! - the first decision of the category: its tallies removed first (a category recorded
 //!   without sizing; recording keeps the window cache current), ROUNDS / 10 times;
 //! - the same with its window cache removed too (a history made by an lfm that kept neither:
-//!   once per category, unless a run of it is recorded first), ROUNDS / 10 times;
+//!   its decisions read `runs` until a run of it is recorded), ROUNDS / 10 times;
 //! - the decisions after a first one, while its tally catches up with the window (each replays
 //!   up to `REPLAY_PER_DECISION` runs through every candidate): every one of them, untimed by
 //!   the other cases, which start from a tally that has caught up.
