@@ -262,17 +262,7 @@ pub struct ModuleMemos<'p> {
 
 impl<'p> ModuleMemos<'p> {
     pub fn new(project: &'p Project) -> ModuleMemos<'p> {
-        let mut imported = vec![false; project.modules.len()];
-        for loaded in &project.modules {
-            for target in loaded.targets.iter().flat_map(|targets| targets.iter()) {
-                if let EdgeTarget::Local(id) = target {
-                    imported[*id as usize] = true;
-                }
-            }
-            if let Some(parent) = loaded.parent {
-                imported[parent as usize] = true;
-            }
-        }
+        let imported = crate::reuse::imported_flags(project);
         ModuleMemos {
             project,
             numbers: WorkNumbers::new(project),
