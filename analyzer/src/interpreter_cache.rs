@@ -166,7 +166,10 @@ mod tests {
             .expect("python3 runs");
         assert!(made.success());
         let python = root.join("bin/python");
-        let site = Interpreter::query_cached(&python, None).unwrap().site_dirs()[0].clone();
+        let site = Interpreter::query_cached(&python, None)
+            .unwrap()
+            .site_dirs()[0]
+            .clone();
         let long_ago = UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
         std::fs::File::open(&site)
             .unwrap()
@@ -189,7 +192,12 @@ mod tests {
         let kept = lookup(&cache, &python, crate::interpreter::QUERY).expect("kept");
         assert_eq!(
             (&kept.executable, &kept.prefix, &kept.path, &kept.version),
-            (&asked.executable, &asked.prefix, &asked.path, &asked.version)
+            (
+                &asked.executable,
+                &asked.prefix,
+                &asked.path,
+                &asked.version
+            )
         );
         assert_eq!(kept.stdlib_module_names, asked.stdlib_module_names);
         // An installed distribution's .pth adds a directory to sys.path.
