@@ -169,7 +169,7 @@ impl History {
             Some(SCHEMA) => imports::prepare(c)
                 .and_then(|()| retention::prepare(c))
                 .and_then(|()| tallies::prepare(c))
-                .and_then(|()| window::prepare(c)),
+                .and_then(|()| self.prepare_window()),
             Some(other) => Err(format!("schema {other}, this lfm reads {SCHEMA}")),
             None => Err("not an lfm history (no schema version)".into()),
         }
@@ -316,30 +316,100 @@ impl History {
         category: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Row>, String> {
-        let fail = |e: rusqlite::Error| format!("history {}: {e}", self.path.display());
-        let sql = format!("SELECT {SIZING_COLUMNS} FROM runs {filter}");
-        let mut statement = self.connection.prepare_cached(&sql).map_err(fail)?;
-        let rows = statement
-            .query_map(params![category, limit], read_row)
-            .map_err(fail)?;
-        rows.collect::<Result<Vec<Row>, _>>().map_err(fail)
+        self.runs_where(filter, params![category, limit])
+            .map_err(|e| format!("history {}: {e}", self.path.display()))
+    }
+
+    /// The runs `filter` (a WHERE clause and what follows it) selects, as sizing reads them.
+    fn runs_where(
+        &self,
+        filter: &str,
+        values: impl rusqlite::Params,
+    ) -> rusqlite::Result<Vec<Row>> {
+        let sql = format!("SELECT {RUN_COLUMNS} FROM runs {filter}");
+        let mut statement = self.connection.prepare_cached(&sql)?;
+        let rows = statement.query_map(values, read_run)?;
+        rows.collect()
     }
 }
 
-/// What sizing reads of a run row, in [`Row`]'s order: the columns, then the fields of the
-/// Report it holds (the sizing window's cache stores them as they come out: `window.rs`).
-const SIZING_COLUMNS: &str = "
+/// What sizing reads of a run row: its columns, then the Report fields it keeps
+/// ([`retention::sizing_fields`]), parsed here (`json_extract` of each field in SQL cost
+/// ~1 ms over a window of 1,000 runs). The window's cache stores what [`read_run`] makes of
+/// them, so that both read the same values.
+const RUN_COLUMNS: &str = "
     id, category, time, exit, exceeded, memory_mb, cores, disk_mb, wall_time, memory_limit_mb,
-    sized, json_extract(report, '$.limits.cores'),
-    json_extract(report, '$.cpu_throttling.throttled_periods')
-      * 1.0 / json_extract(report, '$.cpu_throttling.periods'),
-    json_extract(report, '$.gpu.memory_peak_bytes') / 1048576.0,
-    json_extract(report, '$.gpu.devices_used'),
-    json_extract(report, '$.allocation.memory_bytes') / 1048576.0,
-    json_extract(report, '$.allocation.queue_wait_seconds'),
-    json_extract(report, '$.input_bytes')";
+    sized, report";
 
-/// A [`Row`] from the columns of [`SIZING_COLUMNS`], in that order.
+/// The Report fields a run row keeps, as [`retention::sizing_fields`] writes them (a row
+/// recorded before retention holds the whole Report: the same fields among others).
+#[derive(Default, serde::Deserialize)]
+struct SizingFields {
+    limits: Option<LimitFields>,
+    cpu_throttling: Option<ThrottlingFields>,
+    gpu: Option<GpuFields>,
+    allocation: Option<AllocationFields>,
+    input_bytes: Option<f64>,
+}
+
+#[derive(serde::Deserialize)]
+struct LimitFields {
+    cores: Option<f64>,
+}
+
+#[derive(serde::Deserialize)]
+struct ThrottlingFields {
+    periods: Option<f64>,
+    throttled_periods: Option<f64>,
+}
+
+#[derive(serde::Deserialize)]
+struct GpuFields {
+    memory_peak_bytes: Option<f64>,
+    devices_used: Option<f64>,
+}
+
+#[derive(serde::Deserialize)]
+struct AllocationFields {
+    memory_bytes: Option<f64>,
+    queue_wait_seconds: Option<f64>,
+}
+
+/// A [`Row`] from the columns of [`RUN_COLUMNS`], in that order. A Report whose fields do not
+/// read gives none of them (sizing then goes without them), never a failed decision.
+fn read_run(r: &rusqlite::Row) -> rusqlite::Result<Row> {
+    let report = r.get_ref(11)?.as_str().unwrap_or_default();
+    let fields: SizingFields = serde_json::from_str(report).unwrap_or_default();
+    let throttling = fields.cpu_throttling.as_ref();
+    let throttled = throttling
+        .and_then(|t| Some((t.throttled_periods?, t.periods?)))
+        .filter(|&(_, periods)| periods != 0.0)
+        .map(|(throttled, periods)| throttled / periods);
+    let gpu = fields.gpu.as_ref();
+    let allocation = fields.allocation.as_ref();
+    Ok(Row {
+        id: r.get(0)?,
+        category: r.get(1)?,
+        time: r.get(2)?,
+        exit: r.get(3)?,
+        exceeded: r.get(4)?,
+        memory_mb: r.get(5)?,
+        cores: r.get(6)?,
+        disk_mb: r.get(7)?,
+        wall_time: r.get(8)?,
+        memory_limit_mb: r.get(9)?,
+        sized: r.get(10)?,
+        cores_limit: fields.limits.and_then(|l| l.cores),
+        throttled,
+        gpu_memory_mb: gpu.and_then(|g| g.memory_peak_bytes).map(|b| b / MIB),
+        gpus: gpu.and_then(|g| g.devices_used),
+        allocation_mb: allocation.and_then(|a| a.memory_bytes).map(|b| b / MIB),
+        queue_wait_seconds: allocation.and_then(|a| a.queue_wait_seconds),
+        input_bytes: fields.input_bytes,
+    })
+}
+
+/// A [`Row`] from the sizing window's cache, whose columns are [`Row`]'s fields in order.
 fn read_row(r: &rusqlite::Row) -> rusqlite::Result<Row> {
     Ok(Row {
         id: r.get(0)?,

@@ -12,12 +12,12 @@
 
 use std::time::Duration;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 
-use super::{read_row, History, Row, BUSY_TIMEOUT, SIZING_COLUMNS, SIZING_WINDOW};
+use super::{read_row, History, Row, BUSY_TIMEOUT, SIZING_WINDOW};
 
-/// Added in place to histories made before it (older lfm versions ignore it). Columns as
-/// [`SIZING_COLUMNS`] gives them, untyped, so that values read back exactly as from `runs`.
+/// Added in place to histories made before it (older lfm versions ignore it). [`Row`]'s
+/// fields in order, as reading `runs` makes them, untyped: they read back exactly.
 const CREATE: &str = "
     CREATE TABLE IF NOT EXISTS sizing_window (
         id INTEGER NOT NULL, category TEXT NOT NULL, time, exit, exceeded, memory_mb, cores,
@@ -25,19 +25,64 @@ const CREATE: &str = "
         gpus, allocation_mb, queue_wait_seconds, input_bytes,
         PRIMARY KEY (category, id)) WITHOUT ROWID;";
 
-pub(super) fn prepare(c: &Connection) -> Result<(), String> {
-    let exists: Option<String> = c
-        .query_row(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'sizing_window'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(|e| e.to_string())?;
-    if exists.is_none() {
-        c.execute_batch(CREATE).map_err(|e| e.to_string())?;
+/// Written to `meta` once every category's cache was filled: a history made before the cache
+/// (or by an lfm that only made its table) is filled whole at the first open, once, so that no
+/// decision reads a window from `runs` for it.
+const FILLED_KEY: &str = "sizing_window_schema";
+const FILLED: &str = "lfm-sizing-window/1";
+
+fn filled(c: &Connection) -> rusqlite::Result<bool> {
+    let value: Option<String> = c
+        .query_row("SELECT value FROM meta WHERE key = ?1", [FILLED_KEY], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    Ok(value.as_deref() == Some(FILLED))
+}
+
+impl History {
+    /// Make the cache and fill it for every category, in one transaction, unless an lfm did.
+    pub(super) fn prepare_window(&self) -> Result<(), String> {
+        let c = &self.connection;
+        if filled(c).map_err(|e| e.to_string())? {
+            return Ok(());
+        }
+        let fill = || -> rusqlite::Result<()> {
+            // Immediate: the write lock first (waiting for it), then the check, so that
+            // another lfm filling it meanwhile is seen.
+            let transaction = Transaction::new_unchecked(c, TransactionBehavior::Immediate)?;
+            if !filled(c)? {
+                c.execute_batch(CREATE)?;
+                for category in categories(c)? {
+                    let state = self.window_state(&category)?;
+                    if !state.current() {
+                        self.bring_up_to_date(&category, &state)?;
+                    }
+                }
+                c.execute(
+                    "INSERT OR REPLACE INTO meta VALUES (?1, ?2)",
+                    [FILLED_KEY, FILLED],
+                )?;
+            }
+            transaction.commit()
+        };
+        fill().map_err(|e| format!("filling the sizing window's cache ({FILLED}) failed: {e}"))
     }
-    Ok(())
+}
+
+/// Every category with runs, hopping through the (category, id) index: a category at a time,
+/// not a run at a time.
+fn categories(c: &Connection) -> rusqlite::Result<Vec<String>> {
+    let mut statement = c.prepare(
+        "WITH RECURSIVE next (category) AS (
+             SELECT min(category) FROM runs
+             UNION ALL
+             SELECT (SELECT min(category) FROM runs WHERE category > next.category)
+             FROM next WHERE next.category IS NOT NULL)
+         SELECT category FROM next WHERE category IS NOT NULL",
+    )?;
+    let categories = statement.query_map([], |r| r.get(0))?;
+    categories.collect()
 }
 
 /// What the cache holds of a category and what `runs` holds in the same ids.
@@ -115,9 +160,7 @@ impl History {
         if cached.is_none() || cached != before {
             return Ok(false);
         }
-        let sql =
-            format!("INSERT INTO sizing_window SELECT {SIZING_COLUMNS} FROM runs WHERE id = ?1");
-        c.prepare_cached(&sql)?.execute(params![run])?;
+        self.copy_in(self.runs_where("WHERE id = ?1", params![run])?)?;
         c.prepare_cached(
             "DELETE FROM sizing_window WHERE category = ?1 AND id <
                  (SELECT id FROM runs WHERE category = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
@@ -170,12 +213,39 @@ impl History {
         let drop_below = if kept.is_some() { start } else { i64::MAX };
         c.prepare_cached("DELETE FROM sizing_window WHERE category = ?1 AND id < ?2")?
             .execute(params![category, drop_below])?;
-        let sql = format!(
-            "INSERT INTO sizing_window SELECT {SIZING_COLUMNS} FROM runs
-             WHERE category = ?1 AND id >= ?2 ORDER BY id"
-        );
         let from = kept.map_or(start, |newest| newest + 1);
-        c.prepare_cached(&sql)?.execute(params![category, from])?;
+        let filter = "WHERE category = ?1 AND id >= ?2 ORDER BY id";
+        self.copy_in(self.runs_where(filter, params![category, from])?)
+    }
+
+    /// Put `runs` into the cache as sizing reads them from `runs`.
+    fn copy_in(&self, runs: Vec<Row>) -> rusqlite::Result<()> {
+        let mut insert = self.connection.prepare_cached(
+            "INSERT INTO sizing_window VALUES
+                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+        )?;
+        for run in runs {
+            insert.execute(params![
+                run.id,
+                run.category,
+                run.time,
+                run.exit,
+                run.exceeded,
+                run.memory_mb,
+                run.cores,
+                run.disk_mb,
+                run.wall_time,
+                run.memory_limit_mb,
+                run.sized,
+                run.cores_limit,
+                run.throttled,
+                run.gpu_memory_mb,
+                run.gpus,
+                run.allocation_mb,
+                run.queue_wait_seconds,
+                run.input_bytes,
+            ])?;
+        }
         Ok(())
     }
 
@@ -332,6 +402,131 @@ mod tests {
         assert_eq!(window.len(), 601);
         assert!(as_cached(&history, "b") == window);
         assert!(as_cached(&history, "a").is_empty());
+    }
+
+    /// A Report with every field sizing reads, with values that SQL and Rust could round apart.
+    fn a_full_report(category: &str) -> crate::report::Report {
+        let mut report = a_report(category, 5);
+        report.limits.cores = Some(1.7);
+        report.cpu_throttling = Some(crate::report::CpuThrottling {
+            periods: 3_000,
+            throttled_periods: 7,
+            throttled_seconds: 0.1,
+        });
+        report.gpu = Some(crate::report::Gpu {
+            memory_peak_bytes: Some(3_000_000_007),
+            devices_used: Some(2),
+            ..Default::default()
+        });
+        report.allocation = Some(crate::report::Allocated {
+            memory_bytes: 123_456_789,
+            cores: 1.5,
+            queue_wait_seconds: 0.123_456_789_012_345_67,
+            node_memory_bytes: 1 << 34,
+            node_cores: 2.0,
+            serve_memory_bytes: None,
+        });
+        report.input_bytes = Some(9_007_199_254_740_993);
+        report
+    }
+
+    #[test]
+    fn the_report_fields_read_as_sql_extracted_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(&dir.path().join("h.sqlite")).unwrap();
+        history.record(&a_full_report("a"), false).unwrap();
+        // What SQLite makes of the stored fields: how lfm read them before it parsed them.
+        let sql: (f64, f64, f64, f64, f64, f64, f64) = (history.connection)
+            .query_row(
+                "SELECT json_extract(report, '$.limits.cores'),
+                     json_extract(report, '$.cpu_throttling.throttled_periods') * 1.0
+                         / json_extract(report, '$.cpu_throttling.periods'),
+                     json_extract(report, '$.gpu.memory_peak_bytes') / 1048576.0,
+                     json_extract(report, '$.gpu.devices_used'),
+                     json_extract(report, '$.allocation.memory_bytes') / 1048576.0,
+                     json_extract(report, '$.allocation.queue_wait_seconds'),
+                     json_extract(report, '$.input_bytes') FROM runs",
+                [],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                    ))
+                },
+            )
+            .unwrap();
+        let read = history.window_from_runs(Some("a")).unwrap().remove(0);
+        let fields = (
+            read.cores_limit,
+            read.throttled,
+            read.gpu_memory_mb,
+            read.gpus,
+            read.allocation_mb,
+            read.queue_wait_seconds,
+            read.input_bytes,
+        );
+        assert_eq!(
+            fields,
+            (
+                Some(sql.0),
+                Some(sql.1),
+                Some(sql.2),
+                Some(sql.3),
+                Some(sql.4),
+                Some(sql.5),
+                Some(sql.6)
+            )
+        );
+        assert_eq!(as_cached(&history, "a"), std::slice::from_ref(&read));
+        // A Report that does not read (written by hand, or damaged): the run without its
+        // fields, never a failed decision.
+        (history.connection)
+            .execute("UPDATE runs SET report = '{\"limits\": ' ", [])
+            .unwrap();
+        let damaged = history.window_from_runs(Some("a")).unwrap().remove(0);
+        assert_eq!(damaged.cores_limit, None);
+        assert_eq!(damaged.input_bytes, None);
+        assert_eq!(damaged.memory_mb, read.memory_mb);
+    }
+
+    /// A history made before the cache: its runs, and no cache table nor note of one.
+    fn as_made_before_the_cache(path: &std::path::Path) {
+        let c = Connection::open(path).unwrap();
+        c.execute_batch(
+            "DROP TABLE sizing_window; DELETE FROM meta WHERE key = 'sizing_window_schema';",
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn the_first_open_of_a_history_made_before_the_cache_fills_it_for_every_category() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.sqlite");
+        let history = History::open(&path).unwrap();
+        history
+            .import(&interleaved(&["a", "b", "b", "c"], 4 * 500))
+            .unwrap();
+        drop(history);
+        as_made_before_the_cache(&path);
+        let history = History::open(&path).unwrap();
+        for category in ["a", "b", "c"] {
+            let window = history.window_from_runs(Some(category)).unwrap();
+            assert!(!window.is_empty());
+            assert!(as_cached(&history, category) == window, "{category}");
+        }
+        // Once: an open after it leaves the cache as it finds it (here emptied by hand).
+        (history.connection)
+            .execute("DELETE FROM sizing_window WHERE category = 'c'", [])
+            .unwrap();
+        drop(history);
+        let history = History::open(&path).unwrap();
+        assert!(as_cached(&history, "c").is_empty());
+        right_window(&history, "c");
     }
 
     #[test]
