@@ -768,12 +768,22 @@ fn prepare_call_dir(
     spec: &CallSpec,
     visible_devices: Option<String>,
 ) -> Result<PathBuf> {
-    std::fs::create_dir_all(dir.join("sandbox"))
-        .with_context(|| format!("creating {}", dir.display()))?;
+    make_call_dirs(dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join("request.json");
     std::fs::write(&path, call_request(dir, spec, visible_devices).to_json())
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
+}
+
+/// A call's directory and its `sandbox/`, in the serve's existing work directory: two mkdirs
+/// (`create_dir_all` tries the deepest first, a failed syscall on every call).
+fn make_call_dirs(dir: &std::path::Path) -> std::io::Result<()> {
+    let make = |path: &std::path::Path| match std::fs::create_dir(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        made => made,
+    };
+    make(dir).or_else(|_| std::fs::create_dir_all(dir))?;
+    make(&dir.join("sandbox"))
 }
 
 /// The runner's request for `spec` in `dir`. `visible_devices` is the call's

@@ -51,7 +51,7 @@ impl Server {
         self.next_id += 1;
         let id = self.next_id;
         let dir = self.options.zygote.work_dir.join(format!("call-{id}"));
-        let made = std::fs::create_dir_all(dir.join("sandbox"))
+        let made = super::make_call_dirs(&dir)
             .map_err(anyhow::Error::from)
             .and_then(|()| self.monitor_for(limits, &dir));
         let monitor = match made {
