@@ -26,6 +26,10 @@ pub struct ProcessSample {
     pub write_bytes: u64,
     /// Exited, waiting to be reaped: it holds no memory and is in no cgroup any more.
     pub zombie: bool,
+    /// In its exit (the kernel's PF_EXITING): it leaves its cgroup before it is a zombie, and
+    /// unmapping a big address space takes milliseconds, in which a sample can see it
+    /// outside without its having left.
+    pub exiting: bool,
 }
 
 /// Every live descendant of `root` (not `root` itself), with its counters.
@@ -232,6 +236,7 @@ impl ProcFiles {
             start_ticks: stat.start_ticks,
             cpu_ticks: stat.cpu_ticks,
             zombie: stat.zombie,
+            exiting: stat.exiting,
             ..Default::default()
         };
         if let Some(status) = self.text(pid, ProcFile::Status) {
@@ -299,6 +304,7 @@ struct Stat {
     cpu_ticks: u64,
     threads: u64,
     zombie: bool,
+    exiting: bool,
 }
 
 impl Stat {
@@ -313,11 +319,15 @@ impl Stat {
     }
 }
 
+/// include/linux/sched.h: set at the start of the task's exit.
+const PF_EXITING: u64 = 0x4;
+
 /// The command name may hold spaces and parentheses, so fields are counted from the last ')'.
 fn parse_stat(stat: &str) -> Option<Stat> {
     let after = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = after.split_whitespace().collect();
-    // after ')': state(0) ppid(1) ... utime(11) stime(12) ... num_threads(17) ... starttime(19)
+    // after ')': state(0) ppid(1) ... flags(6) ... utime(11) stime(12) ... num_threads(17) ...
+    // starttime(19)
     let number = |index: usize| -> Option<u64> { fields.get(index)?.parse().ok() };
     Some(Stat {
         ppid: fields.get(1)?.parse().ok()?,
@@ -325,6 +335,7 @@ fn parse_stat(stat: &str) -> Option<Stat> {
         cpu_ticks: number(11)? + number(12)?,
         threads: number(17)?,
         zombie: fields.first() == Some(&"Z"),
+        exiting: number(6)? & PF_EXITING != 0,
     })
 }
 
@@ -382,6 +393,28 @@ mod tests {
             found.iter().any(|p| p.pid == wanted && p.start_ticks > 0),
             "child {wanted} not among {seen:?}; this process: {stat}"
         );
+    }
+
+    #[test]
+    fn a_process_in_its_exit_is_told_from_a_live_one() {
+        // /proc/PID/stat as the kernel writes it, the flags field (the 9th) changed.
+        let own = fs::read_to_string("/proc/self/stat").unwrap();
+        let with_flags = |flags: u64| {
+            let close = own.rfind(')').unwrap();
+            let mut fields: Vec<String> = own[close + 2..]
+                .split_whitespace()
+                .map(String::from)
+                .collect();
+            fields[6] = flags.to_string();
+            format!("{} {}", &own[..=close], fields.join(" "))
+        };
+        let live = parse_stat(&with_flags(0x0040_0140)).unwrap();
+        assert!(!live.exiting && !live.zombie);
+        let exiting = parse_stat(&with_flags(0x0040_4144)).unwrap();
+        assert!(exiting.exiting && !exiting.zombie);
+        assert_eq!(exiting.start_ticks, live.start_ticks);
+        let this = parse_stat(&own).unwrap();
+        assert!(!this.exiting, "this test's own process");
     }
 
     #[test]

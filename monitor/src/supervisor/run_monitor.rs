@@ -273,7 +273,7 @@ impl RunMonitor {
         let strays: Vec<i32> = members.difference(&listed).copied().collect();
         let outside: Vec<ProcessSample> = tree
             .iter()
-            .filter(|p| !members.contains(&p.pid) && !p.zombie)
+            .filter(|p| !members.contains(&p.pid) && !p.zombie && !p.exiting)
             .cloned()
             .collect();
         self.note_escapes(&outside);
