@@ -210,8 +210,14 @@ fn a_cores_limit_is_enforced() {
                 );
             }
         } else {
-            // No cpu controller: the supervisor kills a tree using more than limit + 0.25 cores.
-            assert_eq!(output.status.code(), Some(125), "{backend}");
+            // No cpu controller: the supervisor kills a tree using more than limit + 0.25 cores;
+            // unless a loaded machine never gave the two busy threads that much.
+            let peak = report["cores"]["peak"].as_f64().unwrap();
+            if output.status.code() != Some(125) && peak <= 0.75 {
+                println!("NOTE {backend}: the machine gave the workload at most {peak} cores, never over the limit's tolerance: nothing to kill");
+                continue;
+            }
+            assert_eq!(output.status.code(), Some(125), "{backend}: peak {peak}");
             assert_eq!(
                 report["limits_exceeded"]["cores"].as_f64(),
                 Some(0.5),
