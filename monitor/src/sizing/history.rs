@@ -169,7 +169,7 @@ impl History {
             Some(SCHEMA) => imports::prepare(c)
                 .and_then(|()| retention::prepare(c))
                 .and_then(|()| tallies::prepare(c))
-                .and_then(|()| self.prepare_window()),
+                .map(|()| self.prepare_window()),
             Some(other) => Err(format!("schema {other}, this lfm reads {SCHEMA}")),
             None => Err("not an lfm history (no schema version)".into()),
         }
