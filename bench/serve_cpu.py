@@ -1,7 +1,9 @@
 """Where a served call's CPU goes, against a bare fork loop, in turns (bench/serve.sh's venv).
 
 Usage: python bench/serve_cpu.py VENV_PYTHON TURNS LFM [LFM...]   (CALLS=N, default 1000)
-Each turn runs the bare loop (2 children at a time) and, for each lfm binary given, `lfm serve
+Each turn runs the bare loop (2 children at a time), the same loop giving each call a v1
+memory and cpuacct cgroup of its own (made before the fork, joined by the child, read and
+removed after it, as lfm does; where this process may make them), and, for each lfm binary given, `lfm serve
 --slots 2` with cgroups (auto) and with rlimit, CALLS noop calls in flight. Prints calls/s and
 the CPU each call cost each process, read from /proc: the bare loop's parent (its own time,
 its imports included) and children; the zygote's own time and its reaped children's (the
@@ -27,23 +29,50 @@ import pandas, sklearn
 sys.path.insert(0, sys.argv[2])
 import serve_fns
 gc.freeze()
-n, at_once = int(sys.argv[1]), int(sys.argv[3])
+n, at_once, cgroups = int(sys.argv[1]), int(sys.argv[3]), sys.argv[4:]
+
+
+def made(call):
+    # The call's cgroups (one per v1 hierarchy given), made before its fork.
+    dirs = [os.path.join(root, f"bare-{os.getpid()}-{call}") for root in cgroups]
+    for path in dirs:
+        os.mkdir(path)
+    return dirs
+
+
+def measured(dirs):
+    # What lfm reads of a call's cgroups at its end, then their removal.
+    for path in dirs:
+        for name in ("memory.max_usage_in_bytes", "memory.stat", "cpuacct.usage"):
+            try:
+                with open(os.path.join(path, name)) as handle:
+                    handle.read()
+            except FileNotFoundError:
+                pass
+        os.rmdir(path)
+
+
 running, launched, finished = {}, 0, 0
 start = time.perf_counter()
 while finished < n:
     while launched < n and len(running) < at_once:
         read, write = os.pipe()
+        dirs = made(launched)
         pid = os.fork()
         if pid == 0:
+            for path in dirs:
+                with open(os.path.join(path, "cgroup.procs"), "w") as procs:
+                    procs.write(str(os.getpid()))
             os.write(write, pickle.dumps(serve_fns.noop()))
             os._exit(0)
         os.close(write)
-        running[pid] = read
+        running[pid] = (read, dirs)
         launched += 1
     pid, _ = os.wait()
-    read = running.pop(pid)
+    read, dirs = running.pop(pid)
     os.read(read, 1 << 16)
     os.close(read)
+    measured(dirs)
     finished += 1
 total = time.perf_counter() - start
 own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -51,10 +80,26 @@ print(n / total, (own.ru_utime + own.ru_stime) / n * 1e3, (children.ru_utime + c
 """
 
 
-def bare():
-    out = subprocess.run([PYTHON, "-c", BARE, str(CALLS), HERE, "2"], capture_output=True, text=True, check=True)
+def bare(cgroups=()):
+    command = [PYTHON, "-c", BARE, str(CALLS), HERE, "2", *cgroups]
+    out = subprocess.run(command, capture_output=True, text=True, check=True)
     rate, parent, children = map(float, out.stdout.split())
-    return f"bare loop          {rate:6.0f} calls/s  parent {parent:5.2f}  children {children:5.2f} ms a call"
+    name = "bare + cgroups" if cgroups else "bare loop"
+    return f"{name:18} {rate:6.0f} calls/s  parent {parent:5.2f}  children {children:5.2f} ms a call"
+
+
+def v1_cgroups():
+    """This process's memory and cpuacct cgroups (v1, where writable): the bare loop's calls
+    each get one of each, made, joined, read and removed as lfm does; none elsewhere."""
+    roots = []
+    for line in open("/proc/self/cgroup"):
+        _, controllers, path = line.rstrip("\n").split(":", 2)
+        for controller in ("memory", "cpuacct"):
+            if controller in controllers.split(","):
+                root = f"/sys/fs/cgroup/{controller}{path}"
+                if os.access(root, os.W_OK):
+                    roots.append(root)
+    return roots if len(roots) == 2 else []
 
 
 def ticks(pid):
@@ -109,9 +154,14 @@ def serve(lfm, backend):
             f"zygote {per_call(zygote_after[0] - zygote_before[0]):5.2f}  children {per_call(zygote_after[1] - zygote_before[1]):5.2f}  {threads} ms a call")
 
 
+CGROUPS = v1_cgroups()
+if not CGROUPS:
+    print("no writable v1 memory and cpuacct cgroups here: the bare loop with cgroups is left out")
 for turn in range(TURNS):
     print(f"turn {turn + 1} (load {open('/proc/loadavg').read().split()[0]})")
     print(" ", bare(), flush=True)
+    if CGROUPS:
+        print(" ", bare(CGROUPS), flush=True)
     for lfm in BINARIES:
         for backend in ("auto", "rlimit"):
             print(" ", serve(lfm, backend), flush=True)
