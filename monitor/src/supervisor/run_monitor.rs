@@ -438,15 +438,22 @@ impl RunMonitor {
         }
     }
 
-    /// Send `signal` to every process of the run.
-    /// The run's processes as they are now, to be killed later ([`Remains::kill`]).
+    /// The run's processes as they are now, to be killed later ([`Remains::kill`]). Where the
+    /// cgroup and the process group hold every process ever seen, they are what kills them
+    /// (as [`RunMonitor::kill`] does), without a walk of /proc at every served call's end.
     pub fn remains(&self) -> Remains {
+        let pids = if self.cgroup_holds_everything() {
+            Vec::new()
+        } else {
+            self.tree_pids()
+        };
         Remains {
-            pids: self.tree_pids(),
+            pids,
             group: self.group,
         }
     }
 
+    /// Send `signal` to every process of the run.
     pub fn signal(&self, signal: i32) {
         tree::signal_tree(self.backend.as_ref(), &self.tree_pids(), self.group, signal);
     }
