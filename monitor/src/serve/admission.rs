@@ -330,12 +330,18 @@ impl Server {
     }
 }
 
-/// A process's resident size (VmRSS); none when /proc no longer has it.
+/// A process's resident size (VmRSS, from `statm`: a few counters, where `status` formats
+/// some thirty lines at every admission pass); none when /proc no longer has it.
 pub(super) fn resident_bytes(pid: i32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    let text = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * page_size())
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf(3) with a valid name.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size).unwrap_or(4096)
 }
 
 /// The allocation a running call holds, from its Report's record.
