@@ -315,9 +315,25 @@ impl Backend for Cgroup1 {
 
 impl Drop for Cgroup1 {
     fn drop(&mut self) {
-        if !self.removed {
-            self.kill_all();
-            let _ = self.remove();
+        if self.removed {
+            return;
         }
+        // Empty by now, mostly (a served call's remains were killed first): an rmdir in each
+        // hierarchy says so at once, without reading `cgroup.procs` twice; only cgroups still
+        // busy are killed and waited for (`remove` passes over those already gone).
+        self.join.clear();
+        self.counters.close_all();
+        // In order, stopping at the first busy one: a process is in every hierarchy, so the
+        // others are busy too and `kill_all` still finds it listed in the first.
+        let empty = self
+            .dirs
+            .iter()
+            .all(|(_, dir)| std::fs::remove_dir(dir).is_ok());
+        if empty {
+            self.removed = true;
+            return;
+        }
+        self.kill_all();
+        let _ = self.remove();
     }
 }
