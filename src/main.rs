@@ -27,7 +27,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// second later (mimalloc 3's default; its arenas wait ten times that). `lfm analyze` frees
 /// its parse and resolve phases' tables and then allocates the closures' on other threads,
 /// which cannot reuse the freed pages in time: on the bench site-packages tree the wait kept
-/// ~15 MiB more resident at the peak (134 against 119 MiB with a 10 ms delay). The
+/// ~14 MiB more resident at the peak (~131 against ~117 MiB with a 10 ms delay). The
 /// `MIMALLOC_PURGE_DELAY` variable, when set, still decides.
 #[cfg(not(feature = "bench-system-alloc"))]
 pub(crate) fn purge_freed_pages_soon() {
