@@ -478,7 +478,9 @@ pub fn prepare_or_reuse(
             (environment, None, cache, preparsed)
         }
     };
-    // Parsing is over (but for files first found while resolving): its arenas' pages go back.
+    // Parsing is over (but for files first found while resolving): its arenas' pages go back,
+    // and so do the located files' paths (~0.8 MiB on a whole site-packages).
+    drop(located_paths);
     scratch::release_all();
     timings.push((
         "parse (and ask the interpreter)",
@@ -499,6 +501,12 @@ pub fn prepare_or_reuse(
     scratch::release_all();
     timings.push(("resolve imports", Checkpoint::since(started)));
     let reused = previous.and_then(|previous| reused_output(&project, &jobs, previous));
+    // Only a result to store needs the located files' description (~2 MiB on a whole
+    // site-packages, held while every closure is computed otherwise).
+    let located_description = match env_key {
+        Some(_) => located_description,
+        None => Vec::new(),
+    };
     if let (Some(why), Some(reused)) = (&mut results_miss, &reused) {
         let count = reused.stored.iter().flatten().count();
         *why = format!(

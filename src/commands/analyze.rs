@@ -21,6 +21,7 @@ pub const EXIT_MISSING_REQUIRED: i32 = 4;
 const CHUNK: usize = 128;
 
 pub fn run(args: AnalyzeArgs) -> i32 {
+    crate::purge_freed_pages_soon();
     let environment_given = args.python.is_some() || args.env.is_some();
     let bar = progress_bar();
     let options = options_of(&args, &bar);
