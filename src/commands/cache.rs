@@ -12,7 +12,7 @@ use crate::cli::CacheArgs;
 use crate::monitoring::EXIT_USAGE;
 
 /// The analyze caches under the cache directory: each bounded by its own rule.
-const ANALYZE_CACHES: [(&str, &str); 4] = [
+const ANALYZE_CACHES: [(&str, &str); 5] = [
     ("analyze-summaries.bin", "entries unused for 32 runs leave"),
     (
         "analyze-summaries.journal",
@@ -22,6 +22,10 @@ const ANALYZE_CACHES: [(&str, &str); 4] = [
     (
         lfm_analyzer::interpreter_cache::DIR,
         "the 32 most recently asked interpreters",
+    ),
+    (
+        lfm_analyzer::dists_cache::DIR,
+        "the 8 most recently indexed environments",
     ),
 ];
 
