@@ -57,13 +57,14 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Exit> {
     let here = std::env::current_dir().unwrap_or_default();
     let input_bytes = lfm_call::input_bytes(&arguments, &here);
     let interpreter = args.interpreter.choice().interpreter().map_err(exit_of)?;
-    let prepared =
+    let mut prepared =
         lfm_call::prepare(&args.target, &interpreter, args.import_module).map_err(exit_of)?;
     if args.show_slice {
         return show_slice(&prepared);
     }
     monitoring::check_report_writable(&args.monitor).map_err(|code| (code, "report".into()))?;
     let cache = monitoring::cache_dir(args.cache_dir.as_ref());
+    lfm_call::keep_compiled(&mut prepared.target, &cache, &interpreter);
     let runner = lfm_monitor::runner::install(&cache).map_err(failed)?;
     let files = CallFiles::create(&cache).map_err(failed)?;
     let pickle_to = args
