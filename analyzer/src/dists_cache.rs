@@ -234,6 +234,10 @@ mod tests {
         }
     }
 
+    fn build(site: &Path, cache: &Path) -> DistIndex {
+        build_cached(&[site.to_path_buf()], None, Some(cache))
+    }
+
     fn stored_count(cache: &Path) -> usize {
         std::fs::read_dir(cache).map_or(0, |d| d.count())
     }
@@ -255,7 +259,7 @@ mod tests {
         let scratch = tempfile::tempdir().unwrap();
         let (site, cache) = (site(scratch.path()), scratch.path().join("cache"));
         settle(&site);
-        let built = build_cached(&[site.clone()], None, Some(&cache));
+        let built = build(&site, &cache);
         let stored = from_cache(&site, &cache).expect("stored");
         assert_eq!(names(&stored), names(&built));
         for path in [
@@ -292,7 +296,7 @@ mod tests {
         let scratch = tempfile::tempdir().unwrap();
         let (site, cache) = (site(scratch.path()), scratch.path().join("cache"));
         settle(&site);
-        build_cached(&[site.clone()], None, Some(&cache));
+        build(&site, &cache);
         assert_eq!(stored_count(&cache), 1);
         assert!(from_cache(&site, &cache).is_some());
         dist(&site, "gamma", "3.0", &["gamma.py"]);
@@ -300,7 +304,7 @@ mod tests {
             from_cache(&site, &cache).is_none(),
             "the site directory changed"
         );
-        let again = build_cached(&[site.clone()], None, Some(&cache));
+        let again = build(&site, &cache);
         assert!(names(&again).contains(&"gamma==3.0".to_string()));
     }
 
@@ -309,12 +313,12 @@ mod tests {
         let scratch = tempfile::tempdir().unwrap();
         let (site, cache) = (site(scratch.path()), scratch.path().join("cache"));
         settle(&site);
-        build_cached(&[site.clone()], None, Some(&cache));
+        build(&site, &cache);
         // Neither the site nor the dist-info directory changes: only the file.
         let record = site.join("beta-2.0.dist-info/RECORD");
         std::fs::write(&record, "beta.py,,\nbeta_extra.py,,\n").unwrap();
         assert!(from_cache(&site, &cache).is_none());
-        let again = build_cached(&[site.clone()], None, Some(&cache));
+        let again = build(&site, &cache);
         assert_eq!(
             again.owner_of(&site.join("beta_extra.py"), ""),
             Owner::One(1)
@@ -326,9 +330,9 @@ mod tests {
         let scratch = tempfile::tempdir().unwrap();
         let (site, cache) = (site(scratch.path()), scratch.path().join("cache"));
         settle(&site);
-        build_cached(&[site.clone()], None, Some(&cache));
+        build(&site, &cache);
         std::fs::remove_dir_all(site.join("beta-2.0.dist-info")).unwrap();
-        let again = build_cached(&[site.clone()], None, Some(&cache));
+        let again = build(&site, &cache);
         assert_eq!(names(&again), ["alpha==1.0"]);
     }
 
@@ -336,7 +340,7 @@ mod tests {
     fn inputs_changed_too_recently_to_tell_apart_are_not_stored() {
         let scratch = tempfile::tempdir().unwrap();
         let (site, cache) = (site(scratch.path()), scratch.path().join("cache"));
-        let index = build_cached(&[site.clone()], None, Some(&cache));
+        let index = build(&site, &cache);
         assert_eq!(names(&index).len(), 2);
         assert_eq!(stored_count(&cache), 0);
     }
@@ -346,13 +350,13 @@ mod tests {
         let scratch = tempfile::tempdir().unwrap();
         let (site, cache) = (site(scratch.path()), scratch.path().join("cache"));
         settle(&site);
-        build_cached(&[site.clone()], None, Some(&cache));
-        let file = cache.join(key(&[site.clone()], None).unwrap());
+        build(&site, &cache);
+        let file = cache.join(key(std::slice::from_ref(&site), None).unwrap());
         let bytes = std::fs::read(&file).unwrap();
         for cut in [0, 10, bytes.len() / 2, bytes.len() - 3] {
             std::fs::write(&file, &bytes[..cut]).unwrap();
             assert!(from_cache(&site, &cache).is_none(), "cut at {cut}");
-            let again = build_cached(&[site.clone()], None, Some(&cache));
+            let again = build(&site, &cache);
             assert_eq!(names(&again).len(), 2);
         }
         let mut flipped = bytes.clone();
