@@ -384,3 +384,58 @@ fn an_interpreter_that_cannot_run_the_call_is_a_usage_error_naming_it() {
         }
     }
 }
+
+#[test]
+fn a_compiled_slice_is_kept_and_an_edit_is_compiled_again() {
+    let scratch = tempfile::tempdir().unwrap();
+    let (dir, cache) = (scratch.path().join("work"), scratch.path().join("cache"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = dir.join("edited.py");
+    std::fs::write(
+        &source,
+        "SCALE = 3\nUNUSED = 1\n\n\ndef f(n):\n    return n * SCALE\n",
+    )
+    .unwrap();
+    let run = || {
+        let cache = cache.to_str().unwrap();
+        let output = call_in(
+            dir.to_str().unwrap(),
+            &["--cache-dir", cache, "edited.py:f", "--args", "[2]"],
+        );
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout(&output)
+    };
+    let entries = || -> Vec<std::path::PathBuf> {
+        let listed = std::fs::read_dir(cache.join("call-slices")).unwrap();
+        listed.map(|e| e.unwrap().path()).collect()
+    };
+    assert_eq!(run(), "6");
+    let kept = entries();
+    assert_eq!(kept.len(), 1);
+    let written = kept[0].metadata().unwrap().modified().unwrap();
+    assert_eq!(run(), "6");
+    assert_eq!(entries(), kept);
+    assert_eq!(
+        kept[0].metadata().unwrap().modified().unwrap(),
+        written,
+        "reused, not rewritten"
+    );
+    // The same size and modification time: only the text differs.
+    let before = source.metadata().unwrap().modified().unwrap();
+    std::fs::write(
+        &source,
+        "SCALE = 4\nUNUSED = 1\n\n\ndef f(n):\n    return n * SCALE\n",
+    )
+    .unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&source)
+        .unwrap()
+        .set_modified(before)
+        .unwrap();
+    assert_eq!(run(), "8");
+}

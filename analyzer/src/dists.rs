@@ -25,7 +25,7 @@ pub enum MetadataKind {
     Conda,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Distribution {
     pub name: String,
     pub version: String,
@@ -53,11 +53,17 @@ pub struct DistIndex {
     /// PEP 503 name of each distribution, by id (what lists of them are sorted by).
     normalized_names: Vec<String>,
     pub problems: Vec<String>,
+    /// The owners of files and of directories, when the index was read from the dists cache
+    /// (`by_file` and `by_dir` are empty then, and so are the distributions' `files`).
+    stored: Option<(stored::PathTable, stored::PathTable)>,
     /// Closures already computed, by their sorted roots: most functions share a few root sets.
     closures: std::sync::Mutex<HashMap<Vec<u32>, std::sync::Arc<RequirementClosure>>>,
     /// The closure of no roots, what most targets ask for: kept outside the lock.
     empty_closure: std::sync::OnceLock<std::sync::Arc<RequirementClosure>>,
 }
+
+mod stored;
+pub use stored::StoredIndex;
 
 /// Who owns a module file.
 #[derive(Debug, Clone, PartialEq)]
@@ -231,12 +237,13 @@ impl DistIndex {
 
     /// Owner of a module file, or of a namespace package directory.
     pub fn owner_of(&self, path: &Path, top_level: &str) -> Owner {
-        if let Some(owners) = self.by_file.get(&*path_key(path)) {
-            return owner_from(owners.to_vec());
+        let key = path_key(path);
+        if let Some(owners) = self.file_owners(&key) {
+            return owner_from(owners);
         }
         if path.is_dir() {
-            if let Some(owners) = self.by_dir.get(&*path_key(path)) {
-                return owner_from(owners.iter().copied().collect());
+            if let Some(owners) = self.dir_owners(&key) {
+                return owner_from(owners);
             }
         }
         match self.by_top_level.get(top_level) {
@@ -248,7 +255,41 @@ impl DistIndex {
     /// A file or directory some distribution installed.
     pub fn owns(&self, path: &Path) -> bool {
         let key = path_key(path);
-        self.by_file.contains_key(&*key) || (path.is_dir() && self.by_dir.contains_key(&*key))
+        self.file_owners(&key).is_some() || (path.is_dir() && self.dir_owners(&key).is_some())
+    }
+
+    /// The distributions that installed the file `key` ([`path_key`] of a normal path).
+    fn file_owners(&self, key: &std::ffi::OsStr) -> Option<Vec<u32>> {
+        match &self.stored {
+            Some((files, _)) => files.lookup(key),
+            None => self.by_file.get(key).cloned(),
+        }
+    }
+
+    /// The distributions that installed something under the directory `key`.
+    fn dir_owners(&self, key: &std::ffi::OsStr) -> Option<Vec<u32>> {
+        match &self.stored {
+            Some((_, dirs)) => dirs.lookup(key),
+            None => Some(self.by_dir.get(key)?.iter().copied().collect()),
+        }
+    }
+
+    /// Each distribution's installed files, sorted (what a stored index keeps of them).
+    pub fn sorted_files(&self) -> Vec<Vec<&std::ffi::OsStr>> {
+        let mut files: Vec<Vec<&std::ffi::OsStr>> = match &self.stored {
+            Some((table, _)) => {
+                let mut files = vec![Vec::new(); self.dists.len()];
+                for (path, owner) in table.pairs() {
+                    files[owner as usize].push(path);
+                }
+                files
+            }
+            None => (self.dists.iter())
+                .map(|dist| dist.files.iter().map(|f| f.as_os_str()).collect())
+                .collect(),
+        };
+        files.iter_mut().for_each(|list| list.sort_unstable());
+        files
     }
 
     pub fn normalized_name(&self, id: u32) -> &str {

@@ -17,6 +17,7 @@
 pub mod cache;
 pub mod closure;
 pub mod dists;
+pub mod dists_cache;
 pub mod engine;
 pub mod extract;
 pub mod frames;
@@ -597,7 +598,12 @@ fn ask_environment(environment: &Environment) -> anyhow::Result<(Interpreter, Di
         Environment::Python(python) => Interpreter::query(python)?,
         Environment::Prefix(prefix) => Interpreter::for_prefix(prefix)?,
     };
-    let dists = DistIndex::build(&interpreter.site_dirs(), Some(&interpreter.prefix));
+    let cache = SummaryCache::default_dir().map(|dir| dir.join(dists_cache::DIR));
+    let dists = dists_cache::build_cached(
+        &interpreter.site_dirs(),
+        Some(&interpreter.prefix),
+        cache.as_deref(),
+    );
     Ok((interpreter, dists))
 }
 
@@ -883,10 +889,10 @@ fn environment_key(interpreter: &Interpreter, dists: &DistIndex) -> [u8; 32] {
         }
     }
     field(&mut hasher, answer.to_string().as_bytes());
-    let mut per_dist: Vec<[u8; 32]> = dists
-        .dists
-        .iter()
-        .map(|dist| {
+    // Each distribution's files sorted: a stored index keeps them in path order, not RECORD's.
+    let files = dists.sorted_files();
+    let mut per_dist: Vec<[u8; 32]> = (dists.dists.iter().zip(&files))
+        .map(|(dist, files)| {
             let mut hasher = blake3::Hasher::new();
             field(&mut hasher, dist.name.as_bytes());
             field(&mut hasher, dist.version.as_bytes());
@@ -901,8 +907,8 @@ fn environment_key(interpreter: &Interpreter, dists: &DistIndex) -> [u8; 32] {
             for requirement in &dist.requires {
                 field(&mut hasher, requirement.as_bytes());
             }
-            for file in &dist.files {
-                field(&mut hasher, file.as_os_str().as_encoded_bytes());
+            for file in files {
+                field(&mut hasher, file.as_encoded_bytes());
             }
             *hasher.finalize().as_bytes()
         })

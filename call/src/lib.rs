@@ -8,6 +8,7 @@
 //! knows nothing of the command line.
 
 mod arguments;
+mod compiled;
 mod error;
 mod files;
 mod interpreter;
@@ -20,6 +21,7 @@ mod target;
 pub use arguments::{
     from_flags as arguments_from_flags, from_pickle_file as arguments_from_pickle_file, input_bytes,
 };
+pub use compiled::{keep_compiled, DIR as COMPILED_SLICES_DIR, KEPT as COMPILED_SLICES_KEPT};
 pub use error::{CallError, ErrorKind, Result};
 pub use files::CallFiles;
 pub use interpreter::{Interpreter, InterpreterChoice, PACK_CACHE_MAX_VARIABLE};

@@ -52,6 +52,7 @@ pub fn runner_target(located: &Located, sliced: Option<&Sliced>) -> Target {
             file: located.file.clone(),
             qualname: located.qualname.clone(),
             statements: sliced.statements.clone(),
+            compiled: None,
         },
         None => Target::Import {
             module: located.module.clone(),

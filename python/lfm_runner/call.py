@@ -170,11 +170,12 @@ def execute(request, import_log_fd=None):
     exception, if the caller wants it, is written here; the outcome and value are not.
     `import_log_fd`: the import log, opened already (a spare opens it before its call)."""
     log = None
+    # The slice's code, before the import log starts: compiling it (ast, when no compiled
+    # slice is kept) is the runner's work, not the call's imports. A file that does not
+    # compile is left for the load to report.
+    targets.remember(request["target"])
     if request.get("import_log"):
         from . import imports
-
-        if request["target"].get("mode") == "slice":
-            import ast  # noqa: F401 - the runner's own, for slicing: not the call's import
 
         log = imports.start(request["import_log"], import_log_fd)
     outcome, data, error = headroom.run(call_function, request, log)

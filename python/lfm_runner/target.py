@@ -14,6 +14,8 @@ import os
 import sys
 import types
 
+from . import compiled
+
 # ast, base64 and pickle are imported by the modes that need them (start-up time is per call).
 
 
@@ -100,23 +102,39 @@ def slice_key(target):
 
 
 def compile_slice(target):
-    import ast
-
+    """The slice's code: from the compiled-slice file lfm named in the target (`compiled`,
+    see compiled.py) when it holds this source's, else compiled now and stored there."""
     path = target["file"]
+    ranges = tuple(tuple(r) for r in target["statements"])
     try:
         with open(path, "rb") as handle:
             source = handle.read()
-        tree = ast.parse(source, filename=path)
-    except (OSError, SyntaxError) as error:
+    except OSError as error:
         raise TargetError(f"cannot read {path}: {error}") from error
-    ranges = [tuple(r) for r in target["statements"]]
+    cache_file = target.get("compiled")
+    code = compiled.load(cache_file, path, source, ranges) if cache_file else None
+    if code is None:
+        code = compile_source(path, source, ranges)
+        if cache_file:
+            compiled.store(cache_file, path, source, ranges, code)
+    return code
+
+
+def compile_source(path, source, ranges):
+    import ast
+
+    try:
+        tree = ast.parse(source, filename=path)
+    except SyntaxError as error:
+        raise TargetError(f"cannot read {path}: {error}") from error
     body = selected_statements(tree, ranges)
     return compile(ast.Module(body=body, type_ignores=[]), path, "exec")
 
 
 def remember(target):
-    """In a zygote, after forking a call: compile its slice for the next calls of it (a file
-    that changes gets a new key, so an edited function is compiled again)."""
+    """Compile a slice target's code ahead of its load: in a zygote, after forking a call, for
+    the next calls of it (a file that changes gets a new key, so an edited function is
+    compiled again); in a call, before its import log starts."""
     if not isinstance(target, dict) or target.get("mode") != "slice":
         return
     key = slice_key(target)

@@ -12,7 +12,7 @@ use crate::cli::CacheArgs;
 use crate::monitoring::EXIT_USAGE;
 
 /// The analyze caches under the cache directory: each bounded by its own rule.
-const ANALYZE_CACHES: [(&str, &str); 4] = [
+const ANALYZE_CACHES: [(&str, &str); 5] = [
     ("analyze-summaries.bin", "entries unused for 32 runs leave"),
     (
         "analyze-summaries.journal",
@@ -22,6 +22,10 @@ const ANALYZE_CACHES: [(&str, &str); 4] = [
     (
         lfm_analyzer::interpreter_cache::DIR,
         "the 32 most recently asked interpreters",
+    ),
+    (
+        lfm_analyzer::dists_cache::DIR,
+        "the 8 most recently indexed environments",
     ),
 ];
 
@@ -42,6 +46,7 @@ pub fn cache(args: CacheArgs) -> i32 {
         if let Some(dir) = SummaryCache::default_dir() {
             remove_analyze_caches(&dir);
         }
+        remove_compiled_slices();
     } else if args.prune.is_some() {
         report_evicted("evicted", &cache::evict(&packs_dir, budget, None));
     }
@@ -93,6 +98,25 @@ fn show(packs_dir: &Path, budget: Option<u64>) {
             };
             println!("analyze   {}  {} ({bound})", path.display(), human(bytes));
         }
+    }
+    let slices = compiled_slices_dir();
+    println!(
+        "call      {}  {} (the {} most recently compiled slices)",
+        slices.display(),
+        human(cache::tree_bytes(&slices)),
+        lfm_call::COMPILED_SLICES_KEPT
+    );
+}
+
+/// Where `lfm call` keeps compiled slices (under the runner's cache directory).
+fn compiled_slices_dir() -> PathBuf {
+    lfm_monitor::runner::default_cache().join(lfm_call::COMPILED_SLICES_DIR)
+}
+
+fn remove_compiled_slices() {
+    let dir = compiled_slices_dir();
+    if std::fs::remove_dir_all(&dir).is_ok() {
+        println!("removed {}", dir.display());
     }
 }
 

@@ -21,11 +21,30 @@ pub const EXIT_RESULT_NOT_JSON: i32 = 4;
 pub const EXIT_NO_OUTCOME: i32 = 71;
 
 pub fn call(args: CallArgs) -> i32 {
-    match prepare_and_call(&args) {
+    let phases = Phases::start();
+    let code = match prepare_and_call(&args, &phases) {
         Ok(code) => code,
         Err((code, message)) => {
             eprintln!("error: {message}");
             code
+        }
+    };
+    phases.mark("done (what the call held freed)");
+    code
+}
+
+/// `LFM_TIMINGS=1`: when each phase of the call ended, on stderr (for bench/ work).
+struct Phases(Option<std::time::Instant>);
+
+impl Phases {
+    fn start() -> Phases {
+        let shown = std::env::var_os("LFM_TIMINGS").is_some();
+        Phases(shown.then(std::time::Instant::now))
+    }
+
+    fn mark(&self, phase: &str) {
+        if let Some(started) = self.0 {
+            eprintln!("timing: {:.4} s  {phase}", started.elapsed().as_secs_f64());
         }
     }
 }
@@ -45,7 +64,7 @@ fn failed(error: anyhow::Error) -> Exit {
     (EXIT_MONITOR_FAILED, format!("{error:#}"))
 }
 
-fn prepare_and_call(args: &CallArgs) -> Result<i32, Exit> {
+fn prepare_and_call(args: &CallArgs, phases: &Phases) -> Result<i32, Exit> {
     let (limits, grace) =
         monitoring::parse_limits(&args.monitor).map_err(|e| (EXIT_USAGE, e.to_string()))?;
     let arguments = match &args.args_file {
@@ -57,13 +76,21 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Exit> {
     let here = std::env::current_dir().unwrap_or_default();
     let input_bytes = lfm_call::input_bytes(&arguments, &here);
     let interpreter = args.interpreter.choice().interpreter().map_err(exit_of)?;
-    let prepared =
+    phases.mark("interpreter chosen");
+    let mut prepared =
         lfm_call::prepare(&args.target, &interpreter, args.import_module).map_err(exit_of)?;
+    phases.mark("target located and sliced");
+    if let (Some(_), Some(sliced)) = (phases.0, &prepared.sliced) {
+        for (phase, at) in &sliced.analysis.timings {
+            eprintln!("timing:   analysis {:.4} s  {phase}", at.wall.as_secs_f64());
+        }
+    }
     if args.show_slice {
         return show_slice(&prepared);
     }
     monitoring::check_report_writable(&args.monitor).map_err(|code| (code, "report".into()))?;
     let cache = monitoring::cache_dir(args.cache_dir.as_ref());
+    lfm_call::keep_compiled(&mut prepared.target, &cache, &interpreter);
     let runner = lfm_monitor::runner::install(&cache).map_err(failed)?;
     let files = CallFiles::create(&cache).map_err(failed)?;
     let pickle_to = args
@@ -80,6 +107,7 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Exit> {
             !args.no_import_log,
         )
         .map_err(failed)?;
+    phases.mark("runner and request written");
     let mut command = interpreter.argv.clone();
     command.extend([runner.into_os_string(), "call".into()]);
     command.push(files.request.clone().into_os_string());
@@ -95,6 +123,7 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Exit> {
     };
     let closure = prepared.closure(&interpreter);
     let mut annotate = |report: &mut Report| {
+        phases.mark("the call ended");
         report.function = Some(function.clone());
         report.imports = lfm_monitor::imports::read(&files.imports, &[]).map(|imports| {
             match (&prepared.sliced, &closure) {
@@ -106,6 +135,7 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Exit> {
         });
         // A retry (--auto) logs afresh.
         let _ = std::fs::remove_file(&files.imports);
+        phases.mark("imports read and compared");
     };
     let mut report =
         monitoring::run_sized(&args.monitor, options, &mut annotate).map_err(|failure| {
@@ -117,6 +147,7 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Exit> {
                 Failure::Run(error) => (EXIT_MONITOR_FAILED, error.to_string()),
             }
         })?;
+    phases.mark("recorded (history)");
     let code = conclude(&mut report, &files, args);
     if let Err(error) = monitoring::write_report(&args.monitor, &report) {
         return Err((EXIT_MONITOR_FAILED, format!("writing the report: {error}")));
@@ -124,6 +155,10 @@ fn prepare_and_call(args: &CallArgs) -> Result<i32, Exit> {
     if !args.monitor.quiet {
         eprintln!("{}", report.summary_line());
     }
+    phases.mark("outcome read, report written");
+    // The process ends next: freeing the analysis (the environment's distribution index,
+    // tens of thousands of paths) would only cost milliseconds.
+    std::mem::forget(prepared);
     Ok(code)
 }
 

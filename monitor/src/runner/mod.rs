@@ -33,6 +33,10 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../../../python/lfm_runner/target.py"),
     ),
     (
+        "lfm_runner/compiled.py",
+        include_str!("../../../python/lfm_runner/compiled.py"),
+    ),
+    (
         "lfm_runner/call.py",
         include_str!("../../../python/lfm_runner/call.py"),
     ),

@@ -20,6 +20,10 @@ pub enum Target {
         file: Option<PathBuf>,
         qualname: String,
         statements: Vec<[u64; 2]>,
+        /// Where the runner keeps the slice's compiled code between calls (`lfm call`:
+        /// python/lfm_runner/compiled.py); none: compiled each time.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        compiled: Option<PathBuf>,
     },
     /// Import the module normally (its whole top level runs).
     Import {
@@ -138,6 +142,7 @@ mod tests {
                 file: Some("/p/m.py".into()),
                 qualname: "f".into(),
                 statements: vec![[1, 2]],
+                compiled: None,
             },
             Arguments::Json(vec![serde_json::json!(3)], serde_json::Map::new()),
             ResultFormat::Json,

@@ -1,0 +1,387 @@
+//! The distribution index of an environment, kept between lfm processes: reading every
+//! RECORD of a site directory (~11,000 lines for pandas and scikit-learn) and indexing each
+//! installed file was the most of what `lfm call` spent before starting the function.
+//!
+//! An index is reused only while none of what it was read from can have changed. Its inputs
+//! are stamped before it is built (a change made while it is read shows at the next lookup):
+//! each site directory and `conda-meta` (an installed, removed or upgraded distribution adds,
+//! removes or renames an entry: the directory's mtime), each dist-info or egg-info directory
+//! and every file directly in it (METADATA, RECORD, top_level.txt... edited in place: mtime and
+//! size), and each conda-meta JSON file. The lfm executable is part of the key: another build
+//! may lay the index out differently. A stamp too recent to tell a change made in the same
+//! tick of a coarse file-system clock apart means: not stored this time. Anything unreadable
+//! means: build it again.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::dists::DistIndex;
+
+/// The cache's directory under lfm's cache directory, and how many indexes it keeps (an
+/// index is ~3 MB for pandas and scikit-learn).
+pub const DIR: &str = "analyze-dists";
+const KEPT: usize = 8;
+/// How much older than the stamping a stamp must be for the cache to trust it (FAT's mtime
+/// has two seconds' resolution; most file systems take mtimes from a clock of a few ms).
+const SETTLED: Duration = Duration::from_secs(2);
+
+/// (path, its mtime in ns and size); None: it did not exist.
+type Stamp = (PathBuf, Option<(u128, u64)>);
+
+/// The index of `site_dirs` (and `prefix`'s conda-meta), from `cache` while it holds.
+pub fn build_cached(
+    site_dirs: &[PathBuf],
+    prefix: Option<&Path>,
+    cache: Option<&Path>,
+) -> DistIndex {
+    let Some(dir) = cache else {
+        return DistIndex::build(site_dirs, prefix);
+    };
+    let name = key(site_dirs, prefix);
+    if let Some(index) = name.as_deref().and_then(|name| lookup(&dir.join(name))) {
+        return index;
+    }
+    let stamped_at = SystemTime::now();
+    let stamps = stamps(site_dirs, prefix);
+    let index = DistIndex::build(site_dirs, prefix);
+    if let Some(name) = name.filter(|_| settled(&stamps, stamped_at)) {
+        store(dir, &name, &stamps, &index);
+    }
+    index
+}
+
+/// The file name of this environment's index: the lfm executable, the site directories and
+/// the prefix. None where the executable cannot be described.
+fn key(site_dirs: &[PathBuf], prefix: Option<&Path>) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let exe = std::env::current_exe().ok()?;
+    let meta = exe.metadata().ok()?;
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(exe.as_os_str().as_encoded_bytes());
+    for number in [meta.dev(), meta.ino(), meta.size()] {
+        hasher.update(&number.to_le_bytes());
+    }
+    hasher.update(&meta.mtime().to_le_bytes());
+    hasher.update(&meta.mtime_nsec().to_le_bytes());
+    for dir in site_dirs.iter().map(PathBuf::as_path).chain(prefix) {
+        hasher.update(&[1]);
+        hasher.update(dir.as_os_str().as_encoded_bytes());
+    }
+    Some(format!("{}.bin", &hasher.finalize().to_hex()[..32]))
+}
+
+fn lookup(file: &Path) -> Option<DistIndex> {
+    use bincode::Options as _;
+    let bytes = std::fs::read(file).ok()?;
+    // Bounded by the file's size: a damaged length must not ask for exabytes.
+    let options = bincode::options()
+        .with_fixint_encoding()
+        .allow_trailing_bytes()
+        .with_limit(bytes.len() as u64);
+    let mut rest = bytes.as_slice();
+    let stamps: Vec<Stamp> = options.deserialize_from(&mut rest).ok()?;
+    let unchanged = stamps.iter().all(|(path, at)| stamp(path) == *at);
+    if !unchanged {
+        return None;
+    }
+    DistIndex::from_stored(options.deserialize_from(&mut rest).ok()?)
+}
+
+fn store(dir: &Path, name: &str, stamps: &[Stamp], index: &DistIndex) {
+    use bincode::Options as _;
+    let Some(index) = index.to_stored() else {
+        return;
+    };
+    let options = bincode::options()
+        .with_fixint_encoding()
+        .allow_trailing_bytes();
+    let mut bytes = Vec::new();
+    let written = options.serialize_into(&mut bytes, stamps).is_ok()
+        && options.serialize_into(&mut bytes, &index).is_ok();
+    if !written || std::fs::create_dir_all(dir).is_err() {
+        return;
+    }
+    let temporary = dir.join(format!(".{name}.{}", std::process::id()));
+    if std::fs::write(&temporary, bytes).is_ok() {
+        let _ = std::fs::rename(&temporary, dir.join(name));
+    }
+    let _ = std::fs::remove_file(&temporary);
+    keep_newest(dir);
+}
+
+/// Everything [`DistIndex::build`] reads, and what it lists.
+fn stamps(site_dirs: &[PathBuf], prefix: Option<&Path>) -> Vec<Stamp> {
+    let mut paths: Vec<PathBuf> = Vec::new();
+    for site in site_dirs {
+        paths.push(site.clone());
+        for entry in sorted_entries(site) {
+            let name = entry.file_name().unwrap_or_default().to_string_lossy();
+            if name.ends_with(".dist-info") || name.ends_with(".egg-info") {
+                paths.extend(sorted_entries(&entry));
+                paths.push(entry);
+            }
+        }
+    }
+    if let Some(meta) = prefix.map(|prefix| prefix.join("conda-meta")) {
+        let json = sorted_entries(&meta)
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "json"));
+        paths.extend(json);
+        paths.push(meta);
+    }
+    paths
+        .into_iter()
+        .map(|path| {
+            let at = stamp(&path);
+            (path, at)
+        })
+        .collect()
+}
+
+/// A directory's entries (none for a file or a missing path), sorted.
+fn sorted_entries(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    paths
+}
+
+fn stamp(path: &Path) -> Option<(u128, u64)> {
+    let meta = path.metadata().ok()?;
+    let modified = meta.modified().ok()?.duration_since(UNIX_EPOCH).ok()?;
+    Some((modified.as_nanos(), meta.len()))
+}
+
+/// Whether every stamp is older than `at` by [`SETTLED`]: a later change then gets a later
+/// mtime, even from a coarse clock.
+fn settled(stamps: &[Stamp], at: SystemTime) -> bool {
+    let Some(limit) = at
+        .checked_sub(SETTLED)
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+    else {
+        return false;
+    };
+    stamps
+        .iter()
+        .all(|(_, at)| at.is_none_or(|(mtime, _)| mtime < limit.as_nanos()))
+}
+
+/// The [`KEPT`] most recently written indexes stay.
+fn keep_newest(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut kept: Vec<(SystemTime, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".bin"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    if kept.len() <= KEPT {
+        return;
+    }
+    kept.sort();
+    for (_, path) in &kept[..kept.len() - KEPT] {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dists::Owner;
+
+    const LONG_AGO: Duration = Duration::from_secs(1_000_000);
+
+    /// A site directory with two distributions: `alpha` (a package) and `beta` (a module
+    /// and a file it shares with alpha).
+    fn site(root: &Path) -> PathBuf {
+        let site = root.join("site-packages");
+        dist(
+            &site,
+            "alpha",
+            "1.0",
+            &["alpha/__init__.py", "alpha/core.py", "shared.txt"],
+        );
+        dist(&site, "beta", "2.0", &["beta.py", "shared.txt"]);
+        site
+    }
+
+    fn dist(site: &Path, name: &str, version: &str, files: &[&str]) {
+        let info = site.join(format!("{name}-{version}.dist-info"));
+        std::fs::create_dir_all(&info).unwrap();
+        let metadata = format!("Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n");
+        std::fs::write(info.join("METADATA"), metadata).unwrap();
+        let record: String = files.iter().map(|f| format!("{f},,\n")).collect();
+        std::fs::write(info.join("RECORD"), record).unwrap();
+        std::fs::write(info.join("top_level.txt"), format!("{name}\n")).unwrap();
+        for file in files {
+            let path = site.join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "").unwrap();
+        }
+    }
+
+    /// Every path under `dir` (and `dir`) modified long ago: what an installed environment
+    /// looks like, and what lets a change made next show on any clock.
+    fn settle(dir: &Path) {
+        let at = UNIX_EPOCH + LONG_AGO;
+        for entry in walkdir::WalkDir::new(dir).contents_first(true) {
+            let path = entry.unwrap().into_path();
+            let file = std::fs::File::open(&path).unwrap();
+            file.set_modified(at).unwrap();
+        }
+    }
+
+    fn build(site: &Path, cache: &Path) -> DistIndex {
+        build_cached(&[site.to_path_buf()], None, Some(cache))
+    }
+
+    fn stored_count(cache: &Path) -> usize {
+        std::fs::read_dir(cache).map_or(0, |d| d.count())
+    }
+
+    fn from_cache(site: &Path, cache: &Path) -> Option<DistIndex> {
+        lookup(&cache.join(key(&[site.to_path_buf()], None)?))
+    }
+
+    fn names(index: &DistIndex) -> Vec<String> {
+        index
+            .dists
+            .iter()
+            .map(|d| format!("{}=={}", d.name, d.version))
+            .collect()
+    }
+
+    #[test]
+    fn a_stored_index_answers_as_the_built_one() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (site, cache) = (site(scratch.path()), scratch.path().join("cache"));
+        settle(&site);
+        let built = build(&site, &cache);
+        let stored = from_cache(&site, &cache).expect("stored");
+        assert_eq!(names(&stored), names(&built));
+        for path in [
+            "alpha/core.py",
+            "beta.py",
+            "shared.txt",
+            "alpha",
+            "missing.py",
+            ".",
+        ] {
+            let path = site.join(path);
+            assert_eq!(
+                stored.owner_of(&path, "x"),
+                built.owner_of(&path, "x"),
+                "{path:?}"
+            );
+            assert_eq!(stored.owns(&path), built.owns(&path), "{path:?}");
+        }
+        assert_eq!(
+            stored.owner_of(&site.join("shared.txt"), ""),
+            Owner::Ambiguous(vec![0, 1])
+        );
+        assert_eq!(stored.owner_of(&site.join("alpha"), ""), Owner::One(0));
+        assert_eq!(
+            stored.owner_of(&site.join("nothing.py"), "beta"),
+            Owner::One(1)
+        );
+        assert_eq!(stored.sorted_files(), built.sorted_files());
+        assert_eq!(stored.by_name("Alpha"), Some(0));
+    }
+
+    #[test]
+    fn an_index_is_reused_until_a_distribution_is_installed() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (site, cache) = (site(scratch.path()), scratch.path().join("cache"));
+        settle(&site);
+        build(&site, &cache);
+        assert_eq!(stored_count(&cache), 1);
+        assert!(from_cache(&site, &cache).is_some());
+        dist(&site, "gamma", "3.0", &["gamma.py"]);
+        assert!(
+            from_cache(&site, &cache).is_none(),
+            "the site directory changed"
+        );
+        let again = build(&site, &cache);
+        assert!(names(&again).contains(&"gamma==3.0".to_string()));
+    }
+
+    #[test]
+    fn a_record_edited_in_place_is_read_again() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (site, cache) = (site(scratch.path()), scratch.path().join("cache"));
+        settle(&site);
+        build(&site, &cache);
+        // Neither the site nor the dist-info directory changes: only the file.
+        let record = site.join("beta-2.0.dist-info/RECORD");
+        std::fs::write(&record, "beta.py,,\nbeta_extra.py,,\n").unwrap();
+        assert!(from_cache(&site, &cache).is_none());
+        let again = build(&site, &cache);
+        assert_eq!(
+            again.owner_of(&site.join("beta_extra.py"), ""),
+            Owner::One(1)
+        );
+    }
+
+    #[test]
+    fn a_removed_distribution_is_forgotten() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (site, cache) = (site(scratch.path()), scratch.path().join("cache"));
+        settle(&site);
+        build(&site, &cache);
+        std::fs::remove_dir_all(site.join("beta-2.0.dist-info")).unwrap();
+        let again = build(&site, &cache);
+        assert_eq!(names(&again), ["alpha==1.0"]);
+    }
+
+    #[test]
+    fn inputs_changed_too_recently_to_tell_apart_are_not_stored() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (site, cache) = (site(scratch.path()), scratch.path().join("cache"));
+        let index = build(&site, &cache);
+        assert_eq!(names(&index).len(), 2);
+        assert_eq!(stored_count(&cache), 0);
+    }
+
+    #[test]
+    fn a_damaged_index_is_built_again() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (site, cache) = (site(scratch.path()), scratch.path().join("cache"));
+        settle(&site);
+        build(&site, &cache);
+        let file = cache.join(key(std::slice::from_ref(&site), None).unwrap());
+        let bytes = std::fs::read(&file).unwrap();
+        for cut in [0, 10, bytes.len() / 2, bytes.len() - 3] {
+            std::fs::write(&file, &bytes[..cut]).unwrap();
+            assert!(from_cache(&site, &cache).is_none(), "cut at {cut}");
+            let again = build(&site, &cache);
+            assert_eq!(names(&again).len(), 2);
+        }
+        let mut flipped = bytes.clone();
+        let last = flipped.len() - 20;
+        flipped[last] ^= 0xff;
+        std::fs::write(&file, &flipped).unwrap();
+        let _ = from_cache(&site, &cache); // any answer but a panic
+    }
+
+    #[test]
+    fn the_directory_keeps_only_the_newest_indexes() {
+        let cache = tempfile::tempdir().unwrap();
+        for n in 0..KEPT + 3 {
+            let path = cache.path().join(format!("{n}.bin"));
+            std::fs::write(&path, b"x").unwrap();
+            let at = UNIX_EPOCH + LONG_AGO + Duration::from_secs(n as u64);
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(at)
+                .unwrap();
+        }
+        keep_newest(cache.path());
+        assert_eq!(stored_count(cache.path()), KEPT);
+        assert!(!cache.path().join("0.bin").exists());
+    }
+}

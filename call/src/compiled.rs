@@ -1,0 +1,165 @@
+//! Where `lfm call` lets the runner keep a slice's compiled code between calls: a cold
+//! interpreter that compiles a slice imports `ast` first (~10 ms, the most of what slicing
+//! cost a call over importing the module).
+//!
+//! One file per (interpreter command, source file, line ranges) under `DIR` in the cache
+//! directory. The runner decides whether an entry holds (python/lfm_runner/compiled.py: same
+//! bytecode magic, same source text, same ranges) and rewrites it when not; this side names the
+//! slot and bounds the directory.
+
+use std::path::{Path, PathBuf};
+
+use lfm_monitor::runner::request::Target;
+
+use crate::interpreter::Interpreter;
+
+/// The directory under lfm's cache directory, and how many compiled slices it keeps.
+pub const DIR: &str = "call-slices";
+pub const KEPT: usize = 256;
+
+/// Name the file the runner keeps `target`'s compiled slice in (a slice target only), and
+/// make room for it when it is not there yet.
+pub fn keep_compiled(target: &mut Target, cache: &Path, interpreter: &Interpreter) {
+    let Target::Slice {
+        file: Some(file),
+        statements,
+        compiled,
+        ..
+    } = target
+    else {
+        return;
+    };
+    let dir = cache.join(DIR);
+    if std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    let slot = dir.join(slot_name(interpreter, file, statements));
+    if !slot.exists() {
+        // The runner is about to add one.
+        keep_newest(&dir, KEPT - 1);
+    }
+    *compiled = Some(slot);
+}
+
+fn slot_name(interpreter: &Interpreter, file: &Path, statements: &[[u64; 2]]) -> String {
+    let mut hasher = blake3::Hasher::new();
+    for arg in &interpreter.argv {
+        hasher.update(arg.as_encoded_bytes());
+        hasher.update(&[0]);
+    }
+    hasher.update(file.as_os_str().as_encoded_bytes());
+    hasher.update(&[0]);
+    for [first, last] in statements {
+        hasher.update(&first.to_le_bytes());
+        hasher.update(&last.to_le_bytes());
+    }
+    let hex = hasher.finalize().to_hex();
+    format!("{}.bin", &hex[..32])
+}
+
+/// Remove the least recently written files of `dir` beyond the newest `kept` (a runner's
+/// leftover temporary file counts too, and goes first once it is old).
+fn keep_newest(dir: &Path, kept: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    if files.len() <= kept {
+        return;
+    }
+    files.sort();
+    for (_, path) in &files[..files.len() - kept] {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lfm_analyzer::Environment;
+
+    fn interpreter(python: &str) -> Interpreter {
+        Interpreter {
+            argv: vec![python.into()],
+            source_roots: Vec::new(),
+            analysis_env: Environment::Python(python.into()),
+            roots: Vec::new(),
+            pack_lease: None,
+        }
+    }
+
+    fn slice(file: &str, statements: Vec<[u64; 2]>) -> Target {
+        Target::Slice {
+            module: "m".into(),
+            root: None,
+            file: Some(file.into()),
+            qualname: "f".into(),
+            statements,
+            compiled: None,
+        }
+    }
+
+    fn slot(target: &Target) -> PathBuf {
+        match target {
+            Target::Slice {
+                compiled: Some(path),
+                ..
+            } => path.clone(),
+            _ => panic!("no slot named"),
+        }
+    }
+
+    #[test]
+    fn each_interpreter_file_and_ranges_get_their_own_slot() {
+        let cache = tempfile::tempdir().unwrap();
+        let named = |python, file, statements| {
+            let mut target = slice(file, statements);
+            keep_compiled(&mut target, cache.path(), &interpreter(python));
+            slot(&target)
+        };
+        let first = named("python3", "/p/m.py", vec![[1, 2]]);
+        assert_eq!(first, named("python3", "/p/m.py", vec![[1, 2]]));
+        assert!(first.starts_with(cache.path().join(DIR)));
+        assert_ne!(first, named("python3.12", "/p/m.py", vec![[1, 2]]));
+        assert_ne!(first, named("python3", "/q/m.py", vec![[1, 2]]));
+        assert_ne!(first, named("python3", "/p/m.py", vec![[1, 3]]));
+    }
+
+    #[test]
+    fn other_targets_are_left_alone() {
+        let cache = tempfile::tempdir().unwrap();
+        let mut target = Target::Import {
+            module: "m".into(),
+            root: None,
+            qualname: "f".into(),
+        };
+        keep_compiled(&mut target, cache.path(), &interpreter("python3"));
+        assert!(matches!(target, Target::Import { .. }));
+    }
+
+    #[test]
+    fn the_directory_keeps_only_the_newest_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in 0..5u64 {
+            let path = dir.path().join(format!("{n}.bin"));
+            std::fs::write(&path, b"x").unwrap();
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000 + n);
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(at)
+                .unwrap();
+        }
+        keep_newest(dir.path(), 2);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["3.bin", "4.bin"]);
+    }
+}
