@@ -103,6 +103,21 @@ impl Learner {
         true
     }
 
+    /// Send what was gathered now, batches in flight or not: a call (or a spare) about to be
+    /// forked must find it imported, and the zygote handles its messages in order. Between
+    /// forks, gathering waits for answers (one message per batch); here it cannot. True when
+    /// something went (the spares forked before lack it).
+    pub fn send_before_fork(&mut self, zygote: &Zygote) -> bool {
+        if self.pending.is_empty() || self.budget.is_none() {
+            return false;
+        }
+        match zygote.learn(&std::mem::take(&mut self.pending)) {
+            Ok(batches) => self.in_flight += batches,
+            Err(error) => eprintln!("lfm serve: warning: {error:#}"),
+        }
+        true
+    }
+
     /// The zygote's answer: logged; past the budget, learning stops and the zygote is shed.
     pub fn learned(&mut self, learned: Learned) {
         self.in_flight = self.in_flight.saturating_sub(1);

@@ -323,6 +323,7 @@ impl Server {
             }
             self.last_limits = Some(spec.limits.clone());
             self.last_start = Some(Instant::now());
+            self.send_learned_before_fork();
             self.warm_zygote_for(&spec);
             let Some((spec, gpus)) = self.start_in_spare(spec, gpus, &allocated) else {
                 continue;
@@ -699,6 +700,17 @@ impl Server {
     fn learn_from(&mut self, modules: &[crate::report::ImportedModule]) {
         let Some(zygote) = &self.zygote else { return };
         if self.learner.offer(zygote, modules) {
+            for spare in std::mem::take(&mut self.spares) {
+                self.drop_spare(spare);
+            }
+        }
+    }
+
+    /// What earlier calls imported and the zygote was not sent yet (gathered while it answered
+    /// a batch) goes before the next fork; the spares forked before lack it.
+    fn send_learned_before_fork(&mut self) {
+        let Some(zygote) = &self.zygote else { return };
+        if self.learner.send_before_fork(zygote) {
             for spare in std::mem::take(&mut self.spares) {
                 self.drop_spare(spare);
             }

@@ -35,6 +35,7 @@ impl Server {
     /// are set up while the calls run, ready when a slot frees. Failing is harmless: calls then
     /// fork as they come.
     pub fn prepare_spare(&mut self) {
+        self.send_learned_before_fork();
         let ready = self.spares.len() < self.options.slots.max(1)
             && self.options.backend != BackendChoice::Auto;
         // The first queued call's limits are known once it was sized for its allocation.
