@@ -106,7 +106,7 @@ fn store(dir: &Path, name: &str, stamps: &[Stamp], index: &DistIndex) {
         let _ = std::fs::rename(&temporary, dir.join(name));
     }
     let _ = std::fs::remove_file(&temporary);
-    keep_newest(dir);
+    crate::kept_files::keep_newest(dir, ".bin", KEPT);
 }
 
 /// Everything [`DistIndex::build`] reads, and what it lists.
@@ -166,25 +166,6 @@ fn settled(stamps: &[Stamp], at: SystemTime) -> bool {
     stamps
         .iter()
         .all(|(_, at)| at.is_none_or(|(mtime, _)| mtime < limit.as_nanos()))
-}
-
-/// The [`KEPT`] most recently written indexes stay.
-fn keep_newest(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut kept: Vec<(SystemTime, PathBuf)> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".bin"))
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-        .collect();
-    if kept.len() <= KEPT {
-        return;
-    }
-    kept.sort();
-    for (_, path) in &kept[..kept.len() - KEPT] {
-        let _ = std::fs::remove_file(path);
-    }
 }
 
 #[cfg(test)]
@@ -380,7 +361,7 @@ mod tests {
                 .set_modified(at)
                 .unwrap();
         }
-        keep_newest(cache.path());
+        crate::kept_files::keep_newest(cache.path(), ".bin", KEPT);
         assert_eq!(stored_count(cache.path()), KEPT);
         assert!(!cache.path().join("0.bin").exists());
     }

@@ -58,7 +58,7 @@ pub fn store(dir: &Path, python: &Path, query: &str, interpreter: &Interpreter) 
         let _ = std::fs::rename(&temporary, dir.join(&name));
     }
     let _ = std::fs::remove_file(&temporary);
-    keep_newest(dir);
+    crate::kept_files::keep_newest(dir, ".json", KEPT);
 }
 
 /// The file name of `python`'s answer: None where it must not be cached (not found, or not a
@@ -129,25 +129,6 @@ fn stamps(python: &Path, interpreter: &Interpreter) -> Vec<(PathBuf, Option<u128
 fn mtime(path: &Path) -> Option<u128> {
     let modified = path.metadata().ok()?.modified().ok()?;
     Some(modified.duration_since(UNIX_EPOCH).ok()?.as_nanos())
-}
-
-/// The [`KEPT`] most recently written answers stay.
-fn keep_newest(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut answers: Vec<(std::time::SystemTime, PathBuf)> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-        .collect();
-    if answers.len() <= KEPT {
-        return;
-    }
-    answers.sort();
-    for (_, path) in &answers[..answers.len() - KEPT] {
-        let _ = std::fs::remove_file(path);
-    }
 }
 
 #[cfg(test)]

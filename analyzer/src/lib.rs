@@ -23,6 +23,7 @@ pub mod extract;
 pub mod frames;
 pub mod interpreter;
 pub mod interpreter_cache;
+pub mod kept_files;
 pub mod paths;
 pub mod project;
 pub mod render;

@@ -7,7 +7,7 @@
 //! bytecode magic, same source text, same ranges) and rewrites it when not; this side names the
 //! slot and bounds the directory.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use lfm_monitor::runner::request::Target;
 
@@ -36,7 +36,8 @@ pub fn keep_compiled(target: &mut Target, cache: &Path, interpreter: &Interprete
     let slot = dir.join(slot_name(interpreter, file, statements));
     if !slot.exists() {
         // The runner is about to add one.
-        keep_newest(&dir, KEPT - 1);
+        // A runner's leftover temporary file counts too, and goes first once it is old.
+        lfm_analyzer::kept_files::keep_newest(&dir, "", KEPT - 1);
     }
     *compiled = Some(slot);
 }
@@ -55,25 +56,6 @@ fn slot_name(interpreter: &Interpreter, file: &Path, statements: &[[u64; 2]]) ->
     }
     let hex = hasher.finalize().to_hex();
     format!("{}.bin", &hex[..32])
-}
-
-/// Remove the least recently written files of `dir` beyond the newest `kept` (a runner's
-/// leftover temporary file counts too, and goes first once it is old).
-fn keep_newest(dir: &Path, kept: usize) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
-        .filter_map(Result::ok)
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-        .collect();
-    if files.len() <= kept {
-        return;
-    }
-    files.sort();
-    for (_, path) in &files[..files.len() - kept] {
-        let _ = std::fs::remove_file(path);
-    }
 }
 
 #[cfg(test)]
@@ -102,7 +84,7 @@ mod tests {
         }
     }
 
-    fn slot(target: &Target) -> PathBuf {
+    fn slot(target: &Target) -> std::path::PathBuf {
         match target {
             Target::Slice {
                 compiled: Some(path),
@@ -154,7 +136,7 @@ mod tests {
                 .set_modified(at)
                 .unwrap();
         }
-        keep_newest(dir.path(), 2);
+        lfm_analyzer::kept_files::keep_newest(dir.path(), "", 2);
         let mut left: Vec<String> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
