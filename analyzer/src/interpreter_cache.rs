@@ -7,11 +7,12 @@
 //! picks an interpreter at each start (pyenv's shims, conda's wrappers: never cached), the
 //! `pyvenv.cfg` next to it is as it was, and every directory of its `sys.path` (and its user
 //! site directory, present or not) has the mtime it had: installing a distribution that adds a
-//! `.pth` file changes its site directory's. Anything unreadable means: ask again.
+//! `.pth` file changes its site directory's. Anything unreadable means: ask again. An answer is
+//! kept only where all of those changed over [`SETTLED`] ago.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -45,6 +46,9 @@ pub fn store(dir: &Path, python: &Path, query: &str, interpreter: &Interpreter) 
         stamps: stamps(python, interpreter),
         interpreter: interpreter.clone(),
     };
+    if !settled(&entry.stamps) {
+        return;
+    }
     let Ok(text) = serde_json::to_vec(&entry) else {
         return;
     };
@@ -126,6 +130,21 @@ fn stamps(python: &Path, interpreter: &Interpreter) -> Vec<(PathBuf, Option<u128
         .collect()
 }
 
+/// How long ago every stamped path must have changed for an answer to be kept: a change made
+/// while the interpreter was asked (a `pip install` alongside), or later within the same tick
+/// of a coarse file-system clock, would leave the stamp as it is and the answer stale.
+const SETTLED: Duration = Duration::from_secs(2);
+
+fn settled(stamps: &[(PathBuf, Option<u128>)]) -> bool {
+    let Ok(now) = SystemTime::now().duration_since(UNIX_EPOCH) else {
+        return false;
+    };
+    let now = now.as_nanos();
+    stamps
+        .iter()
+        .all(|(_, at)| at.is_none_or(|at| now.saturating_sub(at) >= SETTLED.as_nanos()))
+}
+
 fn mtime(path: &Path) -> Option<u128> {
     let modified = path.metadata().ok()?.modified().ok()?;
     Some(modified.duration_since(UNIX_EPOCH).ok()?.as_nanos())
@@ -147,15 +166,18 @@ mod tests {
             .expect("python3 runs");
         assert!(made.success());
         let python = root.join("bin/python");
-        let site = Interpreter::query_cached(&python, None)
-            .unwrap()
-            .site_dirs()[0]
-            .clone();
+        let asked = Interpreter::query_cached(&python, None).unwrap();
+        let site = asked.site_dirs()[0].clone();
+        // Everything the answer depends on that the venv just made, as if made long ago.
         let long_ago = UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
-        std::fs::File::open(&site)
-            .unwrap()
-            .set_modified(long_ago)
-            .unwrap();
+        for (path, _) in stamps(&python, &asked) {
+            if path.starts_with(root) && path.exists() {
+                std::fs::File::open(&path)
+                    .unwrap()
+                    .set_modified(long_ago)
+                    .unwrap();
+            }
+        }
         (python, site)
     }
 
@@ -189,6 +211,20 @@ mod tests {
         let again = Interpreter::query_cached(&python, Some(&cache)).unwrap();
         assert!(again.path.contains(&extra.canonicalize().unwrap()));
         assert!(!asked.path.contains(&extra.canonicalize().unwrap()));
+    }
+
+    #[test]
+    fn an_answer_whose_environment_just_changed_is_not_kept() {
+        let scratch = tempfile::tempdir().unwrap();
+        let cache = scratch.path().join("cache");
+        let (python, site) = venv(&scratch.path().join("env"));
+        std::fs::write(site.join("fresh.pth"), "\n").unwrap();
+        Interpreter::query_cached(&python, Some(&cache)).unwrap();
+        assert_eq!(
+            answers(&cache),
+            0,
+            "kept though its site directory changed just now"
+        );
     }
 
     #[test]
