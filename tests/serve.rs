@@ -676,9 +676,15 @@ fn alive(pid: i32) -> bool {
 }
 
 fn parent_of(pid: i32) -> i32 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    after.split_whitespace().nth(1).unwrap().parse().unwrap()
+    parent_if_alive(pid).unwrap()
+}
+
+/// `pid`'s parent, from one read of its stat: none once it is gone (a process listed in /proc
+/// a moment ago may have been reaped since).
+fn parent_if_alive(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn fd_count(pid: i32) -> usize {
@@ -713,9 +719,7 @@ fn children_of(pid: i32) -> Vec<i32> {
         .unwrap()
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|_| parent_of(p) == pid)
-        })
+        .filter(|&p| parent_if_alive(p) == Some(pid))
         .collect()
 }
 
