@@ -388,17 +388,6 @@ fn read_run(r: &rusqlite::Row) -> rusqlite::Result<Row> {
     let gpu = fields.gpu.as_ref();
     let allocation = fields.allocation.as_ref();
     Ok(Row {
-        id: r.get(0)?,
-        category: r.get(1)?,
-        time: r.get(2)?,
-        exit: r.get(3)?,
-        exceeded: r.get(4)?,
-        memory_mb: r.get(5)?,
-        cores: r.get(6)?,
-        disk_mb: r.get(7)?,
-        wall_time: r.get(8)?,
-        memory_limit_mb: r.get(9)?,
-        sized: r.get(10)?,
         cores_limit: fields.limits.and_then(|l| l.cores),
         throttled,
         gpu_memory_mb: gpu.and_then(|g| g.memory_peak_bytes).map(|b| b / MIB),
@@ -406,11 +395,13 @@ fn read_run(r: &rusqlite::Row) -> rusqlite::Result<Row> {
         allocation_mb: allocation.and_then(|a| a.memory_bytes).map(|b| b / MIB),
         queue_wait_seconds: allocation.and_then(|a| a.queue_wait_seconds),
         input_bytes: fields.input_bytes,
+        ..read_columns(r)?
     })
 }
 
-/// A [`Row`] from the sizing window's cache, whose columns are [`Row`]'s fields in order.
-fn read_row(r: &rusqlite::Row) -> rusqlite::Result<Row> {
+/// A [`Row`] of the eleven columns both [`read_run`] and [`read_row`] start with; the Report
+/// fields left for them.
+fn read_columns(r: &rusqlite::Row) -> rusqlite::Result<Row> {
     Ok(Row {
         id: r.get(0)?,
         category: r.get(1)?,
@@ -423,6 +414,19 @@ fn read_row(r: &rusqlite::Row) -> rusqlite::Result<Row> {
         wall_time: r.get(8)?,
         memory_limit_mb: r.get(9)?,
         sized: r.get(10)?,
+        cores_limit: None,
+        throttled: None,
+        gpu_memory_mb: None,
+        gpus: None,
+        allocation_mb: None,
+        queue_wait_seconds: None,
+        input_bytes: None,
+    })
+}
+
+/// A [`Row`] from the sizing window's cache, whose columns are [`Row`]'s fields in order.
+fn read_row(r: &rusqlite::Row) -> rusqlite::Result<Row> {
+    Ok(Row {
         cores_limit: r.get(11)?,
         throttled: r.get(12)?,
         gpu_memory_mb: r.get(13)?,
@@ -430,6 +434,7 @@ fn read_row(r: &rusqlite::Row) -> rusqlite::Result<Row> {
         allocation_mb: r.get(15)?,
         queue_wait_seconds: r.get(16)?,
         input_bytes: r.get(17)?,
+        ..read_columns(r)?
     })
 }
 
