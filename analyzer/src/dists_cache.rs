@@ -13,20 +13,15 @@
 //! means: build it again.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use crate::dists::DistIndex;
+use crate::kept_files::{executable_hasher, read_stamped, settled, stamp, store_stamped, Stamp};
 
 /// The cache's directory under lfm's cache directory, and how many indexes it keeps (an
 /// index is ~3 MB for pandas and scikit-learn).
 pub const DIR: &str = "analyze-dists";
 const KEPT: usize = 8;
-/// How much older than the stamping a stamp must be for the cache to trust it (FAT's mtime
-/// has two seconds' resolution; most file systems take mtimes from a clock of a few ms).
-const SETTLED: Duration = Duration::from_secs(2);
-
-/// (path, its mtime in ns and size); None: it did not exist.
-type Stamp = (PathBuf, Option<(u128, u64)>);
 
 /// The index of `site_dirs` (and `prefix`'s conda-meta), from `cache` while it holds.
 pub fn build_cached(
@@ -53,16 +48,7 @@ pub fn build_cached(
 /// The file name of this environment's index: the lfm executable, the site directories and
 /// the prefix. None where the executable cannot be described.
 fn key(site_dirs: &[PathBuf], prefix: Option<&Path>) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    let exe = std::env::current_exe().ok()?;
-    let meta = exe.metadata().ok()?;
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(exe.as_os_str().as_encoded_bytes());
-    for number in [meta.dev(), meta.ino(), meta.size()] {
-        hasher.update(&number.to_le_bytes());
-    }
-    hasher.update(&meta.mtime().to_le_bytes());
-    hasher.update(&meta.mtime_nsec().to_le_bytes());
+    let mut hasher = executable_hasher()?;
     for dir in site_dirs.iter().map(PathBuf::as_path).chain(prefix) {
         hasher.update(&[1]);
         hasher.update(dir.as_os_str().as_encoded_bytes());
@@ -71,42 +57,13 @@ fn key(site_dirs: &[PathBuf], prefix: Option<&Path>) -> Option<String> {
 }
 
 fn lookup(file: &Path) -> Option<DistIndex> {
-    use bincode::Options as _;
-    let bytes = std::fs::read(file).ok()?;
-    // Bounded by the file's size: a damaged length must not ask for exabytes.
-    let options = bincode::options()
-        .with_fixint_encoding()
-        .allow_trailing_bytes()
-        .with_limit(bytes.len() as u64);
-    let mut rest = bytes.as_slice();
-    let stamps: Vec<Stamp> = options.deserialize_from(&mut rest).ok()?;
-    let unchanged = stamps.iter().all(|(path, at)| stamp(path) == *at);
-    if !unchanged {
-        return None;
-    }
-    DistIndex::from_stored(options.deserialize_from(&mut rest).ok()?)
+    DistIndex::from_stored(read_stamped(file)?)
 }
 
 fn store(dir: &Path, name: &str, stamps: &[Stamp], index: &DistIndex) {
-    use bincode::Options as _;
-    let Some(index) = index.to_stored() else {
-        return;
-    };
-    let options = bincode::options()
-        .with_fixint_encoding()
-        .allow_trailing_bytes();
-    let mut bytes = Vec::new();
-    let written = options.serialize_into(&mut bytes, stamps).is_ok()
-        && options.serialize_into(&mut bytes, &index).is_ok();
-    if !written || std::fs::create_dir_all(dir).is_err() {
-        return;
+    if let Some(index) = index.to_stored() {
+        store_stamped(dir, name, ".bin", KEPT, stamps, &index);
     }
-    let temporary = dir.join(format!(".{name}.{}", std::process::id()));
-    if std::fs::write(&temporary, bytes).is_ok() {
-        let _ = std::fs::rename(&temporary, dir.join(name));
-    }
-    let _ = std::fs::remove_file(&temporary);
-    crate::kept_files::keep_newest(dir, ".bin", KEPT);
 }
 
 /// Everything [`DistIndex::build`] reads, and what it lists.
@@ -148,30 +105,11 @@ fn sorted_entries(dir: &Path) -> Vec<PathBuf> {
     paths
 }
 
-fn stamp(path: &Path) -> Option<(u128, u64)> {
-    let meta = path.metadata().ok()?;
-    let modified = meta.modified().ok()?.duration_since(UNIX_EPOCH).ok()?;
-    Some((modified.as_nanos(), meta.len()))
-}
-
-/// Whether every stamp is older than `at` by [`SETTLED`]: a later change then gets a later
-/// mtime, even from a coarse clock.
-fn settled(stamps: &[Stamp], at: SystemTime) -> bool {
-    let Some(limit) = at
-        .checked_sub(SETTLED)
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-    else {
-        return false;
-    };
-    stamps
-        .iter()
-        .all(|(_, at)| at.is_none_or(|(mtime, _)| mtime < limit.as_nanos()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::dists::Owner;
+    use std::time::{Duration, UNIX_EPOCH};
 
     const LONG_AGO: Duration = Duration::from_secs(1_000_000);
 

@@ -2,7 +2,7 @@
 //! cap, the least recently written entries go.
 
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Remove the files of `dir` whose names end with `suffix` ("" for all), beyond the `kept`
 /// most recently written.
@@ -22,4 +22,94 @@ pub fn keep_newest(dir: &Path, suffix: &str, kept: usize) {
     for (_, path) in &files[..files.len() - kept] {
         let _ = std::fs::remove_file(path);
     }
+}
+
+/// A path and its mtime (ns) and size when it was stamped; None: it did not exist.
+pub type Stamp = (PathBuf, Option<(u128, u64)>);
+
+/// How much older than the stamping a stamp must be for a cache to trust it (FAT's mtime has
+/// two seconds' resolution; most file systems take mtimes from a clock of a few ms).
+const SETTLED: std::time::Duration = std::time::Duration::from_secs(2);
+
+pub fn stamp(path: &Path) -> Option<(u128, u64)> {
+    let meta = path.metadata().ok()?;
+    let modified = meta.modified().ok()?.duration_since(UNIX_EPOCH).ok()?;
+    Some((modified.as_nanos(), meta.len()))
+}
+
+/// Whether every stamp is older than `at` by [`SETTLED`]: a later change then gets a later
+/// mtime, even from a coarse clock.
+pub fn settled(stamps: &[Stamp], at: SystemTime) -> bool {
+    let Some(limit) = at
+        .checked_sub(SETTLED)
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+    else {
+        return false;
+    };
+    stamps
+        .iter()
+        .all(|(_, at)| at.is_none_or(|(mtime, _)| mtime < limit.as_nanos()))
+}
+
+/// A hasher that has taken in the running lfm executable (path, device, inode, size, mtime):
+/// another build may lay an entry out differently. None where it cannot be described.
+pub fn executable_hasher() -> Option<blake3::Hasher> {
+    use std::os::unix::fs::MetadataExt;
+    let exe = std::env::current_exe().ok()?;
+    let meta = exe.metadata().ok()?;
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(exe.as_os_str().as_encoded_bytes());
+    for number in [meta.dev(), meta.ino(), meta.size()] {
+        hasher.update(&number.to_le_bytes());
+    }
+    hasher.update(&meta.mtime().to_le_bytes());
+    hasher.update(&meta.mtime_nsec().to_le_bytes());
+    Some(hasher)
+}
+
+fn bincode_options() -> impl bincode::Options + Copy {
+    use bincode::Options as _;
+    bincode::options()
+        .with_fixint_encoding()
+        .allow_trailing_bytes()
+}
+
+/// The value stored in `file` after its stamps, when every stamp still holds.
+pub fn read_stamped<T: serde::de::DeserializeOwned>(file: &Path) -> Option<T> {
+    use bincode::Options as _;
+    let bytes = std::fs::read(file).ok()?;
+    // Bounded by the file's size: a damaged length must not ask for exabytes.
+    let options = bincode_options().with_limit(bytes.len() as u64);
+    let mut rest = bytes.as_slice();
+    let stamps: Vec<Stamp> = options.deserialize_from(&mut rest).ok()?;
+    if !stamps.iter().all(|(path, at)| stamp(path) == *at) {
+        return None;
+    }
+    options.deserialize_from(&mut rest).ok()
+}
+
+/// Store `value` after its `stamps` as `dir/name` (written aside, then renamed), keeping the
+/// `kept` newest entries ending with `suffix`. A cache that cannot be written is no error.
+pub fn store_stamped<T: serde::Serialize>(
+    dir: &Path,
+    name: &str,
+    suffix: &str,
+    kept: usize,
+    stamps: &[Stamp],
+    value: &T,
+) {
+    use bincode::Options as _;
+    let options = bincode_options();
+    let mut bytes = Vec::new();
+    let written = options.serialize_into(&mut bytes, stamps).is_ok()
+        && options.serialize_into(&mut bytes, value).is_ok();
+    if !written || std::fs::create_dir_all(dir).is_err() {
+        return;
+    }
+    let temporary = dir.join(format!(".{name}.{}", std::process::id()));
+    if std::fs::write(&temporary, bytes).is_ok() {
+        let _ = std::fs::rename(&temporary, dir.join(name));
+    }
+    let _ = std::fs::remove_file(&temporary);
+    keep_newest(dir, suffix, kept);
 }
