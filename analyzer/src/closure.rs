@@ -2318,9 +2318,13 @@ fn needs_views<'p>(
     warnings: &mut Vec<WarningView<'p>>,
 ) -> Needs<'p> {
     let mut direct: Direct<'p> = BTreeMap::new();
+    let installed: Vec<(&str, bool)> = (reached_in_order.iter())
+        .filter(|(_, reached)| reached.kind == ModuleKind::ThirdParty)
+        .map(|(name, reached)| (*name, reached.required))
+        .collect();
     let modules = module_views(project, reached_in_order, &mut direct, warnings);
     let (distributions, missing_distributions) =
-        distribution_views(project, direct, listed, warnings);
+        distribution_views(project, direct, &installed, listed, warnings);
     Needs {
         modules,
         distributions,
@@ -2400,6 +2404,7 @@ fn module_views<'p>(
 fn distribution_views<'p>(
     project: &'p Project,
     mut direct: Direct<'p>,
+    installed: &[(&str, bool)],
     listed: &mut BTreeSet<u32>,
     warnings: &mut Vec<WarningView<'p>>,
 ) -> (Vec<DistributionView<'p>>, Vec<MissingDistribution>) {
@@ -2439,7 +2444,32 @@ fn distribution_views<'p>(
                     direct: is_direct,
                     optional: is_optional,
                     conda_name: dist.conda_name.as_deref(),
+                    undeclared: false,
                     reason,
+                },
+            ));
+        }
+    }
+    let undeclared = crate::installed_imports::undeclared(project, installed, [&required, &optional]);
+    for imported in &undeclared {
+        for (&id, chain) in &imported.closure.reached {
+            if !listed.insert(id) {
+                continue;
+            }
+            let dist = &project.dists.dists[id as usize];
+            let root = chain.first().map(String::as_str).unwrap_or_default();
+            let start = imported.reasons.get(root).into_iter().flatten();
+            let reason = start.chain(chain).map(|step| Cow::Owned(step.clone()));
+            distributions.push((
+                id,
+                DistributionView {
+                    name: &dist.name,
+                    version: &dist.version,
+                    direct: false,
+                    optional: imported.optional,
+                    conda_name: dist.conda_name.as_deref(),
+                    undeclared: true,
+                    reason: reason.collect(),
                 },
             ));
         }

@@ -258,6 +258,23 @@ impl DistIndex {
         self.file_owners(&key).is_some() || (path.is_dir() && self.dir_owners(&key).is_some())
     }
 
+    /// The first distribution that installed the file `path` (absolute and normal), without
+    /// looking at the file system.
+    pub fn installer_of(&self, path: &Path) -> Option<u32> {
+        self.file_owners(&path_key(path))?.first().copied()
+    }
+
+    /// Every file distribution `id` installed, absolute and normal.
+    pub fn files_of(&self, id: u32) -> Vec<PathBuf> {
+        match &self.stored {
+            Some((table, _)) => (table.pairs())
+                .filter(|&(_, owner)| owner == id)
+                .map(|(path, _)| PathBuf::from(path))
+                .collect(),
+            None => self.dists[id as usize].files.clone(),
+        }
+    }
+
     /// The distributions that installed the file `key` ([`path_key`] of a normal path).
     fn file_owners(&self, key: &std::ffi::OsStr) -> Option<Vec<u32>> {
         match &self.stored {

@@ -1682,7 +1682,7 @@ fn capture_named_targets(stmt: &Stmt) -> Vec<&str> {
 }
 
 /// `importlib.import_module(".b", "pkg.a")` with level 1 -> `pkg.a.b`.
-fn join_relative(package: &str, level: u32, module: &str) -> String {
+pub(crate) fn join_relative(package: &str, level: u32, module: &str) -> String {
     let mut parts: Vec<&str> = package.split('.').filter(|p| !p.is_empty()).collect();
     for _ in 1..level {
         parts.pop();

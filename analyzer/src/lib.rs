@@ -21,6 +21,7 @@ pub mod dists_cache;
 pub mod engine;
 pub mod extract;
 pub mod frames;
+pub mod installed_imports;
 pub mod interpreter;
 pub mod interpreter_cache;
 pub mod kept_files;
@@ -499,6 +500,8 @@ pub fn prepare_or_reuse(
     for target in located {
         jobs.extend(target_jobs(&mut project, target)?);
     }
+    let imports_cache = options.cache_dir.as_deref();
+    project.follow_installed_imports(imports_cache.map(|dir| dir.join(installed_imports::DIR)));
     project.finish_loading();
     scratch::release_all();
     timings.push(("resolve imports", Checkpoint::since(started)));

@@ -13,6 +13,7 @@ use rayon::prelude::*;
 use crate::cache::SummaryCache;
 use crate::dists::{DistIndex, Owner};
 use crate::extract::{summarize, ImportEdge, ModuleSummary};
+use crate::installed_imports::{InstalledImports, Sources};
 use crate::interpreter::Interpreter;
 use crate::paths::path_key;
 use crate::resolve::{module_name_for, Location, Resolver, RootKind};
@@ -91,6 +92,9 @@ pub struct Project {
     by_name: HashMap<String, u32>,
     /// Set by [`Project::finish_loading`]; see [`crate::spec::TargetView::escape_free`].
     pub escape_free: bool,
+    /// What the installed modules any closure can reach import in turn: set by
+    /// [`Project::follow_installed_imports`].
+    pub installed_imports: InstalledImports,
     pub progress: Option<crate::ParseProgress>,
 }
 
@@ -149,8 +153,29 @@ impl Project {
             third_party: HashMap::default(),
             by_name: HashMap::default(),
             escape_free: false,
+            installed_imports: InstalledImports::default(),
             progress: None,
         }
+    }
+
+    /// Follow what the installed modules met while loading import when they are imported
+    /// ([`crate::installed_imports`]), their distributions' edges kept in `cache_dir`.
+    pub fn follow_installed_imports(&mut self, cache_dir: Option<PathBuf>) {
+        let site_dirs = self.interpreter.site_dirs();
+        let loaded = |path: &Path| {
+            let id = self.module_id(path)?;
+            Some(self.modules[id as usize].summary.clone())
+        };
+        let sources = Sources {
+            dists: &self.dists,
+            site_dirs: &site_dirs,
+            extension_suffixes: &self.interpreter.extension_suffixes,
+            loaded: &loaded,
+            cache_dir: cache_dir.as_deref(),
+        };
+        let mut roots: Vec<String> = self.third_party.keys().cloned().collect();
+        roots.sort_unstable();
+        self.installed_imports = InstalledImports::build(&sources, roots);
     }
 
     /// Free what only speeds up loading more modules (resolution caches): closures need the

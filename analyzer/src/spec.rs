@@ -154,7 +154,12 @@ pub struct DistributionNeed {
     pub optional: bool,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub conda_name: Option<String>,
-    /// For direct ones: the modules that map to it. For the others: the Requires-Dist chain.
+    /// Installed code imports it without declaring it in Requires-Dist (an optional import
+    /// that runs because it is installed): see `reason`.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub undeclared: bool,
+    /// For direct ones: the modules that map to it. For the others: the Requires-Dist chain;
+    /// for an undeclared one, the importing distribution and the import's `file:line` first.
     pub reason: Vec<String>,
 }
 
@@ -363,6 +368,7 @@ pub struct DistributionView<'a> {
     pub direct: bool,
     pub optional: bool,
     pub conda_name: Option<&'a str>,
+    pub undeclared: bool,
     pub reason: Vec<Cow<'a, str>>,
 }
 
@@ -414,6 +420,7 @@ impl DistributionView<'_> {
             direct: self.direct,
             optional: self.optional,
             conda_name: self.conda_name.map(str::to_string),
+            undeclared: self.undeclared,
             reason: self.reason.iter().map(|step| step.to_string()).collect(),
         }
     }
@@ -632,6 +639,9 @@ fn json_distribution(out: &mut Vec<u8>, dist: &DistributionView, text: fn(&mut V
         out.extend_from_slice(b",\"conda_name\":");
         text(out, conda_name);
     }
+    if dist.undeclared {
+        out.extend_from_slice(b",\"undeclared\":true");
+    }
     out.extend_from_slice(b",\"reason\":");
     json_array(out, &dist.reason, |out, step| text(out, step));
     out.push(b'}');
@@ -824,6 +834,7 @@ mod tests {
                 direct: false,
                 optional: true,
                 conda_name: Some("pyyaml"),
+                undeclared: true,
                 reason: vec![Cow::Borrowed("a"), Cow::Owned(AWKWARD.to_string())],
             }],
             missing: vec![MissingView {
@@ -864,6 +875,7 @@ mod tests {
                     direct: true,
                     optional: false,
                     conda_name: None,
+                    undeclared: false,
                     reason: vec![Cow::Borrowed("parsl")],
                 }],
                 missing: vec![],

@@ -851,6 +851,9 @@ fn write_distributions(out: &mut String, indent: &str, distributions: &[Distribu
         let label = format!("{} {}", dist.name, dist.version);
         let why = if dist.direct {
             format!("imports {}", dist.reason.join(", "))
+        } else if let (true, [importer, place, chain @ ..]) = (dist.undeclared, &dist.reason[..]) {
+            let chain = chain.join(" -> ");
+            format!("imported by {importer} when installed ({place}) -> {chain}")
         } else {
             format!("required by {}", dist.reason.join(" -> "))
         };

@@ -12,7 +12,7 @@ use crate::cli::CacheArgs;
 use crate::monitoring::EXIT_USAGE;
 
 /// The analyze caches under the cache directory: each bounded by its own rule.
-const ANALYZE_CACHES: [(&str, &str); 5] = [
+const ANALYZE_CACHES: [(&str, &str); 6] = [
     ("analyze-summaries.bin", "entries unused for 32 runs leave"),
     (
         "analyze-summaries.journal",
@@ -26,6 +26,10 @@ const ANALYZE_CACHES: [(&str, &str); 5] = [
     (
         lfm_analyzer::dists_cache::DIR,
         "the 8 most recently indexed environments",
+    ),
+    (
+        lfm_analyzer::installed_imports::DIR,
+        "the 256 most recently read distributions' imports",
     ),
 ];
 

@@ -1,0 +1,650 @@
+//! What installed code imports when it is imported, beyond what its distribution declares.
+//!
+//! A closure keeps installed modules as leaves and trusts Requires-Dist for what they need. But
+//! installed code also imports what it finds installed (`try: import pandas` in scikit-learn,
+//! numpy in joblib): Python runs those imports because the distribution is there, and a pack
+//! without it behaves otherwise. This module follows the import-time edges of installed modules
+//! (module level and class bodies; not function bodies, not `TYPE_CHECKING`) through installed
+//! code, and says for each installed module which distributions importing it reaches, and which
+//! of them through imports that cannot fail over to doing without (not inside `try`, not under
+//! a condition).
+//!
+//! A distribution's edges come from parsing its Python files once (or from the summaries the
+//! run already made of them), and are kept between runs ([`DIR`], one file a distribution)
+//! while none of its files changed.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use rustc_hash::FxHashMap as HashMap;
+use serde::{Deserialize, Serialize};
+
+use crate::dists::DistIndex;
+use crate::extract::{join_relative, ModuleSummary};
+use crate::kept_files::{executable_hasher, read_stamped, settled, stamp, store_stamped, Stamp};
+
+/// The cache's directory under lfm's cache directory, and how many distributions it keeps.
+pub const DIR: &str = "analyze-installed-imports";
+const KEPT: usize = 256;
+
+/// One import-time import of an installed module, its target made absolute.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct RawEdge {
+    module: String,
+    member: Option<String>,
+    line: u32,
+    /// Inside `try` or under a condition: the module can import without it.
+    optional: bool,
+}
+
+/// A distribution's modules, each with its import-time edges.
+type DistEdges = HashMap<String, Vec<RawEdge>>;
+
+#[derive(Debug, Clone, Copy)]
+struct Edge {
+    to: u32,
+    line: u32,
+    optional: bool,
+}
+
+struct Node {
+    name: String,
+    dist: u32,
+    path: PathBuf,
+}
+
+/// Where installed modules are and how to read them.
+pub struct Sources<'a> {
+    pub dists: &'a DistIndex,
+    pub site_dirs: &'a [PathBuf],
+    pub extension_suffixes: &'a [String],
+    /// The summary this run already made of a file, if any.
+    pub loaded: &'a (dyn Fn(&Path) -> Option<Arc<ModuleSummary>> + Sync),
+    /// Where distributions' edges are kept between runs (None: not kept).
+    pub cache_dir: Option<&'a Path>,
+}
+
+/// The installed modules reached from a set of roots, and what importing each reaches.
+#[derive(Default)]
+pub struct InstalledImports {
+    nodes: Vec<Node>,
+    by_name: HashMap<String, u32>,
+    edges: Vec<Vec<Edge>>,
+    /// u64 words per distribution set.
+    words: usize,
+    /// Per node, `words` words: every distribution importing it reaches (its own included).
+    any: Vec<u64>,
+    /// The same through edges that must succeed only.
+    required: Vec<u64>,
+}
+
+/// A set of distributions, by id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DistSet(Vec<u64>);
+
+impl DistSet {
+    pub fn contains(&self, id: u32) -> bool {
+        let word = id as usize / 64;
+        self.0.get(word).is_some_and(|w| w & (1 << (id % 64)) != 0)
+    }
+
+    pub fn ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.0.iter().enumerate().flat_map(|(at, &word)| {
+            (0..64u32)
+                .filter(move |bit| word & (1 << bit) != 0)
+                .map(move |bit| at as u32 * 64 + bit)
+        })
+    }
+
+    fn union(&mut self, other: &[u64]) {
+        self.0.iter_mut().zip(other).for_each(|(a, b)| *a |= b);
+    }
+}
+
+/// The import statement in installed code that brings a distribution in: the importing
+/// module's file, the line, and the module imported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportedBy<'a> {
+    pub importer_dist: u32,
+    pub file: &'a Path,
+    pub line: u32,
+    pub module: &'a str,
+}
+
+impl InstalledImports {
+    /// Follow the import-time imports of the installed modules `roots` (dotted names).
+    pub fn build(sources: &Sources, roots: impl IntoIterator<Item = String>) -> InstalledImports {
+        let mut builder = Builder {
+            sources,
+            per_dist: HashMap::default(),
+            graph: InstalledImports {
+                words: sources.dists.dists.len().div_ceil(64),
+                ..InstalledImports::default()
+            },
+            absent: Default::default(),
+        };
+        let mut queue = VecDeque::new();
+        for root in roots {
+            builder.node(&root, &mut queue);
+        }
+        while let Some(id) = queue.pop_front() {
+            let edges = builder.edges_of(id, &mut queue);
+            builder.graph.edges[id as usize] = edges;
+        }
+        let mut graph = builder.graph;
+        let dists: Vec<u32> = graph.nodes.iter().map(|n| n.dist).collect();
+        graph.any = reach_sets(&dists, graph.words, &graph.edges, |_| true);
+        graph.required = reach_sets(&dists, graph.words, &graph.edges, |e| !e.optional);
+        graph
+    }
+
+    /// The distributions importing `modules` reaches: (all of them, those through imports
+    /// that must succeed from a module marked required). Unknown names reach nothing.
+    pub fn reached<'a>(
+        &self,
+        modules: impl IntoIterator<Item = (&'a str, bool)>,
+    ) -> (DistSet, DistSet) {
+        let mut any = DistSet(vec![0; self.words]);
+        let mut required = DistSet(vec![0; self.words]);
+        for (name, is_required) in modules {
+            let Some(&node) = self.by_name.get(name) else {
+                continue;
+            };
+            any.union(self.set(&self.any, node));
+            if is_required {
+                required.union(self.set(&self.required, node));
+            }
+        }
+        (any, required)
+    }
+
+    /// The first import statement (breadth first from `modules`) of a module of another
+    /// distribution that brings in `dist`.
+    pub fn imported_by<'a>(
+        &self,
+        modules: impl IntoIterator<Item = &'a str>,
+        dist: u32,
+    ) -> Option<ImportedBy<'_>> {
+        let reaches = |node: u32| self.set(&self.any, node)[dist as usize / 64] & (1 << (dist % 64)) != 0;
+        let mut seen = vec![false; self.nodes.len()];
+        let mut queue: VecDeque<u32> = VecDeque::new();
+        for name in modules {
+            if let Some(&node) = self.by_name.get(name) {
+                if reaches(node) && !std::mem::replace(&mut seen[node as usize], true) {
+                    queue.push_back(node);
+                }
+            }
+        }
+        while let Some(node) = queue.pop_front() {
+            for edge in &self.edges[node as usize] {
+                let to = &self.nodes[edge.to as usize];
+                if to.dist == dist {
+                    let from = &self.nodes[node as usize];
+                    return Some(ImportedBy {
+                        importer_dist: from.dist,
+                        file: &from.path,
+                        line: edge.line,
+                        module: &to.name,
+                    });
+                }
+                if reaches(edge.to) && !std::mem::replace(&mut seen[edge.to as usize], true) {
+                    queue.push_back(edge.to);
+                }
+            }
+        }
+        None
+    }
+
+    fn set<'s>(&self, sets: &'s [u64], node: u32) -> &'s [u64] {
+        &sets[node as usize * self.words..(node as usize + 1) * self.words]
+    }
+
+    /// Installed modules followed.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}
+
+struct Builder<'s, 'a> {
+    sources: &'s Sources<'a>,
+    per_dist: HashMap<u32, DistEdges>,
+    graph: InstalledImports,
+    /// Names that are no installed module (stdlib, not installed, namespace directories).
+    absent: rustc_hash::FxHashSet<String>,
+}
+
+impl Builder<'_, '_> {
+    /// The node of installed module `name`, made (and queued) at its first mention.
+    fn node(&mut self, name: &str, queue: &mut VecDeque<u32>) -> Option<u32> {
+        if let Some(&id) = self.graph.by_name.get(name) {
+            return Some(id);
+        }
+        if self.absent.contains(name) {
+            return None;
+        }
+        let Some((dist, path)) = self.locate(name) else {
+            self.absent.insert(name.to_string());
+            return None;
+        };
+        let id = self.graph.nodes.len() as u32;
+        self.graph.nodes.push(Node {
+            name: name.to_string(),
+            dist,
+            path,
+        });
+        self.graph.edges.push(Vec::new());
+        self.graph.by_name.insert(name.to_string(), id);
+        queue.push_back(id);
+        Some(id)
+    }
+
+    /// The installed file of module `name` and its distribution, from the distributions'
+    /// file lists alone (no file-system lookups).
+    fn locate(&self, name: &str) -> Option<(u32, PathBuf)> {
+        let relative: PathBuf = name.split('.').collect();
+        for site in self.sources.site_dirs {
+            let base = site.join(&relative);
+            let mut candidates = vec![base.join("__init__.py"), base.with_extension("py")];
+            for suffix in self.sources.extension_suffixes {
+                let mut file = base.clone().into_os_string();
+                file.push(suffix);
+                candidates.push(PathBuf::from(file));
+            }
+            for candidate in candidates {
+                if let Some(dist) = self.sources.dists.installer_of(&candidate) {
+                    return Some((dist, candidate));
+                }
+            }
+        }
+        None
+    }
+
+    /// Node `id`'s edges: its parent package (importing `a.b` runs `a` first), then its own
+    /// import-time imports, each to the longest prefix that is an installed module, and to
+    /// `module.member` too where that is one.
+    fn edges_of(&mut self, id: u32, queue: &mut VecDeque<u32>) -> Vec<Edge> {
+        let (name, dist) = {
+            let node = &self.graph.nodes[id as usize];
+            (node.name.clone(), node.dist)
+        };
+        let mut edges = Vec::new();
+        if let Some((parent, _)) = name.rsplit_once('.') {
+            if let Some(to) = self.longest_installed(parent, queue) {
+                edges.push(Edge {
+                    to,
+                    line: 0,
+                    optional: false,
+                });
+            }
+        }
+        let raw = self
+            .dist_edges(dist)
+            .get(&name)
+            .cloned()
+            .unwrap_or_default();
+        for edge in raw {
+            let member = edge.member.as_ref().filter(|m| *m != "*");
+            let whole = member.and_then(|m| self.node(&format!("{}.{m}", edge.module), queue));
+            let target = whole.or_else(|| self.longest_installed(&edge.module, queue));
+            if let Some(to) = target {
+                edges.push(Edge {
+                    to,
+                    line: edge.line,
+                    optional: edge.optional,
+                });
+            }
+        }
+        edges
+    }
+
+    fn longest_installed(&mut self, name: &str, queue: &mut VecDeque<u32>) -> Option<u32> {
+        let mut name = name;
+        loop {
+            if let Some(id) = self.node(name, queue) {
+                return Some(id);
+            }
+            name = name.rsplit_once('.')?.0;
+        }
+    }
+
+    fn dist_edges(&mut self, dist: u32) -> &DistEdges {
+        if !self.per_dist.contains_key(&dist) {
+            let edges = load_dist_edges(self.sources, dist);
+            self.per_dist.insert(dist, edges);
+        }
+        &self.per_dist[&dist]
+    }
+}
+
+/// Distribution `dist`'s edges, from the cache while none of its Python files changed.
+fn load_dist_edges(sources: &Sources, dist: u32) -> DistEdges {
+    let files: Vec<(String, PathBuf, bool)> = (sources.dists.files_of(dist).into_iter())
+        .filter(|path| path.extension().is_some_and(|e| e == "py"))
+        .filter_map(|path| {
+            let (name, is_package) = module_name_of(&path, sources.site_dirs)?;
+            Some((name, path, is_package))
+        })
+        .collect();
+    let stamped_at = std::time::SystemTime::now();
+    let stamps: Vec<Stamp> = (files.iter())
+        .map(|(_, path, _)| (path.clone(), stamp(path)))
+        .collect();
+    let entry = sources
+        .cache_dir
+        .zip(cache_name(sources.dists, dist, &stamps));
+    if let Some((dir, name)) = &entry {
+        if let Some(edges) = read_stamped::<DistEdges>(&dir.join(name)) {
+            return edges;
+        }
+    }
+    let edges: DistEdges = files
+        .par_iter()
+        .map(|(name, path, is_package)| {
+            let summary = (sources.loaded)(path)
+                .unwrap_or_else(|| crate::project::read_and_summarize(path, None).0);
+            (name.clone(), import_time_edges(&summary, name, *is_package))
+        })
+        .collect();
+    if let Some((dir, name)) = entry.filter(|_| settled(&stamps, stamped_at)) {
+        store_stamped(dir, &name, ".bin", KEPT, &stamps, &edges);
+    }
+    edges
+}
+
+/// The entry's file name: the lfm executable, the extractor's version and the distribution's
+/// metadata and files (their stamps are checked when it is read).
+fn cache_name(dists: &DistIndex, dist: u32, stamps: &[Stamp]) -> Option<String> {
+    let mut hasher = executable_hasher()?;
+    hasher.update(crate::cache::EXTRACTOR_VERSION);
+    let metadata = &dists.dists[dist as usize].metadata_path;
+    hasher.update(metadata.as_os_str().as_encoded_bytes());
+    for (path, _) in stamps {
+        hasher.update(&[0]);
+        hasher.update(path.as_os_str().as_encoded_bytes());
+    }
+    Some(format!("{}.bin", &hasher.finalize().to_hex()[..32]))
+}
+
+/// The dotted name of installed file `path` under the site directory that holds it, and
+/// whether it is a package's `__init__`. None for a file outside them or not importable.
+fn module_name_of(path: &Path, site_dirs: &[PathBuf]) -> Option<(String, bool)> {
+    let relative = site_dirs.iter().find_map(|site| path.strip_prefix(site).ok())?;
+    let mut parts: Vec<&str> = (relative.iter())
+        .map(|part| part.to_str())
+        .collect::<Option<_>>()?;
+    let file = parts.pop()?.strip_suffix(".py")?;
+    let is_package = file == "__init__";
+    if !is_package {
+        parts.push(file);
+    }
+    let importable = !parts.is_empty() && parts.iter().all(|p| is_identifier(p));
+    importable.then(|| (parts.join("."), is_package))
+}
+
+fn is_identifier(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .is_some_and(|c| c == '_' || c.is_alphabetic())
+        && chars.all(|c| c == '_' || c.is_alphanumeric())
+}
+
+/// The imports module `name` runs when it is imported, absolute.
+fn import_time_edges(summary: &ModuleSummary, name: &str, is_package: bool) -> Vec<RawEdge> {
+    let package = match (is_package, name.rsplit_once('.')) {
+        (true, _) => name,
+        (false, Some((parent, _))) => parent,
+        (false, None) => "",
+    };
+    (summary.imports.iter())
+        .filter(|edge| !edge.context.in_function && !edge.context.type_checking)
+        .map(|edge| {
+            let written = summary.edge_module(edge);
+            let module = match edge.level {
+                0 => written.to_string(),
+                level => join_relative(package, level, written),
+            };
+            RawEdge {
+                module,
+                member: summary.edge_member(edge).map(str::to_string),
+                line: edge.line,
+                optional: edge.context.optional || edge.context.conditional,
+            }
+        })
+        .filter(|edge| !edge.module.is_empty())
+        .collect()
+}
+
+/// Per node, the distributions reachable from it over the edges `follow` keeps (its own
+/// included), `words` words each: Tarjan's strongly connected components, each component's
+/// set the union of its members' own and of the components it leads to (finished first).
+fn reach_sets(
+    dists: &[u32],
+    words: usize,
+    edges: &[Vec<Edge>],
+    follow: impl Fn(&Edge) -> bool,
+) -> Vec<u64> {
+    const UNSEEN: u32 = u32::MAX;
+    let count = dists.len();
+    let mut sets = vec![0u64; count * words];
+    let (mut index, mut low) = (vec![UNSEEN; count], vec![0u32; count]);
+    let mut component = vec![UNSEEN; count];
+    let (mut stack, mut on_stack) = (Vec::new(), vec![false; count]);
+    let (mut next, mut components) = (0u32, 0u32);
+    let successors = |node: usize| edges[node].iter().filter(|e| follow(e)).map(|e| e.to as usize);
+    for start in 0..count {
+        if index[start] != UNSEEN {
+            continue;
+        }
+        let mut calls: Vec<(usize, usize)> = vec![(start, 0)];
+        index[start] = next;
+        low[start] = next;
+        next += 1;
+        stack.push(start);
+        on_stack[start] = true;
+        while let Some(&mut (node, ref mut at)) = calls.last_mut() {
+            if let Some(to) = successors(node).nth(*at) {
+                *at += 1;
+                if index[to] == UNSEEN {
+                    (index[to], low[to]) = (next, next);
+                    next += 1;
+                    stack.push(to);
+                    on_stack[to] = true;
+                    calls.push((to, 0));
+                } else if on_stack[to] {
+                    low[node] = low[node].min(index[to]);
+                }
+                continue;
+            }
+            calls.pop();
+            if let Some(&(caller, _)) = calls.last() {
+                low[caller] = low[caller].min(low[node]);
+            }
+            if low[node] != index[node] {
+                continue;
+            }
+            let split = stack.iter().rposition(|&n| n == node).unwrap_or(0);
+            let members: Vec<usize> = stack.drain(split..).collect();
+            let mut set = vec![0u64; words];
+            for &member in &members {
+                on_stack[member] = false;
+                component[member] = components;
+                set[dists[member] as usize / 64] |= 1 << (dists[member] % 64);
+            }
+            for &member in &members {
+                for to in successors(member).filter(|&to| component[to] != components) {
+                    let theirs = &sets[to * words..(to + 1) * words];
+                    set.iter_mut().zip(theirs).for_each(|(a, b)| *a |= b);
+                }
+            }
+            for &member in &members {
+                sets[member * words..(member + 1) * words].copy_from_slice(&set);
+            }
+            components += 1;
+        }
+    }
+    sets
+}
+
+/// Distributions installed code imports without declaring them, as a closure lists them:
+/// their Requires-Dist closure, required or optional, and the reason each root's chain starts
+/// with (the importing distribution, then the import's file and line).
+pub struct Undeclared<'p> {
+    pub closure: Arc<crate::dists::RequirementClosure>,
+    pub optional: bool,
+    /// By the root distribution's name (what its closure's chains start with).
+    pub reasons: HashMap<&'p str, [String; 2]>,
+}
+
+/// `roots` less those another root requires (they are listed through its chain).
+fn outermost(project: &crate::project::Project, roots: Vec<u32>) -> Vec<u32> {
+    let requires = |of: u32, other: u32| {
+        let closure = (project.dists).requirement_closure(&[of], &project.interpreter);
+        closure.reached.contains_key(&other)
+    };
+    (roots.iter().copied())
+        .filter(|&root| {
+            !roots
+                .iter()
+                .any(|&other| other != root && requires(other, root) && !requires(root, other))
+        })
+        .collect()
+}
+
+/// What importing the installed modules `installed` (name, whether a required edge reached
+/// it) brings in beyond the `declared` closures: one [`Undeclared`] for the distributions
+/// reached through imports that must succeed, one for the rest. Empty when there are none.
+pub fn undeclared<'p>(
+    project: &'p crate::project::Project,
+    installed: &[(&str, bool)],
+    declared: [&crate::dists::RequirementClosure; 2],
+) -> Vec<Undeclared<'p>> {
+    let graph = &project.installed_imports;
+    if installed.is_empty() || graph.is_empty() {
+        return Vec::new();
+    }
+    let (any, required) = graph.reached(installed.iter().copied());
+    let is_declared = |id: &u32| declared.iter().any(|c| c.reached.contains_key(id));
+    let required_roots: Vec<u32> = required.ids().filter(|id| !is_declared(id)).collect();
+    let optional_roots: Vec<u32> = (any.ids())
+        .filter(|id| !is_declared(id) && !required.contains(*id))
+        .collect();
+    let names = || installed.iter().map(|(name, _)| *name);
+    let mut found = Vec::new();
+    for (roots, optional) in [(required_roots, false), (optional_roots, true)] {
+        let roots = outermost(project, roots);
+        if roots.is_empty() {
+            continue;
+        }
+        let mut reasons = HashMap::default();
+        for &root in &roots {
+            if let Some(by) = graph.imported_by(names(), root) {
+                let importer = project.dists.dists[by.importer_dist as usize].name.clone();
+                let place = format!("{}:{}", project.display_path(by.file), by.line);
+                reasons.insert(project.dists.dists[root as usize].name.as_str(), [importer, place]);
+            }
+        }
+        let closure = project
+            .dists
+            .requirement_closure(&roots, &project.interpreter);
+        found.push(Undeclared {
+            closure,
+            optional,
+            reasons,
+        });
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edge(to: u32, optional: bool) -> Edge {
+        Edge {
+            to,
+            line: 1,
+            optional,
+        }
+    }
+
+    #[test]
+    fn reach_sets_cross_cycles_and_stop_at_optional_edges() {
+        // 0 -> 1 <-> 2 -> 3 (optional) -> 4; dists: 0,0,1,2,3
+        let dists = [0, 0, 1, 2, 3];
+        let edges = vec![
+            vec![edge(1, false)],
+            vec![edge(2, false)],
+            vec![edge(1, false), edge(3, true)],
+            vec![edge(4, false)],
+            vec![],
+        ];
+        let any = reach_sets(&dists, 1, &edges, |_| true);
+        let required = reach_sets(&dists, 1, &edges, |e| !e.optional);
+        assert_eq!(any[0], 0b1111);
+        assert_eq!(any[1], 0b1111);
+        assert_eq!(any[3], 0b1100);
+        assert_eq!(required[0], 0b0011);
+        assert_eq!(required[2], 0b0011);
+        assert_eq!(required[3], 0b1100);
+    }
+
+    #[test]
+    fn module_names_of_installed_files() {
+        let sites = [PathBuf::from("/s")];
+        let name = |p: &str| module_name_of(Path::new(p), &sites);
+        assert_eq!(name("/s/a/b/c.py"), Some(("a.b.c".into(), false)));
+        assert_eq!(name("/s/a/__init__.py"), Some(("a".into(), true)));
+        assert_eq!(name("/s/a-1.0.dist-info/x.py"), None);
+        assert_eq!(name("/elsewhere/a.py"), None);
+        assert_eq!(name("/s/a/data.txt"), None);
+    }
+
+    #[test]
+    fn edges_that_run_at_import_made_absolute() {
+        let source = "\
+import os
+from . import sibling
+from .sub import thing
+try:
+    import pandas
+except ImportError:
+    pandas = None
+if X:
+    import cond
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:
+    import typed
+def f():
+    import inside
+class C:
+    import in_class
+";
+        let summary = crate::extract::summarize(source);
+        let edges = import_time_edges(&summary, "pkg.mod", false);
+        let shown: Vec<(String, Option<String>, bool)> = edges
+            .into_iter()
+            .map(|e| (e.module, e.member, e.optional))
+            .collect();
+        let expected = [
+            ("os", None, false),
+            ("pkg", Some("sibling"), false),
+            ("pkg.sub", Some("thing"), false),
+            ("pandas", None, true),
+            ("cond", None, true),
+            ("typing", Some("TYPE_CHECKING"), false),
+            ("in_class", None, false),
+        ];
+        let expected: Vec<(String, Option<String>, bool)> = expected
+            .iter()
+            .map(|(m, member, o)| (m.to_string(), member.map(str::to_string), *o))
+            .collect();
+        assert_eq!(shown, expected);
+    }
+}
