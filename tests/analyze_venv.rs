@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{lfm, real_venv, target};
+use common::{lfm, real_venv, sci_venv, target};
 
 const WORKFLOW: &str = r#"
 import yaml
@@ -126,10 +126,13 @@ fn maps_modules_to_real_distributions_and_follows_requires_dist() {
 
     let bs4 = target(&spec, "workflow:use_bs4");
     assert_eq!(distribution_of(bs4, "bs4"), "beautifulsoup4");
+    // bs4.dammit tries charset_normalizer, installed here for requests: Python imports it,
+    // so it is listed (undeclared, optional).
     assert_eq!(
         dists(bs4),
         [
             ("beautifulsoup4".to_string(), true),
+            ("charset-normalizer".to_string(), false),
             ("soupsieve".to_string(), false)
         ]
     );
@@ -386,6 +389,50 @@ fn local_code_reading_an_installed_modules_names_carries_its_distribution() {
     }
 }
 
+/// Installed code imports what it finds installed without declaring it: scikit-learn's
+/// `sklearn/utils/fixes.py` tries `import pandas`, joblib's pickling tries numpy. Python imports
+/// them (asked here first), so the import closure lists them: not direct, optional (the import
+/// is inside `try`), marked undeclared, the reason naming the importing distribution and the
+/// import's place. A module whose imports lead to neither gets neither.
+#[test]
+fn distributions_installed_code_imports_without_declaring_them_are_listed() {
+    let Some(venv) = sci_venv() else { return };
+    let python = venv.join("bin/python");
+    let cases = [
+        (
+            "sklearn",
+            "pandas",
+            "scikit-learn",
+            "sklearn/utils/fixes.py:",
+        ),
+        ("joblib", "numpy", "joblib", "joblib/"),
+    ];
+    for (module, undeclared, importer, place) in cases {
+        let probe = format!("import sys, {module}; print('{undeclared}' in sys.modules)");
+        let imported = Command::new(&python).args(["-c", &probe]).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&imported.stdout).trim(), "True");
+        let spec = analyze(&python, &["--closure", "import", module]);
+        let target = &spec["targets"][0];
+        let listed = target["distributions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["name"] == undeclared)
+            .unwrap_or_else(|| panic!("{module}: no {undeclared} in {}", target["distributions"]));
+        assert_eq!(listed["direct"], false, "{listed}");
+        assert_eq!(listed["optional"], true, "{listed}");
+        assert_eq!(listed["undeclared"], true, "{listed}");
+        let reason: Vec<&str> = (listed["reason"].as_array().unwrap().iter())
+            .map(|step| step.as_str().unwrap())
+            .collect();
+        assert_eq!(reason[0], importer, "{listed}");
+        assert!(reason[1].contains(place), "{listed}");
+        assert_eq!(reason.last(), Some(&undeclared), "{listed}");
+    }
+    let threadpoolctl = analyze(&python, &["--closure", "import", "threadpoolctl"]);
+    assert_eq!(dist_names(&threadpoolctl["targets"][0]), ["threadpoolctl"]);
+}
+
 /// The truth oracle of bench/closure_truth.sh on a sample: for modules spread over each
 /// distribution of the venv, what a fresh `import module` brings into sys.modules, mapped to
 /// distributions, must be in lfm's import closure of that module. A distribution missed is
@@ -428,12 +475,19 @@ fn the_import_closure_of_installed_modules_covers_what_python_imports() {
             wrong.push(format!("{dist}: lfm failed on {}", row["unanalysed"]));
         }
         for miss in row["misses"].as_array().unwrap() {
-            if miss["optional"] != true {
+            if !is_known_pth_shim(miss) {
                 wrong.push(format!("{dist}: {miss}"));
             }
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The one miss the oracle knows a cause for that lfm does not follow: setuptools'
+/// `distutils-precedence.pth` makes `import distutils` load `setuptools._distutils` through a
+/// meta-path finder installed at start-up (dynamic; hidden, the stdlib's distutils serves).
+fn is_known_pth_shim(miss: &serde_json::Value) -> bool {
+    miss["distribution"] == "setuptools" && miss["optional"] == true
 }
 
 /// The function-level truth oracle of bench/closure_truth.sh on a sample: plain test functions

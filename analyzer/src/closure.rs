@@ -2450,7 +2450,8 @@ fn distribution_views<'p>(
             ));
         }
     }
-    let undeclared = crate::installed_imports::undeclared(project, installed, [&required, &optional]);
+    let undeclared =
+        crate::installed_imports::undeclared(project, installed, [&required, &optional]);
     for imported in &undeclared {
         for (&id, chain) in &imported.closure.reached {
             if !listed.insert(id) {

@@ -264,17 +264,6 @@ impl DistIndex {
         self.file_owners(&path_key(path))?.first().copied()
     }
 
-    /// Every file distribution `id` installed, absolute and normal.
-    pub fn files_of(&self, id: u32) -> Vec<PathBuf> {
-        match &self.stored {
-            Some((table, _)) => (table.pairs())
-                .filter(|&(_, owner)| owner == id)
-                .map(|(path, _)| PathBuf::from(path))
-                .collect(),
-            None => self.dists[id as usize].files.clone(),
-        }
-    }
-
     /// The distributions that installed the file `key` ([`path_key`] of a normal path).
     fn file_owners(&self, key: &std::ffi::OsStr) -> Option<Vec<u32>> {
         match &self.stored {

@@ -119,6 +119,7 @@ impl InstalledImports {
         let mut builder = Builder {
             sources,
             per_dist: HashMap::default(),
+            files: None,
             graph: InstalledImports {
                 words: sources.dists.dists.len().div_ceil(64),
                 ..InstalledImports::default()
@@ -167,7 +168,8 @@ impl InstalledImports {
         modules: impl IntoIterator<Item = &'a str>,
         dist: u32,
     ) -> Option<ImportedBy<'_>> {
-        let reaches = |node: u32| self.set(&self.any, node)[dist as usize / 64] & (1 << (dist % 64)) != 0;
+        let reaches =
+            |node: u32| self.set(&self.any, node)[dist as usize / 64] & (1 << (dist % 64)) != 0;
         let mut seen = vec![false; self.nodes.len()];
         let mut queue: VecDeque<u32> = VecDeque::new();
         for name in modules {
@@ -214,6 +216,8 @@ impl InstalledImports {
 struct Builder<'s, 'a> {
     sources: &'s Sources<'a>,
     per_dist: HashMap<u32, DistEdges>,
+    /// Each distribution's installed files, listed at the first distribution read.
+    files: Option<Vec<Vec<&'s std::ffi::OsStr>>>,
     graph: InstalledImports,
     /// Names that are no installed module (stdlib, not installed, namespace directories).
     absent: rustc_hash::FxHashSet<String>,
@@ -315,34 +319,40 @@ impl Builder<'_, '_> {
 
     fn dist_edges(&mut self, dist: u32) -> &DistEdges {
         if !self.per_dist.contains_key(&dist) {
-            let edges = load_dist_edges(self.sources, dist);
+            let files = self
+                .files
+                .get_or_insert_with(|| self.sources.dists.sorted_files());
+            let edges = load_dist_edges(self.sources, dist, &files[dist as usize]);
             self.per_dist.insert(dist, edges);
         }
         &self.per_dist[&dist]
     }
 }
 
-/// Distribution `dist`'s edges, from the cache while none of its Python files changed.
-fn load_dist_edges(sources: &Sources, dist: u32) -> DistEdges {
-    let files: Vec<(String, PathBuf, bool)> = (sources.dists.files_of(dist).into_iter())
+/// Distribution `dist`'s edges (its installed files `files`), from the cache while none of
+/// its Python files changed.
+fn load_dist_edges(sources: &Sources, dist: u32, files: &[&std::ffi::OsStr]) -> DistEdges {
+    let files: Vec<(String, &Path, bool)> = (files.iter().map(Path::new))
         .filter(|path| path.extension().is_some_and(|e| e == "py"))
         .filter_map(|path| {
-            let (name, is_package) = module_name_of(&path, sources.site_dirs)?;
+            let (name, is_package) = module_name_of(path, sources.site_dirs)?;
             Some((name, path, is_package))
         })
         .collect();
-    let stamped_at = std::time::SystemTime::now();
-    let stamps: Vec<Stamp> = (files.iter())
-        .map(|(_, path, _)| (path.clone(), stamp(path)))
-        .collect();
-    let entry = sources
-        .cache_dir
-        .zip(cache_name(sources.dists, dist, &stamps));
+    let paths = || files.iter().map(|(_, path, _)| *path);
+    let entry = (sources.cache_dir).zip(cache_name(sources.dists, dist, paths()));
     if let Some((dir, name)) = &entry {
         if let Some(edges) = read_stamped::<DistEdges>(&dir.join(name)) {
             return edges;
         }
     }
+    let stamped_at = std::time::SystemTime::now();
+    let stamps: Vec<Stamp> = match entry {
+        Some(_) => paths()
+            .map(|path| (path.to_path_buf(), stamp(path)))
+            .collect(),
+        None => Vec::new(),
+    };
     let edges: DistEdges = files
         .par_iter()
         .map(|(name, path, is_package)| {
@@ -359,12 +369,16 @@ fn load_dist_edges(sources: &Sources, dist: u32) -> DistEdges {
 
 /// The entry's file name: the lfm executable, the extractor's version and the distribution's
 /// metadata and files (their stamps are checked when it is read).
-fn cache_name(dists: &DistIndex, dist: u32, stamps: &[Stamp]) -> Option<String> {
+fn cache_name<'a>(
+    dists: &DistIndex,
+    dist: u32,
+    files: impl Iterator<Item = &'a Path>,
+) -> Option<String> {
     let mut hasher = executable_hasher()?;
     hasher.update(crate::cache::EXTRACTOR_VERSION);
     let metadata = &dists.dists[dist as usize].metadata_path;
     hasher.update(metadata.as_os_str().as_encoded_bytes());
-    for (path, _) in stamps {
+    for path in files {
         hasher.update(&[0]);
         hasher.update(path.as_os_str().as_encoded_bytes());
     }
@@ -374,7 +388,9 @@ fn cache_name(dists: &DistIndex, dist: u32, stamps: &[Stamp]) -> Option<String> 
 /// The dotted name of installed file `path` under the site directory that holds it, and
 /// whether it is a package's `__init__`. None for a file outside them or not importable.
 fn module_name_of(path: &Path, site_dirs: &[PathBuf]) -> Option<(String, bool)> {
-    let relative = site_dirs.iter().find_map(|site| path.strip_prefix(site).ok())?;
+    let relative = site_dirs
+        .iter()
+        .find_map(|site| path.strip_prefix(site).ok())?;
     let mut parts: Vec<&str> = (relative.iter())
         .map(|part| part.to_str())
         .collect::<Option<_>>()?;
@@ -389,9 +405,7 @@ fn module_name_of(path: &Path, site_dirs: &[PathBuf]) -> Option<(String, bool)> 
 
 fn is_identifier(text: &str) -> bool {
     let mut chars = text.chars();
-    chars
-        .next()
-        .is_some_and(|c| c == '_' || c.is_alphabetic())
+    chars.next().is_some_and(|c| c == '_' || c.is_alphabetic())
         && chars.all(|c| c == '_' || c.is_alphanumeric())
 }
 
@@ -437,7 +451,12 @@ fn reach_sets(
     let mut component = vec![UNSEEN; count];
     let (mut stack, mut on_stack) = (Vec::new(), vec![false; count]);
     let (mut next, mut components) = (0u32, 0u32);
-    let successors = |node: usize| edges[node].iter().filter(|e| follow(e)).map(|e| e.to as usize);
+    let successors = |node: usize| {
+        edges[node]
+            .iter()
+            .filter(|e| follow(e))
+            .map(|e| e.to as usize)
+    };
     for start in 0..count {
         if index[start] != UNSEEN {
             continue;
@@ -547,7 +566,10 @@ pub fn undeclared<'p>(
             if let Some(by) = graph.imported_by(names(), root) {
                 let importer = project.dists.dists[by.importer_dist as usize].name.clone();
                 let place = format!("{}:{}", project.display_path(by.file), by.line);
-                reasons.insert(project.dists.dists[root as usize].name.as_str(), [importer, place]);
+                reasons.insert(
+                    project.dists.dists[root as usize].name.as_str(),
+                    [importer, place],
+                );
             }
         }
         let closure = project
