@@ -128,29 +128,12 @@ mod tests {
     }
 
     fn dist(site: &Path, name: &str, version: &str, files: &[&str]) {
-        let info = site.join(format!("{name}-{version}.dist-info"));
-        std::fs::create_dir_all(&info).unwrap();
-        let metadata = format!("Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n");
-        std::fs::write(info.join("METADATA"), metadata).unwrap();
-        let record: String = files.iter().map(|f| format!("{f},,\n")).collect();
-        std::fs::write(info.join("RECORD"), record).unwrap();
-        std::fs::write(info.join("top_level.txt"), format!("{name}\n")).unwrap();
-        for file in files {
-            let path = site.join(file);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, "").unwrap();
-        }
+        let files: Vec<(&str, &str)> = files.iter().map(|file| (*file, "")).collect();
+        crate::test_site::dist(site, name, version, &files);
     }
 
-    /// Every path under `dir` (and `dir`) modified long ago: what an installed environment
-    /// looks like, and what lets a change made next show on any clock.
     fn settle(dir: &Path) {
-        let at = UNIX_EPOCH + LONG_AGO;
-        for entry in walkdir::WalkDir::new(dir).contents_first(true) {
-            let path = entry.unwrap().into_path();
-            let file = std::fs::File::open(&path).unwrap();
-            file.set_modified(at).unwrap();
-        }
+        crate::test_site::settle(dir, UNIX_EPOCH + LONG_AGO);
     }
 
     fn build(site: &Path, cache: &Path) -> DistIndex {

@@ -669,4 +669,75 @@ class C:
             .collect();
         assert_eq!(shown, expected);
     }
+
+    /// alpha tries beta and imports gamma through its submodule; delta only inside a function.
+    fn site(root: &Path) -> PathBuf {
+        let site = root.join("site-packages");
+        let alpha_init =
+            "try:\n    import beta\nexcept ImportError:\n    beta = None\nfrom . import core\n";
+        let alpha_core = "import gamma\ndef f():\n    import delta\n";
+        crate::test_site::dist(
+            &site,
+            "alpha",
+            "1.0",
+            &[
+                ("alpha/__init__.py", alpha_init),
+                ("alpha/core.py", alpha_core),
+            ],
+        );
+        for name in ["beta", "gamma", "delta"] {
+            let file = format!("{name}.py");
+            crate::test_site::dist(&site, name, "1.0", &[(&file, "import os\n")]);
+        }
+        site
+    }
+
+    fn reached(site: &Path, cache: &Path) -> (Vec<String>, Vec<String>) {
+        let dists = DistIndex::build(&[site.to_path_buf()], None);
+        let loaded = |_: &Path| None;
+        let sources = Sources {
+            dists: &dists,
+            site_dirs: &[site.to_path_buf()],
+            extension_suffixes: &[],
+            loaded: &loaded,
+            cache_dir: Some(cache),
+        };
+        let graph = InstalledImports::build(&sources, ["alpha".to_string()]);
+        let (any, required) = graph.reached([("alpha", true)]);
+        let names = |set: DistSet| -> Vec<String> {
+            let mut names: Vec<String> = (set.ids())
+                .map(|id| dists.dists[id as usize].name.clone())
+                .collect();
+            names.sort();
+            names
+        };
+        (names(any), names(required))
+    }
+
+    #[test]
+    fn what_installed_code_imports_is_kept_until_a_file_of_it_changes() {
+        let root = tempfile::tempdir().unwrap();
+        let (site, cache) = (site(root.path()), root.path().join("cache"));
+        let long_ago = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        crate::test_site::settle(&site, long_ago);
+        let expected = (
+            vec!["alpha".to_string(), "beta".into(), "gamma".into()],
+            vec!["alpha".to_string(), "gamma".into()],
+        );
+        assert_eq!(reached(&site, &cache), expected);
+        // One entry per distribution read (delta is never reached).
+        assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 3);
+        assert_eq!(reached(&site, &cache), expected);
+        // Same size, so only the stamp's mtime tells the edit apart.
+        std::fs::write(
+            site.join("alpha/core.py"),
+            "import delta\ndef f():\n    import gamma\n",
+        )
+        .unwrap();
+        let edited = (
+            vec!["alpha".to_string(), "beta".into(), "delta".into()],
+            vec!["alpha".to_string(), "delta".into()],
+        );
+        assert_eq!(reached(&site, &cache), edited);
+    }
 }

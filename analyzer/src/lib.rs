@@ -35,6 +35,8 @@ pub mod scratch;
 pub mod slice;
 pub mod source;
 pub mod spec;
+#[cfg(test)]
+mod test_site;
 
 use std::path::{Path, PathBuf};
 
