@@ -120,6 +120,7 @@ impl InstalledImports {
             sources,
             per_dist: HashMap::default(),
             files: None,
+            distutils_shim: has_distutils_shim(sources),
             graph: InstalledImports {
                 words: sources.dists.dists.len().div_ceil(64),
                 ..InstalledImports::default()
@@ -219,6 +220,8 @@ struct Builder<'s, 'a> {
     /// Each distribution's installed files, listed at the first distribution read.
     files: Option<Vec<Vec<&'s std::ffi::OsStr>>>,
     graph: InstalledImports,
+    /// setuptools' `distutils-precedence.pth` is installed: see [`shim_distutils`].
+    distutils_shim: bool,
     /// Names that are no installed module (stdlib, not installed, namespace directories).
     absent: rustc_hash::FxHashSet<String>,
 }
@@ -292,7 +295,10 @@ impl Builder<'_, '_> {
             .get(&name)
             .cloned()
             .unwrap_or_default();
-        for edge in raw {
+        for mut edge in raw {
+            if self.distutils_shim {
+                shim_distutils(&mut edge);
+            }
             let member = edge.member.as_ref().filter(|m| *m != "*");
             let whole = member.and_then(|m| self.node(&format!("{}.{m}", edge.module), queue));
             let target = whole.or_else(|| self.longest_installed(&edge.module, queue));
@@ -327,6 +333,31 @@ impl Builder<'_, '_> {
         }
         &self.per_dist[&dist]
     }
+}
+
+/// Whether a distribution installed setuptools' `distutils-precedence.pth` in a site
+/// directory: Python runs it at start-up, and it adds a meta-path finder that answers
+/// `import distutils` with `setuptools._distutils` (unless `SETUPTOOLS_USE_DISTUTILS` says
+/// `stdlib` in the process that runs: the default is the shim).
+fn has_distutils_shim(sources: &Sources) -> bool {
+    (sources.site_dirs.iter()).any(|site| {
+        (sources
+            .dists
+            .installer_of(&site.join("distutils-precedence.pth")))
+        .is_some()
+    })
+}
+
+/// An import of `distutils` (or below) as the shim of [`has_distutils_shim`] serves it:
+/// from `setuptools._distutils`, which runs `setuptools/__init__.py` first. Optional: where
+/// setuptools cannot be imported, the shim falls back to the standard library's.
+fn shim_distutils(edge: &mut RawEdge) {
+    let rest = match edge.module.strip_prefix("distutils") {
+        Some(rest) if rest.is_empty() || rest.starts_with('.') => rest.to_string(),
+        _ => return,
+    };
+    edge.module = format!("setuptools._distutils{rest}");
+    edge.optional = true;
 }
 
 /// Distribution `dist`'s edges (its installed files `files`), from the cache while none of
@@ -739,5 +770,28 @@ class C:
             vec!["alpha".to_string(), "delta".into()],
         );
         assert_eq!(reached(&site, &cache), edited);
+    }
+
+    #[test]
+    fn the_distutils_shim_serves_distutils_from_setuptools() {
+        let edge = |module: &str| RawEdge {
+            module: module.to_string(),
+            member: None,
+            line: 1,
+            optional: false,
+        };
+        for (written, served) in [
+            ("distutils", "setuptools._distutils"),
+            (
+                "distutils.command.build",
+                "setuptools._distutils.command.build",
+            ),
+            ("distutils_extra", "distutils_extra"),
+        ] {
+            let mut shimmed = edge(written);
+            shim_distutils(&mut shimmed);
+            assert_eq!(shimmed.module, served);
+            assert_eq!(shimmed.optional, written != served);
+        }
     }
 }
