@@ -131,9 +131,13 @@ impl InstalledImports {
         for root in roots {
             builder.node(&root, &mut queue);
         }
-        while let Some(id) = queue.pop_front() {
-            let edges = builder.edges_of(id, &mut queue);
-            builder.graph.edges[id as usize] = edges;
+        while !queue.is_empty() {
+            let wave: Vec<u32> = queue.drain(..).collect();
+            let raw = builder.raw_edges(&wave);
+            for (id, raw) in wave.into_iter().zip(raw) {
+                let edges = builder.edges_of(id, raw, &mut queue);
+                builder.graph.edges[id as usize] = edges;
+            }
         }
         let mut graph = builder.graph;
         let dists: Vec<u32> = graph.nodes.iter().map(|n| n.dist).collect();
@@ -275,11 +279,8 @@ impl Builder<'_, '_> {
     /// Node `id`'s edges: its parent package (importing `a.b` runs `a` first), then its own
     /// import-time imports, each to the longest prefix that is an installed module, and to
     /// `module.member` too where that is one.
-    fn edges_of(&mut self, id: u32, queue: &mut VecDeque<u32>) -> Vec<Edge> {
-        let (name, dist) = {
-            let node = &self.graph.nodes[id as usize];
-            (node.name.clone(), node.dist)
-        };
+    fn edges_of(&mut self, id: u32, raw: Vec<RawEdge>, queue: &mut VecDeque<u32>) -> Vec<Edge> {
+        let name = self.graph.nodes[id as usize].name.clone();
         let mut edges = Vec::new();
         if let Some((parent, _)) = name.rsplit_once('.') {
             if let Some(to) = self.longest_installed(parent, queue) {
@@ -290,11 +291,6 @@ impl Builder<'_, '_> {
                 });
             }
         }
-        let raw = self
-            .dist_edges(dist)
-            .get(&name)
-            .cloned()
-            .unwrap_or_default();
         for mut edge in raw {
             if self.distutils_shim {
                 shim_distutils(&mut edge);
@@ -321,6 +317,35 @@ impl Builder<'_, '_> {
             }
             name = name.rsplit_once('.')?.0;
         }
+    }
+
+    /// The import-time edges of the nodes `wave`. Where distributions' edges are kept, from
+    /// their whole distribution's (read or made once); otherwise each node's file is read
+    /// alone (in parallel): a distribution's tests and unreached modules are never parsed.
+    fn raw_edges(&mut self, wave: &[u32]) -> Vec<Vec<RawEdge>> {
+        if self.sources.cache_dir.is_some() {
+            return (wave.iter())
+                .map(|&id| {
+                    let node = &self.graph.nodes[id as usize];
+                    let (name, dist) = (node.name.clone(), node.dist);
+                    self.dist_edges(dist)
+                        .get(&name)
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .collect();
+        }
+        let (nodes, sources) = (&self.graph.nodes, self.sources);
+        wave.par_iter()
+            .map(|&id| {
+                let node = &nodes[id as usize];
+                let is_package = node.path.ends_with("__init__.py");
+                match node.path.extension().is_some_and(|e| e == "py") {
+                    true => module_edges(sources, &node.path, &node.name, is_package),
+                    false => Vec::new(), // an extension module: no Python to read
+                }
+            })
+            .collect()
     }
 
     fn dist_edges(&mut self, dist: u32) -> &DistEdges {
@@ -387,15 +412,21 @@ fn load_dist_edges(sources: &Sources, dist: u32, files: &[&std::ffi::OsStr]) -> 
     let edges: DistEdges = files
         .par_iter()
         .map(|(name, path, is_package)| {
-            let summary = (sources.loaded)(path)
-                .unwrap_or_else(|| crate::project::read_and_summarize(path, None).0);
-            (name.clone(), import_time_edges(&summary, name, *is_package))
+            (name.clone(), module_edges(sources, path, name, *is_package))
         })
         .collect();
     if let Some((dir, name)) = entry.filter(|_| settled(&stamps, stamped_at)) {
         store_stamped(dir, &name, ".bin", KEPT, &stamps, &edges);
     }
     edges
+}
+
+/// The import-time edges of installed module `name` (file `path`), from the summary this run
+/// made of it if any.
+fn module_edges(sources: &Sources, path: &Path, name: &str, is_package: bool) -> Vec<RawEdge> {
+    let summary =
+        (sources.loaded)(path).unwrap_or_else(|| crate::project::read_and_summarize(path, None).0);
+    import_time_edges(&summary, name, is_package)
 }
 
 /// The entry's file name: the lfm executable, the extractor's version and the distribution's
