@@ -104,13 +104,12 @@ impl DistSet {
 }
 
 /// The import statement in installed code that brings a distribution in: the importing
-/// module's file, the line, and the module imported.
+/// module's distribution and file, and the line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImportedBy<'a> {
     pub importer_dist: u32,
     pub file: &'a Path,
     pub line: u32,
-    pub module: &'a str,
 }
 
 impl InstalledImports {
@@ -186,14 +185,12 @@ impl InstalledImports {
         }
         while let Some(node) = queue.pop_front() {
             for edge in &self.edges[node as usize] {
-                let to = &self.nodes[edge.to as usize];
-                if to.dist == dist {
+                if self.nodes[edge.to as usize].dist == dist {
                     let from = &self.nodes[node as usize];
                     return Some(ImportedBy {
                         importer_dist: from.dist,
                         file: &from.path,
                         line: edge.line,
-                        module: &to.name,
                     });
                 }
                 if reaches(edge.to) && !std::mem::replace(&mut seen[edge.to as usize], true) {
