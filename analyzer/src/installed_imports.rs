@@ -78,6 +78,17 @@ pub struct InstalledImports {
     any: Vec<u64>,
     /// The same through edges that must succeed only.
     required: Vec<u64>,
+    /// [`undeclared`]'s findings by its question ([`InstalledImports::question`]): the
+    /// functions of one module ask the same one.
+    found: std::sync::Mutex<HashMap<Vec<u64>, Arc<[Found]>>>,
+}
+
+/// Undeclared distributions of one kind (required or optional) for one question: the roots
+/// and, for each, the import that brings it (its importing node and line).
+struct Found {
+    roots: Vec<u32>,
+    optional: bool,
+    by: Vec<(u32, (u32, u32))>,
 }
 
 /// A set of distributions, by id.
@@ -101,15 +112,6 @@ impl DistSet {
     fn union(&mut self, other: &[u64]) {
         self.0.iter_mut().zip(other).for_each(|(a, b)| *a |= b);
     }
-}
-
-/// The import statement in installed code that brings a distribution in: the importing
-/// module's distribution and file, and the line.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ImportedBy<'a> {
-    pub importer_dist: u32,
-    pub file: &'a Path,
-    pub line: u32,
 }
 
 impl InstalledImports {
@@ -145,55 +147,47 @@ impl InstalledImports {
         graph
     }
 
-    /// The distributions importing `modules` reaches: (all of them, those through imports
-    /// that must succeed from a module marked required). Unknown names reach nothing.
+    /// The nodes of `modules` (name, whether a required edge reached it) and the
+    /// distributions importing them reaches: (nodes, all of them, those through imports that
+    /// must succeed from a required module). Unknown names reach nothing.
     pub fn reached<'a>(
         &self,
         modules: impl IntoIterator<Item = (&'a str, bool)>,
-    ) -> (DistSet, DistSet) {
+    ) -> (Vec<(u32, bool)>, DistSet, DistSet) {
         let mut any = DistSet(vec![0; self.words]);
         let mut required = DistSet(vec![0; self.words]);
+        let mut nodes = Vec::new();
         for (name, is_required) in modules {
             let Some(&node) = self.by_name.get(name) else {
                 continue;
             };
+            nodes.push((node, is_required));
             any.union(self.set(&self.any, node));
             if is_required {
                 required.union(self.set(&self.required, node));
             }
         }
-        (any, required)
+        (nodes, any, required)
     }
 
-    /// The first import statement (breadth first from `modules`) of a module of another
-    /// distribution that brings in `dist`.
-    pub fn imported_by<'a>(
-        &self,
-        modules: impl IntoIterator<Item = &'a str>,
-        dist: u32,
-    ) -> Option<ImportedBy<'_>> {
+    /// The first import statement (breadth first from the nodes `start`) of a module of
+    /// another distribution that brings in `dist`: the importing node and the line.
+    fn imported_by(&self, start: &[u32], dist: u32) -> Option<(u32, u32)> {
         let reaches =
             |node: u32| self.set(&self.any, node)[dist as usize / 64] & (1 << (dist % 64)) != 0;
-        let mut seen = vec![false; self.nodes.len()];
+        let mut seen = rustc_hash::FxHashSet::default();
         let mut queue: VecDeque<u32> = VecDeque::new();
-        for name in modules {
-            if let Some(&node) = self.by_name.get(name) {
-                if reaches(node) && !std::mem::replace(&mut seen[node as usize], true) {
-                    queue.push_back(node);
-                }
+        for &node in start {
+            if reaches(node) && seen.insert(node) {
+                queue.push_back(node);
             }
         }
         while let Some(node) = queue.pop_front() {
             for edge in &self.edges[node as usize] {
                 if self.nodes[edge.to as usize].dist == dist {
-                    let from = &self.nodes[node as usize];
-                    return Some(ImportedBy {
-                        importer_dist: from.dist,
-                        file: &from.path,
-                        line: edge.line,
-                    });
+                    return Some((node, edge.line));
                 }
-                if reaches(edge.to) && !std::mem::replace(&mut seen[edge.to as usize], true) {
+                if reaches(edge.to) && seen.insert(edge.to) {
                     queue.push_back(edge.to);
                 }
             }
@@ -607,40 +601,76 @@ pub fn undeclared<'p>(
     if installed.is_empty() || graph.is_empty() {
         return Vec::new();
     }
-    let (any, required) = graph.reached(installed.iter().copied());
     let is_declared = |id: &u32| declared.iter().any(|c| c.reached.contains_key(id));
-    let required_roots: Vec<u32> = required.ids().filter(|id| !is_declared(id)).collect();
-    let optional_roots: Vec<u32> = (any.ids())
-        .filter(|id| !is_declared(id) && !required.contains(*id))
-        .collect();
-    let names = || installed.iter().map(|(name, _)| *name);
-    let mut found = Vec::new();
-    for (roots, optional) in [(required_roots, false), (optional_roots, true)] {
-        let roots = outermost(project, roots);
-        if roots.is_empty() {
-            continue;
-        }
-        let mut reasons = HashMap::default();
-        for &root in &roots {
-            if let Some(by) = graph.imported_by(names(), root) {
-                let importer = project.dists.dists[by.importer_dist as usize].name.clone();
-                let place = format!("{}:{}", project.display_path(by.file), by.line);
-                reasons.insert(
-                    project.dists.dists[root as usize].name.as_str(),
-                    [importer, place],
-                );
-            }
-        }
-        let closure = project
-            .dists
-            .requirement_closure(&roots, &project.interpreter);
-        found.push(Undeclared {
-            closure,
-            optional,
-            reasons,
-        });
+    let (start, any, required) = graph.reached(installed.iter().copied());
+    let undeclared: Vec<u32> = any.ids().filter(|id| !is_declared(id)).collect();
+    if undeclared.is_empty() {
+        return Vec::new();
     }
-    found
+    let question: Vec<u64> = (start
+        .iter()
+        .map(|&(node, req)| 2 * node as u64 + req as u64))
+    .chain([u64::MAX])
+    .chain(undeclared.iter().map(|&id| id as u64))
+    .collect();
+    let known = graph
+        .found
+        .lock()
+        .ok()
+        .and_then(|f| f.get(&question).cloned());
+    let found = known.unwrap_or_else(|| {
+        let nodes: Vec<u32> = start.iter().map(|&(node, _)| node).collect();
+        let found = graph.find(project, &nodes, &undeclared, &required);
+        if let Ok(mut memo) = graph.found.lock() {
+            memo.insert(question, found.clone());
+        }
+        found
+    });
+    (found.iter())
+        .map(|found| Undeclared {
+            closure: (project.dists).requirement_closure(&found.roots, &project.interpreter),
+            optional: found.optional,
+            reasons: (found.by.iter())
+                .map(|&(root, (node, line))| {
+                    let importer = &project.dists.dists[graph.nodes[node as usize].dist as usize];
+                    let file = project.display_path(&graph.nodes[node as usize].path);
+                    let root = project.dists.dists[root as usize].name.as_str();
+                    (root, [importer.name.clone(), format!("{file}:{line}")])
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+impl InstalledImports {
+    /// [`undeclared`]'s work for the nodes `start` and the undeclared distributions they
+    /// reach, of which `required` those reached through imports that must succeed.
+    fn find(
+        &self,
+        project: &crate::project::Project,
+        start: &[u32],
+        undeclared: &[u32],
+        required: &DistSet,
+    ) -> Arc<[Found]> {
+        let (must, may): (Vec<u32>, Vec<u32>) =
+            undeclared.iter().partition(|&&id| required.contains(id));
+        let mut found = Vec::new();
+        for (roots, optional) in [(must, false), (may, true)] {
+            let roots = outermost(project, roots);
+            if roots.is_empty() {
+                continue;
+            }
+            let by = (roots.iter())
+                .filter_map(|&root| Some((root, self.imported_by(start, root)?)))
+                .collect();
+            found.push(Found {
+                roots,
+                optional,
+                by,
+            });
+        }
+        found.into()
+    }
 }
 
 #[cfg(test)]
@@ -762,7 +792,7 @@ class C:
             cache_dir: Some(cache),
         };
         let graph = InstalledImports::build(&sources, ["alpha".to_string()]);
-        let (any, required) = graph.reached([("alpha", true)]);
+        let (_, any, required) = graph.reached([("alpha", true)]);
         let names = |set: DistSet| -> Vec<String> {
             let mut names: Vec<String> = (set.ids())
                 .map(|id| dists.dists[id as usize].name.clone())

@@ -502,12 +502,18 @@ pub fn prepare_or_reuse(
     for target in located {
         jobs.extend(target_jobs(&mut project, target)?);
     }
-    timings.push(("resolve imports", Checkpoint::since(started)));
-    let imports_cache = options.cache_dir.as_deref();
-    project.follow_installed_imports(imports_cache.map(|dir| dir.join(installed_imports::DIR)));
+    let installed = project.installed_modules_met();
     project.finish_loading();
     scratch::release_all();
-    timings.push(("follow installed code's imports", Checkpoint::since(started)));
+    timings.push(("resolve imports", Checkpoint::since(started)));
+    // After the resolver's tables are freed: the peak stays where loading put it.
+    let imports_cache = options.cache_dir.as_deref();
+    let imports_cache = imports_cache.map(|dir| dir.join(installed_imports::DIR));
+    project.follow_installed_imports(installed, imports_cache);
+    timings.push((
+        "follow installed code's imports",
+        Checkpoint::since(started),
+    ));
     let reused = previous.and_then(|previous| reused_output(&project, &jobs, previous));
     // Only a result to store needs the located files' description (~2 MiB on a whole
     // site-packages, held while every closure is computed otherwise).

@@ -158,9 +158,16 @@ impl Project {
         }
     }
 
-    /// Follow what the installed modules met while loading import when they are imported
+    /// The installed modules met while loading (what closures can list), by name.
+    pub fn installed_modules_met(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.third_party.keys().cloned().collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Follow what the installed modules `roots` import when they are imported
     /// ([`crate::installed_imports`]), their distributions' edges kept in `cache_dir`.
-    pub fn follow_installed_imports(&mut self, cache_dir: Option<PathBuf>) {
+    pub fn follow_installed_imports(&mut self, roots: Vec<String>, cache_dir: Option<PathBuf>) {
         let site_dirs = self.interpreter.site_dirs();
         let loaded = |path: &Path| {
             let id = self.module_id(path)?;
@@ -173,8 +180,6 @@ impl Project {
             loaded: &loaded,
             cache_dir: cache_dir.as_deref(),
         };
-        let mut roots: Vec<String> = self.third_party.keys().cloned().collect();
-        roots.sort_unstable();
         self.installed_imports = InstalledImports::build(&sources, roots);
     }
 
