@@ -86,15 +86,10 @@ pub fn slice_kept(
     let (analysis, statements) = analyse(&target, &options)?;
     let (kept, third_party) = kept(&analysis, statements);
     if let Some((key, dir)) = &slot {
+        // The target file as named, too: a symbolic link the analysis saw through.
         let read = analysis.read_paths(third_party.iter().map(String::as_str));
-        let also = std::iter::once(file.clone());
-        kept_analysis::store(
-            dir,
-            key,
-            started,
-            read.map(|r| r.into_iter().chain(also)),
-            &kept,
-        );
+        let read = read.map(|paths| paths.into_iter().chain([file.clone()]));
+        kept_analysis::store(dir, key, started, read, &kept);
     }
     Ok(Sliced {
         kept,
