@@ -252,6 +252,17 @@ impl DistIndex {
         }
     }
 
+    /// `name==version` of the one distribution whose RECORD (or conda-meta) lists `file`.
+    pub fn distribution_of(&self, file: &Path) -> Option<String> {
+        match self.owner_of(&normalize_path(file), "") {
+            Owner::One(id) => {
+                let dist = &self.dists[id as usize];
+                Some(format!("{}=={}", dist.name, dist.version))
+            }
+            _ => None,
+        }
+    }
+
     /// A file or directory some distribution installed.
     pub fn owns(&self, path: &Path) -> bool {
         let key = path_key(path);

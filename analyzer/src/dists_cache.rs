@@ -66,8 +66,19 @@ fn store(dir: &Path, name: &str, stamps: &[Stamp], index: &DistIndex) {
     }
 }
 
-/// Everything [`DistIndex::build`] reads, and what it lists.
 fn stamps(site_dirs: &[PathBuf], prefix: Option<&Path>) -> Vec<Stamp> {
+    inputs(site_dirs, prefix)
+        .into_iter()
+        .map(|path| {
+            let at = stamp(&path);
+            (path, at)
+        })
+        .collect()
+}
+
+/// Everything [`DistIndex::build`] reads, and what it lists: an installed, removed or
+/// upgraded distribution changes one of these.
+pub fn inputs(site_dirs: &[PathBuf], prefix: Option<&Path>) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = Vec::new();
     for site in site_dirs {
         paths.push(site.clone());
@@ -87,12 +98,6 @@ fn stamps(site_dirs: &[PathBuf], prefix: Option<&Path>) -> Vec<Stamp> {
         paths.push(meta);
     }
     paths
-        .into_iter()
-        .map(|path| {
-            let at = stamp(&path);
-            (path, at)
-        })
-        .collect()
 }
 
 /// A directory's entries (none for a file or a missing path), sorted.

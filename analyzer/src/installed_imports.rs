@@ -195,6 +195,25 @@ impl InstalledImports {
         None
     }
 
+    /// The file of every installed module importing `modules` reaches: what
+    /// [`InstalledImports::reached`] and [`InstalledImports::imported_by`] say of them was
+    /// read from (each module's edges come from its own file).
+    pub fn files_followed<'a>(&self, modules: impl IntoIterator<Item = &'a str>) -> Vec<PathBuf> {
+        let mut seen = vec![false; self.nodes.len()];
+        let mut queue: VecDeque<u32> = (modules.into_iter())
+            .filter_map(|name| self.by_name.get(name).copied())
+            .collect();
+        let mut files = Vec::new();
+        while let Some(node) = queue.pop_front() {
+            if std::mem::replace(&mut seen[node as usize], true) {
+                continue;
+            }
+            files.push(self.nodes[node as usize].path.clone());
+            queue.extend(self.edges[node as usize].iter().map(|edge| edge.to));
+        }
+        files
+    }
+
     fn set<'s>(&self, sets: &'s [u64], node: u32) -> &'s [u64] {
         &sets[node as usize * self.words..(node as usize + 1) * self.words]
     }

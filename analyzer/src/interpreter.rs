@@ -114,11 +114,8 @@ impl Interpreter {
 
     /// The interpreter of an environment prefix (a venv or a conda env).
     pub fn for_prefix(prefix: &Path) -> Result<Interpreter> {
-        for candidate in ["bin/python", "bin/python3", "python.exe"] {
-            let python = prefix.join(candidate);
-            if python.exists() {
-                return Interpreter::query(&python);
-            }
+        if let Some(python) = python_of_prefix(prefix) {
+            return Interpreter::query(&python);
         }
         bail!(
             "{} holds no interpreter (looked for bin/python, bin/python3)",
@@ -142,4 +139,13 @@ impl Interpreter {
     pub fn major_minor(&self) -> &str {
         &self.markers.python_version
     }
+}
+
+/// The interpreter of an environment prefix (a venv or a conda env): the first of
+/// `bin/python`, `bin/python3`, `python.exe` there.
+pub fn python_of_prefix(prefix: &Path) -> Option<PathBuf> {
+    ["bin/python", "bin/python3", "python.exe"]
+        .into_iter()
+        .map(|candidate| prefix.join(candidate))
+        .find(|python| python.exists())
 }

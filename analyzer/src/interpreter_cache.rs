@@ -109,9 +109,15 @@ fn is_binary(path: &Path) -> bool {
         .is_ok_and(|()| magic == *b"\x7fELF")
 }
 
+/// The name `python`'s answer is kept under, which also tells the interpreter apart (its path
+/// as started and the binary's identity): None where its answer is never kept.
+pub fn answer_key(python: &Path) -> Option<String> {
+    key(python, crate::interpreter::QUERY)
+}
+
 /// What the answer depends on: the pyvenv.cfg files Python looks for, the sys.path
 /// directories and the user site directory.
-fn stamps(python: &Path, interpreter: &Interpreter) -> Vec<(PathBuf, Option<u128>)> {
+pub fn inputs(python: &Path, interpreter: &Interpreter) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = Vec::new();
     if let Some(bin) = on_path(python).and_then(|p| p.parent().map(Path::to_path_buf)) {
         paths.push(bin.join("pyvenv.cfg"));
@@ -122,6 +128,10 @@ fn stamps(python: &Path, interpreter: &Interpreter) -> Vec<(PathBuf, Option<u128
     paths.extend(interpreter.path.iter().cloned());
     paths.extend(interpreter.user_site.iter().cloned());
     paths
+}
+
+fn stamps(python: &Path, interpreter: &Interpreter) -> Vec<(PathBuf, Option<u128>)> {
+    inputs(python, interpreter)
         .into_iter()
         .map(|path| {
             let at = mtime(&path);

@@ -154,6 +154,7 @@ pub struct Analysis {
     /// The stored output of targets no changed file can reach, when a stored result was found
     /// whose only changed inputs are source files.
     reused: Option<Reused>,
+    environment: Environment,
 }
 
 /// Targets whose output is copied from a stored result ([`reuse`]).
@@ -247,14 +248,46 @@ impl Analysis {
 
     /// `name==version` of the installed distribution whose RECORD (or conda-meta) lists `file`.
     pub fn distribution_of(&self, file: &Path) -> Option<String> {
-        let dists = &self.project.dists;
-        match dists.owner_of(&dists::normalize_path(file), "") {
-            dists::Owner::One(id) => {
-                let dist = &dists.dists[id as usize];
-                Some(format!("{}=={}", dist.name, dist.version))
-            }
-            _ => None,
+        self.project.dists.distribution_of(file)
+    }
+
+    /// The interpreter's answer the analysis used.
+    pub fn interpreter(&self) -> &Interpreter {
+        &self.project.interpreter
+    }
+
+    /// Every path the answer for targets whose closures hold the installed modules
+    /// `third_party` depends on, to be stamped by a cache of it: the source files read, the
+    /// directories listed while resolving imports, the `__init__.py` files that decide each
+    /// target module's name (present or not), what the interpreter's answer and the
+    /// distribution index were read from, and the file of every installed module whose
+    /// import-time imports were followed from those modules. None when the environment's
+    /// interpreter cannot be named (its answer is not kept either).
+    pub fn read_paths<'a>(
+        &self,
+        third_party: impl IntoIterator<Item = &'a str>,
+    ) -> Option<Vec<PathBuf>> {
+        let python = match &self.environment {
+            Environment::Python(python) => python.clone(),
+            Environment::Prefix(prefix) => interpreter::python_of_prefix(prefix)?,
+        };
+        let interpreter = &self.project.interpreter;
+        let modules = &self.project.modules;
+        let mut paths: Vec<PathBuf> = modules.iter().map(|m| m.path.clone()).collect();
+        paths.extend(
+            self.project
+                .listed_dirs()
+                .iter()
+                .map(|(dir, _)| dir.clone()),
+        );
+        for &(module, _) in &self.jobs {
+            paths.extend(package_markers(&modules[module as usize].path));
         }
+        paths.extend(interpreter_cache::inputs(&python, interpreter));
+        let site_dirs = interpreter.site_dirs();
+        paths.extend(dists_cache::inputs(&site_dirs, Some(&interpreter.prefix)));
+        paths.extend((self.project.installed_imports).files_followed(third_party));
+        Some(paths)
     }
 
     /// The slice of the first function (or method, or class) target: the statements of its
@@ -537,6 +570,7 @@ pub fn prepare_or_reuse(
         results_miss,
         closure: options.closure,
         reused,
+        environment: options.environment.clone(),
     })))
 }
 
@@ -611,13 +645,14 @@ fn ask_environment(environment: &Environment) -> anyhow::Result<(Interpreter, Di
         Environment::Python(python) => Interpreter::query(python)?,
         Environment::Prefix(prefix) => Interpreter::for_prefix(prefix)?,
     };
-    let cache = SummaryCache::default_dir().map(|dir| dir.join(dists_cache::DIR));
-    let dists = dists_cache::build_cached(
-        &interpreter.site_dirs(),
-        Some(&interpreter.prefix),
-        cache.as_deref(),
-    );
+    let dists = installed_distributions(&interpreter.site_dirs(), &interpreter.prefix);
     Ok((interpreter, dists))
+}
+
+/// The distributions installed in `site_dirs` and `prefix`, from lfm's cache while it holds.
+pub fn installed_distributions(site_dirs: &[PathBuf], prefix: &Path) -> DistIndex {
+    let cache = SummaryCache::default_dir().map(|dir| dir.join(dists_cache::DIR));
+    dists_cache::build_cached(site_dirs, Some(prefix), cache.as_deref())
 }
 
 type Environ = anyhow::Result<(Interpreter, DistIndex)>;
@@ -967,6 +1002,21 @@ fn package_root(file: &Path) -> PathBuf {
         }
     }
     dir
+}
+
+/// The `__init__.py` files [`package_root`] looks for above `file`, the first missing one
+/// included: adding or removing one renames the module.
+fn package_markers(file: &Path) -> Vec<PathBuf> {
+    let mut markers = Vec::new();
+    for dir in file.ancestors().skip(1) {
+        let marker = dir.join("__init__.py");
+        let present = marker.exists();
+        markers.push(marker);
+        if !present {
+            break;
+        }
+    }
+    markers
 }
 
 /// `--exclude` globs, gitignore-like: a pattern without `/` matches a name at any depth, a

@@ -12,6 +12,7 @@ mod compiled;
 mod error;
 mod files;
 mod interpreter;
+mod kept_analysis;
 mod locate;
 pub mod protocol;
 pub mod serve;
@@ -25,6 +26,7 @@ pub use compiled::{keep_compiled, DIR as COMPILED_SLICES_DIR, KEPT as COMPILED_S
 pub use error::{CallError, ErrorKind, Result};
 pub use files::CallFiles;
 pub use interpreter::{Interpreter, InterpreterChoice, PACK_CACHE_MAX_VARIABLE};
+pub use kept_analysis::DIR as KEPT_ANALYSES_DIR;
 pub use locate::{locate, Located};
-pub use slice::{slice, static_closure, with_distributions, Sliced};
+pub use slice::{slice, slice_kept, static_closure, with_distributions, Sliced};
 pub use target::{prepare, runner_target, Prepared, Resolved, Targets};

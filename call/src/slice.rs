@@ -2,8 +2,9 @@
 //! its imports are compared with), both from one analysis.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use lfm_analyzer::dists::DistIndex;
 use lfm_analyzer::spec::{ModuleKind, TargetKind};
 use lfm_analyzer::{prepare, Analysis, Options};
 use lfm_monitor::imports::{ClosureModule, StaticClosure};
@@ -11,16 +12,54 @@ use lfm_monitor::report::Imports;
 
 use crate::error::{CallError, Result};
 use crate::interpreter::Interpreter;
+use crate::kept_analysis::{self, KeptAnalysis};
 use crate::locate::Located;
 
 /// The analyzer's slice of a located function: (first line, last line) ranges in source
-/// order, computed by the same walk as the function's closure in `lfm analyze`.
+/// order, computed by the same walk as the function's closure in `lfm analyze`, and that
+/// closure; analysed now or kept from an earlier call (kept_analysis.rs).
 pub struct Sliced {
-    pub statements: Vec<[u64; 2]>,
-    pub analysis: Analysis,
+    pub kept: KeptAnalysis,
+    /// The analysis, when it ran in this process (its phase times are shown).
+    pub analysis: Option<Analysis>,
+    /// The distribution index of a kept analysis, read once a call imported a module.
+    dists: OnceLock<DistIndex>,
 }
 
+impl Sliced {
+    pub fn statements(&self) -> &[[u64; 2]] {
+        &self.kept.statements
+    }
+
+    /// `name==version` of the installed distribution that holds `file`.
+    fn distribution_of(&self, file: &Path) -> Option<String> {
+        if let Some(analysis) = &self.analysis {
+            return analysis.distribution_of(file);
+        }
+        let kept = &self.kept;
+        let dists = self
+            .dists
+            .get_or_init(|| lfm_analyzer::installed_distributions(&kept.site_dirs, &kept.prefix));
+        dists.distribution_of(file)
+    }
+}
+
+/// Slice `located`, with the analysis kept in lfm's cache directory between calls.
 pub fn slice(located: &Located, interpreter: &Interpreter) -> Result<Sliced> {
+    let cache = lfm_analyzer::cache::SummaryCache::default_dir();
+    slice_kept(
+        located,
+        interpreter,
+        cache.map(|dir| dir.join(kept_analysis::DIR)),
+    )
+}
+
+/// [`slice`] with the analyses kept in `cache` (none: always analyse).
+pub fn slice_kept(
+    located: &Located,
+    interpreter: &Interpreter,
+    cache: Option<PathBuf>,
+) -> Result<Sliced> {
     let Some(file) = &located.file else {
         return Err(CallError::not_found(format!("module {} not found on the source roots (add --root DIR, or pass --import-module to let Python find it)", located.module)));
     };
@@ -32,6 +71,35 @@ pub fn slice(located: &Located, interpreter: &Interpreter) -> Result<Sliced> {
         roots,
         ..Options::default()
     };
+    let slot = cache.and_then(|dir| Some((kept_analysis::key(&target, &options)?, dir)));
+    if let Some(kept) = slot
+        .as_ref()
+        .and_then(|(key, dir)| kept_analysis::lookup(dir, key))
+    {
+        return Ok(Sliced {
+            kept,
+            analysis: None,
+            dists: OnceLock::new(),
+        });
+    }
+    let started = std::time::SystemTime::now();
+    let (analysis, statements) = analyse(&target, &options)?;
+    let (kept, third_party) = kept(&analysis, statements);
+    if let Some((key, dir)) = &slot {
+        // The target file as named, too: a symbolic link the analysis saw through.
+        let read = analysis.read_paths(third_party.iter().map(String::as_str));
+        let read = read.map(|paths| paths.into_iter().chain([file.clone()]));
+        kept_analysis::store(dir, key, started, read, &kept);
+    }
+    Ok(Sliced {
+        kept,
+        analysis: Some(analysis),
+        dists: OnceLock::new(),
+    })
+}
+
+/// The analysis of `target` and its function's slice.
+fn analyse(target: &str, options: &Options) -> Result<(Analysis, Vec<[u64; 2]>)> {
     // Only a missing target is "not found". An interpreter that cannot start or describe
     // itself (Python 2 refuses: lfm_probes/interpreter.py) is the caller's choice (usage);
     // anything else is lfm's failure.
@@ -46,7 +114,7 @@ pub fn slice(located: &Located, interpreter: &Interpreter) -> Result<Sliced> {
             }
         }
     };
-    let analysis = prepare(std::slice::from_ref(&target), &options).map_err(not_found)?;
+    let analysis = prepare(&[target.to_string()], options).map_err(not_found)?;
     let slice = analysis
         .function_slice()
         .ok_or_else(|| CallError::not_found(format!("{target}: no such function")))?
@@ -56,23 +124,23 @@ pub fn slice(located: &Located, interpreter: &Interpreter) -> Result<Sliced> {
         .iter()
         .map(|&(first, last)| [u64::from(first), u64::from(last)])
         .collect();
-    Ok(Sliced {
-        statements,
-        analysis,
-    })
+    Ok((analysis, statements))
 }
 
-/// The function's closure as the import log is compared with it: its module, its local and
-/// third-party modules, every distribution it needs.
-pub fn static_closure(
-    analysis: &Analysis,
-    located: &Located,
-    interpreter: &Interpreter,
-) -> StaticClosure {
-    let mut closure = StaticClosure {
-        module: located.module.clone(),
-        ..StaticClosure::default()
+/// What a call keeps of `analysis`: the slice, and the function's closure as the import log
+/// is compared with it (its local and third-party modules, every distribution it needs); and
+/// the installed modules its closure and its engine's hold (what it read of installed code
+/// depends on).
+fn kept(analysis: &Analysis, statements: Vec<[u64; 2]>) -> (KeptAnalysis, Vec<String>) {
+    let interpreter = analysis.interpreter();
+    let mut kept = KeptAnalysis {
+        statements,
+        modules: Vec::new(),
+        distributions: Vec::new(),
+        site_dirs: interpreter.site_dirs(),
+        prefix: interpreter.prefix.clone(),
     };
+    let mut third_party = Vec::new();
     let _ = analysis.for_each_chunk(1, |targets| {
         for target in targets.iter().filter(|t| t.kind != TargetKind::Module) {
             let pinned = |name: &str| {
@@ -83,36 +151,56 @@ pub fn static_closure(
                 .modules
                 .iter()
                 .filter(|m| m.kind != ModuleKind::Stdlib);
-            closure.modules.extend(packed.map(|m| ClosureModule {
-                name: m.name.clone(),
-                distribution: m.distribution.as_deref().and_then(pinned),
+            kept.modules.extend(packed.map(|m| {
+                let distribution = m.distribution.as_deref().and_then(pinned);
+                (m.name.clone(), distribution)
             }));
-            closure.distributions.extend(
+            kept.distributions.extend(
                 target
                     .distributions
                     .iter()
                     .map(|d| format!("{}=={}", d.name, d.version)),
             );
+            let installed = (target.modules.iter().chain(&target.engine.modules))
+                .filter(|m| m.kind == ModuleKind::ThirdParty);
+            third_party.extend(installed.map(|m| m.name.clone()));
         }
         Ok::<(), ()>(())
     });
+    (kept, third_party)
+}
+
+/// The function's closure as the import log is compared with it: its module, its local and
+/// third-party modules, every distribution it needs.
+pub fn static_closure(
+    sliced: &Sliced,
+    located: &Located,
+    interpreter: &Interpreter,
+) -> StaticClosure {
+    let modules = sliced.kept.modules.iter().cloned();
     let roots = located.root.iter().chain(&interpreter.roots);
-    closure.roots = roots.map(|r| r.display().to_string()).collect();
-    closure
+    StaticClosure {
+        module: located.module.clone(),
+        modules: modules
+            .map(|(name, distribution)| ClosureModule { name, distribution })
+            .collect(),
+        distributions: sliced.kept.distributions.clone(),
+        roots: roots.map(|r| r.display().to_string()).collect(),
+    }
 }
 
 /// Name the distribution of every imported module from the environment's file index, and
 /// compare the imports with the function's static closure.
 pub fn with_distributions(
     mut imports: Imports,
-    analysis: &Analysis,
+    sliced: &Sliced,
     closure: StaticClosure,
 ) -> Imports {
     for module in &mut imports.modules {
         module.distribution = module
             .file
             .as_deref()
-            .and_then(|f| analysis.distribution_of(Path::new(f)));
+            .and_then(|f| sliced.distribution_of(Path::new(f)));
     }
     lfm_monitor::imports::compare(&mut imports, Arc::new(closure));
     imports

@@ -39,7 +39,7 @@ pub fn prepare(target: &str, interpreter: &Interpreter, import_module: bool) -> 
 impl Prepared {
     pub fn closure(&self, interpreter: &Interpreter) -> Option<StaticClosure> {
         let sliced = self.sliced.as_ref()?;
-        Some(static_closure(&sliced.analysis, &self.located, interpreter))
+        Some(static_closure(sliced, &self.located, interpreter))
     }
 }
 
@@ -51,7 +51,7 @@ pub fn runner_target(located: &Located, sliced: Option<&Sliced>) -> Target {
             root: located.root.clone(),
             file: located.file.clone(),
             qualname: located.qualname.clone(),
-            statements: sliced.statements.clone(),
+            statements: sliced.statements().to_vec(),
             compiled: None,
         },
         None => Target::Import {

@@ -12,7 +12,7 @@ use crate::cli::CacheArgs;
 use crate::monitoring::EXIT_USAGE;
 
 /// The analyze caches under the cache directory: each bounded by its own rule.
-const ANALYZE_CACHES: [(&str, &str); 6] = [
+const ANALYZE_CACHES: [(&str, &str); 7] = [
     ("analyze-summaries.bin", "entries unused for 32 runs leave"),
     (
         "analyze-summaries.journal",
@@ -30,6 +30,10 @@ const ANALYZE_CACHES: [(&str, &str); 6] = [
     (
         lfm_analyzer::installed_imports::DIR,
         "the 256 most recently read distributions' imports",
+    ),
+    (
+        lfm_call::KEPT_ANALYSES_DIR,
+        "the 64 most recently analysed call targets",
     ),
 ];
 

@@ -81,8 +81,13 @@ fn prepare_and_call(args: &CallArgs, phases: &Phases) -> Result<i32, Exit> {
         lfm_call::prepare(&args.target, &interpreter, args.import_module).map_err(exit_of)?;
     phases.mark("target located and sliced");
     if let (Some(_), Some(sliced)) = (phases.0, &prepared.sliced) {
-        for (phase, at) in &sliced.analysis.timings {
-            eprintln!("timing:   analysis {:.4} s  {phase}", at.wall.as_secs_f64());
+        match &sliced.analysis {
+            Some(analysis) => {
+                for (phase, at) in &analysis.timings {
+                    eprintln!("timing:   analysis {:.4} s  {phase}", at.wall.as_secs_f64());
+                }
+            }
+            None => eprintln!("timing:   analysis kept from an earlier call"),
         }
     }
     if args.show_slice {
@@ -128,7 +133,7 @@ fn prepare_and_call(args: &CallArgs, phases: &Phases) -> Result<i32, Exit> {
         report.imports = lfm_monitor::imports::read(&files.imports, &[]).map(|imports| {
             match (&prepared.sliced, &closure) {
                 (Some(sliced), Some(closure)) => {
-                    lfm_call::with_distributions(imports, &sliced.analysis, closure.clone())
+                    lfm_call::with_distributions(imports, sliced, closure.clone())
                 }
                 _ => imports,
             }
@@ -176,7 +181,7 @@ fn show_slice(prepared: &Prepared) -> Result<i32, Exit> {
     let ranges = prepared
         .sliced
         .as_ref()
-        .map(|s| s.statements.as_slice())
+        .map(|s| s.statements())
         .unwrap_or_default();
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
