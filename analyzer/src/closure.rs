@@ -172,7 +172,7 @@ impl<'p> Links<'p> {
     /// Extend unless `name` is already the last step (a def reached through its own name).
     fn then_new(&mut self, chain: &Chain, name: &'p str) -> Chain {
         match self.last(chain) {
-            Some(last) if last == name => *chain,
+            Some(last) if same_step(last, name) => *chain,
             _ => self.then(chain, name),
         }
     }
@@ -180,7 +180,7 @@ impl<'p> Links<'p> {
     /// The length of [`Links::then_new`] of `name`, without making it.
     fn len_then_new(&self, chain: &Chain, name: &str) -> usize {
         match self.last(chain) {
-            Some(last) if last == name => chain.len(),
+            Some(last) if same_step(last, name) => chain.len(),
             _ => chain.len() + 1,
         }
     }
@@ -214,6 +214,13 @@ impl<'p> Links<'p> {
             links: self.links.into_iter().map(|_| unreachable!()).collect(),
         }
     }
+}
+
+/// Whether two steps are the same text: usually the same name of the same summary, compared
+/// without reading it.
+#[inline]
+fn same_step(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
 }
 
 /// Where a reason points: the file and line of the statement, the chain made when needed.
@@ -446,12 +453,13 @@ impl EdgeLookups {
     }
 
     fn get(&self, project: &Project, module: u32, edge: u32) -> Resolved {
-        let loaded = &project.modules[module as usize];
         // Installed modules' edges lead to installed code, not followed: not worth the memory.
-        if !loaded.installed.is_empty() {
+        // (Told by `read_base`, a dense array: the module's record missed the cache.)
+        if self.read_base[module as usize] == NOT_NUMBERED {
             return resolve_edge(project, module, edge);
         }
         let edges = self.modules[module as usize].get_or_init(|| {
+            let loaded = &project.modules[module as usize];
             (0..loaded.summary.imports.len() as u32)
                 .map(|edge| resolve_edge(project, module, edge))
                 .collect()
@@ -786,6 +794,8 @@ struct WorkNumbers {
 /// targets), or always as optional (inside `try`/`except ImportError`).
 const EDGE_NEVER: u8 = 1;
 const EDGE_OPTIONAL: u8 = 2;
+/// [`WorkNumbers::edge_flags`]: the edge binds a member (`from m import x`).
+const EDGE_MEMBER: u8 = 4;
 
 /// Every module name a walk can reach, numbered once per run, so that what a walk reached is
 /// found by index ([`ReachedSet`]), not by hashing names: a large local tree's walks record
@@ -913,7 +923,10 @@ impl WorkNumbers {
                 edge_flags.extend((0..loaded.summary.imports.len()).map(|index| {
                     let context = loaded.summary.imports[index].context;
                     let never = context.type_checking || loaded.targets.get(index).is_none();
-                    (never as u8 * EDGE_NEVER) | (context.optional as u8 * EDGE_OPTIONAL)
+                    let member = loaded.summary.imports[index].has_member();
+                    (never as u8 * EDGE_NEVER)
+                        | (context.optional as u8 * EDGE_OPTIONAL)
+                        | (member as u8 * EDGE_MEMBER)
                 }));
             } else {
                 edge_base.push(NOT_NUMBERED);
@@ -1477,11 +1490,8 @@ impl<'p, 'm> Walk<'p, 'm> {
                             self.follow_import_use(module, used, &chain, optional);
                         }
                     }
-                    for (slot, read) in summary.definition_uses_at(scope) {
-                        if !self.read_by_engine_at_import(module, scope, read) {
-                            self.enqueue_use_at(module, slot, read, &chain, optional);
-                        }
-                    }
+                    let uses = summary.definition_uses_at(scope);
+                    self.enqueue_scope_uses(module, scope, uses, &chain, optional);
                     for decorator in summary.engine_decorators_at(scope) {
                         self.follow_decorator(module, scope, decorator, &chain, optional);
                     }
@@ -1506,9 +1516,29 @@ impl<'p, 'm> Walk<'p, 'm> {
             Some(reads) => self.walk_nested(module, reads, scope, chain, optional),
             None => self.walk_nested_scopes(module, scope, chain, optional),
         }
-        for (slot, read) in summary.free_uses_at(scope) {
-            if !self.read_by_engine_at_import(module, scope, read) {
-                self.enqueue_use_at(module, slot, read, chain, optional);
+        let uses = summary.free_uses_at(scope);
+        self.enqueue_scope_uses(module, scope, uses, chain, optional);
+    }
+
+    /// The reads `uses` of scope `scope` of `module`, each queued as [`Walk::enqueue_use_at`]
+    /// does (unless the engine's at import), the module's numbered reads looked up once.
+    fn enqueue_scope_uses(
+        &mut self,
+        module: u32,
+        scope: u32,
+        uses: impl Iterator<Item = (u32, Use)>,
+        chain: &Chain,
+        optional: bool,
+    ) {
+        let lookups: &'m EdgeLookups = self.lookups;
+        let reads = lookups.reads(self.project, module);
+        for (slot, read) in uses {
+            if self.read_by_engine_at_import(module, scope, read) {
+                continue;
+            }
+            match reads {
+                Some(reads) => self.enqueue_read(module, reads, slot, read, chain, optional),
+                None => self.enqueue_use(module, read, chain, optional),
             }
         }
     }
@@ -1621,18 +1651,21 @@ impl<'p, 'm> Walk<'p, 'm> {
             }
             match binding {
                 Binding::Import { edge } => {
-                    let edge_ref = &summary.imports[*edge as usize];
-                    // Most imports read lead only where the walk has been: no chain link then.
-                    let len = match edge_ref.has_member() {
-                        true => self.links.len_then_new(&chain, name()),
-                        false => chain.len(),
+                    // Most imports read lead only where the walk has been: no chain link then
+                    // (and neither the edge's record nor the name's text is read).
+                    let has_member = self.import_has_member(module, *edge);
+                    let below = self.edge_applies_below(module, *edge, optional);
+                    // The chain grows by a step or not: only in between does the name decide.
+                    let may_apply = match chain.len() {
+                        len if !has_member || len >= below => len < below,
+                        len if len + 1 < below => true,
+                        _ => self.links.len_then_new(&chain, name()) < below,
                     };
-                    if !self.edge_may_apply(module, *edge, len, optional)
-                        && !self.bound_is_new(module, *edge, optional)
-                    {
+                    if !may_apply && !self.bound_is_new(module, *edge, optional) {
                         continue;
                     }
-                    let chain = if edge_ref.has_member() {
+                    let edge_ref = &summary.imports[*edge as usize];
+                    let chain = if has_member {
                         self.links.then_new(&chain, name())
                     } else {
                         chain
@@ -2046,6 +2079,19 @@ impl<'p, 'm> Walk<'p, 'm> {
         let Some(reads) = lookups.reads(project, module) else {
             return self.enqueue_use(module, read, chain, optional);
         };
+        self.enqueue_read(module, reads, slot, read, chain, optional);
+    }
+
+    /// [`Walk::enqueue_use_at`] in local code, whose reads are numbered in `reads`.
+    fn enqueue_read(
+        &mut self,
+        module: u32,
+        reads: &'m ModuleReads,
+        slot: u32,
+        read: Use,
+        chain: &Chain,
+        optional: bool,
+    ) {
         match reads.attribute_at(slot) {
             Some(attribute) => {
                 self.read_attribute(module, reads, attribute, read.name, chain, optional)
@@ -2134,6 +2180,15 @@ impl<'p, 'm> Walk<'p, 'm> {
             let chain = self.links.then_new(chain, name);
             self.add_edge(module, edge as usize, edge_ref, &chain, optional);
             self.follow_way(&way, &chain, optional);
+        }
+    }
+
+    /// Whether import edge `edge` of `module` binds a member (`from m import x`): the name read
+    /// through it is then a step of the chain.
+    fn import_has_member(&self, module: u32, edge: u32) -> bool {
+        match self.numbers.local_edge(module, edge as usize) {
+            Some(at) => self.numbers.edge_flags[at] & EDGE_MEMBER != 0,
+            None => self.summary(module).imports[edge as usize].has_member(),
         }
     }
 
