@@ -10,7 +10,6 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::rc::Rc;
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -119,96 +118,152 @@ const BUILTINS: &[&str] = &[
 const WHOLE_MODULE_STEP: &str = "(used as a value: every function of it)";
 
 /// The path from the target to where the walk is: functions, globals and local modules
-/// followed. Shared tails make extending it a pointer copy, not a vector clone.
-#[derive(Clone, Default)]
-struct Chain<'p>(Option<Rc<Link<'p>>>);
+/// followed, as its last link in the walk's [`Links`] and its length. Copying it copies two
+/// integers: the walk makes and drops a chain for most items, and a reference-counted list
+/// cost an allocation, a free and two counter writes each (~6% of a large local tree's run).
+#[derive(Clone, Copy, Default)]
+struct Chain {
+    /// The last link's index in [`Links`] plus one; zero: the empty chain.
+    at: u32,
+    /// Steps in all: reasons compare chain lengths on every merge.
+    len: u32,
+}
+
+impl Chain {
+    fn len(&self) -> usize {
+        self.len as usize
+    }
+}
+
+/// The links of a walk's chains, kept until the walk ends (a chain's tail is shared by the
+/// chains made from it).
+#[derive(Default)]
+struct Links<'p> {
+    links: Vec<Link<'p>>,
+}
 
 struct Link<'p> {
     name: &'p str,
-    parent: Chain<'p>,
-    /// Steps up to and including this one: reasons compare chain lengths on every merge.
-    depth: u32,
+    parent: Chain,
 }
 
-impl<'p> Chain<'p> {
-    fn of(name: &'p str) -> Chain<'p> {
-        Chain::default().then(name)
+impl<'p> Links<'p> {
+    fn of(&mut self, name: &'p str) -> Chain {
+        self.then(&Chain::default(), name)
     }
 
-    fn then(&self, name: &'p str) -> Chain<'p> {
-        Chain(Some(Rc::new(Link {
+    fn then(&mut self, chain: &Chain, name: &'p str) -> Chain {
+        self.links.push(Link {
             name,
-            parent: self.clone(),
-            depth: self.len() as u32 + 1,
-        })))
+            parent: *chain,
+        });
+        Chain {
+            at: self.links.len() as u32,
+            len: chain.len + 1,
+        }
+    }
+
+    /// The last step of `chain`, if any.
+    fn last(&self, chain: &Chain) -> Option<&'p str> {
+        let at = (chain.at as usize).checked_sub(1)?;
+        Some(self.links[at].name)
     }
 
     /// Extend unless `name` is already the last step (a def reached through its own name).
-    fn then_new(&self, name: &'p str) -> Chain<'p> {
-        match &self.0 {
-            Some(link) if link.name == name => self.clone(),
-            _ => self.then(name),
+    fn then_new(&mut self, chain: &Chain, name: &'p str) -> Chain {
+        match self.last(chain) {
+            Some(last) if same_step(last, name) => *chain,
+            _ => self.then(chain, name),
         }
     }
 
-    fn len(&self) -> usize {
-        self.0.as_ref().map_or(0, |link| link.depth as usize)
-    }
-
-    /// The length of [`Chain::then_new`] of `name`, without making it.
-    fn len_then_new(&self, name: &str) -> usize {
-        match &self.0 {
-            Some(link) if link.name == name => self.len(),
-            _ => self.len() + 1,
+    /// The length of [`Links::then_new`] of `name`, without making it.
+    fn len_then_new(&self, chain: &Chain, name: &str) -> usize {
+        match self.last(chain) {
+            Some(last) if same_step(last, name) => chain.len(),
+            _ => chain.len() + 1,
         }
     }
 
-    fn to_steps(&self) -> Vec<&'p str> {
-        let mut out = Vec::with_capacity(self.len());
-        let mut cursor = &self.0;
-        while let Some(link) = cursor {
-            out.push(link.name);
-            cursor = &link.parent.0;
+    fn steps(&self, chain: &Chain) -> Vec<&'p str> {
+        let mut out = vec![""; chain.len()];
+        let mut cursor = *chain;
+        for step in out.iter_mut().rev() {
+            let link = &self.links[cursor.at as usize - 1];
+            *step = link.name;
+            cursor = link.parent;
         }
-        out.reverse();
         out
+    }
+
+    /// The reason `spot` gives with `chain`.
+    fn why(&self, spot: Spot<'p>, chain: &Chain) -> Why<'p> {
+        Why {
+            file: spot.file,
+            line: spot.line,
+            chain: self.steps(chain),
+        }
+    }
+
+    /// The links emptied, their room kept for another walk (whose names borrow from another
+    /// run's summaries, hence the new lifetime: an emptied vector of the same layout is
+    /// collected in place, without allocating).
+    fn emptied<'q>(mut self) -> Links<'q> {
+        self.links.clear();
+        Links {
+            links: self.links.into_iter().map(|_| unreachable!()).collect(),
+        }
     }
 }
 
-enum Work<'p> {
+/// Whether two steps are the same text: usually the same name of the same summary, compared
+/// without reading it.
+#[inline]
+fn same_step(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
+}
+
+/// Where a reason points: the file and line of the statement, the chain made when needed.
+#[derive(Clone, Copy)]
+struct Spot<'p> {
+    file: &'p str,
+    line: u32,
+}
+
+enum Work {
     /// A def/class body and everything nested in it.
     Scope {
         module: u32,
         scope: u32,
-        chain: Chain<'p>,
+        chain: Chain,
         optional: bool,
     },
     /// What running the def/class statement needs (decorators, defaults, bases, class body).
     Definition {
         module: u32,
         scope: u32,
-        chain: Chain<'p>,
+        chain: Chain,
         optional: bool,
     },
     /// A module-level name, followed to its bindings.
     Name {
         module: u32,
         name: NameId,
-        chain: Chain<'p>,
+        chain: Chain,
         optional: bool,
     },
     /// What importing a local module runs: its parent package, its top level, the class
     /// bodies and decorators there, and what those read.
     Module {
         module: u32,
-        chain: Chain<'p>,
+        chain: Chain,
         optional: bool,
     },
     /// A local module used as a value (passed, `getattr`-ed): its import and every function
     /// and class of it, as nothing says which are used.
     Whole {
         module: u32,
-        chain: Chain<'p>,
+        chain: Chain,
         optional: bool,
     },
 }
@@ -398,12 +453,13 @@ impl EdgeLookups {
     }
 
     fn get(&self, project: &Project, module: u32, edge: u32) -> Resolved {
-        let loaded = &project.modules[module as usize];
         // Installed modules' edges lead to installed code, not followed: not worth the memory.
-        if !loaded.installed.is_empty() {
+        // (Told by `read_base`, a dense array: the module's record missed the cache.)
+        if self.read_base[module as usize] == NOT_NUMBERED {
             return resolve_edge(project, module, edge);
         }
         let edges = self.modules[module as usize].get_or_init(|| {
+            let loaded = &project.modules[module as usize];
             (0..loaded.summary.imports.len() as u32)
                 .map(|edge| resolve_edge(project, module, edge))
                 .collect()
@@ -726,9 +782,20 @@ struct WorkNumbers {
     /// tree of installed code megabytes per walk's scratch): [`NOT_NUMBERED`] for installed
     /// modules.
     edge_base: Vec<u32>,
+    /// Per numbered edge, [`EDGE_NEVER`] and [`EDGE_OPTIONAL`]: whether applying it may change
+    /// anything is then decided without reading its summary record and its targets (two
+    /// misses per read of an import in a large local tree).
+    edge_flags: Vec<u8>,
     edges: usize,
     names: NameNumbers,
 }
+
+/// [`WorkNumbers::edge_flags`]: the edge is applied never (under `TYPE_CHECKING`, or without
+/// targets), or always as optional (inside `try`/`except ImportError`).
+const EDGE_NEVER: u8 = 1;
+const EDGE_OPTIONAL: u8 = 2;
+/// [`WorkNumbers::edge_flags`]: the edge binds a member (`from m import x`).
+const EDGE_MEMBER: u8 = 4;
 
 /// Every module name a walk can reach, numbered once per run, so that what a walk reached is
 /// found by index ([`ReachedSet`]), not by hashing names: a large local tree's walks record
@@ -844,6 +911,7 @@ impl WorkNumbers {
         let mut name_base = Vec::with_capacity(project.modules.len());
         let mut edge_base = Vec::with_capacity(project.modules.len());
         let (mut scopes, mut names, mut edges) = (0u32, 0u32, 0u32);
+        let mut edge_flags = Vec::new();
         for loaded in &project.modules {
             scope_base.push(scopes);
             name_base.push(names);
@@ -852,6 +920,14 @@ impl WorkNumbers {
             if loaded.installed.is_empty() {
                 edge_base.push(edges);
                 edges += loaded.summary.imports.len() as u32;
+                edge_flags.extend((0..loaded.summary.imports.len()).map(|index| {
+                    let context = loaded.summary.imports[index].context;
+                    let never = context.type_checking || loaded.targets.get(index).is_none();
+                    let member = loaded.summary.imports[index].has_member();
+                    (never as u8 * EDGE_NEVER)
+                        | (context.optional as u8 * EDGE_OPTIONAL)
+                        | (member as u8 * EDGE_MEMBER)
+                }));
             } else {
                 edge_base.push(NOT_NUMBERED);
             }
@@ -864,18 +940,35 @@ impl WorkNumbers {
             name_base,
             total: 2 * (2 * modules as usize + 2 * scopes as usize + names as usize),
             edge_base,
+            edge_flags,
             edges: edges as usize,
             names: NameNumbers::new(project),
         }
     }
 
-    /// Import edge `index` of `module`, as applied with `optional` and, when `engine`, as the
-    /// engine's only: the four ways an edge's effects differ.
+    /// Import edge `index` of a local `module`, numbered project-wide ([`WorkNumbers::edge_flags`]);
     /// `None` for an installed module's edge (not numbered).
-    fn of_edge(&self, module: u32, index: usize, optional: bool, engine: bool) -> Option<usize> {
+    fn local_edge(&self, module: u32, index: usize) -> Option<usize> {
         let base = self.edge_base[module as usize];
-        let edge = (base != NOT_NUMBERED).then_some(base as usize + index)?;
-        Some(4 * edge + 2 * engine as usize + optional as usize)
+        (base != NOT_NUMBERED).then_some(base as usize + index)
+    }
+
+    /// What [`Walk::add_edge_of`] checks first for local edge `at`: its number in
+    /// [`EdgesApplied`] when applied with `inherited_optional` and, when `engine`, as the
+    /// engine's only (the four ways an edge's effects differ), with the optional flag it is
+    /// applied with; `None` when it is never applied.
+    fn local_edge_number(
+        &self,
+        at: usize,
+        inherited_optional: bool,
+        engine: bool,
+    ) -> Option<(usize, bool)> {
+        let flags = self.edge_flags[at];
+        if flags & EDGE_NEVER != 0 {
+            return None;
+        }
+        let optional = inherited_optional || flags & EDGE_OPTIONAL != 0;
+        Some((4 * at + 2 * engine as usize + optional as usize, optional))
     }
 
     fn of(&self, work: &Work) -> usize {
@@ -971,7 +1064,7 @@ impl Visited {
 }
 
 /// The shortest chain each import edge was applied with in a walk (by
-/// [`WorkNumbers::of_edge`]), stored plus one (zero: not applied). Applying an edge again with
+/// [`WorkNumbers::local_edge_number`]), stored plus one (zero: not applied). Applying an edge again with
 /// a chain at least as long changes nothing: its flags are set already, and a reason it did not
 /// replace then is no longer than that chain (merges only shorten reasons). Attribute reads
 /// through one import (`np.a`, `np.b`, ...) apply its edge once per attribute: most
@@ -1029,9 +1122,12 @@ struct Scratch {
     import_uses_seen: ImportUsesSeen,
     reached_slots: Vec<u32>,
     local_bits: Visited,
-    /// The largest queue and the most modules reached of the walks so far: the next walk
-    /// starts with room for as many (growing them copied every item, walk after walk).
-    queue_room: usize,
+    /// The queue and the chains' links, emptied: a walk keeps the room the walks before it
+    /// grew them to (growing them copied every item, walk after walk).
+    queue: VecDeque<Work>,
+    links: Links<'static>,
+    /// The most modules reached of the walks so far: the next walk starts with room for as
+    /// many.
     reached_room: usize,
 }
 
@@ -1072,7 +1168,8 @@ struct Walk<'p, 'm> {
     numbers: &'m WorkNumbers,
     lookups: &'m EdgeLookups,
     memos: Option<&'m ModuleMemos<'p>>,
-    queue: VecDeque<Work<'p>>,
+    queue: VecDeque<Work>,
+    links: Links<'p>,
     seen: Visited,
     applied: EdgesApplied,
     reached: ReachedSet<'p>,
@@ -1109,7 +1206,7 @@ pub fn target_closure<'p>(
     let mut walk = Walk::new(project, &memos.numbers, &memos.lookups, Some(memos));
     let (target, kind_of_target, line) = match scope {
         None => {
-            let chain = Chain::of(&loaded.name);
+            let chain = walk.links.of(&loaded.name);
             walk.enqueue(Work::Module {
                 module,
                 chain,
@@ -1122,12 +1219,13 @@ pub fn target_closure<'p>(
             let scope = &summary.scopes[scope_id as usize];
             walk.enqueue_definition(module, scope_id);
             // A function of installed code is that distribution's, even shipped by value.
-            let chain = Chain::of(summary.scope_name(scope_id));
+            let chain = walk.links.of(summary.scope_name(scope_id));
             walk.reach_installed(module, true, &chain, false);
             if kind == ClosureKind::Import {
+                let chain = walk.links.of(&loaded.name);
                 walk.enqueue(Work::Module {
                     module,
-                    chain: Chain::of(&loaded.name),
+                    chain,
                     optional: false,
                 });
             }
@@ -1188,7 +1286,8 @@ impl<'p, 'm> Walk<'p, 'm> {
             import_uses_seen,
             mut reached_slots,
             mut local_bits,
-            queue_room,
+            queue,
+            links,
             reached_room,
         } = SCRATCH_POOL
             .with(|pool| pool.borrow_mut().pop())
@@ -1217,7 +1316,8 @@ impl<'p, 'm> Walk<'p, 'm> {
             numbers,
             lookups,
             memos,
-            queue: VecDeque::with_capacity(queue_room),
+            queue,
+            links: links.emptied(),
             seen,
             applied,
             reached: ReachedSet {
@@ -1243,8 +1343,8 @@ impl<'p, 'm> Walk<'p, 'm> {
 
     /// Take in a local module's whole-module closure, reached through `chain`: what was not
     /// reached yet keeps the module's reasons, prefixed by the chain.
-    fn merge_module(&mut self, memo: &ModuleMemo<'p>, chain: &Chain<'p>, optional: bool) {
-        let prefix = chain.to_steps();
+    fn merge_module(&mut self, memo: &ModuleMemo<'p>, chain: &Chain, optional: bool) {
+        let prefix = self.links.steps(chain);
         let prefixed = |reason: &Why<'p>| Why {
             file: reason.file,
             line: reason.line,
@@ -1293,7 +1393,7 @@ impl<'p, 'm> Walk<'p, 'm> {
 
     /// Queue work not queued before. Marking at enqueue rather than at dequeue gives the same
     /// first-found reasons (the queue is FIFO) without queueing duplicates.
-    fn enqueue(&mut self, work: Work<'p>) {
+    fn enqueue(&mut self, work: Work) {
         let new = self.seen.insert(self.numbers.of(&work));
         if new {
             self.queue.push_back(work);
@@ -1301,7 +1401,7 @@ impl<'p, 'm> Walk<'p, 'm> {
     }
 
     /// [`Walk::enqueue`] for a name, sharing `chain` only when the name is new (most are not).
-    fn enqueue_name(&mut self, module: u32, name: NameId, chain: &Chain<'p>, optional: bool) {
+    fn enqueue_name(&mut self, module: u32, name: NameId, chain: &Chain, optional: bool) {
         if self
             .seen
             .insert(self.numbers.of_name(module, name, optional))
@@ -1309,7 +1409,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             self.queue.push_back(Work::Name {
                 module,
                 name,
-                chain: chain.clone(),
+                chain: *chain,
                 optional,
             });
         }
@@ -1319,24 +1419,24 @@ impl<'p, 'm> Walk<'p, 'm> {
     /// statements need to run (bases, decorators, class body).
     fn enqueue_definition(&mut self, module: u32, scope_id: u32) {
         let summary = self.summary(module);
-        let chain = Chain::of(summary.scope_name(scope_id));
+        let chain = self.links.of(summary.scope_name(scope_id));
         self.enqueue(Work::Scope {
             module,
             scope: scope_id,
-            chain: chain.clone(),
+            chain,
             optional: false,
         });
         self.enqueue(Work::Definition {
             module,
             scope: scope_id,
-            chain: chain.clone(),
+            chain,
             optional: false,
         });
         let mut parent = summary.scopes[scope_id as usize].parent;
         while parent != 0 {
             let enclosing = &summary.scopes[parent as usize];
             if enclosing.kind == ScopeKind::Class {
-                let chain = chain.then(summary.scope_name(parent));
+                let chain = self.links.then(&chain, summary.scope_name(parent));
                 self.enqueue(Work::Definition {
                     module,
                     scope: parent,
@@ -1390,11 +1490,8 @@ impl<'p, 'm> Walk<'p, 'm> {
                             self.follow_import_use(module, used, &chain, optional);
                         }
                     }
-                    for (slot, read) in summary.definition_uses_at(scope) {
-                        if !self.read_by_engine_at_import(module, scope, read) {
-                            self.enqueue_use_at(module, slot, read, &chain, optional);
-                        }
-                    }
+                    let uses = summary.definition_uses_at(scope);
+                    self.enqueue_scope_uses(module, scope, uses, &chain, optional);
                     for decorator in summary.engine_decorators_at(scope) {
                         self.follow_decorator(module, scope, decorator, &chain, optional);
                     }
@@ -1411,7 +1508,7 @@ impl<'p, 'm> Walk<'p, 'm> {
 
     /// A def/class body and everything nested in it: its imports, what is read through them,
     /// and the module globals it reads.
-    fn walk_scope(&mut self, module: u32, scope: u32, chain: &Chain<'p>, optional: bool) {
+    fn walk_scope(&mut self, module: u32, scope: u32, chain: &Chain, optional: bool) {
         let summary = self.summary(module);
         let project: &'p Project = self.project;
         let lookups: &'m EdgeLookups = self.lookups;
@@ -1419,9 +1516,29 @@ impl<'p, 'm> Walk<'p, 'm> {
             Some(reads) => self.walk_nested(module, reads, scope, chain, optional),
             None => self.walk_nested_scopes(module, scope, chain, optional),
         }
-        for (slot, read) in summary.free_uses_at(scope) {
-            if !self.read_by_engine_at_import(module, scope, read) {
-                self.enqueue_use_at(module, slot, read, chain, optional);
+        let uses = summary.free_uses_at(scope);
+        self.enqueue_scope_uses(module, scope, uses, chain, optional);
+    }
+
+    /// The reads `uses` of scope `scope` of `module`, each queued as [`Walk::enqueue_use_at`]
+    /// does (unless the engine's at import), the module's numbered reads looked up once.
+    fn enqueue_scope_uses(
+        &mut self,
+        module: u32,
+        scope: u32,
+        uses: impl Iterator<Item = (u32, Use)>,
+        chain: &Chain,
+        optional: bool,
+    ) {
+        let lookups: &'m EdgeLookups = self.lookups;
+        let reads = lookups.reads(self.project, module);
+        for (slot, read) in uses {
+            if self.read_by_engine_at_import(module, scope, read) {
+                continue;
+            }
+            match reads {
+                Some(reads) => self.enqueue_read(module, reads, slot, read, chain, optional),
+                None => self.enqueue_use(module, read, chain, optional),
             }
         }
     }
@@ -1432,7 +1549,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         module: u32,
         reads: &'m ModuleReads,
         scope: u32,
-        chain: &Chain<'p>,
+        chain: &Chain,
         optional: bool,
     ) {
         let summary = self.summary(module);
@@ -1448,7 +1565,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                     if !self.attributes_read.insert(bit) {
                         continue;
                     }
-                    let chain = chain.then_new(summary.name(name));
+                    let chain = self.links.then_new(chain, summary.name(name));
                     match &reads.import_use(number).way {
                         Some(way) => self.follow_way(way, &chain, optional),
                         None => {
@@ -1462,7 +1579,7 @@ impl<'p, 'm> Walk<'p, 'm> {
     }
 
     /// The imports of `scope` and of every scope nested in it, and what is read through them.
-    fn walk_nested_scopes(&mut self, module: u32, scope: u32, chain: &Chain<'p>, optional: bool) {
+    fn walk_nested_scopes(&mut self, module: u32, scope: u32, chain: &Chain, optional: bool) {
         let summary = self.summary(module);
         let mut stack = std::mem::take(&mut self.scope_stack);
         stack.push(scope);
@@ -1502,13 +1619,7 @@ impl<'p, 'm> Walk<'p, 'm> {
     /// A read of a name an import inside a def or class bound: followed into local code as a
     /// read of a module-level import is ([`Walk::enqueue_use`]). The import itself is already
     /// an edge of the scope that holds it.
-    fn follow_import_use(
-        &mut self,
-        module: u32,
-        used: ImportUse,
-        chain: &Chain<'p>,
-        optional: bool,
-    ) {
+    fn follow_import_use(&mut self, module: u32, used: ImportUse, chain: &Chain, optional: bool) {
         let summary = self.summary(module);
         if summary.imports[used.edge as usize].context.type_checking
             || !self
@@ -1517,11 +1628,11 @@ impl<'p, 'm> Walk<'p, 'm> {
         {
             return;
         }
-        let chain = chain.then_new(summary.name(used.name));
+        let chain = self.links.then_new(chain, summary.name(used.name));
         self.follow_imported(module, used.edge, used.path, &chain, optional);
     }
 
-    fn follow_name(&mut self, module: u32, name_id: NameId, chain: Chain<'p>, optional: bool) {
+    fn follow_name(&mut self, module: u32, name_id: NameId, chain: Chain, optional: bool) {
         let summary = self.summary(module);
         // The name's text is looked up only where a chain or a builtin check needs it: most
         // names read are definitions, and the lookup missed the cache.
@@ -1540,21 +1651,24 @@ impl<'p, 'm> Walk<'p, 'm> {
             }
             match binding {
                 Binding::Import { edge } => {
-                    let edge_ref = &summary.imports[*edge as usize];
-                    // Most imports read lead only where the walk has been: no chain link then.
-                    let len = match edge_ref.has_member() {
-                        true => chain.len_then_new(name()),
-                        false => chain.len(),
+                    // Most imports read lead only where the walk has been: no chain link then
+                    // (and neither the edge's record nor the name's text is read).
+                    let has_member = self.import_has_member(module, *edge);
+                    let below = self.edge_applies_below(module, *edge, optional);
+                    // The chain grows by a step or not: only in between does the name decide.
+                    let may_apply = match chain.len() {
+                        len if !has_member || len >= below => len < below,
+                        len if len + 1 < below => true,
+                        _ => self.links.len_then_new(&chain, name()) < below,
                     };
-                    if !self.edge_may_apply(module, *edge, len, optional)
-                        && !self.bound_is_new(module, *edge, optional)
-                    {
+                    if !may_apply && !self.bound_is_new(module, *edge, optional) {
                         continue;
                     }
-                    let chain = if edge_ref.has_member() {
-                        chain.then_new(name())
+                    let edge_ref = &summary.imports[*edge as usize];
+                    let chain = if has_member {
+                        self.links.then_new(&chain, name())
                     } else {
-                        chain.clone()
+                        chain
                     };
                     self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
                     self.follow_imported(module, *edge, None, &chain, optional);
@@ -1571,11 +1685,11 @@ impl<'p, 'm> Walk<'p, 'm> {
                     {
                         continue;
                     }
-                    let chain = chain.then_new(summary.scope_name(*scope));
+                    let chain = self.links.then_new(&chain, summary.scope_name(*scope));
                     self.enqueue(Work::Scope {
                         module,
                         scope: *scope,
-                        chain: chain.clone(),
+                        chain,
                         optional,
                     });
                     self.enqueue(Work::Definition {
@@ -1586,7 +1700,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                     });
                 }
                 Binding::Value { .. } => {
-                    let chain = chain.then(name());
+                    let chain = self.links.then(&chain, name());
                     for &edge in summary.value_edges(binding) {
                         let edge_ref = &summary.imports[edge as usize];
                         self.add_edge(module, edge as usize, edge_ref, &chain, optional);
@@ -1612,7 +1726,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         module: u32,
         index: usize,
         edge: &ImportEdge,
-        chain: &Chain<'p>,
+        chain: &Chain,
         inherited_optional: bool,
     ) {
         self.add_edge_of(module, index, edge, chain, inherited_optional, false);
@@ -1625,27 +1739,53 @@ impl<'p, 'm> Walk<'p, 'm> {
         module: u32,
         index: usize,
         edge: &ImportEdge,
-        chain: &Chain<'p>,
+        chain: &Chain,
         inherited_optional: bool,
         engine: bool,
     ) {
-        if edge.context.type_checking {
+        let numbers: &'m WorkNumbers = self.numbers;
+        // Local code's edges by their flags (most applications change nothing).
+        if let Some(at) = numbers.local_edge(module, index) {
+            let Some((number, optional)) =
+                numbers.local_edge_number(at, inherited_optional, engine)
+            else {
+                return;
+            };
+            if self.applied.apply(number, chain.len()) {
+                self.reach_edge_targets(module, index, edge, chain, optional, engine);
+            }
             return;
         }
+        if edge.context.type_checking
+            || self.project.modules[module as usize]
+                .targets
+                .get(index)
+                .is_none()
+        {
+            return;
+        }
+        let optional = inherited_optional || edge.context.optional;
+        self.reach_edge_targets(module, index, edge, chain, optional, engine);
+    }
+
+    /// The targets of an import edge applied with `optional`, reached.
+    fn reach_edge_targets(
+        &mut self,
+        module: u32,
+        index: usize,
+        edge: &ImportEdge,
+        chain: &Chain,
+        optional: bool,
+        engine: bool,
+    ) {
         let project: &'p Project = self.project;
         let loaded = &project.modules[module as usize];
-        let optional = inherited_optional || edge.context.optional;
         let Some(targets) = loaded.targets.get(index) else {
             return;
         };
-        let number = self.numbers.of_edge(module, index, optional, engine);
-        if number.is_some_and(|number| !self.applied.apply(number, chain.len())) {
-            return;
-        }
-        let reason = || Why {
+        let reason = Spot {
             file: loaded.display.as_str(),
             line: edge.line,
-            chain: chain.to_steps(),
         };
         let numbers: &'m NameNumbers = &self.numbers.names;
         let numbers = numbers.targets(module, index);
@@ -1653,7 +1793,7 @@ impl<'p, 'm> Walk<'p, 'm> {
             let (name, kind, file, owner): (&'p str, _, Option<&'p str>, Option<&'p Owner>) =
                 match target {
                     EdgeTarget::Local(id) => {
-                        self.reach_local(*id, &reason, chain, optional, edge_contexts(edge));
+                        self.reach_local(*id, reason, chain, optional, edge_contexts(edge));
                         continue;
                     }
                     EdgeTarget::Stdlib(name) => (name, ModuleKind::Stdlib, None, None),
@@ -1664,10 +1804,11 @@ impl<'p, 'm> Walk<'p, 'm> {
                         Some(&module.owner),
                     ),
                     EdgeTarget::Missing(name) => {
+                        let links = &self.links;
                         let entry = self.missing.entry(name).or_insert_with(|| Missed {
                             optional,
                             own: false,
-                            reason: reason(),
+                            reason: links.why(reason, chain),
                         });
                         entry.optional &= optional;
                         entry.own |= !engine;
@@ -1675,7 +1816,7 @@ impl<'p, 'm> Walk<'p, 'm> {
                     }
                 };
             let what = (kind, file, owner);
-            let entry = self.record_reached(number, name, what, &reason, chain, optional);
+            let entry = self.record_reached(number, name, what, reason, chain, optional);
             entry.contexts |= edge_contexts(edge);
             entry.own |= !engine;
         }
@@ -1688,10 +1829,11 @@ impl<'p, 'm> Walk<'p, 'm> {
         number: u32,
         name: &'p str,
         (kind, file, owner): (ModuleKind, Option<&'p str>, Option<&'p Owner>),
-        reason: &dyn Fn() -> Why<'p>,
-        chain: &Chain<'p>,
+        reason: Spot<'p>,
+        chain: &Chain,
         optional: bool,
     ) -> &mut Reached<'p> {
+        let links = &self.links;
         let entry = self.reached.entry(number, name, || Reached {
             kind,
             file,
@@ -1699,11 +1841,11 @@ impl<'p, 'm> Walk<'p, 'm> {
             required: false,
             own: false,
             contexts: Contexts::default(),
-            reason: reason(),
+            reason: links.why(reason, chain),
             merged: false,
         });
         if entry.merged && chain.len() < entry.reason.chain.len() {
-            entry.reason = reason();
+            entry.reason = links.why(reason, chain);
             entry.merged = false;
         }
         entry.required |= !optional;
@@ -1717,7 +1859,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         module: u32,
         scope: u32,
         (slot, decorator): (u32, Use),
-        chain: &Chain<'p>,
+        chain: &Chain,
         optional: bool,
     ) {
         let summary = self.summary(module);
@@ -1730,12 +1872,12 @@ impl<'p, 'm> Walk<'p, 'm> {
             line: summary.scopes[scope as usize].line,
             what: Cow::Owned(format!("decorator {api} on {}", summary.scope_name(scope))),
         });
-        let chain = chain.then_new(summary.name(decorator.name));
+        let chain = self.links.then_new(chain, summary.name(decorator.name));
         self.add_engine_imports(module, decorator.name, &chain, optional);
     }
 
     /// The imports that bind `name` (an engine API's), reached as the engine's.
-    fn add_engine_imports(&mut self, module: u32, name: NameId, chain: &Chain<'p>, optional: bool) {
+    fn add_engine_imports(&mut self, module: u32, name: NameId, chain: &Chain, optional: bool) {
         let summary = self.summary(module);
         for binding in summary.bindings_of(name).unwrap_or_default() {
             if let Binding::Import { edge } = *binding {
@@ -1751,8 +1893,8 @@ impl<'p, 'm> Walk<'p, 'm> {
     fn reach_local(
         &mut self,
         id: u32,
-        reason: &dyn Fn() -> Why<'p>,
-        chain: &Chain<'p>,
+        reason: Spot<'p>,
+        chain: &Chain,
         optional: bool,
         contexts: Contexts,
     ) {
@@ -1761,9 +1903,10 @@ impl<'p, 'm> Walk<'p, 'm> {
         self.local_modules.insert(id);
         // Its chain link is made only when the import is new: most are reached again and again.
         if self.seen.insert(self.numbers.of_module(id, optional)) {
+            let chain = self.links.then(chain, &local.name);
             self.queue.push_back(Work::Module {
                 module: id,
-                chain: chain.then(&local.name),
+                chain,
                 optional,
             });
         }
@@ -1776,16 +1919,15 @@ impl<'p, 'm> Walk<'p, 'm> {
 
     /// What importing `module` runs: its parent package first, then its top level (imports
     /// outside functions, class bodies, decorators, and what its statements read).
-    fn import_module(&mut self, module: u32, chain: &Chain<'p>, optional: bool) {
+    fn import_module(&mut self, module: u32, chain: &Chain, optional: bool) {
         let project: &'p Project = self.project;
         let loaded = &project.modules[module as usize];
         if let Some(parent) = loaded.parent {
-            let reason = || Why {
+            let reason = Spot {
                 file: loaded.display.as_str(),
                 line: 0,
-                chain: chain.to_steps(),
             };
-            self.reach_local(parent, &reason, chain, optional, Contexts::TOP_LEVEL);
+            self.reach_local(parent, reason, chain, optional, Contexts::TOP_LEVEL);
         }
         self.reach_installed(module, false, chain, optional);
         let summary = self.summary(module);
@@ -1801,13 +1943,13 @@ impl<'p, 'm> Walk<'p, 'm> {
                 ScopeKind::Class if runs_at_import(summary, scope) => Work::Definition {
                     module,
                     scope,
-                    chain: chain.clone(),
+                    chain: *chain,
                     optional,
                 },
                 ScopeKind::Comprehension if runs_at_import(summary, scope) => Work::Scope {
                     module,
                     scope,
-                    chain: chain.clone(),
+                    chain: *chain,
                     optional,
                 },
                 _ => continue,
@@ -1875,13 +2017,7 @@ impl<'p, 'm> Walk<'p, 'm> {
     /// Installed modules that running `module` needs (its own file and its packages, when a
     /// distribution provides it: [`crate::project::LoadedModule::installed`]), and so their
     /// distributions. With `own_file_only`, its own file only (the last of them).
-    fn reach_installed(
-        &mut self,
-        module: u32,
-        own_file_only: bool,
-        chain: &Chain<'p>,
-        optional: bool,
-    ) {
+    fn reach_installed(&mut self, module: u32, own_file_only: bool, chain: &Chain, optional: bool) {
         let project: &'p Project = self.project;
         let loaded = &project.modules[module as usize];
         let numbers: &'m NameNumbers = &self.numbers.names;
@@ -1890,10 +2026,9 @@ impl<'p, 'm> Walk<'p, 'm> {
             installed = &installed[installed.len().saturating_sub(1)..];
             numbers = &numbers[numbers.len().saturating_sub(1)..];
         }
-        let reason = || Why {
+        let reason = Spot {
             file: loaded.display.as_str(),
             line: 0,
-            chain: chain.to_steps(),
         };
         for (needed, &number) in installed.iter().zip(numbers) {
             let what = (
@@ -1901,29 +2036,29 @@ impl<'p, 'm> Walk<'p, 'm> {
                 Some(needed.display.as_str()),
                 Some(&needed.owner),
             );
-            let entry = self.record_reached(number, &needed.name, what, &reason, chain, optional);
+            let entry = self.record_reached(number, &needed.name, what, reason, chain, optional);
             entry.contexts |= Contexts::TOP_LEVEL;
             entry.own = true;
         }
     }
 
     /// A module used as a value: its import, and every top-level function and class.
-    fn whole_module(&mut self, module: u32, chain: &Chain<'p>, optional: bool) {
+    fn whole_module(&mut self, module: u32, chain: &Chain, optional: bool) {
         let summary = self.summary(module);
         self.enqueue(Work::Module {
             module,
-            chain: chain.clone(),
+            chain: *chain,
             optional,
         });
         for scope in 1..summary.scopes.len() as u32 {
             let defined = &summary.scopes[scope as usize];
             if defined.parent == 0 && matches!(defined.kind, ScopeKind::Function | ScopeKind::Class)
             {
-                let chain = chain.then(summary.scope_name(scope));
+                let chain = self.links.then(chain, summary.scope_name(scope));
                 self.enqueue(Work::Scope {
                     module,
                     scope,
-                    chain: chain.clone(),
+                    chain,
                     optional,
                 });
                 self.enqueue(Work::Definition {
@@ -1938,19 +2073,25 @@ impl<'p, 'm> Walk<'p, 'm> {
 
     /// [`Walk::enqueue_use`] of the read in use slot `slot` of `module`: in local code, by the
     /// numbers of [`ModuleReads`] (the same decisions, worked out once per run).
-    fn enqueue_use_at(
-        &mut self,
-        module: u32,
-        slot: u32,
-        read: Use,
-        chain: &Chain<'p>,
-        optional: bool,
-    ) {
+    fn enqueue_use_at(&mut self, module: u32, slot: u32, read: Use, chain: &Chain, optional: bool) {
         let project: &'p Project = self.project;
         let lookups: &'m EdgeLookups = self.lookups;
         let Some(reads) = lookups.reads(project, module) else {
             return self.enqueue_use(module, read, chain, optional);
         };
+        self.enqueue_read(module, reads, slot, read, chain, optional);
+    }
+
+    /// [`Walk::enqueue_use_at`] in local code, whose reads are numbered in `reads`.
+    fn enqueue_read(
+        &mut self,
+        module: u32,
+        reads: &'m ModuleReads,
+        slot: u32,
+        read: Use,
+        chain: &Chain,
+        optional: bool,
+    ) {
         match reads.attribute_at(slot) {
             Some(attribute) => {
                 self.read_attribute(module, reads, attribute, read.name, chain, optional)
@@ -1967,7 +2108,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         reads: &'m ModuleReads,
         attribute: u32,
         name: NameId,
-        chain: &Chain<'p>,
+        chain: &Chain,
         optional: bool,
     ) {
         let number = self.lookups.attribute_number(module, attribute, optional);
@@ -1988,13 +2129,13 @@ impl<'p, 'm> Walk<'p, 'm> {
                 match chain.len() {
                     len if len + 1 < below => true,
                     len if len >= below => false,
-                    _ => chain.len_then_new(name()) < below,
+                    _ => self.links.len_then_new(chain, name()) < below,
                 }
             };
             if !self.way_is_new(way, optional) && !may_apply(self) {
                 continue;
             }
-            let chain = chain.then_new(name());
+            let chain = self.links.then_new(chain, name());
             self.add_edge(module, *edge as usize, edge_ref, &chain, optional);
             self.follow_way(way, &chain, optional);
         }
@@ -2002,7 +2143,7 @@ impl<'p, 'm> Walk<'p, 'm> {
 
     /// A read of a module global: the name itself, or an attribute path of it. Through an
     /// import of a local module, the path says what of that module is needed.
-    fn enqueue_use(&mut self, module: u32, read: Use, chain: &Chain<'p>, optional: bool) {
+    fn enqueue_use(&mut self, module: u32, read: Use, chain: &Chain, optional: bool) {
         let summary = self.summary(module);
         let (Some(path), Some(bindings)) = (read.path, summary.bindings_of(read.name)) else {
             self.enqueue_name(module, read.name, chain, optional);
@@ -2031,14 +2172,23 @@ impl<'p, 'm> Walk<'p, 'm> {
             self.note_slice_line(module, edge_ref.line);
             let way = self.lookups.way(project, module, edge, path);
             // Most reads lead only where the walk has been: no chain link is made for them.
-            let len = chain.len_then_new(name);
+            let len = self.links.len_then_new(chain, name);
             if !self.edge_may_apply(module, edge, len, optional) && !self.way_is_new(&way, optional)
             {
                 continue;
             }
-            let chain = chain.then_new(name);
+            let chain = self.links.then_new(chain, name);
             self.add_edge(module, edge as usize, edge_ref, &chain, optional);
             self.follow_way(&way, &chain, optional);
+        }
+    }
+
+    /// Whether import edge `edge` of `module` binds a member (`from m import x`): the name read
+    /// through it is then a step of the chain.
+    fn import_has_member(&self, module: u32, edge: u32) -> bool {
+        match self.numbers.local_edge(module, edge as usize) {
+            Some(at) => self.numbers.edge_flags[at] & EDGE_MEMBER != 0,
+            None => self.summary(module).imports[edge as usize].has_member(),
         }
     }
 
@@ -2051,17 +2201,20 @@ impl<'p, 'm> Walk<'p, 'm> {
     /// The chain lengths with which applying import edge `edge` of `module` may change
     /// anything are those below this ([`EdgesApplied`]; `usize::MAX`: all of them).
     fn edge_applies_below(&self, module: u32, edge: u32, optional: bool) -> usize {
+        let numbers: &'m WorkNumbers = self.numbers;
+        if let Some(at) = numbers.local_edge(module, edge as usize) {
+            return match numbers.local_edge_number(at, optional, false) {
+                Some((number, _)) => self.applied.applies_below(number),
+                None => 0,
+            };
+        }
         let project: &'p Project = self.project;
         let loaded = &project.modules[module as usize];
         let context = loaded.summary.imports[edge as usize].context;
         if context.type_checking || loaded.targets.get(edge as usize).is_none() {
             return 0;
         }
-        let optional = optional || context.optional;
-        match self.numbers.of_edge(module, edge as usize, optional, false) {
-            Some(number) => self.applied.applies_below(number),
-            None => usize::MAX,
-        }
+        usize::MAX
     }
 
     /// Whether following `way` ([`Walk::follow_way`]) may queue or reach anything.
@@ -2102,7 +2255,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         module: u32,
         edge: u32,
         path: Option<NameId>,
-        chain: &Chain<'p>,
+        chain: &Chain,
         optional: bool,
     ) {
         let project: &'p Project = self.project;
@@ -2120,7 +2273,7 @@ impl<'p, 'm> Walk<'p, 'm> {
     }
 
     /// Continue from what a name turned out to be.
-    fn follow_found(&mut self, found: Found, chain: &Chain<'p>, optional: bool) {
+    fn follow_found(&mut self, found: Found, chain: &Chain, optional: bool) {
         match found {
             Found::Nothing => {}
             Found::Name(holder, name) => self.enqueue_name(holder, name, chain, optional),
@@ -2133,7 +2286,7 @@ impl<'p, 'm> Walk<'p, 'm> {
 
     /// Replay where an attribute path leads ([`Way`]): each module on the way reached, then
     /// the name at its end followed, or the module there taken whole.
-    fn follow_way(&mut self, way: &Way, chain: &Chain<'p>, optional: bool) {
+    fn follow_way(&mut self, way: &Way, chain: &Chain, optional: bool) {
         for &id in way.through.as_slice() {
             self.reach_on_the_way(id, chain, optional);
         }
@@ -2146,25 +2299,29 @@ impl<'p, 'm> Walk<'p, 'm> {
 
     /// A local module a read passes through is imported (unless already reached this way:
     /// then only the path through it is new).
-    fn reach_on_the_way(&mut self, id: u32, chain: &Chain<'p>, optional: bool) {
+    fn reach_on_the_way(&mut self, id: u32, chain: &Chain, optional: bool) {
         if self.seen.contains(self.numbers.of_module(id, optional)) {
             return;
         }
         let project: &'p Project = self.project;
         let local = &project.modules[id as usize];
-        let reason = || Why {
+        let reason = Spot {
             file: local.display.as_str(),
             line: 0,
-            chain: chain.to_steps(),
         };
-        self.reach_local(id, &reason, chain, optional, Contexts::TOP_LEVEL);
+        self.reach_local(id, reason, chain, optional, Contexts::TOP_LEVEL);
     }
 
     /// A local module read as a value: all of it.
-    fn enqueue_whole(&mut self, id: u32, chain: &Chain<'p>, optional: bool) {
+    fn enqueue_whole(&mut self, id: u32, chain: &Chain, optional: bool) {
         let project: &'p Project = self.project;
         let local = &project.modules[id as usize];
-        let chain = chain.then(&local.name).then(WHOLE_MODULE_STEP);
+        // Queued already (most are): no chain links for it.
+        if self.seen.contains(self.numbers.of_whole(id, optional)) {
+            return;
+        }
+        let chain = self.links.then(chain, &local.name);
+        let chain = self.links.then(&chain, WHOLE_MODULE_STEP);
         self.enqueue(Work::Whole {
             module: id,
             chain,
@@ -2179,7 +2336,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         &mut self,
         module: u32,
         name: &'p str,
-        chain: &Chain<'p>,
+        chain: &Chain,
         optional: bool,
         shadowing_only: bool,
     ) {
@@ -2515,7 +2672,8 @@ impl Drop for Walk<'_, '_> {
                 std::mem::take(&mut self.reached.slots)
             },
             local_bits: self.local_modules.take_bits(),
-            queue_room: self.queue.capacity(),
+            queue: std::mem::take(&mut self.queue),
+            links: std::mem::take(&mut self.links).emptied(),
             reached_room: self.reached.room,
         };
         scratch.seen.clear();
@@ -2523,6 +2681,7 @@ impl Drop for Walk<'_, '_> {
         scratch.attributes_seen.clear();
         scratch.attributes_read.clear();
         scratch.import_uses_seen.clear();
+        scratch.queue.clear();
         SCRATCH_POOL.with(|pool| pool.borrow_mut().push(scratch));
     }
 }
