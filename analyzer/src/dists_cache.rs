@@ -272,23 +272,4 @@ mod tests {
         std::fs::write(&file, &flipped).unwrap();
         let _ = from_cache(&site, &cache); // any answer but a panic
     }
-
-    #[test]
-    fn the_directory_keeps_only_the_newest_indexes() {
-        let cache = tempfile::tempdir().unwrap();
-        for n in 0..KEPT + 3 {
-            let path = cache.path().join(format!("{n}.bin"));
-            std::fs::write(&path, b"x").unwrap();
-            let at = UNIX_EPOCH + LONG_AGO + Duration::from_secs(n as u64);
-            std::fs::File::options()
-                .write(true)
-                .open(&path)
-                .unwrap()
-                .set_modified(at)
-                .unwrap();
-        }
-        crate::kept_files::keep_newest(cache.path(), ".bin", KEPT);
-        assert_eq!(stored_count(cache.path()), KEPT);
-        assert!(!cache.path().join("0.bin").exists());
-    }
 }

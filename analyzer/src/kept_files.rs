@@ -113,3 +113,35 @@ pub fn store_stamped<T: serde::Serialize>(
     let _ = std::fs::remove_file(&temporary);
     keep_newest(dir, suffix, kept);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_newest_entries_with_the_suffix_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let written = |name: &str, seconds: u64| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, b"x").unwrap();
+            let at = UNIX_EPOCH + std::time::Duration::from_secs(1_000_000 + seconds);
+            let file = std::fs::File::options().write(true).open(&path).unwrap();
+            file.set_modified(at).unwrap();
+        };
+        for n in 0..5u64 {
+            written(&format!("{n}.bin"), n);
+        }
+        written("other.json", 0);
+        let left = || {
+            let mut names: Vec<String> = (std::fs::read_dir(dir.path()).unwrap())
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        keep_newest(dir.path(), ".bin", 2);
+        assert_eq!(left(), ["3.bin", "4.bin", "other.json"]);
+        keep_newest(dir.path(), "", 1);
+        assert_eq!(left(), ["4.bin"]);
+    }
+}

@@ -121,27 +121,4 @@ mod tests {
         keep_compiled(&mut target, cache.path(), &interpreter("python3"));
         assert!(matches!(target, Target::Import { .. }));
     }
-
-    #[test]
-    fn the_directory_keeps_only_the_newest_entries() {
-        let dir = tempfile::tempdir().unwrap();
-        for n in 0..5u64 {
-            let path = dir.path().join(format!("{n}.bin"));
-            std::fs::write(&path, b"x").unwrap();
-            let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000 + n);
-            std::fs::File::options()
-                .write(true)
-                .open(&path)
-                .unwrap()
-                .set_modified(at)
-                .unwrap();
-        }
-        lfm_analyzer::kept_files::keep_newest(dir.path(), "", 2);
-        let mut left: Vec<String> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        left.sort();
-        assert_eq!(left, ["3.bin", "4.bin"]);
-    }
 }
