@@ -930,7 +930,12 @@ impl<'a> Extractor<'a> {
             if let Some(test) = &clause.test {
                 self.visit_expr(test);
             }
-            let type_checking = else_is_type_checking && index == 0 && clause.test.is_none();
+            // `elif TYPE_CHECKING:` is as type-only as `if TYPE_CHECKING:` (packaging's
+            // version.py imports typing_extensions so).
+            let type_checking = match &clause.test {
+                Some(test) => self.is_type_checking_test(test),
+                None => else_is_type_checking && index == 0,
+            };
             self.with_branch(type_checking, |this| this.visit_body(&clause.body));
         }
     }

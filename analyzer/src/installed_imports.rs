@@ -751,6 +751,10 @@ if X:
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import typed
+if sys.version_info >= (3, 13):
+    import new_enough
+elif TYPE_CHECKING:
+    import typed_too
 def f():
     import inside
 class C:
@@ -769,6 +773,7 @@ class C:
             ("pandas", None, true),
             ("cond", None, true),
             ("typing", Some("TYPE_CHECKING"), false),
+            ("new_enough", None, true),
             ("in_class", None, false),
         ];
         let expected: Vec<(String, Option<String>, bool)> = expected
