@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use crate::dists::DistIndex;
-use crate::kept_files::{executable_hasher, read_stamped, settled, stamp, store_stamped, Stamp};
+use crate::kept_files::{executable_hasher, read_stamped, settled, stamp, store_stamped, Stamped};
 
 /// The cache's directory under lfm's cache directory, and how many indexes it keeps (an
 /// index is ~3 MB for pandas and scikit-learn).
@@ -60,13 +60,13 @@ fn lookup(file: &Path) -> Option<DistIndex> {
     DistIndex::from_stored(read_stamped(file)?)
 }
 
-fn store(dir: &Path, name: &str, stamps: &[Stamp], index: &DistIndex) {
+fn store(dir: &Path, name: &str, stamps: &[Stamped], index: &DistIndex) {
     if let Some(index) = index.to_stored() {
         store_stamped(dir, name, ".bin", KEPT, stamps, &index);
     }
 }
 
-fn stamps(site_dirs: &[PathBuf], prefix: Option<&Path>) -> Vec<Stamp> {
+fn stamps(site_dirs: &[PathBuf], prefix: Option<&Path>) -> Vec<Stamped> {
     inputs(site_dirs, prefix)
         .into_iter()
         .map(|path| {

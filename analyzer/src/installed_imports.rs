@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dists::DistIndex;
 use crate::extract::{join_relative, ModuleSummary};
-use crate::kept_files::{executable_hasher, read_stamped, settled, stamp, store_stamped, Stamp};
+use crate::kept_files::{executable_hasher, read_stamped, settled, stamp, store_stamped, Stamped};
 
 /// The cache's directory under lfm's cache directory, and how many distributions it keeps.
 pub const DIR: &str = "analyze-installed-imports";
@@ -413,7 +413,7 @@ fn load_dist_edges(sources: &Sources, dist: u32, files: &[&std::ffi::OsStr]) -> 
         }
     }
     let stamped_at = std::time::SystemTime::now();
-    let stamps: Vec<Stamp> = match entry {
+    let stamps: Vec<Stamped> = match entry {
         Some(_) => paths()
             .map(|path| (path.to_path_buf(), stamp(path)))
             .collect(),

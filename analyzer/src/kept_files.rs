@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use serde::{Deserialize, Serialize};
+
 /// Remove the files of `dir` whose names end with `suffix` ("" for all), beyond the `kept`
 /// most recently written.
 pub fn keep_newest(dir: &Path, suffix: &str, kept: usize) {
@@ -24,22 +26,57 @@ pub fn keep_newest(dir: &Path, suffix: &str, kept: usize) {
     }
 }
 
-/// A path and its mtime (ns) and size when it was stamped; None: it did not exist.
-pub type Stamp = (PathBuf, Option<(u128, u64)>);
+/// What identifies a file's content without reading it: its size, mtime, ctime and inode.
+/// `ctime` is set from the clock by every write, `touch` and rename into place, so a copy
+/// that preserves an older mtime (`cp -p`, `rsync -t`) or a same-size rewrite with its mtime
+/// set back still changes the stamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stamp {
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    inode: u64,
+}
+
+impl Stamp {
+    pub fn of(path: &Path) -> Option<Stamp> {
+        std::fs::metadata(path)
+            .ok()
+            .map(|meta| Stamp::from_metadata(&meta))
+    }
+
+    pub fn from_metadata(meta: &std::fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        Stamp {
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+            inode: meta.ino(),
+        }
+    }
+
+    /// The mtime as nanoseconds since the epoch (0 before it).
+    fn mtime_nanos(&self) -> u128 {
+        let (seconds, nanos) = self.mtime;
+        u128::try_from(seconds).map_or(0, |s| s * 1_000_000_000 + nanos.max(0) as u128)
+    }
+}
+
+/// A path and its stamp when it was stamped; None: it did not exist.
+pub type Stamped = (PathBuf, Option<Stamp>);
 
 /// How much older than the stamping a stamp must be for a cache to trust it (FAT's mtime has
 /// two seconds' resolution; most file systems take mtimes from a clock of a few ms).
 const SETTLED: std::time::Duration = std::time::Duration::from_secs(2);
 
-pub fn stamp(path: &Path) -> Option<(u128, u64)> {
-    let meta = path.metadata().ok()?;
-    let modified = meta.modified().ok()?.duration_since(UNIX_EPOCH).ok()?;
-    Some((modified.as_nanos(), meta.len()))
+pub fn stamp(path: &Path) -> Option<Stamp> {
+    Stamp::of(path)
 }
 
-/// Whether every stamp is older than `at` by [`SETTLED`]: a later change then gets a later
-/// mtime, even from a coarse clock.
-pub fn settled(stamps: &[Stamp], at: SystemTime) -> bool {
+/// Whether every stamp's mtime is older than `at` by [`SETTLED`]: a later change then gets a
+/// later mtime, even from a coarse clock. (Not the ctime: a file whose mtime was set back, as
+/// tests and `cp -p` do, would never count as settled; its stamp holds the ctime anyway.)
+pub fn settled(stamps: &[Stamped], at: SystemTime) -> bool {
     let Some(limit) = at
         .checked_sub(SETTLED)
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
@@ -48,7 +85,7 @@ pub fn settled(stamps: &[Stamp], at: SystemTime) -> bool {
     };
     stamps
         .iter()
-        .all(|(_, at)| at.is_none_or(|(mtime, _)| mtime < limit.as_nanos()))
+        .all(|(_, at)| at.is_none_or(|stamp| stamp.mtime_nanos() < limit.as_nanos()))
 }
 
 /// A hasher that has taken in the running lfm executable (path, device, inode, size, mtime):
@@ -81,7 +118,7 @@ pub fn read_stamped<T: serde::de::DeserializeOwned>(file: &Path) -> Option<T> {
     // Bounded by the file's size: a damaged length must not ask for exabytes.
     let options = bincode_options().with_limit(bytes.len() as u64);
     let mut rest = bytes.as_slice();
-    let stamps: Vec<Stamp> = options.deserialize_from(&mut rest).ok()?;
+    let stamps: Vec<Stamped> = options.deserialize_from(&mut rest).ok()?;
     if !stamps.iter().all(|(path, at)| stamp(path) == *at) {
         return None;
     }
@@ -95,7 +132,7 @@ pub fn store_stamped<T: serde::Serialize>(
     name: &str,
     suffix: &str,
     kept: usize,
-    stamps: &[Stamp],
+    stamps: &[Stamped],
     value: &T,
 ) {
     use bincode::Options as _;
@@ -117,6 +154,30 @@ pub fn store_stamped<T: serde::Serialize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_is_stale_once_a_file_is_rewritten_even_with_its_old_size_and_mtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("module.py");
+        std::fs::write(&source, b"import a\n").unwrap();
+        let old = UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        std::fs::File::options()
+            .write(true)
+            .open(&source)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let stamps = vec![(source.clone(), stamp(&source))];
+        assert!(settled(&stamps, SystemTime::now()));
+        store_stamped(dir.path(), "entry.bin", ".bin", 4, &stamps, &7u32);
+        let entry = dir.path().join("entry.bin");
+        assert_eq!(read_stamped::<u32>(&entry), Some(7));
+        // As `cp -p` or `rsync -t` would leave it: other bytes, same size, the old mtime.
+        std::fs::write(&source, b"import b\n").unwrap();
+        let file = std::fs::File::options().write(true).open(&source).unwrap();
+        file.set_modified(old).unwrap();
+        assert_eq!(read_stamped::<u32>(&entry), None);
+    }
 
     #[test]
     fn only_the_newest_entries_with_the_suffix_are_kept() {

@@ -23,7 +23,6 @@
 //! deleted.
 
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -35,32 +34,7 @@ const LAYOUT: &str = "lfm-results/5";
 /// How many results (one per distinct request) the cache keeps.
 pub const KEPT_RESULTS: usize = 16;
 
-/// What identifies a file's content without reading it. `ctime` changes with every write and
-/// every `touch`, so an equal stamp means the same bytes short of deliberate forgery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stamp {
-    len: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-    inode: u64,
-}
-
-impl Stamp {
-    pub fn of(path: &Path) -> Option<Stamp> {
-        std::fs::metadata(path)
-            .ok()
-            .map(|meta| Stamp::from_metadata(&meta))
-    }
-
-    pub fn from_metadata(meta: &std::fs::Metadata) -> Stamp {
-        Stamp {
-            len: meta.len(),
-            mtime: (meta.mtime(), meta.mtime_nsec()),
-            ctime: (meta.ctime(), meta.ctime_nsec()),
-            inode: meta.ino(),
-        }
-    }
-}
+pub use crate::kept_files::Stamp;
 
 /// Everything a result was computed from, as recorded when it was computed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
