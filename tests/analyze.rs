@@ -396,8 +396,20 @@ fn stored_results_are_replayed_only_while_nothing_they_depend_on_changed() {
 /// Runs `lfm analyze --format json` on `tree` with `cache` (or `--no-cache`), returning the
 /// raw output and how many targets' stored output was reused (from `LFM_TIMINGS`).
 fn analyze_bytes(tree: &std::path::Path, cache: Option<&std::path::Path>) -> (Vec<u8>, usize) {
+    analyze_bytes_with(None, tree, cache)
+}
+
+/// Like [`analyze_bytes`], in the environment of `python` where given.
+fn analyze_bytes_with(
+    python: Option<&std::path::Path>,
+    tree: &std::path::Path,
+    cache: Option<&std::path::Path>,
+) -> (Vec<u8>, usize) {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_lfm"));
     command.args(["analyze", "--format", "json"]);
+    if let Some(python) = python {
+        command.arg("--python").arg(python);
+    }
     match cache {
         Some(cache) => command.arg("--cache-dir").arg(cache),
         None => command.arg("--no-cache"),
@@ -465,6 +477,131 @@ fn stored_target_outputs_are_reused_only_where_no_changed_file_is_read() {
     let (edited, _) = cached();
     assert_eq!(edited, fresh());
     assert!(names(target(&spec(&edited), "other:h")).contains(&"fractions".to_string()));
+}
+
+/// A venv without pip whose site-packages holds made-up distributions `alpha` (whose
+/// `alpha.core` this test edits), `beta` and `gamma` (which imports alpha), all set back in
+/// time as an installed environment is; its python and site-packages.
+fn made_up_venv(root: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let venv = root.join("venv");
+    let made = std::process::Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let python = venv.join("bin/python");
+    let asked = std::process::Command::new(&python)
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .unwrap();
+    let site = std::path::PathBuf::from(String::from_utf8(asked.stdout).unwrap().trim());
+    let dist = |name: &str, files: &[(&str, &str)]| {
+        let info = site.join(format!("{name}-1.0.dist-info"));
+        std::fs::create_dir_all(&info).unwrap();
+        let metadata = format!("Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n");
+        std::fs::write(info.join("METADATA"), metadata).unwrap();
+        let record: String = files
+            .iter()
+            .map(|(file, _)| format!("{file},,\n"))
+            .collect();
+        std::fs::write(info.join("RECORD"), record).unwrap();
+        for (file, text) in files {
+            std::fs::create_dir_all(site.join(file).parent().unwrap()).unwrap();
+            std::fs::write(site.join(file), text).unwrap();
+        }
+    };
+    dist(
+        "alpha",
+        &[
+            ("alpha/__init__.py", "from alpha import core\n"),
+            ("alpha/core.py", "x = 1\n"),
+        ],
+    );
+    dist("beta", &[("beta.py", "import os\n")]);
+    let job = "import alpha\n\ndef f():\n    return alpha\n";
+    dist(
+        "gamma",
+        &[
+            ("gamma/__init__.py", "import alpha\n"),
+            ("gamma/job.py", job),
+        ],
+    );
+    let settled = std::process::Command::new("find")
+        .arg(&venv)
+        .args(["-exec", "touch", "-h", "-d", "@1000000", "{}", "+"])
+        .status()
+        .unwrap();
+    assert!(settled.success());
+    (python, site)
+}
+
+fn distributions(spec: &serde_json::Value, name: &str) -> Vec<(String, bool)> {
+    let mut found: Vec<(String, bool)> = (target(spec, name)["distributions"].as_array())
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["name"].as_str().unwrap().to_string(),
+                d["undeclared"] == true,
+            )
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+#[test]
+fn installed_code_edited_in_place_is_not_answered_from_a_stored_result() {
+    let root = tempfile::tempdir().unwrap();
+    let (python, site) = made_up_venv(root.path());
+    let project = root.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    std::fs::write(
+        project.join("job.py"),
+        "import alpha\n\ndef f():\n    return alpha\n",
+    )
+    .unwrap();
+    let (cache, python) = (root.path().join("cache"), Some(python.as_path()));
+    // As text, so that a failure shows which distributions differ.
+    let run = |tree: &std::path::Path, cache: Option<&std::path::Path>| {
+        let (bytes, reused) = analyze_bytes_with(python, tree, cache);
+        (String::from_utf8(bytes).unwrap(), reused)
+    };
+    let spec = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
+    let alpha_only = [("alpha".to_string(), false)];
+    for tree in [&project, &site] {
+        assert_eq!(run(tree, Some(&cache)).0, run(tree, None).0);
+    }
+    let stored = run(&project, Some(&cache)).0;
+    assert_eq!(distributions(&spec(&stored), "job:f"), alpha_only);
+    // No reinstall, so no RECORD changes: only the installed file's own stamp tells.
+    std::fs::write(
+        site.join("alpha/core.py"),
+        "try:\n    import beta\nexcept ImportError:\n    pass\n",
+    )
+    .unwrap();
+    let with_beta = [("alpha".to_string(), false), ("beta".to_string(), true)];
+    // A local project: the stored result is not replayed.
+    let edited = run(&project, Some(&cache)).0;
+    assert_eq!(edited, run(&project, None).0);
+    assert_eq!(distributions(&spec(&edited), "job:f"), with_beta);
+    // The site-packages tree itself: no target reading alpha keeps its stored output.
+    let (edited, _) = run(&site, Some(&cache));
+    assert_eq!(edited, run(&site, None).0);
+    assert!(distributions(&spec(&edited), "gamma.job:f").contains(&with_beta[1]));
+    // An edit no installed import reaches still reuses the other targets.
+    std::fs::write(
+        site.join("gamma/job.py"),
+        "import alpha\n\ndef f():\n    return 2\n",
+    )
+    .unwrap();
+    let (edited, reused) = run(&site, Some(&cache));
+    assert_eq!(edited, run(&site, None).0);
+    assert!(reused > 0);
 }
 
 fn module<'a>(target: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {

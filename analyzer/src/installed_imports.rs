@@ -23,7 +23,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::dists::DistIndex;
 use crate::extract::{join_relative, ModuleSummary};
-use crate::kept_files::{executable_hasher, read_stamped, settled, stamp, store_stamped, Stamped};
+use crate::kept_files::{
+    executable_hasher, read_stamped_with_stamps, settled, stamp, store_stamped, Stamped,
+};
 
 /// The cache's directory under lfm's cache directory, and how many distributions it keeps.
 pub const DIR: &str = "analyze-installed-imports";
@@ -81,6 +83,9 @@ pub struct InstalledImports {
     /// [`undeclared`]'s findings by its question ([`InstalledImports::question`]): the
     /// functions of one module ask the same one.
     found: std::sync::Mutex<HashMap<Vec<u64>, Arc<[Found]>>>,
+    /// The Python files of every distribution whose edges were read, stamped before they were
+    /// (where edges are kept between runs): what a stored result built on them must check.
+    stamps: Vec<Stamped>,
 }
 
 /// Undeclared distributions of one kind (required or optional) for one question: the roots
@@ -216,6 +221,37 @@ impl InstalledImports {
 
     fn set<'s>(&self, sets: &'s [u64], node: u32) -> &'s [u64] {
         &sets[node as usize * self.words..(node as usize + 1) * self.words]
+    }
+
+    /// See [`InstalledImports::stamps`] (the field).
+    pub fn stamps(&self) -> &[Stamped] {
+        &self.stamps
+    }
+
+    /// The names of the installed modules whose import reaches a module whose file is
+    /// `changed`: what closures say of them may differ from a run before the change.
+    pub fn reaching_changed(&self, changed: impl Fn(&Path) -> bool) -> Vec<&str> {
+        let mut importers: Vec<Vec<u32>> = vec![Vec::new(); self.nodes.len()];
+        for (from, edges) in self.edges.iter().enumerate() {
+            edges
+                .iter()
+                .for_each(|edge| importers[edge.to as usize].push(from as u32));
+        }
+        let mut reaching: Vec<bool> = self.nodes.iter().map(|n| changed(&n.path)).collect();
+        let mut queue: Vec<u32> = (0..self.nodes.len() as u32)
+            .filter(|&node| reaching[node as usize])
+            .collect();
+        while let Some(node) = queue.pop() {
+            for &importer in &importers[node as usize] {
+                if !std::mem::replace(&mut reaching[importer as usize], true) {
+                    queue.push(importer);
+                }
+            }
+        }
+        (self.nodes.iter().zip(reaching))
+            .filter(|(_, reaching)| *reaching)
+            .map(|(node, _)| node.name.as_str())
+            .collect()
     }
 
     /// Installed modules followed.
@@ -363,7 +399,8 @@ impl Builder<'_, '_> {
             let files = self
                 .files
                 .get_or_insert_with(|| self.sources.dists.sorted_files());
-            let edges = load_dist_edges(self.sources, dist, &files[dist as usize]);
+            let (edges, stamps) = load_dist_edges(self.sources, dist, &files[dist as usize]);
+            self.graph.stamps.extend(stamps);
             self.per_dist.insert(dist, edges);
         }
         &self.per_dist[&dist]
@@ -397,7 +434,13 @@ fn shim_distutils(edge: &mut RawEdge) {
 
 /// Distribution `dist`'s edges (its installed files `files`), from the cache while none of
 /// its Python files changed.
-fn load_dist_edges(sources: &Sources, dist: u32, files: &[&std::ffi::OsStr]) -> DistEdges {
+/// A distribution's edges, with the stamps of its Python files taken before they were read
+/// (none where nothing is kept between runs).
+fn load_dist_edges(
+    sources: &Sources,
+    dist: u32,
+    files: &[&std::ffi::OsStr],
+) -> (DistEdges, Vec<Stamped>) {
     let files: Vec<(String, &Path, bool)> = (files.iter().map(Path::new))
         .filter(|path| path.extension().is_some_and(|e| e == "py"))
         .filter_map(|path| {
@@ -408,12 +451,12 @@ fn load_dist_edges(sources: &Sources, dist: u32, files: &[&std::ffi::OsStr]) -> 
     let paths = || files.iter().map(|(_, path, _)| *path);
     let entry = (sources.cache_dir).zip(cache_name(sources.dists, dist, paths()));
     if let Some((dir, name)) = &entry {
-        if let Some(edges) = read_stamped::<DistEdges>(&dir.join(name)) {
-            return edges;
+        if let Some((stamps, edges)) = read_stamped_with_stamps::<DistEdges>(&dir.join(name)) {
+            return (edges, stamps);
         }
     }
     let stamped_at = std::time::SystemTime::now();
-    let stamps: Vec<Stamped> = match entry {
+    let stamps: Vec<Stamped> = match sources.cache_dir {
         Some(_) => paths()
             .map(|path| (path.to_path_buf(), stamp(path)))
             .collect(),
@@ -428,7 +471,7 @@ fn load_dist_edges(sources: &Sources, dist: u32, files: &[&std::ffi::OsStr]) -> 
     if let Some((dir, name)) = entry.filter(|_| settled(&stamps, stamped_at)) {
         store_stamped(dir, &name, ".bin", KEPT, &stamps, &edges);
     }
-    edges
+    (edges, stamps)
 }
 
 /// The import-time edges of installed module `name` (file `path`), from the summary this run

@@ -113,6 +113,13 @@ fn bincode_options() -> impl bincode::Options + Copy {
 
 /// The value stored in `file` after its stamps, when every stamp still holds.
 pub fn read_stamped<T: serde::de::DeserializeOwned>(file: &Path) -> Option<T> {
+    read_stamped_with_stamps(file).map(|(_, value)| value)
+}
+
+/// Like [`read_stamped`], with the stamps (all of which hold now).
+pub fn read_stamped_with_stamps<T: serde::de::DeserializeOwned>(
+    file: &Path,
+) -> Option<(Vec<Stamped>, T)> {
     use bincode::Options as _;
     let bytes = std::fs::read(file).ok()?;
     // Bounded by the file's size: a damaged length must not ask for exabytes.
@@ -122,7 +129,8 @@ pub fn read_stamped<T: serde::de::DeserializeOwned>(file: &Path) -> Option<T> {
     if !stamps.iter().all(|(path, at)| stamp(path) == *at) {
         return None;
     }
-    options.deserialize_from(&mut rest).ok()
+    let value = options.deserialize_from(&mut rest).ok()?;
+    Some((stamps, value))
 }
 
 /// Store `value` after its `stamps` as `dir/name` (written aside, then renamed), keeping the

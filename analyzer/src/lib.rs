@@ -188,16 +188,19 @@ impl Analysis {
     /// What this analysis was computed from, for storing its result ([`results`]); `None`
     /// when it was prepared without a results cache.
     pub fn inputs(&self) -> Option<results::Inputs> {
+        let modules = &self.project.modules;
+        let loaded: std::collections::HashSet<&Path> =
+            modules.iter().map(|m| m.path.as_path()).collect();
+        let installed = (self.project.installed_imports.stamps().iter())
+            .filter(|(path, _)| !loaded.contains(path.as_path()))
+            .cloned()
+            .collect();
         Some(results::Inputs {
             env_key: self.env_key?,
             located: self.located.clone(),
-            files: self
-                .project
-                .modules
-                .iter()
-                .map(|m| (m.path.clone(), m.stamp))
-                .collect(),
+            files: modules.iter().map(|m| (m.path.clone(), m.stamp)).collect(),
             dirs: self.project.listed_dirs().to_vec(),
+            installed,
         })
     }
 
@@ -574,6 +577,39 @@ pub fn prepare_or_reuse(
     })))
 }
 
+/// Mark as changed, beside the `changed` modules, every module that can list an installed
+/// module whose import reaches a changed file: its closures' undeclared distributions
+/// ([`installed_imports`]) may differ, though no module it reads changed.
+fn mark_installed_importers(project: &Project, changed: &mut [bool]) {
+    let modules = &project.modules;
+    let changed_paths: std::collections::HashSet<&Path> = (modules.iter().zip(changed.iter()))
+        .filter(|(_, changed)| **changed)
+        .map(|(m, _)| m.path.as_path())
+        .collect();
+    if changed_paths.is_empty() {
+        return;
+    }
+    let graph = &project.installed_imports;
+    let reaching: std::collections::HashSet<&str> = graph
+        .reaching_changed(|path| changed_paths.contains(path))
+        .into_iter()
+        .collect();
+    if reaching.is_empty() {
+        return;
+    }
+    for (module, changed) in modules.iter().zip(changed.iter_mut()) {
+        let imported = (module.targets.iter().flat_map(|targets| targets.iter()))
+            .filter_map(|target| match target {
+                project::EdgeTarget::ThirdParty(installed) => Some(installed),
+                _ => None,
+            })
+            .chain(&module.installed);
+        *changed |= imported
+            .into_iter()
+            .any(|installed| reaching.contains(installed.name.as_str()));
+    }
+}
+
 /// The targets of `previous` whose output still holds ([`reuse`]): it must have loaded the
 /// same files in the same order, and a target's module must reach no file whose stamp
 /// changed, nor a module whose closure is now shared where it was not (or the reverse).
@@ -597,10 +633,11 @@ fn reused_output(
     if index.imported.len() != modules.len() {
         return None;
     }
-    let changed: Vec<bool> = (previous.files.iter().zip(modules))
+    let mut changed: Vec<bool> = (previous.files.iter().zip(modules))
         .zip(index.imported.iter().zip(&imported))
         .map(|(((_, stamp), m), (then, now))| stamp.is_none() || *stamp != m.stamp || then != now)
         .collect();
+    mark_installed_importers(project, &mut changed);
     let affected = reuse::affected(project, &changed);
     let by_job: std::collections::HashMap<(u32, u32), u32> =
         (index.jobs.iter().copied()).zip(0..).collect();

@@ -29,7 +29,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// Names the layout of an entry; entries of another layout are ignored.
-const LAYOUT: &str = "lfm-results/5";
+const LAYOUT: &str = "lfm-results/6";
 
 /// How many results (one per distinct request) the cache keeps.
 pub const KEPT_RESULTS: usize = 16;
@@ -46,6 +46,10 @@ pub struct Inputs {
     pub files: Vec<(PathBuf, Option<Stamp>)>,
     /// Every directory listed while resolving imports, with its stamp before listing.
     pub dirs: Vec<(PathBuf, Option<Stamp>)>,
+    /// The installed Python files whose imports were followed ([`crate::installed_imports`])
+    /// and that are not in `files`, with their stamps before reading: an edit made in place
+    /// (no reinstall, so no RECORD changed) can change what installed code imports.
+    pub installed: Vec<(PathBuf, Option<Stamp>)>,
 }
 
 /// What the command reports besides the output itself.
@@ -259,6 +263,9 @@ impl ResultsCache {
             read_header(&mut file).ok_or_else(|| miss("damaged entry"))?;
         if let Some(changed) = changed_context(&header, env_key, located) {
             return Err(miss(&format!("{changed} changed")));
+        }
+        if let Some(changed) = changed_file(&header.inputs.installed) {
+            return Err(miss(&format!("installed {changed} changed")));
         }
         if let Some(changed) = changed_file(&header.inputs.files) {
             return Err(Miss {
@@ -495,6 +502,7 @@ mod tests {
             located: vec![file.to_path_buf()],
             files: vec![(file.to_path_buf(), Stamp::of(file))],
             dirs: vec![(dir.to_path_buf(), Stamp::of(dir))],
+            installed: Vec::new(),
         }
     }
 
