@@ -604,6 +604,61 @@ fn installed_code_edited_in_place_is_not_answered_from_a_stored_result() {
     assert!(reused > 0);
 }
 
+#[test]
+fn installed_imports_are_followed_only_from_what_a_few_targets_list() {
+    let root = tempfile::tempdir().unwrap();
+    let (python, site) = made_up_venv(root.path());
+    let core = "try:\n    import beta\nexcept ImportError:\n    pass\n";
+    std::fs::write(site.join("alpha/core.py"), core).unwrap();
+    let touched = std::process::Command::new("touch")
+        .args(["-d", "@1000000"])
+        .arg(site.join("alpha/core.py"))
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    // 17 functions besides `uses` and `plain`: more targets than are analysed one by one first.
+    let mut text = String::from(
+        "import alpha\n\ndef uses():\n    return alpha\n\ndef plain():\n    return 1\n",
+    );
+    for n in 0..17 {
+        text.push_str(&format!("\ndef other_{n}():\n    return {n}\n"));
+    }
+    let project = root.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    std::fs::write(project.join("two.py"), text).unwrap();
+    let run = |target: &str, cache: &std::path::Path| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_lfm"))
+            .args(["analyze", "--format", "json", "--python"])
+            .arg(&python)
+            .arg("--cache-dir")
+            .arg(cache)
+            .arg(project.join(target))
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
+    };
+    let kept = |cache: &std::path::Path| {
+        std::fs::read_dir(cache.join("analyze-installed-imports"))
+            .map(|entries| entries.count())
+            .unwrap_or(0)
+    };
+    // `plain` lists nothing installed: alpha's imports are not read, though its file imports it.
+    let cache = root.path().join("cache-plain");
+    let plain = run("two.py:plain", &cache);
+    assert!(distributions(&plain, "two:plain").is_empty());
+    assert_eq!(kept(&cache), 0);
+    // `uses` alone, and among the whole file's targets (every installed module met followed):
+    // the same answer, beta imported by alpha when installed.
+    let alone = run("two.py:uses", &root.path().join("cache-uses"));
+    let whole = run("two.py", &root.path().join("cache-whole"));
+    assert_eq!(target(&alone, "two:uses"), target(&whole, "two:uses"));
+    assert_eq!(
+        distributions(&alone, "two:uses"),
+        [("alpha".to_string(), false), ("beta".to_string(), true)]
+    );
+}
+
 fn module<'a>(target: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     target["modules"]
         .as_array()
