@@ -38,19 +38,26 @@ pub type CacheKey = [u8; 32];
 pub const KEPT_GENERATIONS: u32 = 32;
 
 /// Names the layout of the cache file; a file of another layout is ignored and replaced.
-const FILE_LAYOUT: &str = "lfm-summary-cache/2";
+const FILE_LAYOUT: &str = "lfm-summary-cache/3";
 
 /// A journal record: the payload's length (u64 little-endian), the first 8 bytes of its
 /// checksum ([`record_check`]), then the payload, `(CacheKey, ModuleSummary)` in bincode.
 const RECORD_HEAD: usize = 16;
 
-/// The cache file: its generation, and each entry with the generation that last used it.
-#[derive(serde::Serialize, serde::Deserialize, Default)]
-struct CacheFile<S> {
+/// The cache file's head: its layout and generation. The file holds the head's length (u64
+/// little-endian) and the head, then chunks of entries, each its length and a [`Chunk`]:
+/// decoding ~50 MB of summaries took a core ~0.13 s, and chunks are decoded in parallel.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct FileHead {
     layout: String,
     generation: u32,
-    entries: Vec<(CacheKey, u32, S)>,
 }
+
+/// Entries of the cache file, each with the generation that last used it.
+type Chunk<S> = Vec<(CacheKey, u32, S)>;
+
+/// Entries per chunk of the cache file (~3 MB of summaries).
+const CHUNK_ENTRIES: usize = 512;
 
 struct Entry {
     summary: Arc<ModuleSummary>,
@@ -76,26 +83,9 @@ impl SummaryCache {
         let path = dir.join("analyze-summaries.bin");
         let journal = dir.join("analyze-summaries.journal");
         let file_bytes = std::fs::metadata(&path).map_or(0, |meta| meta.len());
-        // Decoded as read: the file's bytes never sit in memory beside the summaries.
-        let file: CacheFile<ModuleSummary> = std::fs::File::open(&path)
-            .ok()
-            .and_then(|file| {
-                use bincode::Options as _;
-                // Bounded by the file's size: a damaged length must not ask for exabytes.
-                let size = file.metadata().ok()?.len();
-                let reader = std::io::BufReader::with_capacity(1 << 16, file);
-                bincode::options()
-                    .with_fixint_encoding()
-                    .allow_trailing_bytes()
-                    .with_limit(size)
-                    .deserialize_from::<_, CacheFile<ModuleSummary>>(reader)
-                    .ok()
-            })
-            .filter(|file| file.layout == FILE_LAYOUT)
-            .unwrap_or_default();
-        let generation = file.generation.wrapping_add(1);
-        let mut entries: HashMap<CacheKey, Entry> = file
-            .entries
+        let (generation, stored) = read_cache_file(&path).unwrap_or_default();
+        let generation = generation.wrapping_add(1);
+        let mut entries: HashMap<CacheKey, Entry> = stored
             .into_iter()
             .map(|(key, last_used, summary)| {
                 let summary = Arc::new(summary);
@@ -222,23 +212,16 @@ impl SummaryCache {
             .map(|(key, entry)| (*key, entry.last_used, entry.summary.as_ref()))
             .collect();
         list.sort_by_key(|(key, _, _)| *key);
-        let file = CacheFile {
+        let head = FileHead {
             layout: FILE_LAYOUT.to_string(),
             generation: self.generation,
-            entries: list,
         };
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let tmp = dir.join(format!(".analyze-summaries.{}.tmp", std::process::id()));
         let written = std::fs::File::create(&tmp)
             .map_err(anyhow::Error::from)
-            .and_then(|out| {
-                // Encoded as written: no second copy of the whole cache in memory.
-                let mut out = std::io::BufWriter::with_capacity(1 << 16, out);
-                bincode::serialize_into(&mut out, &file)?;
-                out.flush()?;
-                Ok(())
-            });
+            .and_then(|out| write_cache_file(out, &head, &list));
         if let Err(error) = written {
             let _ = std::fs::remove_file(&tmp);
             return Err(error.context(format!("writing {}", tmp.display())));
@@ -253,6 +236,73 @@ impl SummaryCache {
         self.journal_bytes.store(0, Relaxed);
         Ok(())
     }
+}
+
+/// Write the head and `entries` in chunks, each encoded on its own (at most one chunk's bytes
+/// in memory beside the summaries).
+fn write_cache_file(
+    out: std::fs::File,
+    head: &FileHead,
+    entries: &[(CacheKey, u32, &ModuleSummary)],
+) -> Result<()> {
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, out);
+    let mut bytes = bincode::serialize(head)?;
+    out.write_all(&(bytes.len() as u64).to_le_bytes())?;
+    out.write_all(&bytes)?;
+    for chunk in entries.chunks(CHUNK_ENTRIES) {
+        bytes.clear();
+        bincode::serialize_into(&mut bytes, chunk)?;
+        out.write_all(&(bytes.len() as u64).to_le_bytes())?;
+        out.write_all(&bytes)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// The cache file's generation and entries; `None` when it is missing, of another layout or
+/// damaged anywhere (the cache then starts empty).
+fn read_cache_file(path: &Path) -> Option<(u32, Chunk<ModuleSummary>)> {
+    use rayon::prelude::*;
+    use std::os::unix::fs::FileExt as _;
+    let file = std::fs::File::open(path).ok()?;
+    let size = file.metadata().ok()?.len();
+    let read_at = |start: u64, len: u64| -> Option<Vec<u8>> {
+        let end = start.checked_add(len).filter(|&end| end <= size)?;
+        let mut bytes = vec![0u8; usize::try_from(end - start).ok()?];
+        file.read_exact_at(&mut bytes, start).ok()?;
+        Some(bytes)
+    };
+    let length_at = |start: u64| -> Option<u64> {
+        Some(u64::from_le_bytes(read_at(start, 8)?.try_into().ok()?))
+    };
+    let head_len = length_at(0)?;
+    let head: FileHead = decode(&read_at(8, head_len)?)?;
+    if head.layout != FILE_LAYOUT {
+        return None;
+    }
+    let mut spans = Vec::new();
+    let mut at = 8 + head_len;
+    while at < size {
+        let len = length_at(at)?;
+        spans.push((at + 8, len));
+        at = at.checked_add(8 + len)?;
+    }
+    let chunks: Option<Vec<Chunk<ModuleSummary>>> = spans
+        .par_iter()
+        .map(|&(start, len)| decode(&read_at(start, len)?))
+        .collect();
+    Some((head.generation, chunks?.into_iter().flatten().collect()))
+}
+
+/// `bytes` decoded, bounded by their length (a damaged length must not ask for exabytes).
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Option<T> {
+    use bincode::Options as _;
+    bincode::options()
+        .with_fixint_encoding()
+        .allow_trailing_bytes()
+        .with_limit(bytes.len() as u64)
+        .deserialize(bytes)
+        .ok()
 }
 
 /// The checksum of a journal record's payload, under this layout and these extraction rules
@@ -414,6 +464,19 @@ mod tests {
         );
         let cache = SummaryCache::open(dir.path());
         assert!(old.iter().chain(&added).all(|key| holds(&cache, key)));
+    }
+
+    #[test]
+    fn entries_over_several_chunks_come_back_and_a_cut_file_starts_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = saved_with(dir.path(), "module", 2 * CHUNK_ENTRIES + 7);
+        let cache = SummaryCache::open(dir.path());
+        assert!(keys.iter().all(|key| holds(&cache, key)));
+        let path = dir.path().join("analyze-summaries.bin");
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
+        let cache = SummaryCache::open(dir.path());
+        assert!(keys.iter().all(|key| !holds(&cache, key)));
     }
 
     #[test]
