@@ -38,6 +38,7 @@ pub mod spec;
 #[cfg(test)]
 mod test_site;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
@@ -199,6 +200,7 @@ impl Analysis {
             env_key: self.env_key?,
             located: self.located.clone(),
             files: modules.iter().map(|m| (m.path.clone(), m.stamp)).collect(),
+            keys: modules.iter().map(|m| m.key).collect(),
             dirs: self.project.listed_dirs().to_vec(),
             installed,
         })
@@ -483,11 +485,18 @@ pub fn prepare_or_reuse(
         .iter()
         .flat_map(|target| target.files.iter().map(|file| file.path.clone()))
         .collect();
-    let parse = |cache: Option<&SummaryCache>| -> Vec<(PathBuf, project::Summarized)> {
+    type Known<'k> = Option<&'k HashMap<&'k Path, (results::Stamp, cache::CacheKey)>>;
+    let parse = |cache: Option<&SummaryCache>, known: Known| {
         located_paths
             .par_iter()
-            .map(|path| (path.clone(), project::read_and_summarize(path, cache)))
-            .collect()
+            .map(|path| {
+                let known = known.and_then(|known| known.get(path.as_path()));
+                (
+                    path.clone(),
+                    project::recall_or_summarize(path, cache, known),
+                )
+            })
+            .collect::<Vec<(PathBuf, project::Summarized)>>()
     };
     let mut results_miss = None;
     let mut previous = None;
@@ -507,14 +516,15 @@ pub fn prepare_or_reuse(
             timings.push(("look for a stored result", Checkpoint::since(started)));
             let cache = options.cache_dir.as_deref().map(SummaryCache::open);
             timings.push(("open cache", Checkpoint::since(started)));
-            let preparsed = parse(cache.as_ref());
+            let known = known_summaries(previous.as_ref());
+            let preparsed = parse(cache.as_ref(), Some(&known));
             (Ok((interpreter, dists)), Some(env_key), cache, preparsed)
         }
         None => {
             let cache = options.cache_dir.as_deref().map(SummaryCache::open);
             timings.push(("open cache", Checkpoint::since(started)));
             let (environment, preparsed) =
-                ask_while_parsing(&options.environment, || parse(cache.as_ref()))?;
+                ask_while_parsing(&options.environment, || parse(cache.as_ref(), None))?;
             // Nothing will be stored: the environment needs no key.
             (environment, None, cache, preparsed)
         }
@@ -576,6 +586,19 @@ pub fn prepare_or_reuse(
         reused,
         environment: options.environment.clone(),
     })))
+}
+
+/// The files of a stored result with their stamps and summary keys then: the unchanged ones
+/// need not be read again ([`project::recall_or_summarize`]).
+fn known_summaries(
+    previous: Option<&results::Previous>,
+) -> HashMap<&Path, (results::Stamp, cache::CacheKey)> {
+    let Some(previous) = previous else {
+        return HashMap::new();
+    };
+    (previous.files.iter().zip(&previous.keys))
+        .filter_map(|((path, stamp), key)| Some((path.as_path(), ((*stamp)?, (*key)?))))
+        .collect()
 }
 
 /// Up to this many targets, installed code's imports are followed only from the installed

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use crate::cache::SummaryCache;
+use crate::cache::{CacheKey, SummaryCache};
 use crate::dists::{DistIndex, Owner};
 use crate::extract::{summarize, ImportEdge, ModuleSummary};
 use crate::installed_imports::{InstalledImports, Sources};
@@ -33,6 +33,9 @@ pub struct LoadedModule {
     pub summary: Arc<ModuleSummary>,
     /// The file's stamp before it was read, for the results cache.
     pub stamp: Option<Stamp>,
+    /// Its summary's key in the summary cache (where one was used): a later run that finds
+    /// the same stamp takes the summary by it without reading the file.
+    pub key: Option<CacheKey>,
     /// For each import edge of the summary, what it resolves to (shared between edges that
     /// name the same module).
     pub targets: Vec<Arc<[EdgeTarget]>>,
@@ -271,6 +274,7 @@ impl Project {
             is_package: module.is_package,
             summary: Arc::default(),
             stamp: None,
+            key: None,
             targets: Vec::new(),
             bound: Vec::new(),
             parent: None,
@@ -315,7 +319,7 @@ impl Project {
                 })
                 .collect();
             self.parsed += wave.len();
-            for (&id, (summary, read_problem, stamp)) in wave.iter().zip(summaries) {
+            for (&id, (summary, read_problem, stamp, key)) in wave.iter().zip(summaries) {
                 if let Some(message) = read_problem {
                     let file = self.display_path(&self.modules[id as usize].path);
                     self.warnings.push(Warning {
@@ -326,6 +330,7 @@ impl Project {
                 }
                 self.modules[id as usize].summary = summary;
                 self.modules[id as usize].stamp = stamp;
+                self.modules[id as usize].key = key;
             }
             let mut next = Vec::new();
             for &id in &wave {
@@ -598,9 +603,14 @@ fn is_python_source(path: &Path) -> bool {
         .is_some_and(|e| e == "py" || e == "pyi" || e == "pyw")
 }
 
-/// A file's summary, and the problem met reading it (if any).
-/// A file's summary, the problem reading it (if any), and its stamp taken before reading.
-pub type Summarized = (Arc<ModuleSummary>, Option<String>, Option<Stamp>);
+/// A file's summary, the problem reading it (if any), its stamp taken before reading and its
+/// key in the summary cache (where one is used).
+pub type Summarized = (
+    Arc<ModuleSummary>,
+    Option<String>,
+    Option<Stamp>,
+    Option<CacheKey>,
+);
 
 impl Project {
     /// Summaries parsed ahead of `load`, keyed by the same (canonical) paths.
@@ -616,12 +626,12 @@ impl Project {
 pub fn read_and_summarize(path: &Path, cache: Option<&SummaryCache>) -> Summarized {
     let (bytes, stamp) = match read_source(path) {
         Ok(read) => read,
-        Err((problem, stamp)) => return (Arc::default(), Some(problem), stamp),
+        Err((problem, stamp)) => return (Arc::default(), Some(problem), stamp, None),
     };
     let key = cache.map(|_| SummaryCache::key(&bytes));
     if let (Some(cache), Some(key)) = (cache, key.as_ref()) {
         if let Some(summary) = cache.get(key) {
-            return (summary, None, stamp);
+            return (summary, None, stamp, Some(*key));
         }
     }
     let decoded = decode(&bytes);
@@ -629,7 +639,27 @@ pub fn read_and_summarize(path: &Path, cache: Option<&SummaryCache>) -> Summariz
     if let (Some(cache), Some(key)) = (cache, key) {
         cache.insert(key, summary.clone());
     }
-    (summary, decoded.lossy, stamp)
+    (summary, decoded.lossy, stamp, key)
+}
+
+/// Like [`read_and_summarize`], but a file whose stamp is still `known` (stamp and summary
+/// key from a stored result) is not read: its summary comes from the cache by that key.
+pub fn recall_or_summarize(
+    path: &Path,
+    cache: Option<&SummaryCache>,
+    known: Option<&(Stamp, CacheKey)>,
+) -> Summarized {
+    if let (Some(cache), Some((stamp, key))) = (cache, known) {
+        let now = std::fs::metadata(path)
+            .ok()
+            .map(|m| Stamp::from_metadata(&m));
+        if now.as_ref() == Some(stamp) {
+            if let Some(summary) = cache.get(key) {
+                return (summary, None, now, Some(*key));
+            }
+        }
+    }
+    read_and_summarize(path, cache)
 }
 
 /// The file's bytes and its stamp, taken from the open file before reading it (one path lookup,
@@ -692,6 +722,27 @@ fn join_dotted(base: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_whose_stamp_is_known_is_taken_from_the_cache_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = SummaryCache::open(dir.path());
+        let path = dir.path().join("module.py");
+        std::fs::write(&path, "import json\n").unwrap();
+        let (read, _, stamp, key) = read_and_summarize(&path, Some(&cache));
+        assert_eq!(read.imports.len(), 1);
+        let known = (stamp.unwrap(), key.unwrap());
+        // What the key holds stands for the file: had it been read, its import would show.
+        cache.insert(known.1, Arc::new(summarize("x = 1\n")));
+        let recalled = recall_or_summarize(&path, Some(&cache), Some(&known));
+        assert!(recalled.0.imports.is_empty());
+        assert_eq!((recalled.2, recalled.3), (Some(known.0), Some(known.1)));
+        // Once the stamp differs, the file is read again.
+        std::fs::write(&path, "import csv\n").unwrap();
+        let read_again = recall_or_summarize(&path, Some(&cache), Some(&known));
+        assert_eq!(read_again.0.imports.len(), 1);
+        assert_ne!(read_again.3, Some(known.1));
+    }
 
     #[test]
     fn relative_bases() {

@@ -29,7 +29,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// Names the layout of an entry; entries of another layout are ignored.
-const LAYOUT: &str = "lfm-results/6";
+const LAYOUT: &str = "lfm-results/7";
 
 /// How many results (one per distinct request) the cache keeps.
 pub const KEPT_RESULTS: usize = 16;
@@ -44,6 +44,8 @@ pub struct Inputs {
     pub located: Vec<PathBuf>,
     /// Every source file read, with its stamp before reading (`None`: it could not be read).
     pub files: Vec<(PathBuf, Option<Stamp>)>,
+    /// Each of `files`' summary key in the summary cache, where one was used.
+    pub keys: Vec<Option<crate::cache::CacheKey>>,
     /// Every directory listed while resolving imports, with its stamp before listing.
     pub dirs: Vec<(PathBuf, Option<Stamp>)>,
     /// The installed Python files whose imports were followed ([`crate::installed_imports`])
@@ -111,6 +113,8 @@ pub struct Previous {
     index_len: u64,
     /// The files it read, in the order of their module numbers, with their stamps then.
     pub files: Vec<(PathBuf, Option<Stamp>)>,
+    /// Each file's summary key then ([`Inputs::keys`]).
+    pub keys: Vec<Option<crate::cache::CacheKey>>,
 }
 
 impl Previous {
@@ -275,6 +279,7 @@ impl ResultsCache {
                     compressed_len,
                     index_len: header.index_len,
                     files: header.inputs.files,
+                    keys: header.inputs.keys,
                 }),
             });
         }
@@ -501,6 +506,7 @@ mod tests {
             env_key: [7; 32],
             located: vec![file.to_path_buf()],
             files: vec![(file.to_path_buf(), Stamp::of(file))],
+            keys: vec![None],
             dirs: vec![(dir.to_path_buf(), Stamp::of(dir))],
             installed: Vec::new(),
         }
