@@ -6,7 +6,9 @@ use std::io::{BufWriter, IsTerminal, Write};
 
 use lfm_analyzer::dists::normalize_name;
 use lfm_analyzer::render;
-use lfm_analyzer::results::{Outcome, RequestKey, ResultWriter, ResultsCache, TargetOutcome};
+use lfm_analyzer::results::{
+    Outcome, RequestKey, ResultWriter, ResultsCache, SharedBytes, TargetOutcome,
+};
 use lfm_analyzer::spec::{DistributionNeed, ModuleKind, TargetSpec, TargetView, SPEC_FORMAT};
 use lfm_analyzer::{prepare_or_reuse, Analysis, AnalyzeError, Environment, Options, Prepared};
 
@@ -744,10 +746,10 @@ fn write_json(
             target.write_json(&mut bytes);
             bytes
         };
-        (Totals::of_view(&target), bytes, None)
+        (Totals::of_view(&target), SharedBytes::from(bytes), None)
     };
     // A target a stored result holds comes back as its JSON and what it counted.
-    let stored = |bytes: Vec<u8>, outcome: &TargetOutcome, old: u32| {
+    let stored = |bytes: SharedBytes, outcome: &TargetOutcome, old: u32| {
         (Totals::of_outcome(outcome), bytes, Some(old))
     };
     analysis.map_chunks_reusing(CHUNK, render, stored, |rendered| {
