@@ -178,10 +178,15 @@ impl FrameWriter {
         let Some(held) = self.held.take() else {
             return Ok(());
         };
-        let compressed = self.stored_frame(held.frame)?;
-        match &mut self.sink {
-            Sink::File(file, _) => file.write_all(&compressed)?,
-            _ => return Err(std::io::Error::other("a frame copied into an open frame")),
+        let source = (self.source.as_ref()).ok_or_else(|| std::io::Error::other("no source"))?;
+        let Sink::File(file, _) = &mut self.sink else {
+            return Err(std::io::Error::other("a frame copied into an open frame"));
+        };
+        // File to file: the kernel copies (no reader uses the source's offset).
+        let mut stored = &source.file;
+        stored.seek(std::io::SeekFrom::Start(held.frame.at))?;
+        if std::io::copy(&mut stored.take(held.frame.len), file)? != held.frame.len {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
         self.frames.push(Frame {
             first: held.first_new,

@@ -360,7 +360,9 @@ impl Analysis {
         reuse: bool,
         mut sink: impl FnMut(Vec<T>) -> Result<(), E>,
     ) -> Result<(), E> {
-        let memos = closure::ModuleMemos::new(&self.project);
+        // Not made until a target is computed: none is when every target's output is reused.
+        let memos = std::sync::OnceLock::new();
+        let memos = || memos.get_or_init(|| closure::ModuleMemos::new(&self.project));
         let reused = self.reused.as_ref().filter(|_| reuse);
         for (number, jobs) in self.jobs.chunks(chunk.max(1)).enumerate() {
             let first = number * chunk.max(1);
@@ -382,7 +384,7 @@ impl Analysis {
                     (!is_copied).then(|| {
                         map(closure::target_closure(
                             &self.project,
-                            &memos,
+                            memos(),
                             id,
                             scope,
                             self.closure,

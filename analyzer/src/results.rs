@@ -379,7 +379,7 @@ pub struct ResultWriter {
     /// Bytes of output written so far: where the next target starts.
     written: u64,
     index: TargetIndex,
-    outcome_ids: std::collections::HashMap<TargetOutcome, u32>,
+    outcome_ids: rustc_hash::FxHashMap<TargetOutcome, u32>,
 }
 
 impl ResultWriter {
