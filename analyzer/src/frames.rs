@@ -290,8 +290,8 @@ impl FrameWriter {
 }
 
 /// A stored output's frames decoded in order on a thread of their own, while the reader takes
-/// the one before: decoding was a third of the main thread's work when nearly every target's output
-/// is reused from the stored one.
+/// the one before: decoding was a third of the main thread's work when nearly every target's
+/// output is reused from the stored one.
 pub struct DecodedFrames {
     /// Each frame's bytes in turn; closed after the last (or after an error).
     decoded: Receiver<std::io::Result<Vec<u8>>>,
