@@ -268,7 +268,7 @@ impl Builder<'_, '_> {
     /// The installed file of module `name` and its distribution, from the distributions'
     /// file lists alone (no file-system lookups).
     fn locate(&self, name: &str) -> Option<(u32, PathBuf)> {
-        let relative: PathBuf = name.split('.').collect();
+        let relative = relative_path(name);
         // Most names are no installed module (the standard library's): a candidate is built
         // in one buffer, and made a path of its own only once it is found.
         let mut file = std::ffi::OsString::new();
@@ -411,6 +411,18 @@ impl Builder<'_, '_> {
             .map(|&dist| (dist, load_dist_edges(sources, dist, &files[dist as usize])))
             .collect();
         self.per_dist.extend(loaded);
+    }
+}
+
+/// The path of module `name` under a site directory, as its parts pushed one by one give it.
+fn relative_path(name: &str) -> PathBuf {
+    let plain = name
+        .split('.')
+        .all(|part| !part.is_empty() && !part.contains('/'));
+    match plain {
+        // The same path, without a push (and its checks) a part.
+        true => PathBuf::from(name.replace('.', "/")),
+        false => name.split('.').collect(),
     }
 }
 
@@ -767,6 +779,14 @@ mod tests {
         assert_eq!(required[0], 0b0011);
         assert_eq!(required[2], 0b0011);
         assert_eq!(required[3], 0b1100);
+    }
+
+    #[test]
+    fn relative_paths_are_those_the_parts_pushed_give() {
+        for name in ["a", "a.b.c", "_x.y2", "a..b", ".a", "a.", "a/b.c", ""] {
+            let pushed: PathBuf = name.split('.').collect();
+            assert_eq!(relative_path(name), pushed, "{name}");
+        }
     }
 
     #[test]
