@@ -275,6 +275,18 @@ impl DistIndex {
         self.file_owners(&path_key(path))?.first().copied()
     }
 
+    /// Whether [`DistIndex::installer_of`] may know a file whose path starts with `prefix`
+    /// (absolute and normal): false only when no installed file's does (one search of a
+    /// stored index answers for every file a module name may be in).
+    pub fn may_install_under(&self, prefix: &Path) -> bool {
+        match (&self.stored, path_key(prefix)) {
+            (Some((files, _)), std::borrow::Cow::Borrowed(key)) => {
+                files.has_prefix(key.as_encoded_bytes())
+            }
+            _ => true,
+        }
+    }
+
     /// The distributions that installed the file `key` ([`path_key`] of a normal path).
     fn file_owners(&self, key: &std::ffi::OsStr) -> Option<Vec<u32>> {
         match &self.stored {

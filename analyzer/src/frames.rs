@@ -9,8 +9,9 @@
 //! tail) is never copied. Decoders read the frames as one stream.
 
 use std::fs::File;
-use std::io::{Seek, Write};
+use std::io::{Read, Seek, Write};
 use std::os::unix::fs::FileExt;
+use std::sync::mpsc::{Receiver, Sender, SyncSender};
 
 use serde::{Deserialize, Serialize};
 
@@ -53,12 +54,14 @@ impl FrameSource {
     }
 }
 
-/// Targets of a stored frame seen so far, in order, with their raw bytes held back.
+/// Targets of a stored frame seen so far, in order, held back. Only their length is kept:
+/// they are the start of the stored frame, decoded again in the rare case that it is not
+/// copied whole (copying ~570 MB of held bytes cost more than decoding a frame now and then).
 struct Held {
     frame: Frame,
     next_old: u32,
     first_new: u32,
-    bytes: Vec<u8>,
+    len: u64,
 }
 
 type RawEncoder = zstd::stream::raw::Encoder<'static>;
@@ -86,9 +89,6 @@ pub struct FrameWriter {
     targets: u32,
     frames: Vec<Frame>,
     held: Option<Held>,
-    /// The held bytes' buffer between frames: one allocation of a frame's size, not a
-    /// growing one per frame (which the allocator kept, ~30 MB more at peak).
-    spare: Vec<u8>,
     source: Option<FrameSource>,
 }
 
@@ -107,7 +107,6 @@ impl FrameWriter {
             targets: 0,
             frames: Vec::new(),
             held: None,
-            spare: Vec::new(),
             source: None,
         })
     }
@@ -129,11 +128,10 @@ impl FrameWriter {
         let number = self.targets;
         self.targets += 1;
         let next = self.targets;
+        let len: u64 = parts.iter().map(|part| part.len() as u64).sum();
         if let Some(held) = &mut self.held {
             if old == Some(held.next_old) {
-                parts
-                    .iter()
-                    .for_each(|part| held.bytes.extend_from_slice(part));
+                held.len += len;
                 held.next_old += 1;
                 return self.copy_if_complete(next);
             }
@@ -141,14 +139,12 @@ impl FrameWriter {
         }
         if let Some(frame) = old.and_then(|old| self.frame_starting(old, number)) {
             self.end_frame(number)?;
-            let mut bytes = std::mem::take(&mut self.spare);
-            parts.iter().for_each(|part| bytes.extend_from_slice(part));
             let (next_old, first_new) = (frame.first + 1, number);
             self.held = Some(Held {
                 frame,
                 next_old,
                 first_new,
-                bytes,
+                len,
             });
             return self.copy_if_complete(next);
         }
@@ -182,17 +178,15 @@ impl FrameWriter {
         let Some(held) = self.held.take() else {
             return Ok(());
         };
-        let mut compressed = vec![0u8; held.frame.len as usize];
-        let read = (self.source.as_ref())
-            .map(|source| source.file.read_exact_at(&mut compressed, held.frame.at));
-        if !matches!(read, Some(Ok(()))) {
-            // Unreadable: compress the held bytes instead.
-            self.held = Some(held);
-            return self.release_held();
-        }
-        match &mut self.sink {
-            Sink::File(file, _) => file.write_all(&compressed)?,
-            _ => return Err(std::io::Error::other("a frame copied into an open frame")),
+        let source = (self.source.as_ref()).ok_or_else(|| std::io::Error::other("no source"))?;
+        let Sink::File(file, _) = &mut self.sink else {
+            return Err(std::io::Error::other("a frame copied into an open frame"));
+        };
+        // File to file: the kernel copies (no reader uses the source's offset).
+        let mut stored = &source.file;
+        stored.seek(std::io::SeekFrom::Start(held.frame.at))?;
+        if std::io::copy(&mut stored.take(held.frame.len), file)? != held.frame.len {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
         self.frames.push(Frame {
             first: held.first_new,
@@ -203,13 +197,28 @@ impl FrameWriter {
         });
         self.frame_at += held.frame.len;
         self.frame_first = next;
-        self.keep_spare(held.bytes);
         Ok(())
     }
 
-    fn keep_spare(&mut self, mut bytes: Vec<u8>) {
-        bytes.clear();
-        self.spare = bytes;
+    /// The compressed bytes of stored frame `frame`.
+    fn stored_frame(&self, frame: Frame) -> std::io::Result<Vec<u8>> {
+        let source = (self.source.as_ref()).ok_or_else(|| std::io::Error::other("no source"))?;
+        let mut compressed = vec![0u8; usize::try_from(frame.len).map_err(std::io::Error::other)?];
+        source.file.read_exact_at(&mut compressed, frame.at)?;
+        Ok(compressed)
+    }
+
+    /// The held targets' bytes: the start of their stored frame, as it was written then (and
+    /// now, since they were copied from it).
+    fn held_bytes(&self, held: &Held) -> std::io::Result<Vec<u8>> {
+        let compressed = self.stored_frame(held.frame)?;
+        let decoder = zstd::stream::read::Decoder::with_buffer(compressed.as_slice())?;
+        let mut bytes = Vec::new();
+        decoder.take(held.len).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 != held.len {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(bytes)
     }
 
     /// Held targets that will not make a whole stored frame: compressed like any others.
@@ -220,9 +229,8 @@ impl FrameWriter {
         if self.frame_raw == 0 {
             self.frame_first = held.first_new;
         }
-        let compressed = self.compress(&held.bytes);
-        self.keep_spare(held.bytes);
-        compressed
+        let bytes = self.held_bytes(&held)?;
+        self.compress(&bytes)
     }
 
     fn compress(&mut self, bytes: &[u8]) -> std::io::Result<()> {
@@ -277,6 +285,104 @@ impl FrameWriter {
         match self.sink {
             Sink::File(file, _) => Ok((file, self.frames)),
             _ => Err(std::io::Error::other("the last frame did not end")),
+        }
+    }
+}
+
+/// A stored output's frames decoded in order on a thread of their own, while the reader takes
+/// the one before: decoding was a third of the main thread's work when nearly every target's
+/// output is reused from the stored one.
+pub struct DecodedFrames {
+    /// Each frame's bytes in turn; closed after the last (or after an error).
+    decoded: Receiver<std::io::Result<Vec<u8>>>,
+    /// Buffers read, for the decoder to fill again (a fresh one costs a page fault a page).
+    spent: Sender<Vec<u8>>,
+}
+
+impl DecodedFrames {
+    /// The output made of `frames` of `file`: they must follow one another from the file's
+    /// start to `end`.
+    pub fn start(file: File, frames: &[Frame], end: u64) -> std::io::Result<DecodedFrames> {
+        let mut at = 0;
+        for frame in frames {
+            if frame.at != at {
+                return Err(std::io::Error::other("stored frames with gaps"));
+            }
+            at += frame.len;
+        }
+        if at != end {
+            return Err(std::io::Error::other("stored frames short of the output"));
+        }
+        let frames: Vec<(u64, u64)> = frames.iter().map(|frame| (frame.at, frame.len)).collect();
+        // Decoding the next frame while the reader takes this one; no further ahead.
+        let (decoded_sender, decoded) = std::sync::mpsc::sync_channel(0);
+        let (spent, spent_receiver) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("lfm-frames".to_string())
+            .spawn(move || decode_frames(&file, &frames, &decoded_sender, &spent_receiver))?;
+        Ok(DecodedFrames { decoded, spent })
+    }
+
+    /// The next frame's bytes; None after the last.
+    pub fn next_frame(&self) -> Option<std::io::Result<Vec<u8>>> {
+        self.decoded.recv().ok()
+    }
+
+    /// A frame's bytes, read: its buffer serves a later frame.
+    pub fn give_back(&self, buffer: Vec<u8>) {
+        let _ = self.spent.send(buffer);
+    }
+}
+
+/// Decode `frames` (offset, length) of `file` in order into `decoded`, until the reader
+/// goes or a frame cannot be decoded.
+fn decode_frames(
+    file: &File,
+    frames: &[(u64, u64)],
+    decoded: &SyncSender<std::io::Result<Vec<u8>>>,
+    spent: &Receiver<Vec<u8>>,
+) {
+    let mut context = zstd::zstd_safe::DCtx::create();
+    let mut compressed = Vec::new();
+    for &(at, len) in frames {
+        let mut bytes = spent.try_recv().unwrap_or_default();
+        let result = read_at(file, at, len, &mut compressed)
+            .and_then(|()| decode_frame(&mut context, &compressed, &mut bytes))
+            .map(|()| bytes);
+        let failed = result.is_err();
+        if decoded.send(result).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// `len` bytes of `file` at `at` into `buffer`.
+fn read_at(file: &File, at: u64, len: u64, buffer: &mut Vec<u8>) -> std::io::Result<()> {
+    buffer.resize(usize::try_from(len).map_err(std::io::Error::other)?, 0);
+    file.read_exact_at(buffer, at)
+}
+
+/// The bytes of the frame `compressed` into `out`, in one call: zstd's streaming decoder
+/// decodes into a window of its own and copies out, which cost as much as decoding. The
+/// frame does not say its size: `out` grows until it holds the frame.
+fn decode_frame(
+    context: &mut zstd::zstd_safe::DCtx,
+    compressed: &[u8],
+    out: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    // Frames end after FRAME_RAW bytes at the next target: far more is a damaged frame.
+    const LARGEST: usize = 64 * FRAME_RAW as usize;
+    let mut capacity = out.capacity().max(FRAME_RAW as usize * 5 / 4);
+    loop {
+        out.clear();
+        out.reserve(capacity);
+        match context.decompress(out, compressed) {
+            Ok(_) => return Ok(()),
+            Err(_) if capacity < LARGEST => capacity *= 2,
+            Err(code) => {
+                let name = zstd::zstd_safe::get_error_name(code);
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, name));
+            }
         }
     }
 }

@@ -304,22 +304,50 @@ impl Builder<'_, '_> {
     /// The installed file of module `name` and its distribution, from the distributions'
     /// file lists alone (no file-system lookups).
     fn locate(&self, name: &str) -> Option<(u32, PathBuf)> {
-        let relative: PathBuf = name.split('.').collect();
+        let relative = relative_path(name);
+        // Most names are no installed module (the standard library's): a candidate is built
+        // in one buffer, and made a path of its own only once it is found.
+        let mut file = std::ffi::OsString::new();
         for site in self.sources.site_dirs {
             let base = site.join(&relative);
-            let mut candidates = vec![base.join("__init__.py"), base.with_extension("py")];
-            for suffix in self.sources.extension_suffixes {
-                let mut file = base.clone().into_os_string();
-                file.push(suffix);
-                candidates.push(PathBuf::from(file));
+            if !self.sources.dists.may_install_under(&base) {
+                continue;
             }
-            for candidate in candidates {
-                if let Some(dist) = self.sources.dists.installer_of(&candidate) {
-                    return Some((dist, candidate));
+            // As `Path::join` puts it.
+            let separator = match base.as_os_str().as_encoded_bytes().ends_with(b"/") {
+                true => "",
+                false => "/",
+            };
+            if let Some(found) =
+                self.installer_of_joined(&mut file, &base, &[separator, "__init__.py"])
+            {
+                return Some(found);
+            }
+            let py = base.with_extension("py");
+            if let Some(dist) = self.sources.dists.installer_of(&py) {
+                return Some((dist, py));
+            }
+            for suffix in self.sources.extension_suffixes {
+                if let Some(found) = self.installer_of_joined(&mut file, &base, &[suffix]) {
+                    return Some(found);
                 }
             }
         }
         None
+    }
+
+    /// The installer of the file `base` followed by `ending` (built in `file`), and the file.
+    fn installer_of_joined(
+        &self,
+        file: &mut std::ffi::OsString,
+        base: &Path,
+        ending: &[&str],
+    ) -> Option<(u32, PathBuf)> {
+        file.clear();
+        file.push(base);
+        ending.iter().for_each(|part| file.push(part));
+        let dist = self.sources.dists.installer_of(Path::new(file))?;
+        Some((dist, PathBuf::from(file.clone())))
     }
 
     /// Node `id`'s edges: its parent package (importing `a.b` runs `a` first), then its own
@@ -337,12 +365,17 @@ impl Builder<'_, '_> {
                 });
             }
         }
+        let mut dotted = String::new();
         for mut edge in raw {
             if self.distutils_shim {
                 shim_distutils(&mut edge);
             }
             let member = edge.member.as_ref().filter(|m| *m != "*");
-            let whole = member.and_then(|m| self.node(&format!("{}.{m}", edge.module), queue));
+            let whole = member.and_then(|m| {
+                dotted.clear();
+                dotted.extend([edge.module.as_str(), ".", m]);
+                self.node(&dotted, queue)
+            });
             let target = whole.or_else(|| self.longest_installed(&edge.module, queue));
             if let Some(to) = target {
                 edges.push(Edge {
@@ -370,14 +403,15 @@ impl Builder<'_, '_> {
     /// alone (in parallel): a distribution's tests and unreached modules are never parsed.
     fn raw_edges(&mut self, wave: &[u32]) -> Vec<Vec<RawEdge>> {
         if self.sources.cache_dir.is_some() {
+            self.load_dists(wave);
+            let (nodes, per_dist) = (&self.graph.nodes, &mut self.per_dist);
+            // A node is in one wave only: its edges are taken, not copied.
             return (wave.iter())
                 .map(|&id| {
-                    let node = &self.graph.nodes[id as usize];
-                    let (name, dist) = (node.name.clone(), node.dist);
-                    self.dist_edges(dist)
-                        .get(&name)
-                        .cloned()
-                        .unwrap_or_default()
+                    let node = &nodes[id as usize];
+                    let dist = per_dist.get_mut(&node.dist);
+                    let edges = dist.and_then(|edges| edges.get_mut(&node.name));
+                    edges.map(std::mem::take).unwrap_or_default()
                 })
                 .collect();
         }
@@ -394,16 +428,40 @@ impl Builder<'_, '_> {
             .collect()
     }
 
-    fn dist_edges(&mut self, dist: u32) -> &DistEdges {
-        if !self.per_dist.contains_key(&dist) {
-            let files = self
-                .files
-                .get_or_insert_with(|| self.sources.dists.sorted_files());
-            let (edges, stamps) = load_dist_edges(self.sources, dist, &files[dist as usize]);
+    /// The edges of the distributions of `wave`'s nodes not loaded yet, loaded in parallel
+    /// (reading a kept entry stats every file of its distribution).
+    fn load_dists(&mut self, wave: &[u32]) {
+        let mut dists: Vec<u32> = (wave.iter())
+            .map(|&id| self.graph.nodes[id as usize].dist)
+            .filter(|dist| !self.per_dist.contains_key(dist))
+            .collect();
+        dists.sort_unstable();
+        dists.dedup();
+        if dists.is_empty() {
+            return;
+        }
+        let sources = self.sources;
+        let files = (self.files).get_or_insert_with(|| sources.dists.sorted_files());
+        let loaded: Vec<(u32, (DistEdges, Vec<Stamped>))> = dists
+            .par_iter()
+            .map(|&dist| (dist, load_dist_edges(sources, dist, &files[dist as usize])))
+            .collect();
+        for (dist, (edges, stamps)) in loaded {
             self.graph.stamps.extend(stamps);
             self.per_dist.insert(dist, edges);
         }
-        &self.per_dist[&dist]
+    }
+}
+
+/// The path of module `name` under a site directory, as its parts pushed one by one give it.
+fn relative_path(name: &str) -> PathBuf {
+    let plain = name
+        .split('.')
+        .all(|part| !part.is_empty() && !part.contains('/'));
+    match plain {
+        // The same path, without a push (and its checks) a part.
+        true => PathBuf::from(name.replace('.', "/")),
+        false => name.split('.').collect(),
     }
 }
 
@@ -766,6 +824,14 @@ mod tests {
         assert_eq!(required[0], 0b0011);
         assert_eq!(required[2], 0b0011);
         assert_eq!(required[3], 0b1100);
+    }
+
+    #[test]
+    fn relative_paths_are_those_the_parts_pushed_give() {
+        for name in ["a", "a.b.c", "_x.y2", "a..b", ".a", "a.", "a/b.c", ""] {
+            let pushed: PathBuf = name.split('.').collect();
+            assert_eq!(relative_path(name), pushed, "{name}");
+        }
     }
 
     #[test]

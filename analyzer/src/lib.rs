@@ -338,7 +338,9 @@ impl Analysis {
         map: impl Fn(spec::TargetView<'_>) -> T + Sync,
         sink: impl FnMut(Vec<T>) -> Result<(), E>,
     ) -> Result<(), E> {
-        let never = |_: Vec<u8>, _: &results::TargetOutcome, _: u32| unreachable!("not reused");
+        let never = |_: results::SharedBytes, _: &results::TargetOutcome, _: u32| {
+            unreachable!("not reused")
+        };
         self.map_chunks_inner(chunk, map, never, false, sink)
     }
 
@@ -349,7 +351,7 @@ impl Analysis {
         &self,
         chunk: usize,
         map: impl Fn(spec::TargetView<'_>) -> T + Sync,
-        stored: impl Fn(Vec<u8>, &results::TargetOutcome, u32) -> T,
+        stored: impl Fn(results::SharedBytes, &results::TargetOutcome, u32) -> T,
         sink: impl FnMut(Vec<T>) -> Result<(), E>,
     ) -> Result<(), E> {
         self.map_chunks_inner(chunk, map, stored, true, sink)
@@ -359,11 +361,13 @@ impl Analysis {
         &self,
         chunk: usize,
         map: impl Fn(spec::TargetView<'_>) -> T + Sync,
-        stored: impl Fn(Vec<u8>, &results::TargetOutcome, u32) -> T,
+        stored: impl Fn(results::SharedBytes, &results::TargetOutcome, u32) -> T,
         reuse: bool,
         mut sink: impl FnMut(Vec<T>) -> Result<(), E>,
     ) -> Result<(), E> {
-        let memos = closure::ModuleMemos::new(&self.project);
+        // Not made until a target is computed: none is when every target's output is reused.
+        let memos = std::sync::OnceLock::new();
+        let memos = || memos.get_or_init(|| closure::ModuleMemos::new(&self.project));
         let reused = self.reused.as_ref().filter(|_| reuse);
         for (number, jobs) in self.jobs.chunks(chunk.max(1)).enumerate() {
             let first = number * chunk.max(1);
@@ -372,6 +376,11 @@ impl Analysis {
                 .map(|job| reused.and_then(|r| r.read(job)))
                 .map(|read| read.map(|(bytes, outcome, old)| stored(bytes, outcome, old)))
                 .collect();
+            if copied.iter().all(Option::is_some) {
+                // Nothing to compute: the pool's threads are not woken for nothing.
+                sink(copied.into_iter().flatten().collect())?;
+                continue;
+            }
             let is_copied: Vec<bool> = copied.iter().map(Option::is_some).collect();
             let computed: Vec<Option<T>> = jobs
                 .par_iter()
@@ -380,7 +389,7 @@ impl Analysis {
                     (!is_copied).then(|| {
                         map(closure::target_closure(
                             &self.project,
-                            &memos,
+                            memos(),
                             id,
                             scope,
                             self.closure,
@@ -401,7 +410,7 @@ impl Analysis {
 
 impl Reused {
     /// Job `job`'s stored output, outcome and target number, when it is reused and can be read.
-    fn read(&self, job: usize) -> Option<(Vec<u8>, &results::TargetOutcome, u32)> {
+    fn read(&self, job: usize) -> Option<(results::SharedBytes, &results::TargetOutcome, u32)> {
         let target = self.stored[job]? as usize;
         let (start, len) = self.index.spans[target];
         let mut output = self.output.lock().ok()?;
@@ -705,7 +714,7 @@ fn reused_output(
             (!affected[module as usize]).then(|| by_job.get(&key).copied())?
         })
         .collect();
-    let output = previous.output().ok()?;
+    let output = previous.output(&index).ok()?;
     let frames = previous.frames(&index).ok();
     Some(Reused {
         stored,

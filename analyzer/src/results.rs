@@ -24,6 +24,7 @@
 
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -135,38 +136,62 @@ impl Previous {
         Ok(crate::frames::FrameSource::new(file, index.frames.clone()))
     }
 
-    /// A reader of its output, from the start.
-    pub fn output(&self) -> std::io::Result<StoredOutput> {
-        // A clone shares the offset: read after the index, never between its reads.
-        let mut file = self.file.try_clone()?;
-        file.seek(SeekFrom::Start(0))?;
-        let decoder = zstd::stream::Decoder::new(file.take(self.compressed_len))?;
+    /// A reader of its output (laid out in `index`'s frames), from the start.
+    pub fn output(&self, index: &TargetIndex) -> std::io::Result<StoredOutput> {
+        let file = self.file.try_clone()?;
+        let frames = crate::frames::DecodedFrames::start(file, &index.frames, self.compressed_len)?;
         Ok(StoredOutput {
-            decoder,
-            buffer: Vec::new(),
+            frames,
+            buffer: Arc::default(),
             start: 0,
             position: 0,
+            retired: Vec::new(),
         })
     }
 }
 
 /// A stored output read forward, span by span.
 pub struct StoredOutput {
-    decoder: zstd::stream::Decoder<'static, BufReader<std::io::Take<std::fs::File>>>,
+    frames: crate::frames::DecodedFrames,
     /// Decoded bytes not yet consumed, from `buffer[start..]`; `position` is the output
-    /// offset of `buffer[start]`. Decoded a block at a time: a read per span (most are a few
-    /// KB, and the commas between them one byte) cost more than the decompression itself.
-    buffer: Vec<u8>,
+    /// offset of `buffer[start]`. A frame at a time, its spans handed out without a copy:
+    /// copying them (~570 MB for a site-packages) was most of the main thread's work when
+    /// nearly every target's output is reused.
+    buffer: Arc<Vec<u8>>,
     start: usize,
     position: u64,
+    /// Frames read whose spans may still be held, until their buffers can serve again.
+    retired: Vec<Arc<Vec<u8>>>,
 }
 
-/// How much is decoded at a time.
-const DECODED_BLOCK: usize = 1 << 20;
+/// Bytes of a stored output's frame, shared rather than copied; or bytes of their own.
+#[derive(Debug, Clone, Default)]
+pub struct SharedBytes {
+    buffer: Arc<Vec<u8>>,
+    range: std::ops::Range<usize>,
+}
+
+impl std::ops::Deref for SharedBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.buffer[self.range.clone()]
+    }
+}
+
+impl From<Vec<u8>> for SharedBytes {
+    fn from(bytes: Vec<u8>) -> SharedBytes {
+        let range = 0..bytes.len();
+        SharedBytes {
+            buffer: Arc::new(bytes),
+            range,
+        }
+    }
+}
 
 impl StoredOutput {
     /// The `len` bytes at `start`, which must not be before the end of the last span read.
-    pub fn read_span(&mut self, start: u64, len: u64) -> std::io::Result<Vec<u8>> {
+    pub fn read_span(&mut self, start: u64, len: u64) -> std::io::Result<SharedBytes> {
         let skip = start.checked_sub(self.position).ok_or_else(|| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "span behind the reader")
         })?;
@@ -176,45 +201,47 @@ impl StoredOutput {
         };
         self.fill(skip + len)?;
         let from = self.start + skip;
-        let bytes = self.buffer[from..from + len].to_vec();
         self.start = from + len;
         self.position = start + len as u64;
-        Ok(bytes)
+        Ok(SharedBytes {
+            buffer: Arc::clone(&self.buffer),
+            range: from..from + len,
+        })
     }
 
     /// At least `wanted` unconsumed bytes in the buffer, or an error at the output's end.
     fn fill(&mut self, wanted: usize) -> std::io::Result<()> {
-        if self.buffer.len() - self.start >= wanted {
-            return Ok(());
-        }
-        self.buffer.drain(..self.start);
-        self.start = 0;
-        while self.buffer.len() < wanted {
-            let have = self.buffer.len();
-            self.buffer
-                .resize(have + DECODED_BLOCK.max(wanted - have), 0);
-            let read = read_full(&mut self.decoder, &mut self.buffer[have..]);
-            self.buffer.truncate(have + read.as_ref().map_or(0, |n| *n));
-            if read? == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
+        while self.buffer.len() - self.start < wanted {
+            let eof = || std::io::ErrorKind::UnexpectedEof.into();
+            let frame = self.frames.next_frame().unwrap_or_else(|| Err(eof()))?;
+            let next = match self.start == self.buffer.len() {
+                // The common case: spans do not cross frames, so nothing is carried over.
+                true => frame,
+                false => {
+                    let mut joined = self.buffer[self.start..].to_vec();
+                    joined.extend_from_slice(&frame);
+                    self.frames.give_back(frame);
+                    joined
+                }
+            };
+            let spent = std::mem::replace(&mut self.buffer, Arc::new(next));
+            self.retired.push(spent);
+            self.start = 0;
+            self.give_back_retired();
         }
         Ok(())
     }
-}
 
-/// Read until `buffer` is full or the reader ends; how many bytes were read.
-fn read_full(reader: &mut impl Read, buffer: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buffer.len() {
-        match reader.read(&mut buffer[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(error) => return Err(error),
+    /// The buffers of retired frames no span holds any more, back to the decoder.
+    fn give_back_retired(&mut self) {
+        let retired = std::mem::take(&mut self.retired);
+        for frame in retired {
+            match Arc::try_unwrap(frame) {
+                Ok(buffer) => self.frames.give_back(buffer),
+                Err(frame) => self.retired.push(frame),
+            }
         }
     }
-    Ok(filled)
 }
 
 /// A reusable result: its outcome, and its entry file, from which the output is decompressed.
@@ -338,7 +365,7 @@ pub struct ResultWriter {
     /// Bytes of output written so far: where the next target starts.
     written: u64,
     index: TargetIndex,
-    outcome_ids: std::collections::HashMap<TargetOutcome, u32>,
+    outcome_ids: rustc_hash::FxHashMap<TargetOutcome, u32>,
 }
 
 impl ResultWriter {
@@ -629,9 +656,9 @@ mod tests {
         let index = previous.index().unwrap();
         assert_eq!(index.jobs, [(0, NO_SCOPE), (0, 1)]);
         assert_eq!(index.outcomes[index.outcome_of[1] as usize], warned);
-        let mut output = previous.output().unwrap();
-        assert_eq!(output.read_span(1, 2).unwrap(), b"AA");
-        assert_eq!(output.read_span(4, 3).unwrap(), b"BBB");
+        let mut output = previous.output(&index).unwrap();
+        assert_eq!(*output.read_span(1, 2).unwrap(), *b"AA");
+        assert_eq!(*output.read_span(4, 3).unwrap(), *b"BBB");
         assert!(output.read_span(1, 2).is_err(), "spans are read forward");
 
         // A listed directory changed too: the entry is not handed back.

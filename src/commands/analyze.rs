@@ -6,7 +6,9 @@ use std::io::{BufWriter, IsTerminal, Write};
 
 use lfm_analyzer::dists::normalize_name;
 use lfm_analyzer::render;
-use lfm_analyzer::results::{Outcome, RequestKey, ResultWriter, ResultsCache, TargetOutcome};
+use lfm_analyzer::results::{
+    Outcome, RequestKey, ResultWriter, ResultsCache, SharedBytes, TargetOutcome,
+};
 use lfm_analyzer::spec::{DistributionNeed, ModuleKind, TargetSpec, TargetView, SPEC_FORMAT};
 use lfm_analyzer::{prepare_or_reuse, Analysis, AnalyzeError, Environment, Options, Prepared};
 
@@ -744,18 +746,27 @@ fn write_json(
             target.write_json(&mut bytes);
             bytes
         };
-        (Totals::of_view(&target), bytes, None)
+        (Totals::of_view(&target), SharedBytes::from(bytes), None)
     };
-    // A target a stored result holds comes back as its JSON and what it counted.
-    let stored = |bytes: Vec<u8>, outcome: &TargetOutcome, old: u32| {
-        (Totals::of_outcome(outcome), bytes, Some(old))
+    // A target a stored result holds comes back as its JSON and what it counted, kept as
+    // stored for the new result.
+    let stored = |bytes: SharedBytes, outcome: &TargetOutcome, old: u32| {
+        (
+            Totals::of_outcome(outcome),
+            bytes,
+            Some((old, outcome.clone())),
+        )
     };
-    analysis.map_chunks_reusing(CHUNK, render, stored, |rendered| {
+    analysis.map_chunks_reusing(CHUNK, render, stored, |mut rendered| {
         advance(bar, rendered.len(), analysis.len());
         let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * rendered.len());
         let first_in_chunk = first;
-        for (counts, bytes, _) in &rendered {
-            totals.add(counts.clone());
+        for (counts, bytes, stored) in &mut rendered {
+            // A computed target's counts are needed again below, for its outcome.
+            totals.add(match stored {
+                Some(_) => std::mem::take(counts),
+                None => counts.clone(),
+            });
             if !first {
                 parts.push(b",");
             }
@@ -766,9 +777,13 @@ fn write_json(
         let Some(record) = &mut out.record else {
             return Ok::<(), std::io::Error>(());
         };
-        for (number, (counts, bytes, old)) in rendered.into_iter().enumerate() {
+        for (number, (counts, bytes, stored)) in rendered.into_iter().enumerate() {
             let comma = !(first_in_chunk && number == 0);
-            record.write_target(comma, &bytes, counts.to_outcome(), old)?;
+            let (outcome, old) = match stored {
+                Some((old, outcome)) => (outcome, Some(old)),
+                None => (counts.to_outcome(), None),
+            };
+            record.write_target(comma, &bytes, outcome, old)?;
         }
         Ok(())
     })?;

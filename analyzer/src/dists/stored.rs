@@ -57,6 +57,12 @@ impl PathTable {
         &self.text.as_bytes()[start..self.ends[at] as usize]
     }
 
+    /// Whether some path starts with the bytes `prefix`.
+    pub fn has_prefix(&self, prefix: &[u8]) -> bool {
+        let first = partition_point(self.ends.len(), |at| self.path(at) < prefix);
+        first < self.ends.len() && self.path(first).starts_with(prefix)
+    }
+
     /// The owners of `path`, None when it has none.
     pub fn lookup(&self, path: &OsStr) -> Option<Vec<u32>> {
         let key = path.as_encoded_bytes();
