@@ -605,6 +605,43 @@ fn installed_code_edited_in_place_is_not_answered_from_a_stored_result() {
 }
 
 #[test]
+fn a_result_partly_reused_still_stamps_the_installed_code_its_reused_targets_followed() {
+    let root = tempfile::tempdir().unwrap();
+    let (python, site) = made_up_venv(root.path());
+    let project = root.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    let write = |name: &str, text: &str| std::fs::write(project.join(name), text).unwrap();
+    write("job.py", "import alpha\n\ndef f():\n    return alpha\n");
+    let mut many = String::new();
+    for n in 0..17 {
+        many.push_str(&format!("def g{n}():\n    return {n}\n\n"));
+    }
+    write("many.py", &many);
+    write("other.py", "def h():\n    return 1\n");
+    let (cache, python) = (root.path().join("cache"), Some(python.as_path()));
+    let run = |cache: Option<&std::path::Path>| {
+        let (bytes, reused) = analyze_bytes_with(python, &project, cache);
+        (String::from_utf8(bytes).unwrap(), reused)
+    };
+    run(Some(&cache));
+    // Only other.py's two targets are computed, and they list nothing installed.
+    write("other.py", "def h():\n    return 22\n");
+    let (edited, reused) = run(Some(&cache));
+    assert_eq!(edited, run(None).0);
+    assert!(reused > 0);
+    // alpha's imports were followed for job.py's stored targets: editing alpha still tells.
+    std::fs::write(
+        site.join("alpha/core.py"),
+        "try:\n    import beta\nexcept ImportError:\n    pass\n",
+    )
+    .unwrap();
+    let (after, _) = run(Some(&cache));
+    assert_eq!(after, run(None).0);
+    let spec = serde_json::from_str::<serde_json::Value>(&after).unwrap();
+    assert!(distributions(&spec, "job:f").contains(&("beta".to_string(), true)));
+}
+
+#[test]
 fn installed_imports_are_followed_only_from_what_a_few_targets_list() {
     let root = tempfile::tempdir().unwrap();
     let (python, site) = made_up_venv(root.path());

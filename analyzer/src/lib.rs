@@ -162,6 +162,9 @@ pub struct Analysis {
 struct Reused {
     /// Per job, its target's number in `index`, when its output is reused.
     stored: Vec<Option<u32>>,
+    /// The installed files whose imports the stored result followed (and it checked
+    /// unchanged): reused outputs depend on them, though this run may not follow them.
+    installed: Vec<(PathBuf, Option<results::Stamp>)>,
     index: results::TargetIndex,
     /// `None` once reading it failed (the remaining targets are computed).
     output: std::sync::Mutex<Option<results::StoredOutput>>,
@@ -192,10 +195,18 @@ impl Analysis {
         let modules = &self.project.modules;
         let loaded: std::collections::HashSet<&Path> =
             modules.iter().map(|m| m.path.as_path()).collect();
-        let installed = (self.project.installed_imports.stamps().iter())
-            .filter(|(path, _)| !loaded.contains(path.as_path()))
-            .cloned()
-            .collect();
+        let carried = self.reused.iter().flat_map(|reused| &reused.installed);
+        let mut installed: Vec<(PathBuf, Option<results::Stamp>)> = (self
+            .project
+            .installed_imports
+            .stamps()
+            .iter()
+            .chain(carried))
+        .filter(|(path, _)| !loaded.contains(path.as_path()))
+        .cloned()
+        .collect();
+        installed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        installed.dedup_by(|a, b| a.0 == b.0);
         Some(results::Inputs {
             env_key: self.env_key?,
             located: self.located.clone(),
@@ -562,15 +573,11 @@ pub fn prepare_or_reuse(
     scratch::release_all();
     timings.push(("resolve imports", Checkpoint::since(started)));
     // After the resolver's tables are freed: the peak stays where loading put it.
-    let imports_cache = options.cache_dir.as_deref();
-    let imports_cache = imports_cache.map(|dir| dir.join(installed_imports::DIR));
-    let roots = installed_roots(&project, &jobs, options.closure, met);
-    project.follow_installed_imports(roots, imports_cache);
+    let reused = follow_installed_imports_and_reuse(&mut project, &jobs, previous, met, options);
     timings.push((
         "follow installed code's imports",
         Checkpoint::since(started),
     ));
-    let reused = previous.and_then(|previous| reused_output(&project, &jobs, previous));
     // Only a result to store needs the located files' description (~2 MiB on a whole
     // site-packages, held while every closure is computed otherwise).
     let located_description = match env_key {
@@ -676,52 +683,122 @@ fn mark_installed_importers(project: &Project, changed: &mut [bool]) {
     }
 }
 
-/// The targets of `previous` whose output still holds ([`reuse`]): it must have loaded the
-/// same files in the same order, and a target's module must reach no file whose stamp
-/// changed, nor a module whose closure is now shared where it was not (or the reverse).
-fn reused_output(
-    project: &Project,
+/// Follow installed code's imports ([`installed_imports`]), and find the targets whose stored
+/// output (of `previous`, a result whose only changed inputs are source files) still holds.
+/// Where no changed file is installed code, the targets to compute are known first, and for
+/// a few of them only what their closures list is followed ([`installed_roots`]): one file
+/// edited in a site-packages tree then follows nothing for an edit that imports nothing
+/// installed.
+fn follow_installed_imports_and_reuse(
+    project: &mut Project,
     jobs: &[(u32, Option<u32>)],
-    previous: results::Previous,
+    previous: Option<results::Previous>,
+    met: Vec<String>,
+    options: &Options,
 ) -> Option<Reused> {
-    let modules = &project.modules;
-    let same_files = previous.files.len() == modules.len()
-        && previous
-            .files
-            .iter()
-            .zip(modules)
-            .all(|((path, _), m)| *path == m.path);
-    if !same_files {
-        return None;
-    }
-    let index = previous.index()?;
-    let imported = reuse::imported_flags(project);
-    if index.imported.len() != modules.len() {
-        return None;
-    }
-    let mut changed: Vec<bool> = (previous.files.iter().zip(modules))
-        .zip(index.imported.iter().zip(&imported))
-        .map(|(((_, stamp), m), (then, now))| stamp.is_none() || *stamp != m.stamp || then != now)
-        .collect();
-    mark_installed_importers(project, &mut changed);
-    let affected = reuse::affected(project, &changed);
-    let by_job: std::collections::HashMap<(u32, u32), u32> =
-        (index.jobs.iter().copied()).zip(0..).collect();
-    let stored = jobs
-        .iter()
-        .map(|&(module, scope)| {
-            let key = (module, scope.unwrap_or(results::NO_SCOPE));
-            (!affected[module as usize]).then(|| by_job.get(&key).copied())?
+    let imports_cache = options.cache_dir.as_deref();
+    let imports_cache = imports_cache.map(|dir| dir.join(installed_imports::DIR));
+    let plan = previous.and_then(|previous| ReusePlan::new(project, previous));
+    let installed_changed = plan.as_ref().is_some_and(|p| p.installed_changed(project));
+    let stored_before = (plan.as_ref())
+        .filter(|_| !installed_changed)
+        .map(|plan| plan.stored(project, jobs));
+    let roots = match &stored_before {
+        // Marking what reaches the changed installed files needs every one's imports.
+        _ if installed_changed => met,
+        Some(stored) => {
+            let to_compute: Vec<(u32, Option<u32>)> = (jobs.iter().zip(stored))
+                .filter(|(_, stored)| stored.is_none())
+                .map(|(&job, _)| job)
+                .collect();
+            installed_roots(project, &to_compute, options.closure, met)
+        }
+        None => installed_roots(project, jobs, options.closure, met),
+    };
+    project.follow_installed_imports(roots, imports_cache);
+    let (plan, stored) = match (plan?, stored_before) {
+        (plan, Some(stored)) => (plan, stored),
+        (plan, None) => {
+            let plan = plan.marked(project);
+            let stored = plan.stored(project, jobs);
+            (plan, stored)
+        }
+    };
+    plan.into_reused(stored)
+}
+
+/// A stored result that loaded the same files in the same order, and which of them changed
+/// since (or whose closure is now shared where it was not, or the reverse).
+struct ReusePlan {
+    previous: results::Previous,
+    index: results::TargetIndex,
+    changed: Vec<bool>,
+}
+
+impl ReusePlan {
+    fn new(project: &Project, previous: results::Previous) -> Option<ReusePlan> {
+        let modules = &project.modules;
+        let same_files = previous.files.len() == modules.len()
+            && (previous.files.iter().zip(modules)).all(|((path, _), m)| *path == m.path);
+        if !same_files {
+            return None;
+        }
+        let index = previous.index()?;
+        let imported = reuse::imported_flags(project);
+        if index.imported.len() != modules.len() {
+            return None;
+        }
+        let changed: Vec<bool> = (previous.files.iter().zip(modules))
+            .zip(index.imported.iter().zip(&imported))
+            .map(|(((_, stamp), m), (then, now))| {
+                stamp.is_none() || *stamp != m.stamp || then != now
+            })
+            .collect();
+        Some(ReusePlan {
+            previous,
+            index,
+            changed,
         })
-        .collect();
-    let output = previous.output(&index).ok()?;
-    let frames = previous.frames(&index).ok();
-    Some(Reused {
-        stored,
-        index,
-        output: std::sync::Mutex::new(Some(output)),
-        frames: std::sync::Mutex::new(frames),
-    })
+    }
+
+    /// Whether a changed file belongs to an installed distribution: what installed code
+    /// imports may then differ too.
+    fn installed_changed(&self, project: &Project) -> bool {
+        (project.modules.iter().zip(&self.changed))
+            .any(|(module, &changed)| changed && project.dists.owns(&module.path))
+    }
+
+    /// With the modules that list installed code reaching a changed file marked changed too.
+    fn marked(mut self, project: &Project) -> ReusePlan {
+        mark_installed_importers(project, &mut self.changed);
+        self
+    }
+
+    /// Per job, its target's number in the stored index when its output still holds: its
+    /// module reaches no changed module ([`reuse::affected`]).
+    fn stored(&self, project: &Project, jobs: &[(u32, Option<u32>)]) -> Vec<Option<u32>> {
+        let affected = reuse::affected(project, &self.changed);
+        let by_job: std::collections::HashMap<(u32, u32), u32> =
+            (self.index.jobs.iter().copied()).zip(0..).collect();
+        (jobs.iter())
+            .map(|&(module, scope)| {
+                let key = (module, scope.unwrap_or(results::NO_SCOPE));
+                (!affected[module as usize]).then(|| by_job.get(&key).copied())?
+            })
+            .collect()
+    }
+
+    fn into_reused(self, stored: Vec<Option<u32>>) -> Option<Reused> {
+        let output = self.previous.output(&self.index).ok()?;
+        let frames = self.previous.frames(&self.index).ok();
+        Some(Reused {
+            stored,
+            installed: self.previous.installed,
+            index: self.index,
+            output: std::sync::Mutex::new(Some(output)),
+            frames: std::sync::Mutex::new(frames),
+        })
+    }
 }
 
 /// Every target located, and the `--root` directories as found on disk.

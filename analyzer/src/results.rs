@@ -116,6 +116,8 @@ pub struct Previous {
     pub files: Vec<(PathBuf, Option<Stamp>)>,
     /// Each file's summary key then ([`Inputs::keys`]).
     pub keys: Vec<Option<crate::cache::CacheKey>>,
+    /// The installed files whose imports it followed ([`Inputs::installed`]), unchanged.
+    pub installed: Vec<(PathBuf, Option<Stamp>)>,
 }
 
 impl Previous {
@@ -307,6 +309,7 @@ impl ResultsCache {
                     index_len: header.index_len,
                     files: header.inputs.files,
                     keys: header.inputs.keys,
+                    installed: header.inputs.installed,
                 }),
             });
         }
