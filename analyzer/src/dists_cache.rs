@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use crate::dists::DistIndex;
-use crate::kept_files::{executable_hasher, read_stamped, settled, stamp, store_stamped, Stamped};
+use crate::kept_files::{executable_hasher, read_stamped, settled, store_stamped, Stamp, Stamped};
 
 /// The cache's directory under lfm's cache directory, and how many indexes it keeps (an
 /// index is ~3 MB for pandas and scikit-learn).
@@ -70,7 +70,7 @@ fn stamps(site_dirs: &[PathBuf], prefix: Option<&Path>) -> Vec<Stamped> {
     inputs(site_dirs, prefix)
         .into_iter()
         .map(|path| {
-            let at = stamp(&path);
+            let at = Stamp::of(&path);
             (path, at)
         })
         .collect()

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::dists::DistIndex;
 use crate::extract::{join_relative, ModuleSummary};
 use crate::kept_files::{
-    executable_hasher, read_stamped_with_stamps, settled, stamp, store_stamped, Stamped,
+    executable_hasher, read_stamped_with_stamps, settled, store_stamped, Stamp, Stamped,
 };
 
 /// The cache's directory under lfm's cache directory, and how many distributions it keeps.
@@ -516,7 +516,7 @@ fn load_dist_edges(
     let stamped_at = std::time::SystemTime::now();
     let stamps: Vec<Stamped> = match sources.cache_dir {
         Some(_) => paths()
-            .map(|path| (path.to_path_buf(), stamp(path)))
+            .map(|path| (path.to_path_buf(), Stamp::of(path)))
             .collect(),
         None => Vec::new(),
     };

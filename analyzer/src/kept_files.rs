@@ -69,10 +69,6 @@ pub type Stamped = (PathBuf, Option<Stamp>);
 /// two seconds' resolution; most file systems take mtimes from a clock of a few ms).
 const SETTLED: std::time::Duration = std::time::Duration::from_secs(2);
 
-pub fn stamp(path: &Path) -> Option<Stamp> {
-    Stamp::of(path)
-}
-
 /// Whether every stamp's mtime is older than `at` by [`SETTLED`]: a later change then gets a
 /// later mtime, even from a coarse clock. (Not the ctime: a file whose mtime was set back, as
 /// tests and `cp -p` do, would never count as settled; its stamp holds the ctime anyway.)
@@ -126,7 +122,7 @@ pub fn read_stamped_with_stamps<T: serde::de::DeserializeOwned>(
     let options = bincode_options().with_limit(bytes.len() as u64);
     let mut rest = bytes.as_slice();
     let stamps: Vec<Stamped> = options.deserialize_from(&mut rest).ok()?;
-    if !stamps.iter().all(|(path, at)| stamp(path) == *at) {
+    if !stamps.iter().all(|(path, at)| Stamp::of(path) == *at) {
         return None;
     }
     let value = options.deserialize_from(&mut rest).ok()?;
@@ -175,7 +171,7 @@ mod tests {
             .unwrap()
             .set_modified(old)
             .unwrap();
-        let stamps = vec![(source.clone(), stamp(&source))];
+        let stamps = vec![(source.clone(), Stamp::of(&source))];
         assert!(settled(&stamps, SystemTime::now()));
         store_stamped(dir.path(), "entry.bin", ".bin", 4, &stamps, &7u32);
         let entry = dir.path().join("entry.bin");

@@ -650,9 +650,7 @@ pub fn recall_or_summarize(
     known: Option<&(Stamp, CacheKey)>,
 ) -> Summarized {
     if let (Some(cache), Some((stamp, key))) = (cache, known) {
-        let now = std::fs::metadata(path)
-            .ok()
-            .map(|m| Stamp::from_metadata(&m));
+        let now = Stamp::of(path);
         if now.as_ref() == Some(stamp) {
             if let Some(summary) = cache.get(key) {
                 return (summary, None, now, Some(*key));

@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use lfm_analyzer::kept_files::{executable_hasher, read_stamped, settled, stamp, store_stamped};
+use lfm_analyzer::kept_files::{executable_hasher, read_stamped, settled, store_stamped, Stamp};
 use lfm_analyzer::{Environment, Options};
 use serde::{Deserialize, Serialize};
 
@@ -84,7 +84,7 @@ pub fn store(
     let stamps: Vec<_> = paths
         .into_iter()
         .map(|path| {
-            let at = stamp(&path);
+            let at = Stamp::of(&path);
             (path, at)
         })
         .collect();
