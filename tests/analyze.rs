@@ -479,6 +479,86 @@ fn stored_target_outputs_are_reused_only_where_no_changed_file_is_read() {
     assert!(names(target(&spec(&edited), "other:h")).contains(&"fractions".to_string()));
 }
 
+#[test]
+fn loaded_modules_are_restored_only_while_the_changed_files_write_the_same_imports() {
+    let cache = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let tree = project.path();
+    let write = |name: &str, text: &[u8]| std::fs::write(tree.join(name), text).unwrap();
+    std::fs::create_dir(tree.join("pkg")).unwrap();
+    write("pkg/__init__.py", b"from . import util\n");
+    // Loading warns of the relative import (above `pkg`) and of the undecodable byte.
+    write("pkg/util.py", b"import json\nfrom .. import toohigh\n");
+    write("pkg/bad.py", b"import csv\nx = '\xff'\n");
+    write(
+        "job.py",
+        b"import pkg.util\n\ndef f():\n    from pkg import bad\n    return bad.x\n",
+    );
+    let cached = || {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_lfm"))
+            .args(["analyze", "--format", "json", "--cache-dir"])
+            .arg(cache.path())
+            .arg(tree)
+            .env("LFM_TIMINGS", "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        (stdout, stderr.contains("its loaded modules restored"))
+    };
+    let fresh = || String::from_utf8(analyze_bytes(tree, None).0).unwrap();
+    let warning_lines = |text: &str| -> Vec<(String, u64)> {
+        let spec: serde_json::Value = serde_json::from_str(text).unwrap();
+        (spec["warnings"].as_array().unwrap().iter())
+            .map(|w| {
+                (
+                    w["file"].as_str().unwrap().to_string(),
+                    w["line"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(cached(), (fresh(), false));
+
+    // The same imports on other lines: restored, and the relative import's warning moves.
+    write(
+        "pkg/util.py",
+        b"# moved down\nimport json\nfrom .. import toohigh\n\ndef g():\n    return json\n",
+    );
+    let (edited, restored) = cached();
+    assert!(restored);
+    assert_eq!(edited, fresh());
+    assert!(warning_lines(&edited)
+        .iter()
+        .any(|(file, line)| file.ends_with("util.py") && *line == 3));
+
+    // The undecodable byte goes: restored, and its warning with it.
+    write("pkg/bad.py", b"import csv\nx = 'x'\n");
+    let (edited, restored) = cached();
+    assert!(restored);
+    assert_eq!(edited, fresh());
+    assert!(!warning_lines(&edited)
+        .iter()
+        .any(|(file, _)| file.ends_with("bad.py")));
+
+    // Another import: every import is resolved again.
+    write("pkg/bad.py", b"import csv\nimport decimal\nx = 'x'\n");
+    let (edited, restored) = cached();
+    assert!(!restored);
+    assert_eq!(edited, fresh());
+    assert!(
+        names(target(&serde_json::from_str(&edited).unwrap(), "job:f"))
+            .contains(&"decimal".to_string())
+    );
+    // And the result stored then is restored from in turn.
+    write(
+        "job.py",
+        b"import pkg.util\n\ndef f():\n    from pkg import bad\n    return bad\n",
+    );
+    assert_eq!(cached(), (fresh(), true));
+}
+
 /// A venv without pip whose site-packages holds made-up distributions `alpha` (whose
 /// `alpha.core` this test edits), `beta` and `gamma` (which imports alpha), all set back in
 /// time as an installed environment is; its python and site-packages.

@@ -25,6 +25,7 @@ pub mod installed_imports;
 pub mod interpreter;
 pub mod interpreter_cache;
 pub mod kept_files;
+pub mod module_table;
 pub mod paths;
 pub mod project;
 pub mod render;
@@ -156,6 +157,10 @@ pub struct Analysis {
     /// whose only changed inputs are source files.
     reused: Option<Reused>,
     environment: Environment,
+    /// The installed modules loading met, and how many of the project's warnings loading
+    /// gave: what a stored result's [`module_table::ModuleTable`] keeps.
+    met: Vec<std::sync::Arc<project::ThirdPartyModule>>,
+    loading_warnings: usize,
 }
 
 /// Targets whose output is copied from a stored result ([`reuse`]).
@@ -215,6 +220,13 @@ impl Analysis {
             dirs: self.project.listed_dirs().to_vec(),
             installed,
         })
+    }
+
+    /// The loaded modules, for a stored result: the next run restores them instead of
+    /// resolving every import again when the files that changed still write the same imports.
+    pub fn module_table(&self) -> Option<module_table::ModuleTable> {
+        let warnings = &self.project.warnings[..self.loading_warnings];
+        module_table::ModuleTable::of(&self.project.modules, &self.met, warnings)
     }
 
     /// What the target index of a stored result needs besides each target's span: the jobs as
@@ -505,21 +517,9 @@ pub fn prepare_or_reuse(
         .iter()
         .flat_map(|target| target.files.iter().map(|file| file.path.clone()))
         .collect();
-    type Known<'k> = Option<&'k HashMap<&'k Path, (results::Stamp, cache::CacheKey)>>;
-    let parse = |cache: Option<&SummaryCache>, known: Known| {
-        located_paths
-            .par_iter()
-            .map(|path| {
-                let known = known.and_then(|known| known.get(path.as_path()));
-                (
-                    path.clone(),
-                    project::recall_or_summarize(path, cache, known),
-                )
-            })
-            .collect::<Vec<(PathBuf, project::Summarized)>>()
-    };
     let mut results_miss = None;
     let mut previous = None;
+    let mut table = None;
     let (environment, env_key, cache, preparsed) = match reuse {
         // A stored result needs only the environment to be checked, so ask it first; the
         // summary cache is opened only when the result cannot be reused.
@@ -530,21 +530,33 @@ pub fn prepare_or_reuse(
                 Ok(hit) => return Ok(Prepared::Reused(hit)),
                 Err(miss) => {
                     results_miss = Some(miss.why);
-                    previous = miss.previous;
+                    previous = miss.previous.map(|previous| *previous);
                 }
             }
             timings.push(("look for a stored result", Checkpoint::since(started)));
             let cache = options.cache_dir.as_deref().map(SummaryCache::open);
             timings.push(("open cache", Checkpoint::since(started)));
             let known = known_summaries(previous.as_ref());
-            let preparsed = parse(cache.as_ref(), Some(&known));
+            table = previous.as_ref().and_then(results::Previous::module_table);
+            // Restoring the stored result's modules needs every file's summary now, not
+            // only the located ones'.
+            let stored_files: Vec<PathBuf>;
+            let paths = match (&table, &previous) {
+                (Some(_), Some(previous)) => {
+                    stored_files = previous.files.iter().map(|(p, _)| p.clone()).collect();
+                    &stored_files
+                }
+                _ => &located_paths,
+            };
+            let preparsed = parse_files(paths, cache.as_ref(), Some(&known));
             (Ok((interpreter, dists)), Some(env_key), cache, preparsed)
         }
         None => {
             let cache = options.cache_dir.as_deref().map(SummaryCache::open);
             timings.push(("open cache", Checkpoint::since(started)));
-            let (environment, preparsed) =
-                ask_while_parsing(&options.environment, || parse(cache.as_ref(), None))?;
+            let (environment, preparsed) = ask_while_parsing(&options.environment, || {
+                parse_files(&located_paths, cache.as_ref(), None)
+            })?;
             // Nothing will be stored: the environment needs no key.
             (environment, None, cache, preparsed)
         }
@@ -560,7 +572,13 @@ pub fn prepare_or_reuse(
     let (interpreter, dists) = environment?;
     let roots = search_roots(&located, &extra_roots);
     let mut project = Project::new(interpreter, dists, &roots, cache);
-    project.set_preparsed(preparsed);
+    let restored = match (table, &previous) {
+        (Some(table), Some(previous)) => restore_loaded(&mut project, table, &preparsed, previous),
+        _ => false,
+    };
+    if !restored {
+        project.set_preparsed(preparsed);
+    }
     project.progress = options.progress.clone();
 
     // (module, scope) pairs to compute; the closures themselves run in parallel below.
@@ -569,11 +587,17 @@ pub fn prepare_or_reuse(
         jobs.extend(target_jobs(&mut project, target)?);
     }
     let met = project.installed_modules_met();
+    let loading_warnings = project.warnings.len();
     project.finish_loading();
     scratch::release_all();
-    timings.push(("resolve imports", Checkpoint::since(started)));
+    timings.push(match restored {
+        true => ("restore the loaded modules", Checkpoint::since(started)),
+        false => ("resolve imports", Checkpoint::since(started)),
+    });
     // After the resolver's tables are freed: the peak stays where loading put it.
-    let reused = follow_installed_imports_and_reuse(&mut project, &jobs, previous, met, options);
+    let met_names = met.iter().map(|module| module.name.clone()).collect();
+    let reused =
+        follow_installed_imports_and_reuse(&mut project, &jobs, previous, met_names, options);
     timings.push((
         "follow installed code's imports",
         Checkpoint::since(started),
@@ -590,6 +614,9 @@ pub fn prepare_or_reuse(
             "{why}; the stored output of {count} of {} targets reused",
             jobs.len()
         );
+        if restored {
+            why.push_str(", its loaded modules restored");
+        }
     }
     Ok(Prepared::Fresh(Box::new(Analysis {
         project,
@@ -601,7 +628,44 @@ pub fn prepare_or_reuse(
         closure: options.closure,
         reused,
         environment: options.environment.clone(),
+        met,
+        loading_warnings,
     })))
+}
+
+/// Each of `paths` with its summary (from the cache, or by the stamp and key `known` from a
+/// stored result, or parsed), in parallel.
+fn parse_files(
+    paths: &[PathBuf],
+    cache: Option<&SummaryCache>,
+    known: Option<&HashMap<&Path, (results::Stamp, cache::CacheKey)>>,
+) -> Vec<(PathBuf, project::Summarized)> {
+    paths
+        .par_iter()
+        .map(|path| {
+            let known = known.and_then(|known| known.get(path.as_path()));
+            let summarized = project::recall_or_summarize(path, cache, known);
+            (path.clone(), summarized)
+        })
+        .collect()
+}
+
+/// Take the stored result's loaded modules (its [`module_table::ModuleTable`]) when every
+/// file changed since still writes the same imports; `files` are its files with their
+/// summaries now. False when they were not taken (loading resolves every import then).
+fn restore_loaded(
+    project: &mut Project,
+    table: module_table::ModuleTable,
+    files: &[(PathBuf, project::Summarized)],
+    previous: &results::Previous,
+) -> bool {
+    if files.len() != previous.files.len() {
+        return false;
+    }
+    let changed: Vec<bool> = (files.iter().zip(&previous.files))
+        .map(|((_, (_, _, now, _)), (_, then))| now.is_none() || now != then)
+        .collect();
+    project.restore(table, files, &changed, previous.dirs.clone())
 }
 
 /// The files of a stored result with their stamps and summary keys then: the unchanged ones

@@ -15,6 +15,7 @@ use crate::dists::{DistIndex, Owner};
 use crate::extract::{summarize, ImportEdge, ModuleSummary};
 use crate::installed_imports::{InstalledImports, Sources};
 use crate::interpreter::Interpreter;
+use crate::module_table::{imports_fingerprint, ModuleTable, Restored, RestoredModule};
 use crate::paths::path_key;
 use crate::resolve::{module_name_for, Location, Resolver, RootKind};
 use crate::results::Stamp;
@@ -162,10 +163,105 @@ impl Project {
     }
 
     /// The installed modules met while loading (what closures can list), by name.
-    pub fn installed_modules_met(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.third_party.keys().cloned().collect();
-        names.sort_unstable();
-        names
+    pub fn installed_modules_met(&self) -> Vec<Arc<ThirdPartyModule>> {
+        let mut met: Vec<Arc<ThirdPartyModule>> = self.third_party.values().cloned().collect();
+        met.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        met
+    }
+
+    /// Take a stored result's loaded modules ([`ModuleTable`]) instead of loading them: `files`
+    /// are its files in module order, each with its summary now, `changed` says which changed
+    /// since (each must still write the same imports), `dirs` what it listed. False, and
+    /// nothing taken, when the table does not fit them.
+    pub fn restore(
+        &mut self,
+        table: ModuleTable,
+        files: &[(PathBuf, Summarized)],
+        changed: &[bool],
+        dirs: Vec<(PathBuf, Option<Stamp>)>,
+    ) -> bool {
+        let fits = table.len() == files.len()
+            && changed.len() == files.len()
+            && self.modules.is_empty()
+            && (files.iter().zip(changed).enumerate()).all(|(id, ((_, summarized), &changed))| {
+                !changed || table.same_imports(id, &imports_fingerprint(&summarized.0))
+            });
+        if !fits {
+            return false;
+        }
+        let module_of = |id: u32, restored: RestoredModule| {
+            let (path, (summary, _, stamp, key)) = &files[id as usize];
+            LoadedModule {
+                name: restored.name,
+                path: path.clone(),
+                display: self.display_path(path),
+                is_package: restored.is_package,
+                summary: summary.clone(),
+                stamp: *stamp,
+                key: *key,
+                targets: restored.targets,
+                bound: restored.bound,
+                parent: restored.parent,
+                installed: restored.installed,
+            }
+        };
+        let Some(Restored {
+            modules,
+            met,
+            warnings: stored_warnings,
+        }) = table.restore(module_of)
+        else {
+            return false;
+        };
+        for (id, module) in modules.iter().enumerate() {
+            self.by_path
+                .insert(path_key(&module.path).into_owned(), id as u32);
+            if !self.dists.owns(&module.path) {
+                self.by_name.entry(module.name.clone()).or_insert(id as u32);
+            }
+        }
+        self.modules = modules;
+        self.third_party = (met.into_iter())
+            .map(|module| (module.name.clone(), module))
+            .collect();
+        self.warnings
+            .extend(self.loading_warnings(stored_warnings, files, changed));
+        self.resolver.restore_listed(dirs);
+        self.parsed = self.modules.len();
+        true
+    }
+
+    /// The warnings loading gave about files: the stored ones, but those about `changed`
+    /// files made again from their summaries now.
+    fn loading_warnings(
+        &self,
+        stored: Vec<Warning>,
+        files: &[(PathBuf, Summarized)],
+        changed: &[bool],
+    ) -> Vec<Warning> {
+        let changed: Vec<usize> = (0..changed.len()).filter(|&id| changed[id]).collect();
+        let remade: std::collections::HashSet<&str> = (changed.iter())
+            .map(|&id| self.modules[id].display.as_str())
+            .collect();
+        let mut warnings: Vec<Warning> = (stored.into_iter())
+            .filter(|warning| !remade.contains(warning.file.as_str()))
+            .collect();
+        for id in changed {
+            let module = &self.modules[id];
+            if let Some(message) = &files[id].1 .1 {
+                warnings.push(Warning {
+                    file: module.display.clone(),
+                    line: 0,
+                    message: message.clone(),
+                });
+            }
+            for edge in module.summary.imports.iter().filter(|edge| edge.level > 0) {
+                if relative_base(&module.name, module.is_package, edge.level).is_none() {
+                    warnings.push(beyond_top_level(module, edge));
+                }
+            }
+        }
+        warnings
     }
 
     /// Follow what the installed modules `roots` import when they are imported
@@ -473,14 +569,7 @@ impl Project {
         match relative_base(&module.name, module.is_package, edge.level) {
             Some(base) => Some(join_dotted(&base, written)),
             None => {
-                let warning = Warning {
-                    file: self.display_path(&module.path),
-                    line: edge.line,
-                    message: format!(
-                        "relative import (level {}) reaches beyond the top-level package of {}",
-                        edge.level, module.name
-                    ),
-                };
+                let warning = beyond_top_level(module, edge);
                 self.warnings.push(warning);
                 None
             }
@@ -595,6 +684,18 @@ impl Project {
                 targets.push(EdgeTarget::Local(id));
             }
         }
+    }
+}
+
+/// The warning for a relative import of `module` that climbs above its top-level package.
+fn beyond_top_level(module: &LoadedModule, edge: &ImportEdge) -> Warning {
+    Warning {
+        file: module.display.clone(),
+        line: edge.line,
+        message: format!(
+            "relative import (level {}) reaches beyond the top-level package of {}",
+            edge.level, module.name
+        ),
     }
 }
 

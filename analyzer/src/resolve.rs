@@ -108,6 +108,12 @@ impl Resolver {
         &self.listed
     }
 
+    /// What a stored result's resolving listed (still the same), for the next result to keep
+    /// ([`crate::project::Project::restore`]).
+    pub fn restore_listed(&mut self, listed: Vec<(PathBuf, Option<crate::results::Stamp>)>) {
+        self.listed = listed;
+    }
+
     pub fn is_stdlib_name(&self, top_level: &str) -> bool {
         self.stdlib.contains(top_level) || self.builtins.contains(top_level)
     }

@@ -16,8 +16,9 @@
 //! still handed back ([`Previous`]): each target's output is stored with where it starts and
 //! how long it is ([`TargetIndex`]), and the caller reuses those of targets that could not
 //! read a changed file ([`crate::reuse`]) and computes the others, with the summary cache.
-//! An entry is the zstd-compressed output, then the target index (bincode), then the header
-//! (inputs, outcome and the index's length, bincode), then the header's length (u64
+//! An entry is the zstd-compressed output, then the target index (bincode), then the loaded
+//! modules' table ([`crate::module_table`], bincode, possibly empty), then the header (inputs,
+//! outcome and the two sections' lengths, bincode), then the header's length (u64
 //! little-endian): the output is compressed straight into the file as it is printed, and a
 //! lookup reads only the header. The least recently used entries beyond [`KEPT_RESULTS`] are
 //! deleted.
@@ -29,8 +30,10 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::module_table::ModuleTable;
+
 /// Names the layout of an entry; entries of another layout are ignored.
-const LAYOUT: &str = "lfm-results/7";
+const LAYOUT: &str = "lfm-results/8";
 
 /// How many results (one per distinct request) the cache keeps.
 pub const KEPT_RESULTS: usize = 16;
@@ -67,8 +70,10 @@ struct Header {
     layout: String,
     inputs: Inputs,
     outcome: Outcome,
-    /// Bytes of the [`TargetIndex`] between the compressed output and the header.
+    /// Bytes of the [`TargetIndex`] after the compressed output.
     index_len: u64,
+    /// Bytes of the [`ModuleTable`] after the target index (0: none stored).
+    table_len: u64,
 }
 
 /// Each target of a stored output, in output order: enough to copy its JSON into a later
@@ -103,7 +108,7 @@ pub struct TargetOutcome {
 /// Why a stored result was not replayed, and the entry when only source files changed.
 pub struct Miss {
     pub why: String,
-    pub previous: Option<Previous>,
+    pub previous: Option<Box<Previous>>,
 }
 
 /// An entry computed with the same environment, targets and directory listings as now, some of
@@ -118,9 +123,25 @@ pub struct Previous {
     pub keys: Vec<Option<crate::cache::CacheKey>>,
     /// The installed files whose imports it followed ([`Inputs::installed`]), unchanged.
     pub installed: Vec<(PathBuf, Option<Stamp>)>,
+    /// The directories it listed ([`Inputs::dirs`]), unchanged.
+    pub dirs: Vec<(PathBuf, Option<Stamp>)>,
+    table_len: u64,
 }
 
 impl Previous {
+    /// Its loaded modules' table; `None` when none was stored or it cannot be read back.
+    pub fn module_table(&self) -> Option<ModuleTable> {
+        if self.table_len == 0 {
+            return None;
+        }
+        let mut section = vec![0u8; usize::try_from(self.table_len).ok()?];
+        (&self.file)
+            .seek(SeekFrom::Start(self.compressed_len + self.index_len))
+            .ok()?;
+        (&self.file).read_exact(&mut section).ok()?;
+        bincode::deserialize(&section).ok()
+    }
+
     /// Its target index; `None` when it cannot be read back.
     pub fn index(&self) -> Option<TargetIndex> {
         let mut section = vec![0u8; usize::try_from(self.index_len).ok()?];
@@ -303,14 +324,16 @@ impl ResultsCache {
         if let Some(changed) = changed_file(&header.inputs.files) {
             return Err(Miss {
                 why: format!("{changed} changed"),
-                previous: Some(Previous {
+                previous: Some(Box::new(Previous {
                     file,
                     compressed_len,
                     index_len: header.index_len,
                     files: header.inputs.files,
                     keys: header.inputs.keys,
                     installed: header.inputs.installed,
-                }),
+                    dirs: header.inputs.dirs,
+                    table_len: header.table_len,
+                })),
             });
         }
         // Recently used entries are the ones eviction keeps.
@@ -354,7 +377,8 @@ fn read_header(file: &mut std::fs::File) -> Option<(Header, u64)> {
     let mut header = vec![0u8; usize::try_from(header_len).ok()?];
     file.read_exact(&mut header).ok()?;
     let header = bincode::deserialize::<Header>(&header).ok()?;
-    let compressed_len = compressed_len.checked_sub(header.index_len)?;
+    let compressed_len =
+        (compressed_len.checked_sub(header.table_len)?).checked_sub(header.index_len)?;
     Some((header, compressed_len))
 }
 
@@ -424,32 +448,42 @@ impl ResultWriter {
     /// Store the output with what it was computed from (temp file + rename), then delete the
     /// least recently used entries beyond [`KEPT_RESULTS`]. `jobs` and `imported` complete
     /// the target index ([`TargetIndex`]); a count of targets other than the ones noted
-    /// stores no index, so nothing will be reused from this result but the whole of it.
+    /// stores no index (nor `table`), so nothing will be reused from this result but the
+    /// whole of it.
     pub fn finish(
         mut self,
         inputs: Inputs,
         (jobs, imported): (Vec<(u32, u32)>, Vec<bool>),
+        table: Option<ModuleTable>,
         outcome: Outcome,
     ) -> Result<()> {
         let encoder = self.encoder.take().context("already finished")?;
         let (mut file, frames) = encoder.finish().context("finishing zstd")?;
         let mut index = std::mem::take(&mut self.index);
+        let mut table = table.unwrap_or_default();
         if jobs.len() == index.spans.len() {
             index.jobs = jobs;
             index.imported = imported;
             index.frames = frames;
         } else {
             index = TargetIndex::default();
+            table = ModuleTable::default();
         }
         let index = bincode::serialize(&index).context("serialising the target index")?;
+        let table = match table.is_empty() {
+            true => Vec::new(),
+            false => bincode::serialize(&table).context("serialising the module table")?,
+        };
         let header = bincode::serialize(&Header {
             layout: LAYOUT.to_string(),
             inputs,
             outcome,
             index_len: index.len() as u64,
+            table_len: table.len() as u64,
         })
         .context("serialising the result header")?;
         file.write_all(&index)
+            .and_then(|_| file.write_all(&table))
             .and_then(|_| file.write_all(&header))
             .and_then(|_| file.write_all(&(header.len() as u64).to_le_bytes()))
             .with_context(|| format!("writing {}", self.tmp.display()))?;
@@ -550,7 +584,7 @@ mod tests {
             missing_required: true,
         };
         writer
-            .finish(inputs, (Vec::new(), Vec::new()), outcome)
+            .finish(inputs, (Vec::new(), Vec::new()), None, outcome)
             .unwrap();
     }
 
@@ -647,7 +681,7 @@ mod tests {
         };
         let keys = (vec![(0, NO_SCOPE), (0, 1)], vec![false]);
         writer
-            .finish(inputs(project.path(), &file), keys, outcome)
+            .finish(inputs(project.path(), &file), keys, None, outcome)
             .unwrap();
 
         std::fs::write(&file, "import re\n").unwrap();

@@ -309,7 +309,8 @@ fn finish(
             warnings: totals.count_warnings() as u64,
             missing_required: totals.missing_required,
         };
-        if let Err(error) = record.finish(inputs, analysis.index_keys(), outcome) {
+        let table = analysis.module_table();
+        if let Err(error) = record.finish(inputs, analysis.index_keys(), table, outcome) {
             eprintln!("warning: the result was not stored: {error:#}");
         }
     }
