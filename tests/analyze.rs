@@ -551,10 +551,16 @@ fn loaded_modules_are_restored_only_while_the_changed_files_write_the_same_impor
         names(target(&serde_json::from_str(&edited).unwrap(), "job:f"))
             .contains(&"decimal".to_string())
     );
-    // And the result stored then is restored from in turn.
+    // And the result stored then is restored from in turn, and the one stored after that
+    // (its table kept as it was read).
     write(
         "job.py",
         b"import pkg.util\n\ndef f():\n    from pkg import bad\n    return bad\n",
+    );
+    assert_eq!(cached(), (fresh(), true));
+    write(
+        "job.py",
+        b"import pkg.util\n\ndef f():\n    from pkg import bad\n    return 1\n",
     );
     assert_eq!(cached(), (fresh(), true));
 }

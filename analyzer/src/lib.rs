@@ -48,7 +48,7 @@ use crate::cache::SummaryCache;
 use crate::dists::DistIndex;
 use crate::extract::ScopeKind;
 use crate::interpreter::Interpreter;
-use crate::project::{PendingModule, Project};
+use crate::project::{PendingModule, Project, Restoration};
 use crate::resolve::{module_name_for, Location, Resolver};
 use crate::spec::{PythonInfo, Spec, SPEC_FORMAT};
 
@@ -161,6 +161,8 @@ pub struct Analysis {
     /// gave: what a stored result's [`module_table::ModuleTable`] keeps.
     met: Vec<std::sync::Arc<project::ThirdPartyModule>>,
     loading_warnings: usize,
+    /// The stored result's table, when it was restored and would be made the same again.
+    stored_table: Option<Vec<u8>>,
 }
 
 /// Targets whose output is copied from a stored result ([`reuse`]).
@@ -224,9 +226,15 @@ impl Analysis {
 
     /// The loaded modules, for a stored result: the next run restores them instead of
     /// resolving every import again when the files that changed still write the same imports.
-    pub fn module_table(&self) -> Option<module_table::ModuleTable> {
+    /// ([`module_table::ModuleTable::to_bytes`]; empty when none can be made).
+    pub fn module_table(&self) -> Vec<u8> {
+        if let Some(stored) = &self.stored_table {
+            return stored.clone();
+        }
         let warnings = &self.project.warnings[..self.loading_warnings];
         module_table::ModuleTable::of(&self.project.modules, &self.met, warnings)
+            .map(|table| table.to_bytes())
+            .unwrap_or_default()
     }
 
     /// What the target index of a stored result needs besides each target's span: the jobs as
@@ -572,13 +580,21 @@ pub fn prepare_or_reuse(
     let (interpreter, dists) = environment?;
     let roots = search_roots(&located, &extra_roots);
     let mut project = Project::new(interpreter, dists, &roots, cache);
-    let restored = match (table, &previous) {
+    let restoration = match (&table, &previous) {
         (Some(table), Some(previous)) => restore_loaded(&mut project, table, &preparsed, previous),
-        _ => false,
+        _ => Restoration::Refused,
     };
+    let restored = restoration != Restoration::Refused;
     if !restored {
         project.set_preparsed(preparsed);
     }
+    // A table restored as it was is stored again as it was, not made and written anew.
+    let stored_table = table.filter(|_| {
+        restoration
+            == Restoration::Restored {
+                table_unchanged: true,
+            }
+    });
     project.progress = options.progress.clone();
 
     // (module, scope) pairs to compute; the closures themselves run in parallel below.
@@ -630,6 +646,7 @@ pub fn prepare_or_reuse(
         environment: options.environment.clone(),
         met,
         loading_warnings,
+        stored_table,
     })))
 }
 
@@ -650,17 +667,20 @@ fn parse_files(
         .collect()
 }
 
-/// Take the stored result's loaded modules (its [`module_table::ModuleTable`]) when every
-/// file changed since still writes the same imports; `files` are its files with their
-/// summaries now. False when they were not taken (loading resolves every import then).
+/// Take the stored result's loaded modules (its [`module_table::ModuleTable`], as stored)
+/// when every file changed since still writes the same imports; `files` are its files with
+/// their summaries now. When refused, loading resolves every import.
 fn restore_loaded(
     project: &mut Project,
-    table: module_table::ModuleTable,
+    table: &[u8],
     files: &[(PathBuf, project::Summarized)],
     previous: &results::Previous,
-) -> bool {
+) -> Restoration {
+    let Some(table) = module_table::ModuleTable::from_bytes(table) else {
+        return Restoration::Refused;
+    };
     if files.len() != previous.files.len() {
-        return false;
+        return Restoration::Refused;
     }
     let changed: Vec<bool> = (files.iter().zip(&previous.files))
         .map(|((_, (_, _, now, _)), (_, then))| now.is_none() || now != then)

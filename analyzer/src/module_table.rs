@@ -119,6 +119,16 @@ impl ModuleTable {
         })
     }
 
+    /// The table as a stored result keeps it (bincode); empty when it cannot be written.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        bincode::serialize(self).unwrap_or_default()
+    }
+
+    /// A table read back; `None` when the bytes are not one (a damaged entry).
+    pub fn from_bytes(bytes: &[u8]) -> Option<ModuleTable> {
+        bincode::deserialize(bytes).ok()
+    }
+
     pub fn len(&self) -> usize {
         self.modules.len()
     }
@@ -399,8 +409,7 @@ mod tests {
         };
         let table = ModuleTable::of(&modules, &[numpy], &[warning.clone(), no_file]).unwrap();
         assert_eq!(table.target_lists.len(), 3, "a shared list is stored once");
-        let bytes = bincode::serialize(&table).unwrap();
-        let table: ModuleTable = bincode::deserialize(&bytes).unwrap();
+        let table = ModuleTable::from_bytes(&table.to_bytes()).unwrap();
         assert!(table.same_imports(1, &imports_fingerprint(&modules[1].summary)));
         assert!(!table.same_imports(1, &imports_fingerprint(&modules[0].summary)));
         let Restored {

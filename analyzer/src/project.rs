@@ -171,15 +171,15 @@ impl Project {
 
     /// Take a stored result's loaded modules ([`ModuleTable`]) instead of loading them: `files`
     /// are its files in module order, each with its summary now, `changed` says which changed
-    /// since (each must still write the same imports), `dirs` what it listed. False, and
-    /// nothing taken, when the table does not fit them.
+    /// since (each must still write the same imports), `dirs` what it listed. Nothing is
+    /// taken when the table does not fit them.
     pub fn restore(
         &mut self,
         table: ModuleTable,
         files: &[(PathBuf, Summarized)],
         changed: &[bool],
         dirs: Vec<(PathBuf, Option<Stamp>)>,
-    ) -> bool {
+    ) -> Restoration {
         let fits = table.len() == files.len()
             && changed.len() == files.len()
             && self.modules.is_empty()
@@ -187,7 +187,7 @@ impl Project {
                 !changed || table.same_imports(id, &imports_fingerprint(&summarized.0))
             });
         if !fits {
-            return false;
+            return Restoration::Refused;
         }
         let module_of = |id: u32, restored: RestoredModule| {
             let (path, (summary, _, stamp, key)) = &files[id as usize];
@@ -211,7 +211,7 @@ impl Project {
             warnings: stored_warnings,
         }) = table.restore(module_of)
         else {
-            return false;
+            return Restoration::Refused;
         };
         for (id, module) in modules.iter().enumerate() {
             self.by_path
@@ -224,28 +224,32 @@ impl Project {
         self.third_party = (met.into_iter())
             .map(|module| (module.name.clone(), module))
             .collect();
-        self.warnings
-            .extend(self.loading_warnings(stored_warnings, files, changed));
+        let (warnings, warnings_unchanged) = self.loading_warnings(stored_warnings, files, changed);
+        self.warnings.extend(warnings);
         self.resolver.restore_listed(dirs);
         self.parsed = self.modules.len();
-        true
+        Restoration::Restored {
+            table_unchanged: warnings_unchanged,
+        }
     }
 
     /// The warnings loading gave about files: the stored ones, but those about `changed`
-    /// files made again from their summaries now.
+    /// files made again from their summaries now; and whether that left them as stored.
     fn loading_warnings(
         &self,
         stored: Vec<Warning>,
         files: &[(PathBuf, Summarized)],
         changed: &[bool],
-    ) -> Vec<Warning> {
+    ) -> (Vec<Warning>, bool) {
         let changed: Vec<usize> = (0..changed.len()).filter(|&id| changed[id]).collect();
         let remade: std::collections::HashSet<&str> = (changed.iter())
             .map(|&id| self.modules[id].display.as_str())
             .collect();
+        let stored_count = stored.len();
         let mut warnings: Vec<Warning> = (stored.into_iter())
             .filter(|warning| !remade.contains(warning.file.as_str()))
             .collect();
+        let none_dropped = warnings.len() == stored_count;
         for id in changed {
             let module = &self.modules[id];
             if let Some(message) = &files[id].1 .1 {
@@ -261,7 +265,8 @@ impl Project {
                 }
             }
         }
-        warnings
+        let unchanged = none_dropped && warnings.len() == stored_count;
+        (warnings, unchanged)
     }
 
     /// Follow what the installed modules `roots` import when they are imported
@@ -685,6 +690,16 @@ impl Project {
             }
         }
     }
+}
+
+/// What became of a stored result's [`ModuleTable`] ([`Project::restore`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restoration {
+    /// It did not fit: modules are loaded and every import resolved.
+    Refused,
+    /// Its modules were taken; `table_unchanged` when a table made of them now would be the
+    /// same (no warning about a changed file came or went), so its bytes can be kept as they are.
+    Restored { table_unchanged: bool },
 }
 
 /// The warning for a relative import of `module` that climbs above its top-level package.

@@ -30,6 +30,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+#[cfg(doc)]
 use crate::module_table::ModuleTable;
 
 /// Names the layout of an entry; entries of another layout are ignored.
@@ -129,8 +130,9 @@ pub struct Previous {
 }
 
 impl Previous {
-    /// Its loaded modules' table; `None` when none was stored or it cannot be read back.
-    pub fn module_table(&self) -> Option<ModuleTable> {
+    /// Its loaded modules' table ([`ModuleTable::to_bytes`]); `None` when none was stored or
+    /// it cannot be read back.
+    pub fn module_table(&self) -> Option<Vec<u8>> {
         if self.table_len == 0 {
             return None;
         }
@@ -139,7 +141,7 @@ impl Previous {
             .seek(SeekFrom::Start(self.compressed_len + self.index_len))
             .ok()?;
         (&self.file).read_exact(&mut section).ok()?;
-        bincode::deserialize(&section).ok()
+        Some(section)
     }
 
     /// Its target index; `None` when it cannot be read back.
@@ -448,32 +450,28 @@ impl ResultWriter {
     /// Store the output with what it was computed from (temp file + rename), then delete the
     /// least recently used entries beyond [`KEPT_RESULTS`]. `jobs` and `imported` complete
     /// the target index ([`TargetIndex`]); a count of targets other than the ones noted
-    /// stores no index (nor `table`), so nothing will be reused from this result but the
-    /// whole of it.
+    /// stores no index (nor `table`, the loaded modules' [`ModuleTable::to_bytes`], empty for
+    /// none), so nothing will be reused from this result but the whole of it.
     pub fn finish(
         mut self,
         inputs: Inputs,
         (jobs, imported): (Vec<(u32, u32)>, Vec<bool>),
-        table: Option<ModuleTable>,
+        table: Vec<u8>,
         outcome: Outcome,
     ) -> Result<()> {
         let encoder = self.encoder.take().context("already finished")?;
         let (mut file, frames) = encoder.finish().context("finishing zstd")?;
         let mut index = std::mem::take(&mut self.index);
-        let mut table = table.unwrap_or_default();
+        let mut table = table;
         if jobs.len() == index.spans.len() {
             index.jobs = jobs;
             index.imported = imported;
             index.frames = frames;
         } else {
             index = TargetIndex::default();
-            table = ModuleTable::default();
+            table = Vec::new();
         }
         let index = bincode::serialize(&index).context("serialising the target index")?;
-        let table = match table.is_empty() {
-            true => Vec::new(),
-            false => bincode::serialize(&table).context("serialising the module table")?,
-        };
         let header = bincode::serialize(&Header {
             layout: LAYOUT.to_string(),
             inputs,
@@ -584,7 +582,7 @@ mod tests {
             missing_required: true,
         };
         writer
-            .finish(inputs, (Vec::new(), Vec::new()), None, outcome)
+            .finish(inputs, (Vec::new(), Vec::new()), Vec::new(), outcome)
             .unwrap();
     }
 
@@ -681,7 +679,7 @@ mod tests {
         };
         let keys = (vec![(0, NO_SCOPE), (0, 1)], vec![false]);
         writer
-            .finish(inputs(project.path(), &file), keys, None, outcome)
+            .finish(inputs(project.path(), &file), keys, Vec::new(), outcome)
             .unwrap();
 
         std::fs::write(&file, "import re\n").unwrap();
