@@ -372,15 +372,16 @@ impl Analysis {
         let never = |_: results::SharedBytes, _: &results::TargetOutcome, _: u32| {
             unreachable!("not reused")
         };
-        self.map_chunks_inner(chunk, map, never, false, sink)
+        self.map_chunks_inner(|| chunk, map, never, false, sink)
     }
 
     /// Like [`Analysis::map_chunks`], but a target whose output a stored result holds
     /// ([`prepare_or_reuse`]) is given to `stored` as that JSON, its outcome and its number
-    /// there instead.
+    /// there instead; and each chunk is `chunk()` targets long (asked before it is made), so
+    /// that the caller can keep a chunk's rendered output to a size.
     pub fn map_chunks_reusing<T: Send, E>(
         &self,
-        chunk: usize,
+        chunk: impl FnMut() -> usize,
         map: impl Fn(spec::TargetView<'_>) -> T + Sync,
         stored: impl Fn(results::SharedBytes, &results::TargetOutcome, u32) -> T,
         sink: impl FnMut(Vec<T>) -> Result<(), E>,
@@ -390,7 +391,7 @@ impl Analysis {
 
     fn map_chunks_inner<T: Send, E>(
         &self,
-        chunk: usize,
+        mut chunk: impl FnMut() -> usize,
         map: impl Fn(spec::TargetView<'_>) -> T + Sync,
         stored: impl Fn(results::SharedBytes, &results::TargetOutcome, u32) -> T,
         reuse: bool,
@@ -400,8 +401,12 @@ impl Analysis {
         let memos = std::sync::OnceLock::new();
         let memos = || memos.get_or_init(|| closure::ModuleMemos::new(&self.project));
         let reused = self.reused.as_ref().filter(|_| reuse);
-        for (number, jobs) in self.jobs.chunks(chunk.max(1)).enumerate() {
-            let first = number * chunk.max(1);
+        let mut first = 0;
+        while first < self.jobs.len() {
+            let len = chunk().clamp(1, self.jobs.len() - first);
+            let jobs = &self.jobs[first..first + len];
+            first += len;
+            let first = first - len;
             // Read in order here: the stored output is one compressed stream.
             let mut copied: Vec<Option<T>> = (first..first + jobs.len())
                 .map(|job| reused.and_then(|r| r.read(job)))

@@ -22,6 +22,42 @@ pub const EXIT_MISSING_REQUIRED: i32 = 4;
 /// 128 rather than 512: the same speed, 7 MiB less peak memory on the bench tree.
 const CHUNK: usize = 128;
 
+/// What a chunk of rendered JSON targets may hold before it is written, near enough: a
+/// function's JSON in a large local package (sympy, scipy) can be over a megabyte, and 128
+/// of those held at once made the peak memory of `--format json` 300-560 MiB.
+const CHUNK_BYTES: usize = 16 << 20;
+
+/// The length of the next chunk of JSON targets: up to [`CHUNK`], fewer where the last
+/// chunk's targets were large, never fewer than two per thread; starting from the fewest and
+/// at most doubling, as the first targets' size is not known.
+struct ChunkSizer {
+    next: std::cell::Cell<usize>,
+    fewest: usize,
+}
+
+impl ChunkSizer {
+    fn new() -> ChunkSizer {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let fewest = (2 * threads).min(CHUNK);
+        ChunkSizer {
+            next: std::cell::Cell::new(fewest),
+            fewest,
+        }
+    }
+
+    fn next(&self) -> usize {
+        self.next.get()
+    }
+
+    /// A chunk of `targets` targets was `bytes` long.
+    fn saw(&self, targets: usize, bytes: usize) {
+        let average = bytes.div_ceil(targets.max(1)).max(1);
+        let most = (2 * targets).min(CHUNK).max(self.fewest);
+        self.next
+            .set((CHUNK_BYTES / average).clamp(self.fewest, most));
+    }
+}
+
 pub fn run(args: AnalyzeArgs) -> i32 {
     crate::purge_freed_pages_soon();
     let environment_given = args.python.is_some() || args.env.is_some();
@@ -758,36 +794,44 @@ fn write_json(
             Some((old, outcome.clone())),
         )
     };
-    analysis.map_chunks_reusing(CHUNK, render, stored, |mut rendered| {
-        advance(bar, rendered.len(), analysis.len());
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * rendered.len());
-        let first_in_chunk = first;
-        for (counts, bytes, stored) in &mut rendered {
-            // A computed target's counts are needed again below, for its outcome.
-            totals.add(match stored {
-                Some(_) => std::mem::take(counts),
-                None => counts.clone(),
-            });
-            if !first {
-                parts.push(b",");
+    let sizer = ChunkSizer::new();
+    analysis.map_chunks_reusing(
+        || sizer.next(),
+        render,
+        stored,
+        |mut rendered| {
+            advance(bar, rendered.len(), analysis.len());
+            let bytes = rendered.iter().map(|(_, bytes, _)| bytes.len()).sum();
+            sizer.saw(rendered.len(), bytes);
+            let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * rendered.len());
+            let first_in_chunk = first;
+            for (counts, bytes, stored) in &mut rendered {
+                // A computed target's counts are needed again below, for its outcome.
+                totals.add(match stored {
+                    Some(_) => std::mem::take(counts),
+                    None => counts.clone(),
+                });
+                if !first {
+                    parts.push(b",");
+                }
+                first = false;
+                parts.push(bytes);
             }
-            first = false;
-            parts.push(bytes);
-        }
-        out.write_parts(&parts)?;
-        let Some(record) = &mut out.record else {
-            return Ok::<(), std::io::Error>(());
-        };
-        for (number, (counts, bytes, stored)) in rendered.into_iter().enumerate() {
-            let comma = !(first_in_chunk && number == 0);
-            let (outcome, old) = match stored {
-                Some((old, outcome)) => (outcome, Some(old)),
-                None => (counts.to_outcome(), None),
+            out.write_parts(&parts)?;
+            let Some(record) = &mut out.record else {
+                return Ok::<(), std::io::Error>(());
             };
-            record.write_target(comma, &bytes, outcome, old)?;
-        }
-        Ok(())
-    })?;
+            for (number, (counts, bytes, stored)) in rendered.into_iter().enumerate() {
+                let comma = !(first_in_chunk && number == 0);
+                let (outcome, old) = match stored {
+                    Some((old, outcome)) => (outcome, Some(old)),
+                    None => (counts.to_outcome(), None),
+                };
+                record.write_target(comma, &bytes, outcome, old)?;
+            }
+            Ok(())
+        },
+    )?;
     write!(out, "],\"warnings\":")?;
     value(out, pretty, &analysis.warnings())?;
     writeln!(out, "}}")
@@ -932,5 +976,31 @@ fn write_missing(out: &mut String, target: &TargetSpec) {
             missing.name,
             missing.required_by.join(" -> ")
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_of_large_targets_are_kept_near_their_byte_budget() {
+        let sizer = ChunkSizer::new();
+        let fewest = sizer.next();
+        assert!((2..=CHUNK).contains(&fewest));
+        // Small targets: the chunk doubles up to its cap.
+        let mut lengths = Vec::new();
+        for _ in 0..10 {
+            let len = sizer.next();
+            lengths.push(len);
+            sizer.saw(len, len * 3_000);
+        }
+        assert_eq!(lengths[1], (2 * fewest).min(CHUNK));
+        assert_eq!(sizer.next(), CHUNK);
+        // Targets of 2 MB each: 8 of them fill the budget, but never fewer than the fewest.
+        sizer.saw(CHUNK, CHUNK * (2 << 20));
+        assert_eq!(sizer.next(), (CHUNK_BYTES / (2 << 20)).max(fewest));
+        sizer.saw(4, 4 * (64 << 20));
+        assert_eq!(sizer.next(), fewest);
     }
 }
