@@ -66,7 +66,7 @@ mod stored;
 pub use stored::StoredIndex;
 
 /// Who owns a module file.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Owner {
     One(u32),
     Ambiguous(Vec<u32>),

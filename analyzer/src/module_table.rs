@@ -54,14 +54,7 @@ struct TableModule {
 struct TableInstalled {
     name: String,
     display: String,
-    owner: TableOwner,
-}
-
-#[derive(Debug, PartialEq, Serialize, Deserialize)]
-enum TableOwner {
-    One(u32),
-    Ambiguous(Vec<u32>),
-    Unknown,
+    owner: Owner,
 }
 
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
@@ -155,7 +148,7 @@ impl ModuleTable {
                 Arc::new(ThirdPartyModule {
                     name: module.name,
                     display: module.display,
-                    owner: module.owner.into(),
+                    owner: module.owner,
                 })
             })
             .collect();
@@ -320,21 +313,7 @@ fn table_installed(module: &ThirdPartyModule) -> TableInstalled {
     TableInstalled {
         name: module.name.clone(),
         display: module.display.clone(),
-        owner: match &module.owner {
-            Owner::One(dist) => TableOwner::One(*dist),
-            Owner::Ambiguous(dists) => TableOwner::Ambiguous(dists.clone()),
-            Owner::Unknown => TableOwner::Unknown,
-        },
-    }
-}
-
-impl From<TableOwner> for Owner {
-    fn from(owner: TableOwner) -> Owner {
-        match owner {
-            TableOwner::One(dist) => Owner::One(dist),
-            TableOwner::Ambiguous(dists) => Owner::Ambiguous(dists),
-            TableOwner::Unknown => Owner::Unknown,
-        }
+        owner: module.owner.clone(),
     }
 }
 

@@ -30,9 +30,6 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-#[cfg(doc)]
-use crate::module_table::ModuleTable;
-
 /// Names the layout of an entry; entries of another layout are ignored.
 const LAYOUT: &str = "lfm-results/8";
 
@@ -73,7 +70,7 @@ struct Header {
     outcome: Outcome,
     /// Bytes of the [`TargetIndex`] after the compressed output.
     index_len: u64,
-    /// Bytes of the [`ModuleTable`] after the target index (0: none stored).
+    /// Bytes of the [`crate::module_table::ModuleTable`] after the target index (0: none stored).
     table_len: u64,
 }
 
@@ -130,7 +127,7 @@ pub struct Previous {
 }
 
 impl Previous {
-    /// Its loaded modules' table ([`ModuleTable::to_bytes`]); `None` when none was stored or
+    /// Its loaded modules' table ([`crate::module_table::ModuleTable::to_bytes`]); `None` when none was stored or
     /// it cannot be read back.
     pub fn module_table(&self) -> Option<Vec<u8>> {
         if self.table_len == 0 {
@@ -450,7 +447,7 @@ impl ResultWriter {
     /// Store the output with what it was computed from (temp file + rename), then delete the
     /// least recently used entries beyond [`KEPT_RESULTS`]. `jobs` and `imported` complete
     /// the target index ([`TargetIndex`]); a count of targets other than the ones noted
-    /// stores no index (nor `table`, the loaded modules' [`ModuleTable::to_bytes`], empty for
+    /// stores no index (nor `table`, the loaded modules' [`crate::module_table::ModuleTable::to_bytes`], empty for
     /// none), so nothing will be reused from this result but the whole of it.
     pub fn finish(
         mut self,
