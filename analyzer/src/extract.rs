@@ -716,11 +716,14 @@ impl<'a> Extractor<'a> {
 
     fn intern(&mut self, name: impl Into<Cow<'a, str>>) -> NameId {
         let name = name.into();
-        let next = self.names.len() as NameId;
-        let id = *self.name_ids.entry(name.clone()).or_insert(next);
-        if id == next {
-            self.names.push(name);
+        // Looked up by reference first: most names are seen before, and an owned (joined)
+        // path would otherwise be copied just to be compared.
+        if let Some(&id) = self.name_ids.get(&*name) {
+            return id;
         }
+        let id = self.names.len() as NameId;
+        self.name_ids.insert(name.clone(), id);
+        self.names.push(name);
         id
     }
 
@@ -1631,24 +1634,18 @@ fn flatten_bindings(
 /// `a.b.c` (read from a plain name) as `("a", "b.c")`; `None` when the chain starts at
 /// anything else (a call, a subscript), whose parts are visited as usual.
 fn attribute_path(attribute: &ast::ExprAttribute) -> Option<(&str, Cow<'_, str>)> {
-    let mut steps = vec![attribute.attr.id.as_str()];
-    let mut value = &*attribute.value;
-    loop {
-        match value {
-            Expr::Attribute(inner) => {
-                steps.push(inner.attr.id.as_str());
-                value = &inner.value;
-            }
-            Expr::Name(name) => {
-                steps.reverse();
-                let path = match steps.as_slice() {
-                    [one] => Cow::Borrowed(*one),
-                    _ => Cow::Owned(steps.join(".")),
-                };
-                return Some((name.id.as_str(), path));
-            }
-            _ => return None,
+    let step = attribute.attr.id.as_str();
+    match &*attribute.value {
+        // Most paths are one step (`np.zeros`): borrowed, nothing allocated.
+        Expr::Name(name) => Some((name.id.as_str(), Cow::Borrowed(step))),
+        Expr::Attribute(inner) => {
+            let (name, inner_path) = attribute_path(inner)?;
+            let mut path = inner_path.into_owned();
+            path.push('.');
+            path.push_str(step);
+            Some((name, Cow::Owned(path)))
         }
+        _ => None,
     }
 }
 
