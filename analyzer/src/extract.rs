@@ -1336,7 +1336,7 @@ impl<'a> Extractor<'a> {
             let uses = sorted_uses(&build.uses, renumbered);
             let mut header_uses = sorted_uses(&build.header_uses, renumbered);
             header_uses.extend(sorted_uses(&others, renumbered));
-            sort_unique(&mut header_uses);
+            merge_unique_uses(&mut header_uses);
             let mut free = uses.clone();
             // A class body's names are not visible in its methods: only its own reads count.
             if self.scopes[id].kind == ScopeKind::Class {
@@ -1348,12 +1348,12 @@ impl<'a> Extractor<'a> {
             let function_like =
                 !matches!(self.scopes[id].kind, ScopeKind::Class | ScopeKind::Module);
             if function_like && !build.import_binds.is_empty() {
-                sort_unique(&mut free);
+                merge_unique_uses(&mut free);
                 import_uses[id] = reads_through_imports(&build.import_binds, &free, renumbered);
             }
             free.retain(unbound);
             free.extend_from_slice(&header_uses);
-            sort_unique(&mut free);
+            merge_unique_uses(&mut free);
             free_uses[id] = free;
             let mut definition = header_uses;
             match self.scopes[id].kind {
@@ -1362,7 +1362,7 @@ impl<'a> Extractor<'a> {
                 ScopeKind::Module => definition.extend_from_slice(&uses),
                 _ => {}
             }
-            sort_unique(&mut definition);
+            merge_unique_uses(&mut definition);
             definition_uses[id] = definition;
         }
         ScopeUses {
@@ -1512,6 +1512,26 @@ fn sort_unique<T: Ord>(ids: &mut Vec<T>) {
     ids.dedup();
 }
 
+/// A use pair as one number that sorts as the pair does (by name, then path): one comparison
+/// where the pair takes two.
+fn use_key(&[name, path]: &[NameId; 2]) -> u64 {
+    (u64::from(name) << 32) | u64::from(path)
+}
+
+/// Use pairs in no particular order, sorted and made unique.
+fn sort_unique_uses(uses: &mut Vec<[NameId; 2]>) {
+    uses.sort_unstable_by_key(use_key);
+    uses.dedup();
+}
+
+/// Use pairs that are sorted runs end to end (a scope's reads and its children's), sorted and
+/// made unique: the stable sort merges the runs it finds instead of sorting from scratch, and
+/// equal keys being equal pairs, its order is the unstable sort's.
+fn merge_unique_uses(uses: &mut Vec<[NameId; 2]>) {
+    uses.sort_by_key(use_key);
+    uses.dedup();
+}
+
 /// What [`Extractor::scope_uses`] finds, per scope.
 struct ScopeUses {
     free: Vec<Vec<[NameId; 2]>>,
@@ -1542,13 +1562,31 @@ fn reads_through_imports(
 
 /// The order of `names` sorted, and for each first-seen id its id in that order.
 fn name_order(names: &[Cow<'_, str>]) -> (Vec<NameId>, Vec<NameId>) {
-    let mut order: Vec<NameId> = (0..names.len() as NameId).collect();
-    order.sort_unstable_by(|&a, &b| names[a as usize].cmp(&names[b as usize]));
+    // Most names differ in their first eight bytes: compared as one number first, the text
+    // itself is compared only on a tie.
+    let mut keyed: Vec<(u64, &str, NameId)> = (0..names.len() as NameId)
+        .map(|id| {
+            let name = &*names[id as usize];
+            (sort_prefix(name), name, id)
+        })
+        .collect();
+    keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+    let order: Vec<NameId> = keyed.iter().map(|&(_, _, id)| id).collect();
     let mut renumbered = vec![0 as NameId; order.len()];
     for (new, &old) in order.iter().enumerate() {
         renumbered[old as usize] = new as NameId;
     }
     (order, renumbered)
+}
+
+/// The first eight bytes of `name`, big-endian and padded with zeros: names whose prefixes
+/// differ sort as their prefixes do (a name shorter than eight bytes sorts before every longer
+/// one it begins).
+fn sort_prefix(name: &str) -> u64 {
+    let mut prefix = [0u8; 8];
+    let length = name.len().min(8);
+    prefix[..length].copy_from_slice(&name.as_bytes()[..length]);
+    u64::from_be_bytes(prefix)
 }
 
 fn sorted_ids(ids: &[NameId], renumbered: &[NameId]) -> Vec<NameId> {
@@ -1570,7 +1608,7 @@ fn sorted_uses(uses: &[[NameId; 2]], renumbered: &[NameId]) -> Vec<[NameId; 2]> 
         .iter()
         .map(|&[name, path]| [renumbered[name as usize], renumber(path)])
         .collect();
-    sort_unique(&mut sorted);
+    sort_unique_uses(&mut sorted);
     sorted
 }
 
