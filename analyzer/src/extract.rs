@@ -548,6 +548,11 @@ impl<'a> LineCounter<'a> {
     }
 }
 
+/// Source bytes per distinct name that the name table is first sized for: a whole
+/// site-packages averages one per ~210 bytes, smaller files more. A table that grows moves
+/// every key it holds; one sized too large costs a little arena space, freed with the tree.
+const BYTES_PER_NAME: usize = 128;
+
 /// Exception types whose handler makes the guarded import optional.
 const IMPORT_GUARDS: &[&str] = &[
     "ImportError",
@@ -642,6 +647,7 @@ struct Extractor<'a> {
 
 impl<'a> Extractor<'a> {
     fn new(lines: LineCounter<'a>) -> Self {
+        let expected_names = lines.text.len() / BYTES_PER_NAME;
         let mut extractor = Extractor {
             lines,
             imports: Vec::new(),
@@ -649,8 +655,8 @@ impl<'a> Extractor<'a> {
             scopes: Vec::new(),
             scope_names: String::new(),
             builds: Vec::new(),
-            names: Vec::new(),
-            name_ids: HashMap::default(),
+            names: Vec::with_capacity(expected_names),
+            name_ids: HashMap::with_capacity_and_hasher(expected_names, Default::default()),
             bindings: Vec::new(),
             problems: Vec::new(),
             current: 0,
