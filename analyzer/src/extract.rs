@@ -620,6 +620,9 @@ struct Extractor<'a> {
     /// one step are joined, hence owned).
     names: Vec<Cow<'a, str>>,
     name_ids: HashMap<Cow<'a, str>, NameId>,
+    /// By name id: the scope (plus one) whose uses got a bare read of the name last, so that
+    /// a repeated read (`self`, `np`) is not pushed again for `finish` to sort away.
+    bare_read_by: Vec<u32>,
     /// Module-level bindings in source order, by first-seen name id.
     bindings: Vec<(NameId, BindingBuild)>,
     problems: Vec<Problem>,
@@ -657,6 +660,7 @@ impl<'a> Extractor<'a> {
             builds: Vec::new(),
             names: Vec::with_capacity(expected_names),
             name_ids: HashMap::with_capacity_and_hasher(expected_names, Default::default()),
+            bare_read_by: Vec::with_capacity(expected_names),
             bindings: Vec::new(),
             problems: Vec::new(),
             current: 0,
@@ -730,6 +734,7 @@ impl<'a> Extractor<'a> {
         let id = self.names.len() as NameId;
         self.name_ids.insert(name.clone(), id);
         self.names.push(name);
+        self.bare_read_by.push(0);
         id
     }
 
@@ -748,7 +753,12 @@ impl<'a> Extractor<'a> {
     }
 
     fn record_use(&mut self, pair: [NameId; 2]) {
-        self.builds[self.current as usize].uses.push(pair);
+        if pair[1] != BARE {
+            self.builds[self.current as usize].uses.push(pair);
+        } else if self.bare_read_by[pair[0] as usize] != self.current + 1 {
+            self.bare_read_by[pair[0] as usize] = self.current + 1;
+            self.builds[self.current as usize].uses.push(pair);
+        }
         let decorated = self.reading_callee.flatten();
         for &target in &self.header_targets {
             let build = &mut self.builds[target as usize];
