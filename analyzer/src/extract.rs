@@ -548,6 +548,11 @@ impl<'a> LineCounter<'a> {
     }
 }
 
+/// Source bytes per distinct name that the name table is first sized for: a whole
+/// site-packages averages one per ~210 bytes, smaller files more. A table that grows moves
+/// every key it holds; one sized too large costs a little arena space, freed with the tree.
+const BYTES_PER_NAME: usize = 128;
+
 /// Exception types whose handler makes the guarded import optional.
 const IMPORT_GUARDS: &[&str] = &[
     "ImportError",
@@ -615,6 +620,9 @@ struct Extractor<'a> {
     /// one step are joined, hence owned).
     names: Vec<Cow<'a, str>>,
     name_ids: HashMap<Cow<'a, str>, NameId>,
+    /// By name id: the scope (plus one) whose uses got a bare read of the name last, so that
+    /// a repeated read (`self`, `np`) is not pushed again for `finish` to sort away.
+    bare_read_by: Vec<u32>,
     /// Module-level bindings in source order, by first-seen name id.
     bindings: Vec<(NameId, BindingBuild)>,
     problems: Vec<Problem>,
@@ -642,6 +650,7 @@ struct Extractor<'a> {
 
 impl<'a> Extractor<'a> {
     fn new(lines: LineCounter<'a>) -> Self {
+        let expected_names = lines.text.len() / BYTES_PER_NAME;
         let mut extractor = Extractor {
             lines,
             imports: Vec::new(),
@@ -649,8 +658,9 @@ impl<'a> Extractor<'a> {
             scopes: Vec::new(),
             scope_names: String::new(),
             builds: Vec::new(),
-            names: Vec::new(),
-            name_ids: HashMap::default(),
+            names: Vec::with_capacity(expected_names),
+            name_ids: HashMap::with_capacity_and_hasher(expected_names, Default::default()),
+            bare_read_by: Vec::with_capacity(expected_names),
             bindings: Vec::new(),
             problems: Vec::new(),
             current: 0,
@@ -716,11 +726,15 @@ impl<'a> Extractor<'a> {
 
     fn intern(&mut self, name: impl Into<Cow<'a, str>>) -> NameId {
         let name = name.into();
-        let next = self.names.len() as NameId;
-        let id = *self.name_ids.entry(name.clone()).or_insert(next);
-        if id == next {
-            self.names.push(name);
+        // Looked up by reference first: most names are seen before, and an owned (joined)
+        // path would otherwise be copied just to be compared.
+        if let Some(&id) = self.name_ids.get(&*name) {
+            return id;
         }
+        let id = self.names.len() as NameId;
+        self.name_ids.insert(name.clone(), id);
+        self.names.push(name);
+        self.bare_read_by.push(0);
         id
     }
 
@@ -739,7 +753,12 @@ impl<'a> Extractor<'a> {
     }
 
     fn record_use(&mut self, pair: [NameId; 2]) {
-        self.builds[self.current as usize].uses.push(pair);
+        if pair[1] != BARE {
+            self.builds[self.current as usize].uses.push(pair);
+        } else if self.bare_read_by[pair[0] as usize] != self.current + 1 {
+            self.bare_read_by[pair[0] as usize] = self.current + 1;
+            self.builds[self.current as usize].uses.push(pair);
+        }
         let decorated = self.reading_callee.flatten();
         for &target in &self.header_targets {
             let build = &mut self.builds[target as usize];
@@ -1333,7 +1352,7 @@ impl<'a> Extractor<'a> {
             let uses = sorted_uses(&build.uses, renumbered);
             let mut header_uses = sorted_uses(&build.header_uses, renumbered);
             header_uses.extend(sorted_uses(&others, renumbered));
-            sort_unique(&mut header_uses);
+            merge_unique_uses(&mut header_uses);
             let mut free = uses.clone();
             // A class body's names are not visible in its methods: only its own reads count.
             if self.scopes[id].kind == ScopeKind::Class {
@@ -1345,12 +1364,12 @@ impl<'a> Extractor<'a> {
             let function_like =
                 !matches!(self.scopes[id].kind, ScopeKind::Class | ScopeKind::Module);
             if function_like && !build.import_binds.is_empty() {
-                sort_unique(&mut free);
+                merge_unique_uses(&mut free);
                 import_uses[id] = reads_through_imports(&build.import_binds, &free, renumbered);
             }
             free.retain(unbound);
             free.extend_from_slice(&header_uses);
-            sort_unique(&mut free);
+            merge_unique_uses(&mut free);
             free_uses[id] = free;
             let mut definition = header_uses;
             match self.scopes[id].kind {
@@ -1359,7 +1378,7 @@ impl<'a> Extractor<'a> {
                 ScopeKind::Module => definition.extend_from_slice(&uses),
                 _ => {}
             }
-            sort_unique(&mut definition);
+            merge_unique_uses(&mut definition);
             definition_uses[id] = definition;
         }
         ScopeUses {
@@ -1509,6 +1528,26 @@ fn sort_unique<T: Ord>(ids: &mut Vec<T>) {
     ids.dedup();
 }
 
+/// A use pair as one number that sorts as the pair does (by name, then path): one comparison
+/// where the pair takes two.
+fn use_key(&[name, path]: &[NameId; 2]) -> u64 {
+    (u64::from(name) << 32) | u64::from(path)
+}
+
+/// Use pairs in no particular order, sorted and made unique.
+fn sort_unique_uses(uses: &mut Vec<[NameId; 2]>) {
+    uses.sort_unstable_by_key(use_key);
+    uses.dedup();
+}
+
+/// Use pairs that are sorted runs end to end (a scope's reads and its children's), sorted and
+/// made unique: the stable sort merges the runs it finds instead of sorting from scratch, and
+/// equal keys being equal pairs, its order is the unstable sort's.
+fn merge_unique_uses(uses: &mut Vec<[NameId; 2]>) {
+    uses.sort_by_key(use_key);
+    uses.dedup();
+}
+
 /// What [`Extractor::scope_uses`] finds, per scope.
 struct ScopeUses {
     free: Vec<Vec<[NameId; 2]>>,
@@ -1539,13 +1578,31 @@ fn reads_through_imports(
 
 /// The order of `names` sorted, and for each first-seen id its id in that order.
 fn name_order(names: &[Cow<'_, str>]) -> (Vec<NameId>, Vec<NameId>) {
-    let mut order: Vec<NameId> = (0..names.len() as NameId).collect();
-    order.sort_unstable_by(|&a, &b| names[a as usize].cmp(&names[b as usize]));
+    // Most names differ in their first eight bytes: compared as one number first, the text
+    // itself is compared only on a tie.
+    let mut keyed: Vec<(u64, &str, NameId)> = (0..names.len() as NameId)
+        .map(|id| {
+            let name = &*names[id as usize];
+            (sort_prefix(name), name, id)
+        })
+        .collect();
+    keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+    let order: Vec<NameId> = keyed.iter().map(|&(_, _, id)| id).collect();
     let mut renumbered = vec![0 as NameId; order.len()];
     for (new, &old) in order.iter().enumerate() {
         renumbered[old as usize] = new as NameId;
     }
     (order, renumbered)
+}
+
+/// The first eight bytes of `name`, big-endian and padded with zeros: names whose prefixes
+/// differ sort as their prefixes do (a name shorter than eight bytes sorts before every longer
+/// one it begins).
+fn sort_prefix(name: &str) -> u64 {
+    let mut prefix = [0u8; 8];
+    let length = name.len().min(8);
+    prefix[..length].copy_from_slice(&name.as_bytes()[..length]);
+    u64::from_be_bytes(prefix)
 }
 
 fn sorted_ids(ids: &[NameId], renumbered: &[NameId]) -> Vec<NameId> {
@@ -1567,7 +1624,7 @@ fn sorted_uses(uses: &[[NameId; 2]], renumbered: &[NameId]) -> Vec<[NameId; 2]> 
         .iter()
         .map(|&[name, path]| [renumbered[name as usize], renumber(path)])
         .collect();
-    sort_unique(&mut sorted);
+    sort_unique_uses(&mut sorted);
     sorted
 }
 
@@ -1631,24 +1688,18 @@ fn flatten_bindings(
 /// `a.b.c` (read from a plain name) as `("a", "b.c")`; `None` when the chain starts at
 /// anything else (a call, a subscript), whose parts are visited as usual.
 fn attribute_path(attribute: &ast::ExprAttribute) -> Option<(&str, Cow<'_, str>)> {
-    let mut steps = vec![attribute.attr.id.as_str()];
-    let mut value = &*attribute.value;
-    loop {
-        match value {
-            Expr::Attribute(inner) => {
-                steps.push(inner.attr.id.as_str());
-                value = &inner.value;
-            }
-            Expr::Name(name) => {
-                steps.reverse();
-                let path = match steps.as_slice() {
-                    [one] => Cow::Borrowed(*one),
-                    _ => Cow::Owned(steps.join(".")),
-                };
-                return Some((name.id.as_str(), path));
-            }
-            _ => return None,
+    let step = attribute.attr.id.as_str();
+    match &*attribute.value {
+        // Most paths are one step (`np.zeros`): borrowed, nothing allocated.
+        Expr::Name(name) => Some((name.id.as_str(), Cow::Borrowed(step))),
+        Expr::Attribute(inner) => {
+            let (name, inner_path) = attribute_path(inner)?;
+            let mut path = inner_path.into_owned();
+            path.push('.');
+            path.push_str(step);
+            Some((name, Cow::Owned(path)))
         }
+        _ => None,
     }
 }
 
