@@ -169,3 +169,41 @@ fn completions_and_examples_in_help() {
         "{help}"
     );
 }
+
+#[test]
+fn a_target_inside_another_environments_site_packages_gets_a_hint_to_name_it() {
+    let root = tempfile::tempdir().unwrap();
+    let prefix = root.path().join("venv");
+    let site = prefix.join("lib/python3.11/site-packages");
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::create_dir_all(prefix.join("bin")).unwrap();
+    std::fs::write(prefix.join("bin/python"), "").unwrap();
+    std::fs::write(site.join("tool.py"), "import json\n").unwrap();
+    let file = site.join("tool.py");
+    let output = lfm(&["analyze", "--no-cache", file.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let prefix = prefix.canonicalize().unwrap();
+    let wanted = format!("--python {}", prefix.join("bin/python").display());
+    assert!(stderr(&output).contains(&wanted), "{}", stderr(&output));
+    // Named as the interpreter analysed: no hint; nor for a file of no environment.
+    let python = "python3";
+    let output = lfm(&[
+        "analyze",
+        "--no-cache",
+        "--python",
+        python,
+        file.to_str().unwrap(),
+    ]);
+    assert!(
+        !stderr(&output).contains("is installed code"),
+        "{}",
+        stderr(&output)
+    );
+    std::fs::remove_file(prefix.join("bin/python")).unwrap();
+    let output = lfm(&["analyze", "--no-cache", file.to_str().unwrap()]);
+    assert!(
+        !stderr(&output).contains("is installed code"),
+        "{}",
+        stderr(&output)
+    );
+}

@@ -61,6 +61,9 @@ impl ChunkSizer {
 pub fn run(args: AnalyzeArgs) -> i32 {
     crate::purge_freed_pages_soon();
     let environment_given = args.python.is_some() || args.env.is_some();
+    if !environment_given {
+        hint_installed_targets(&args.targets);
+    }
     let bar = progress_bar();
     let options = options_of(&args, &bar);
     // LFM_TIMINGS=1: phase times, memory and cache decisions on stderr (for bench/ work).
@@ -360,6 +363,41 @@ pub fn plural(count: usize, thing: &str) -> String {
     } else {
         format!("{count} {thing}s")
     }
+}
+
+/// A target inside another environment's site-packages, analysed with python3 on PATH, is
+/// local code to that interpreter: every function of it gets a closure of its own, which on a
+/// whole site-packages takes minutes and gigabytes instead of seconds. Say so before starting.
+fn hint_installed_targets(targets: &[String]) {
+    for target in targets {
+        if let Some(prefix) = environment_holding(target) {
+            eprintln!(
+                "hint: {target} is installed code of the environment {}, but the interpreter \
+                 analysed is python3 on PATH, for which it is local code (each function analysed \
+                 on its own: slow on a whole package); to analyse it as installed code pass \
+                 --python {}",
+                prefix.display(),
+                prefix.join("bin/python").display()
+            );
+        }
+    }
+}
+
+/// The environment (`P` of `P/lib/pythonX.Y/site-packages`, with an interpreter at
+/// `P/bin/python`) whose site-packages holds the file or directory `target` names.
+fn environment_holding(target: &str) -> Option<std::path::PathBuf> {
+    let path = std::path::Path::new(target.split(':').next()?)
+        .canonicalize()
+        .ok()?;
+    let site = path.ancestors().find(|dir| {
+        dir.file_name()
+            .is_some_and(|name| name == "site-packages" || name == "dist-packages")
+    })?;
+    let prefix = site.parent()?.parent()?.parent()?;
+    prefix
+        .join("bin/python")
+        .exists()
+        .then(|| prefix.to_path_buf())
 }
 
 /// The closing lines on stderr, and the exit code.
