@@ -401,12 +401,11 @@ impl Analysis {
         let memos = std::sync::OnceLock::new();
         let memos = || memos.get_or_init(|| closure::ModuleMemos::new(&self.project));
         let reused = self.reused.as_ref().filter(|_| reuse);
-        let mut first = 0;
-        while first < self.jobs.len() {
-            let len = chunk().clamp(1, self.jobs.len() - first);
-            let jobs = &self.jobs[first..first + len];
-            first += len;
-            let first = first - len;
+        let mut next = 0;
+        while next < self.jobs.len() {
+            let first = next;
+            next += chunk().clamp(1, self.jobs.len() - first);
+            let jobs = &self.jobs[first..next];
             // Read in order here: the stored output is one compressed stream.
             let mut copied: Vec<Option<T>> = (first..first + jobs.len())
                 .map(|job| reused.and_then(|r| r.read(job)))
@@ -551,17 +550,11 @@ pub fn prepare_or_reuse(
             timings.push(("open cache", Checkpoint::since(started)));
             let known = known_summaries(previous.as_ref());
             table = previous.as_ref().and_then(results::Previous::module_table);
-            // Restoring the stored result's modules needs every file's summary now, not
-            // only the located ones'.
-            let stored_files: Vec<PathBuf>;
-            let paths = match (&table, &previous) {
-                (Some(_), Some(previous)) => {
-                    stored_files = previous.files.iter().map(|(p, _)| p.clone()).collect();
-                    &stored_files
-                }
-                _ => &located_paths,
-            };
-            let preparsed = parse_files(paths, cache.as_ref(), Some(&known));
+            let paths = files_to_parse(
+                &located_paths,
+                previous.as_ref().filter(|_| table.is_some()),
+            );
+            let preparsed = parse_files(&paths, cache.as_ref(), Some(&known));
             (Ok((interpreter, dists)), Some(env_key), cache, preparsed)
         }
         None => {
@@ -653,6 +646,22 @@ pub fn prepare_or_reuse(
         loading_warnings,
         stored_table,
     })))
+}
+
+/// The files whose summaries preparing needs first: the located ones, or, to restore the
+/// loaded modules of `restoring`, every file it read.
+fn files_to_parse<'a>(
+    located: &'a [PathBuf],
+    restoring: Option<&results::Previous>,
+) -> std::borrow::Cow<'a, [PathBuf]> {
+    match restoring {
+        Some(previous) => previous
+            .files
+            .iter()
+            .map(|(path, _)| path.clone())
+            .collect(),
+        None => std::borrow::Cow::Borrowed(located),
+    }
 }
 
 /// Each of `paths` with its summary (from the cache, or by the stamp and key `known` from a
