@@ -673,11 +673,14 @@ pub struct AnalyzeArgs {
     /// Use no cache: parse every file and compute every closure again.
     ///
     /// By default, per-file parse results are cached by content hash, and compact JSON output
-    /// is stored per request and replayed while nothing it depends on has changed.
+    /// is stored per request and replayed while nothing it depends on has changed. The
+    /// interpreter's answers and the installed-distribution index, checked against their
+    /// stamps, are still kept.
     #[arg(long)]
     pub no_cache: bool,
 
-    /// Where the caches live (default: $LFM_CACHE_DIR, $XDG_CACHE_HOME/lfm or ~/.cache/lfm).
+    /// Where the caches live (default: $LFM_CACHE_DIR, $XDG_CACHE_HOME/lfm or ~/.cache/lfm):
+    /// parse results, stored outputs, the interpreter's answers and the distribution index.
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
 

@@ -207,3 +207,50 @@ fn a_target_inside_another_environments_site_packages_gets_a_hint_to_name_it() {
         stderr(&output)
     );
 }
+
+#[test]
+fn every_cache_of_analyze_lives_under_the_cache_dir_given() {
+    let Some(venv) = real_venv() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let given = dir.path().join("given");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        dir.path().join("work.py"),
+        "import requests\n\n\ndef get(url):\n    return requests.get(url)\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["analyze", "--env", venv.to_str().unwrap(), "work.py:get"];
+        args.extend_from_slice(extra);
+        std::process::Command::new(env!("CARGO_BIN_EXE_lfm"))
+            .args(&args)
+            .current_dir(dir.path())
+            .env("HOME", &home)
+            .env_remove("XDG_CACHE_HOME")
+            .env_remove("LFM_CACHE_DIR")
+            .output()
+            .unwrap()
+    };
+    let output = run(&["--cache-dir", given.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stdout(&output).contains("requests"), "{}", stdout(&output));
+    // The interpreter's answer and the distribution index are caches too.
+    for kept in ["analyze-interpreters", "analyze-dists"] {
+        assert!(given.join(kept).is_dir(), "{kept} is not under --cache-dir");
+    }
+    let written: Vec<_> = std::fs::read_dir(&home)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .collect();
+    assert!(
+        written.is_empty(),
+        "written outside --cache-dir: {written:?}"
+    );
+    // Without --cache-dir the default is used, and a second run still reads the same answer.
+    let default = run(&[]);
+    assert!(default.status.success(), "{}", stderr(&default));
+    assert_eq!(stdout(&default), stdout(&output));
+    assert!(home.join(".cache/lfm/analyze-dists").is_dir());
+}

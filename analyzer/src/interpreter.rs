@@ -11,7 +11,6 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::SummaryCache;
 use crate::interpreter_cache;
 
 /// Printed by the interpreter asked (python/lfm_probes/interpreter.py, run with `-c`).
@@ -62,9 +61,9 @@ pub struct Markers {
 
 impl Interpreter {
     /// Ask `python` (a path or a name on PATH) about itself, or take its answer from lfm's
-    /// cache directory while that still holds (interpreter_cache.rs).
-    pub fn query(python: &Path) -> Result<Interpreter> {
-        let cache = SummaryCache::default_dir().map(|dir| dir.join(interpreter_cache::DIR));
+    /// cache directory `cache_root` while that still holds (interpreter_cache.rs).
+    pub fn query(python: &Path, cache_root: Option<&Path>) -> Result<Interpreter> {
+        let cache = cache_root.map(|dir| dir.join(interpreter_cache::DIR));
         Interpreter::query_cached(python, cache.as_deref())
     }
 
@@ -113,9 +112,9 @@ impl Interpreter {
     }
 
     /// The interpreter of an environment prefix (a venv or a conda env).
-    pub fn for_prefix(prefix: &Path) -> Result<Interpreter> {
+    pub fn for_prefix(prefix: &Path, cache_root: Option<&Path>) -> Result<Interpreter> {
         if let Some(python) = python_of_prefix(prefix) {
-            return Interpreter::query(&python);
+            return Interpreter::query(&python, cache_root);
         }
         bail!(
             "{} holds no interpreter (looked for bin/python, bin/python3)",

@@ -90,6 +90,9 @@ pub struct Options {
     pub roots: Vec<PathBuf>,
     /// Where the per-file summary cache lives; `None` disables it.
     pub cache_dir: Option<PathBuf>,
+    /// Where the interpreter's answers and the installed-distribution index are kept (both
+    /// checked against stamps before use); `None`: asked and indexed on every run.
+    pub environment_cache: Option<PathBuf>,
     pub progress: Option<ParseProgress>,
     /// Which closure of function targets to compute (module targets have only one).
     pub closure: spec::ClosureKind,
@@ -104,6 +107,7 @@ impl Default for Options {
             environment: Environment::Python(PathBuf::from("python3")),
             roots: Vec::new(),
             cache_dir: SummaryCache::default_dir(),
+            environment_cache: SummaryCache::default_dir(),
             progress: None,
             closure: spec::ClosureKind::default(),
             exclude: Vec::new(),
@@ -536,7 +540,7 @@ pub fn prepare_or_reuse(
         // A stored result needs only the environment to be checked, so ask it first; the
         // summary cache is opened only when the result cannot be reused.
         Some((results, request)) => {
-            let (interpreter, dists) = ask_environment(&options.environment)?;
+            let (interpreter, dists) = ask_environment(options)?;
             let env_key = environment_key(&interpreter, &dists);
             match results.lookup(request, &env_key, &located_description) {
                 Ok(hit) => return Ok(Prepared::Reused(hit)),
@@ -560,7 +564,7 @@ pub fn prepare_or_reuse(
         None => {
             let cache = options.cache_dir.as_deref().map(SummaryCache::open);
             timings.push(("open cache", Checkpoint::since(started)));
-            let (environment, preparsed) = ask_while_parsing(&options.environment, || {
+            let (environment, preparsed) = ask_while_parsing(options, || {
                 parse_files(&located_paths, cache.as_ref(), None)
             })?;
             // Nothing will be stored: the environment needs no key.
@@ -912,24 +916,37 @@ fn locate_all(
     let exclude = exclusions(&options.exclude)?;
     let located = targets
         .iter()
-        .map(|target| locate(target, &extra_roots, &exclude, &options.environment))
+        .map(|target| locate(target, &extra_roots, &exclude, options))
         .collect::<Result<Vec<_>, _>>()?;
     Ok((extra_roots, located))
 }
 
 /// The target interpreter's answer and its installed distributions.
-fn ask_environment(environment: &Environment) -> anyhow::Result<(Interpreter, DistIndex)> {
-    let interpreter = match environment {
-        Environment::Python(python) => Interpreter::query(python)?,
-        Environment::Prefix(prefix) => Interpreter::for_prefix(prefix)?,
-    };
-    let dists = installed_distributions(&interpreter.site_dirs(), &interpreter.prefix);
+fn ask_environment(options: &Options) -> anyhow::Result<(Interpreter, DistIndex)> {
+    let cache_root = options.environment_cache.as_deref();
+    let interpreter = ask_interpreter(&options.environment, cache_root)?;
+    let dists = installed_distributions(&interpreter.site_dirs(), &interpreter.prefix, cache_root);
     Ok((interpreter, dists))
 }
 
-/// The distributions installed in `site_dirs` and `prefix`, from lfm's cache while it holds.
-pub fn installed_distributions(site_dirs: &[PathBuf], prefix: &Path) -> DistIndex {
-    let cache = SummaryCache::default_dir().map(|dir| dir.join(dists_cache::DIR));
+fn ask_interpreter(
+    environment: &Environment,
+    cache_root: Option<&Path>,
+) -> anyhow::Result<Interpreter> {
+    match environment {
+        Environment::Python(python) => Interpreter::query(python, cache_root),
+        Environment::Prefix(prefix) => Interpreter::for_prefix(prefix, cache_root),
+    }
+}
+
+/// The distributions installed in `site_dirs` and `prefix`, from lfm's cache directory
+/// `cache_root` while it holds.
+pub fn installed_distributions(
+    site_dirs: &[PathBuf],
+    prefix: &Path,
+    cache_root: Option<&Path>,
+) -> DistIndex {
+    let cache = cache_root.map(|dir| dir.join(dists_cache::DIR));
     dists_cache::build_cached(site_dirs, Some(prefix), cache.as_deref())
 }
 
@@ -938,11 +955,11 @@ type Environ = anyhow::Result<(Interpreter, DistIndex)>;
 /// Asking the interpreter and indexing its distributions take as long as parsing a few hundred
 /// files, and summaries do not depend on them: both at once.
 fn ask_while_parsing<T: Send>(
-    environment: &Environment,
+    options: &Options,
     parse: impl FnOnce() -> T + Send,
 ) -> Result<(Environ, T), AnalyzeError> {
     let (environment, preparsed) = std::thread::scope(|scope| {
-        let environment = scope.spawn(|| ask_environment(environment));
+        let environment = scope.spawn(|| ask_environment(options));
         let preparsed = parse();
         (environment.join(), preparsed)
     });
@@ -1026,7 +1043,7 @@ fn locate(
     text: &str,
     extra_roots: &[PathBuf],
     exclude: &globset::GlobSet,
-    environment: &Environment,
+    options: &Options,
 ) -> Result<Located, AnalyzeError> {
     let (location, qualname) = split_target(text);
     // A relative file or directory is looked for in the working directory, then the roots.
@@ -1050,7 +1067,7 @@ fn locate(
             .split('.')
             .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'));
     if looks_dotted {
-        return locate_dotted(text, location, qualname, extra_roots, environment);
+        return locate_dotted(text, location, qualname, extra_roots, options);
     }
     Err(not_found(text, "no such file or directory"))
 }
@@ -1114,7 +1131,7 @@ fn locate_dotted(
     location: &str,
     qualname: Option<&str>,
     extra_roots: &[PathBuf],
-    environment: &Environment,
+    options: &Options,
 ) -> Result<Located, AnalyzeError> {
     let mut roots: Vec<PathBuf> = extra_roots.to_vec();
     if let Ok(cwd) = std::env::current_dir() {
@@ -1124,11 +1141,9 @@ fn locate_dotted(
         return Ok(found.into_located(qualname, text));
     }
     // Not local: where the target interpreter would import it from (its sys.path).
-    let interpreter = match environment {
-        Environment::Python(python) => Interpreter::query(python),
-        Environment::Prefix(prefix) => Interpreter::for_prefix(prefix),
-    }
-    .map_err(AnalyzeError::Other)?;
+    let cache_root = options.environment_cache.as_deref();
+    let interpreter =
+        ask_interpreter(&options.environment, cache_root).map_err(AnalyzeError::Other)?;
     let mut search = interpreter.site_dirs();
     search.extend(interpreter.stdlib_dirs.iter().cloned());
     if let Some(found) = locate_module(location, &[], &search) {

@@ -37,9 +37,14 @@ impl Sliced {
             return analysis.distribution_of(file);
         }
         let kept = &self.kept;
-        let dists = self
-            .dists
-            .get_or_init(|| lfm_analyzer::installed_distributions(&kept.site_dirs, &kept.prefix));
+        let dists = self.dists.get_or_init(|| {
+            let cache_root = lfm_analyzer::cache::SummaryCache::default_dir();
+            lfm_analyzer::installed_distributions(
+                &kept.site_dirs,
+                &kept.prefix,
+                cache_root.as_deref(),
+            )
+        });
         dists.distribution_of(file)
     }
 }

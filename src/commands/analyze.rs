@@ -149,10 +149,12 @@ fn options_of(args: &AnalyzeArgs, bar: &Option<indicatif::ProgressBar>) -> Optio
     options.roots = args.roots.clone();
     options.closure = args.closure.into();
     options.exclude = args.exclude.clone();
+    if let Some(dir) = &args.cache_dir {
+        options.cache_dir = Some(dir.clone());
+        options.environment_cache = Some(dir.clone());
+    }
     if args.no_cache {
         options.cache_dir = None;
-    } else if let Some(dir) = args.cache_dir.clone() {
-        options.cache_dir = Some(dir);
     }
     if let Some(bar) = bar {
         let bar = bar.clone();

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use lfm_analyzer::cache::SummaryCache;
 use lfm_analyzer::interpreter::Interpreter;
 use lfm_analyzer::spec::Spec;
 use lfm_analyzer::{analyze, AnalyzeError, Environment, Options};
@@ -17,7 +18,10 @@ pub const EXIT_REFUSED: i32 = 5;
 pub const EXIT_VERIFY_FAILED: i32 = 6;
 
 pub fn pack(args: PackArgs) -> i32 {
-    let interpreter = match Interpreter::for_prefix(&args.env) {
+    let interpreter = match Interpreter::for_prefix(
+        &args.env,
+        SummaryCache::default_dir().as_deref(),
+    ) {
         Ok(interpreter) => interpreter,
         Err(error) => {
             eprintln!("error: {error:#}\nhint: --env takes a venv or conda prefix (the directory holding bin/python)");
