@@ -239,7 +239,8 @@ pub struct ServeArgs {
     /// At shutdown, how long running calls get before they are killed.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub grace: String,
-    /// lfm's cache (the runner and per-call directories; default ~/.cache/lfm).
+    /// lfm's cache: the runner, per-call directories and the functions' analyses (default
+    /// ~/.cache/lfm).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
     /// With --socket: exit after this long with no client connected and no call running.
@@ -346,7 +347,8 @@ pub struct CallArgs {
     /// Print the statements the call would execute, and exit.
     #[arg(long, conflicts_with = "import_module")]
     pub show_slice: bool,
-    /// lfm's cache (the runner and per-call files; default ~/.cache/lfm).
+    /// lfm's cache: the runner, per-call files and the function's analysis (default
+    /// ~/.cache/lfm).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
     #[command(flatten)]

@@ -3,7 +3,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::Output;
+use std::process::{Command, Output};
 
 fn fixtures() -> &'static str {
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/serve")
@@ -438,4 +438,51 @@ fn a_compiled_slice_is_kept_and_an_edit_is_compiled_again() {
         .set_modified(before)
         .unwrap();
     assert_eq!(run(), "8");
+}
+
+#[test]
+fn a_call_with_a_cache_dir_keeps_its_analysis_there_and_writes_nothing_to_home() {
+    let scratch = tempfile::tempdir().unwrap();
+    let (dir, cache, home) = (
+        scratch.path().join("work"),
+        scratch.path().join("cache"),
+        scratch.path().join("home"),
+    );
+    for made in [&dir, &home] {
+        std::fs::create_dir_all(made).unwrap();
+    }
+    std::fs::write(
+        dir.join("task.py"),
+        "import json\n\n\ndef f(n):\n    return json.loads(json.dumps(n)) + 1\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_lfm"))
+        .args(["call", "--quiet", "--cache-dir", cache.to_str().unwrap()])
+        .args(["task.py:f", "--args", "[2]"])
+        .current_dir(&dir)
+        .env("HOME", &home)
+        .env("LFM_HISTORY", scratch.path().join("history.sqlite"))
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("LFM_CACHE_DIR")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout(&output), "3");
+    // The slice's parse results and the distribution index (the kept analysis and the
+    // interpreter's answer too, where the interpreter is not a shim).
+    for kept in ["analyze-summaries.bin", "analyze-dists"] {
+        assert!(cache.join(kept).exists(), "{kept} is not under --cache-dir");
+    }
+    let written: Vec<_> = (std::fs::read_dir(&home).unwrap())
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert!(
+        written.is_empty(),
+        "written outside --cache-dir: {written:?}"
+    );
 }

@@ -203,7 +203,7 @@ mod tests {
     }
 
     fn entries(scratch: &Scratch) -> usize {
-        std::fs::read_dir(&scratch.cache).map_or(0, |d| d.count())
+        std::fs::read_dir(scratch.cache.join(DIR)).map_or(0, |d| d.count())
     }
 
     fn module_names(sliced: &Sliced) -> Vec<&str> {
@@ -351,7 +351,7 @@ mod tests {
     fn a_damaged_entry_is_analysed_again() {
         let scratch = scratch();
         let first = f(&scratch);
-        let entry = std::fs::read_dir(&scratch.cache)
+        let entry = std::fs::read_dir(scratch.cache.join(DIR))
             .unwrap()
             .next()
             .unwrap()

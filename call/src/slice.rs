@@ -24,6 +24,8 @@ pub struct Sliced {
     pub analysis: Option<Analysis>,
     /// The distribution index of a kept analysis, read once a call imported a module.
     dists: OnceLock<DistIndex>,
+    /// lfm's cache directory the analysis was kept in (and the index is).
+    cache_root: Option<PathBuf>,
 }
 
 impl Sliced {
@@ -38,32 +40,33 @@ impl Sliced {
         }
         let kept = &self.kept;
         let dists = self.dists.get_or_init(|| {
-            let cache_root = lfm_analyzer::cache::SummaryCache::default_dir();
-            lfm_analyzer::installed_distributions(
-                &kept.site_dirs,
-                &kept.prefix,
-                cache_root.as_deref(),
-            )
+            let cache_root = self.cache_root.as_deref();
+            lfm_analyzer::installed_distributions(&kept.site_dirs, &kept.prefix, cache_root)
         });
         dists.distribution_of(file)
     }
 }
 
-/// Slice `located`, with the analysis kept in lfm's cache directory between calls.
-pub fn slice(located: &Located, interpreter: &Interpreter) -> Result<Sliced> {
-    let cache = lfm_analyzer::cache::SummaryCache::default_dir();
-    slice_kept(
-        located,
-        interpreter,
-        cache.map(|dir| dir.join(kept_analysis::DIR)),
-    )
+/// Slice `located`, with the analysis kept between calls in lfm's cache directory
+/// `cache_root` (`--cache-dir`; default: the analyzer's default cache directory).
+pub fn slice(
+    located: &Located,
+    interpreter: &Interpreter,
+    cache_root: Option<&Path>,
+) -> Result<Sliced> {
+    let cache_root = cache_root
+        .map(Path::to_path_buf)
+        .or_else(lfm_analyzer::cache::SummaryCache::default_dir);
+    slice_kept(located, interpreter, cache_root)
 }
 
-/// [`slice`] with the analyses kept in `cache` (none: always analyse).
+/// [`slice`] with every cache of the analysis (the kept analyses, the parse results, the
+/// interpreter's answers and the distribution index) under `cache_root`; none: analysed
+/// afresh, nothing kept.
 pub fn slice_kept(
     located: &Located,
     interpreter: &Interpreter,
-    cache: Option<PathBuf>,
+    cache_root: Option<PathBuf>,
 ) -> Result<Sliced> {
     let Some(file) = &located.file else {
         return Err(CallError::not_found(format!("module {} not found on the source roots (add --root DIR, or pass --import-module to let Python find it)", located.module)));
@@ -74,9 +77,14 @@ pub fn slice_kept(
     let options = Options {
         environment: interpreter.analysis_env.clone(),
         roots,
+        cache_dir: cache_root.clone(),
+        environment_cache: cache_root.clone(),
         ..Options::default()
     };
-    let slot = cache.and_then(|dir| Some((kept_analysis::key(&target, &options)?, dir)));
+    let slot = (cache_root.as_ref()).and_then(|root| {
+        let key = kept_analysis::key(&target, &options)?;
+        Some((key, root.join(kept_analysis::DIR)))
+    });
     if let Some(kept) = slot
         .as_ref()
         .and_then(|(key, dir)| kept_analysis::lookup(dir, key))
@@ -85,6 +93,7 @@ pub fn slice_kept(
             kept,
             analysis: None,
             dists: OnceLock::new(),
+            cache_root,
         });
     }
     let started = std::time::SystemTime::now();
@@ -100,6 +109,7 @@ pub fn slice_kept(
         kept,
         analysis: Some(analysis),
         dists: OnceLock::new(),
+        cache_root,
     })
 }
 

@@ -20,13 +20,19 @@ pub struct Prepared {
     pub sliced: Option<Sliced>,
 }
 
-/// Locate `target` and, unless `import_module`, slice it.
-pub fn prepare(target: &str, interpreter: &Interpreter, import_module: bool) -> Result<Prepared> {
+/// Locate `target` and, unless `import_module`, slice it (the analysis kept under lfm's cache
+/// directory `cache_root`, default when `None`).
+pub fn prepare(
+    target: &str,
+    interpreter: &Interpreter,
+    import_module: bool,
+    cache_root: Option<&std::path::Path>,
+) -> Result<Prepared> {
     let located = locate(target, interpreter)?;
     let sliced = if import_module {
         None
     } else {
-        Some(slice(&located, interpreter)?)
+        Some(slice(&located, interpreter, cache_root)?)
     };
     let target = runner_target(&located, sliced.as_ref());
     Ok(Prepared {
@@ -72,14 +78,17 @@ pub struct Resolved {
 /// The serve's targets: registered ones by name, others located and sliced once.
 pub struct Targets {
     interpreter: Interpreter,
+    /// lfm's cache directory the analyses are kept in (none: the analyzer's default).
+    cache_root: Option<std::path::PathBuf>,
     registered: Vec<String>,
     resolved: HashMap<(String, bool), Resolved>,
 }
 
 impl Targets {
-    pub fn new(interpreter: Interpreter) -> Targets {
+    pub fn new(interpreter: Interpreter, cache_root: Option<std::path::PathBuf>) -> Targets {
         Targets {
             interpreter,
+            cache_root,
             registered: Vec::new(),
             resolved: HashMap::new(),
         }
@@ -109,7 +118,8 @@ impl Targets {
         if let Some(resolved) = self.resolved.get(&key) {
             return Ok(resolved.clone());
         }
-        let prepared = prepare(function, &self.interpreter, import_module)?;
+        let cache_root = self.cache_root.as_deref();
+        let prepared = prepare(function, &self.interpreter, import_module, cache_root)?;
         let resolved = Resolved {
             closure: prepared.closure(&self.interpreter).map(Arc::new),
             target: prepared.target,

@@ -77,8 +77,14 @@ fn prepare_and_call(args: &CallArgs, phases: &Phases) -> Result<i32, Exit> {
     let input_bytes = lfm_call::input_bytes(&arguments, &here);
     let interpreter = args.interpreter.choice().interpreter().map_err(exit_of)?;
     phases.mark("interpreter chosen");
-    let mut prepared =
-        lfm_call::prepare(&args.target, &interpreter, args.import_module).map_err(exit_of)?;
+    let analysis_cache = args.cache_dir.as_deref();
+    let mut prepared = lfm_call::prepare(
+        &args.target,
+        &interpreter,
+        args.import_module,
+        analysis_cache,
+    )
+    .map_err(exit_of)?;
     phases.mark("target located and sliced");
     if let (Some(_), Some(sliced)) = (phases.0, &prepared.sliced) {
         match &sliced.analysis {

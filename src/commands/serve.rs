@@ -71,6 +71,7 @@ fn config(args: ServeArgs) -> Result<ServeConfig, (i32, String)> {
         backend: monitoring::backend_choice(args.backend),
         history: (!args.no_history).then(|| args.history.unwrap_or_else(default_path)),
         cache: monitoring::cache_dir(args.cache_dir.as_ref()),
+        analysis_cache: args.cache_dir.clone(),
         socket: args.socket,
         grace: Duration::from_secs_f64(grace),
         idle: idle.map(Duration::from_secs_f64),

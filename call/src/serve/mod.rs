@@ -39,6 +39,8 @@ pub struct ServeConfig {
     pub history: Option<PathBuf>,
     /// lfm's cache: the runner, and this serve's working directory.
     pub cache: PathBuf,
+    /// Where the functions' analyses are kept (`--cache-dir`; none: the analyzer's default).
+    pub analysis_cache: Option<PathBuf>,
     /// None: stdin and stdout.
     pub socket: Option<PathBuf>,
     pub grace: Duration,
@@ -55,7 +57,7 @@ pub fn serve(config: ServeConfig) -> Result<()> {
     let work_dir = config.cache.join(format!("serve-{}", std::process::id()));
     std::fs::create_dir_all(&work_dir)
         .map_err(|e| CallError::failed(format!("creating {}: {e}", work_dir.display())))?;
-    let mut targets = Targets::new(config.interpreter.clone());
+    let mut targets = Targets::new(config.interpreter.clone(), config.analysis_cache.clone());
     let served = start(&config, &mut targets, &work_dir)
         .and_then(|server| run_loop(server, targets, &config));
     let _ = std::fs::remove_dir_all(&work_dir);
