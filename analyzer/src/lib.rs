@@ -533,33 +533,13 @@ pub fn prepare_or_reuse(
         .iter()
         .flat_map(|target| target.files.iter().map(|file| file.path.clone()))
         .collect();
-    let mut results_miss = None;
-    let mut previous = None;
-    let mut table = None;
-    let (environment, env_key, cache, preparsed) = match reuse {
-        // A stored result needs only the environment to be checked, so ask it first; the
-        // summary cache is opened only when the result cannot be reused.
+    let first = match reuse {
         Some((results, request)) => {
-            let (interpreter, dists) = ask_environment(options)?;
-            let env_key = environment_key(&interpreter, &dists);
-            match results.lookup(request, &env_key, &located_description) {
-                Ok(hit) => return Ok(Prepared::Reused(hit)),
-                Err(miss) => {
-                    results_miss = Some(miss.why);
-                    previous = miss.previous.map(|previous| *previous);
-                }
+            let stored = (results, request, located_description.as_slice());
+            match look_up(options, stored, &mut timings, started)? {
+                LookedUp::Hit(hit) => return Ok(Prepared::Reused(hit)),
+                LookedUp::Miss(pending) => pending.parse(&located_paths),
             }
-            timings.push(("look for a stored result", Checkpoint::since(started)));
-            let cache = options.cache_dir.as_deref().map(SummaryCache::open);
-            timings.push(("open cache", Checkpoint::since(started)));
-            let known = known_summaries(previous.as_ref());
-            table = previous.as_ref().and_then(results::Previous::module_table);
-            let paths = files_to_parse(
-                &located_paths,
-                previous.as_ref().filter(|_| table.is_some()),
-            );
-            let preparsed = parse_files(&paths, cache.as_ref(), Some(&known));
-            (Ok((interpreter, dists)), Some(env_key), cache, preparsed)
         }
         None => {
             let cache = options.cache_dir.as_deref().map(SummaryCache::open);
@@ -568,7 +548,13 @@ pub fn prepare_or_reuse(
                 parse_files(&located_paths, cache.as_ref(), None)
             })?;
             // Nothing will be stored: the environment needs no key.
-            (environment, None, cache, preparsed)
+            FirstParse {
+                environment,
+                env_key: None,
+                cache,
+                preparsed,
+                miss: None,
+            }
         }
     };
     // Parsing is over (but for files first found while resolving): its arenas' pages go back,
@@ -579,9 +565,131 @@ pub fn prepare_or_reuse(
         "parse (and ask the interpreter)",
         Checkpoint::since(started),
     ));
-    let (interpreter, dists) = environment?;
     let roots = search_roots(&located, &extra_roots);
-    let mut project = Project::new(interpreter, dists, &roots, cache);
+    load(
+        first,
+        located,
+        &roots,
+        located_description,
+        options,
+        timings,
+        started,
+    )
+}
+
+/// What preparing has once the files it parses first are parsed: the environment, those
+/// summaries, and what a stored result that could not be reused still offers.
+struct FirstParse {
+    environment: Environ,
+    env_key: Option<[u8; 32]>,
+    cache: Option<SummaryCache>,
+    preparsed: Vec<(PathBuf, project::Summarized)>,
+    miss: Option<Miss>,
+}
+
+/// A stored result that could not be reused: why, and what of it can be ([`Analysis::reused`],
+/// its module table).
+struct Miss {
+    why: String,
+    previous: Option<results::Previous>,
+    table: Option<Vec<u8>>,
+}
+
+enum LookedUp {
+    Hit(results::Hit),
+    /// The parse still to do ([`PendingParse::parse`]).
+    Miss(Box<PendingParse>),
+}
+
+/// A miss's environment and summary cache, before its files are parsed.
+struct PendingParse {
+    environment: (Interpreter, DistIndex),
+    env_key: [u8; 32],
+    cache: Option<SummaryCache>,
+    miss: Miss,
+}
+
+/// Ask the environment and look for a stored result of `request` (it needs only the
+/// environment to be checked, so that comes first; the summary cache is opened only when the
+/// result cannot be reused).
+fn look_up(
+    options: &Options,
+    (results, request, located_description): (
+        &results::ResultsCache,
+        &results::RequestKey,
+        &[PathBuf],
+    ),
+    timings: &mut Vec<(&'static str, Checkpoint)>,
+    started: std::time::Instant,
+) -> Result<LookedUp, AnalyzeError> {
+    let (interpreter, dists) = ask_environment(options)?;
+    let env_key = environment_key(&interpreter, &dists);
+    let miss = match results.lookup(request, &env_key, located_description) {
+        Ok(hit) => return Ok(LookedUp::Hit(hit)),
+        Err(miss) => miss,
+    };
+    timings.push(("look for a stored result", Checkpoint::since(started)));
+    let cache = options.cache_dir.as_deref().map(SummaryCache::open);
+    timings.push(("open cache", Checkpoint::since(started)));
+    let previous = miss.previous.map(|previous| *previous);
+    let table = previous.as_ref().and_then(results::Previous::module_table);
+    let pending = PendingParse {
+        environment: (interpreter, dists),
+        env_key,
+        cache,
+        miss: Miss {
+            why: miss.why,
+            previous,
+            table,
+        },
+    };
+    Ok(LookedUp::Miss(Box::new(pending)))
+}
+
+impl PendingParse {
+    /// Parse what a miss needs first: the located files, or every file of the stored result
+    /// when its loaded modules may be restored (their summaries found by stamp and key).
+    fn parse(self, located_paths: &[PathBuf]) -> FirstParse {
+        let previous = self.miss.previous.as_ref();
+        let known = known_summaries(previous);
+        let restoring = previous.filter(|_| self.miss.table.is_some());
+        let paths = files_to_parse(located_paths, restoring);
+        let preparsed = parse_files(&paths, self.cache.as_ref(), Some(&known));
+        drop(known);
+        FirstParse {
+            environment: Ok(self.environment),
+            env_key: Some(self.env_key),
+            cache: self.cache,
+            preparsed,
+            miss: Some(self.miss),
+        }
+    }
+}
+
+/// Load every module the targets reach (or restore a stored result's loaded modules), list
+/// the closures to compute, and follow installed code's imports.
+fn load(
+    first: FirstParse,
+    located: Vec<Located>,
+    roots: &[PathBuf],
+    located_description: Vec<PathBuf>,
+    options: &Options,
+    mut timings: Vec<(&'static str, Checkpoint)>,
+    started: std::time::Instant,
+) -> Result<Prepared, AnalyzeError> {
+    let FirstParse {
+        environment,
+        env_key,
+        cache,
+        preparsed,
+        miss,
+    } = first;
+    let (mut results_miss, previous, table) = match miss {
+        Some(miss) => (Some(miss.why), miss.previous, miss.table),
+        None => (None, None, None),
+    };
+    let (interpreter, dists) = environment?;
+    let mut project = Project::new(interpreter, dists, roots, cache);
     let restoration = match (&table, &previous) {
         (Some(table), Some(previous)) => restore_loaded(&mut project, table, &preparsed, previous),
         _ => Restoration::Refused,
