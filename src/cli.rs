@@ -299,7 +299,8 @@ pub struct InterpreterArgs {
     /// A venv or conda prefix whose interpreter runs the calls.
     #[arg(long, value_name = "PREFIX", conflicts_with = "pack")]
     pub env: Option<PathBuf>,
-    /// A pack (lfm pack): unpacked once into the cache, calls run from it.
+    /// A pack (lfm pack): unpacked once into the cache (`--cache-dir`'s packs/, else the
+    /// default pack cache), calls run from it.
     #[arg(long, value_name = "PACK")]
     pub pack: Option<PathBuf>,
     /// Extra source roots where local modules are found.
@@ -308,12 +309,14 @@ pub struct InterpreterArgs {
 }
 
 impl InterpreterArgs {
-    pub fn choice(&self) -> lfm_call::InterpreterChoice {
+    /// The interpreter asked for, a pack unpacked under `cache_dir` (`--cache-dir`) if given.
+    pub fn choice(&self, cache_dir: Option<&std::path::Path>) -> lfm_call::InterpreterChoice {
         lfm_call::InterpreterChoice {
             python: self.python.clone(),
             env: self.env.clone(),
             pack: self.pack.clone(),
             roots: self.roots.clone(),
+            packs_cache: cache_dir.map(|dir| dir.join("packs")),
         }
     }
 }

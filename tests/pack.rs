@@ -171,6 +171,27 @@ fn a_closure_pack_leaves_out_the_test_directories_no_closure_module_lies_in() {
         String::from_utf8_lossy(&ran.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "6.0");
+    // With --cache-dir the pack is unpacked there, as the rest of the call's cache is.
+    let cache = tempfile::tempdir().unwrap();
+    let pack_arg = pack.to_str().unwrap();
+    let cache_arg = cache.path().to_str().unwrap();
+    let job = fixture.job("uses_numpy");
+    let ran = lfm(&[
+        "call",
+        "--quiet",
+        "--pack",
+        pack_arg,
+        "--cache-dir",
+        cache_arg,
+        &job,
+        "--args",
+        "[4]",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "6.0");
+    let unpacked = std::fs::read_dir(cache.path().join("packs"))
+        .unwrap()
+        .count();
+    assert!(unpacked > 0, "nothing unpacked under --cache-dir");
 
     // A function that imports a module of numpy's tests gets that directory, and only it.
     let pack = fixture.pack(

@@ -21,6 +21,8 @@ pub struct InterpreterChoice {
     pub env: Option<PathBuf>,
     pub pack: Option<PathBuf>,
     pub roots: Vec<PathBuf>,
+    /// Where a pack is unpacked (`--cache-dir`'s `packs/`; none: the default pack cache).
+    pub packs_cache: Option<PathBuf>,
 }
 
 /// How the interpreter is started and what the analyzer knows of it.
@@ -40,7 +42,7 @@ impl InterpreterChoice {
     /// A pack is unpacked (once per cache) before its interpreter can be named.
     pub fn interpreter(&self) -> Result<Interpreter> {
         if let Some(pack) = &self.pack {
-            let lease = unpack(pack)?;
+            let lease = unpack(pack, self.packs_cache.clone())?;
             let root = lease.root().to_path_buf();
             return Ok(Interpreter {
                 argv: vec![root.join("run").into_os_string(), "python3".into()],
@@ -90,9 +92,11 @@ impl InterpreterChoice {
     }
 }
 
-/// Unpack `pack` into the default cache, whose budget `LFM_PACK_CACHE_MAX` may set.
-fn unpack(pack: &Path) -> Result<PackLease> {
-    let mut options = UnpackOptions::new(UnpackOptions::default_cache());
+/// Unpack `pack` into `cache` (default: the default pack cache), whose budget
+/// `LFM_PACK_CACHE_MAX` may set.
+fn unpack(pack: &Path, cache: Option<PathBuf>) -> Result<PackLease> {
+    let cache = cache.unwrap_or_else(UnpackOptions::default_cache);
+    let mut options = UnpackOptions::new(cache);
     if let Some(max) = std::env::var_os(PACK_CACHE_MAX_VARIABLE) {
         let max = max.to_string_lossy();
         options.cache_max = Some(

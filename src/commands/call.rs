@@ -75,7 +75,11 @@ fn prepare_and_call(args: &CallArgs, phases: &Phases) -> Result<i32, Exit> {
     // Measured before the call runs: what --auto sizes it from.
     let here = std::env::current_dir().unwrap_or_default();
     let input_bytes = lfm_call::input_bytes(&arguments, &here);
-    let interpreter = args.interpreter.choice().interpreter().map_err(exit_of)?;
+    let interpreter = args
+        .interpreter
+        .choice(args.cache_dir.as_deref())
+        .interpreter()
+        .map_err(exit_of)?;
     phases.mark("interpreter chosen");
     let analysis_cache = args.cache_dir.as_deref();
     let mut prepared = lfm_call::prepare(

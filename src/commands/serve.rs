@@ -55,7 +55,11 @@ fn config(args: ServeArgs) -> Result<ServeConfig, (i32, String)> {
         .map(|cores| parse_positive("--node-cores", cores))
         .transpose()
         .map_err(usage)?;
-    let interpreter = args.interpreter.choice().interpreter().map_err(exit_of)?;
+    let interpreter = args
+        .interpreter
+        .choice(args.cache_dir.as_deref())
+        .interpreter()
+        .map_err(exit_of)?;
     Ok(ServeConfig {
         interpreter,
         functions: args.functions,
