@@ -321,10 +321,13 @@ pub struct ModuleMemos<'p> {
     numbers: WorkNumbers,
     lookups: EdgeLookups,
     memos: Vec<std::sync::OnceLock<ModuleMemo<'p>>>,
-    /// Per scope (by [`WorkNumbers::scope_base`]): a local class's [`ClassMemo`], or `None`
-    /// where its walk meets engine decorators or wrappers (what a walk records for those
-    /// depends on the rest of the walk).
-    class_memos: Vec<std::sync::OnceLock<Option<ClassMemo<'p>>>>,
+    /// Per scope of local code (from [`ModuleMemos::class_base`]): a local class's
+    /// [`ClassMemo`], or `None` where its walk meets engine decorators or wrappers (what a walk
+    /// records for those depends on the rest of the walk). Boxed, and only local code's: a
+    /// whole site-packages has ~240k scopes.
+    class_memos: Vec<std::sync::OnceLock<Option<Box<ClassMemo<'p>>>>>,
+    /// Per module, where its scopes start in `class_memos`; [`NOT_NUMBERED`] for installed code.
+    class_base: Vec<u32>,
     /// Modules some local module imports: only their closures can be used more than once
     /// (others are only their own module target), so only theirs are kept.
     imported: Vec<bool>,
@@ -334,13 +337,24 @@ impl<'p> ModuleMemos<'p> {
     pub fn new(project: &'p Project) -> ModuleMemos<'p> {
         let imported = crate::reuse::imported_flags(project);
         let numbers = WorkNumbers::new(project);
-        let class_memos = (0..numbers.scopes)
+        let mut local_scopes = 0;
+        let class_base = (project.modules.iter())
+            .map(|loaded| match loaded.installed.is_empty() {
+                true => {
+                    local_scopes += loaded.summary.scopes.len() as u32;
+                    local_scopes - loaded.summary.scopes.len() as u32
+                }
+                false => NOT_NUMBERED,
+            })
+            .collect();
+        let class_memos = (0..local_scopes)
             .map(|_| std::sync::OnceLock::new())
             .collect();
         ModuleMemos {
             project,
             numbers,
             class_memos,
+            class_base,
             lookups: EdgeLookups::new(project),
             memos: (0..project.modules.len())
                 .map(|_| std::sync::OnceLock::new())
@@ -374,8 +388,11 @@ impl<'p> ModuleMemos<'p> {
 
     /// The [`ClassMemo`] of class `scope` of local `module`, walked on first use.
     fn class_memo(&self, module: u32, scope: u32) -> Option<&ClassMemo<'p>> {
-        let at = self.numbers.scope_base[module as usize] as usize + scope as usize;
-        let memo = self.class_memos[at].get_or_init(|| {
+        let base = self.class_base[module as usize];
+        if base == NOT_NUMBERED {
+            return None;
+        }
+        let memo = self.class_memos[base as usize + scope as usize].get_or_init(|| {
             // Module memos are merged inside, other classes' are not: two classes that read
             // each other would wait on each other.
             let mut walk = Walk::new(self.project, &self.numbers, &self.lookups, Some(self));
@@ -399,9 +416,9 @@ impl<'p> ModuleMemos<'p> {
                 local_modules: walk.local_modules.list.clone(),
                 engine_uses: Vec::new(),
             };
-            Some(ClassMemo { closure, covered })
+            Some(Box::new(ClassMemo { closure, covered }))
         });
-        memo.as_ref()
+        memo.as_deref()
     }
 }
 
