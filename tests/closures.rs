@@ -242,3 +242,22 @@ fn a_builtin_a_local_star_import_rebinds_is_followed_to_it() {
     let slice = String::from_utf8_lossy(&slice.stdout);
     assert!(!slice.contains("import"), "{slice}");
 }
+
+#[test]
+fn a_class_read_brings_its_methods_needs_and_a_method_only_its_own() {
+    let spec = analyze_in_fixture(&[&format!("{FIXTURE}/classes/models.py")]);
+    let needs = |name: &str| needed(target(&spec, &format!("models:{name}")));
+    // A method needs its own body and its class statement, not its sibling methods.
+    assert_eq!(needs("Model.fit"), ["json"]);
+    assert_eq!(needs("Model.plot"), ["csv"]);
+    // Reading the class takes every method: each walk that reaches it, whichever way.
+    for reader in ["make", "make_two"] {
+        assert_eq!(needs(reader), ["csv", "json"], "{reader}");
+    }
+    assert_eq!(needs("path"), ["os"]);
+    // The chain through the class names the class once, then what in it imports the module.
+    let chain =
+        |name: &str, module: &str| chain_of(target(&spec, &format!("models:{name}")), module);
+    assert_eq!(chain("make", "json"), ["make", "Model"]);
+    assert_eq!(chain("make_two", "csv"), ["make_two", "Model"]);
+}
