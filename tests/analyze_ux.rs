@@ -252,5 +252,5 @@ fn every_cache_of_analyze_lives_under_the_cache_dir_given() {
     let default = run(&[]);
     assert!(default.status.success(), "{}", stderr(&default));
     assert_eq!(stdout(&default), stdout(&output));
-    assert!(home.join(".cache/lfm/analyze-dists").is_dir());
+    assert!(home.join(".cache/lfm/analyze-summaries.bin").exists());
 }
