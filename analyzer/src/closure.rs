@@ -9,17 +9,20 @@
 //! function's import closure adds it to the slice, which is what a by-reference pickle needs.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
 use rustc_hash::FxHashMap as HashMap;
+
+mod needs;
 
 use crate::dists::Owner;
 use crate::extract::{Binding, ImportEdge, ImportUse, ModuleSummary, NameId, ScopeKind, Use};
 use crate::project::{EdgeTarget, Project};
 use crate::spec::{
-    ClosureKind, Contexts, DistributionView, EngineUseView, EngineView, MissingDistribution,
-    MissingView, ModuleKind, ModuleView, ReasonView, TargetKind, TargetView, WarningView,
+    ClosureKind, Contexts, EngineUseView, EngineView, ModuleKind, ReasonView, TargetKind,
+    TargetView, WarningView,
 };
+use needs::{needs_views, RecentNeeds};
 
 /// Python builtins: a free name among these is not a module global.
 const BUILTINS: &[&str] = &[
@@ -331,6 +334,7 @@ pub struct ModuleMemos<'p> {
     /// Modules some local module imports: only their closures can be used more than once
     /// (others are only their own module target), so only theirs are kept.
     imported: Vec<bool>,
+    recent_needs: RecentNeeds<'p>,
 }
 
 impl<'p> ModuleMemos<'p> {
@@ -360,6 +364,7 @@ impl<'p> ModuleMemos<'p> {
                 .map(|_| std::sync::OnceLock::new())
                 .collect(),
             imported,
+            recent_needs: RecentNeeds::new(),
         }
     }
 
@@ -2500,6 +2505,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         let mut listed = BTreeSet::new();
         let own = needs_views(
             project,
+            self.memos.map(|memos| &memos.recent_needs),
             own_reached,
             own_missing,
             &mut listed,
@@ -2507,6 +2513,7 @@ impl<'p, 'm> Walk<'p, 'm> {
         );
         let mut engine = needs_views(
             project,
+            None,
             engine_reached,
             engine_missing,
             &mut listed,
@@ -2562,208 +2569,6 @@ impl<'p, 'm> Walk<'p, 'm> {
             escape_free: project.escape_free,
         }
     }
-}
-
-/// A target's own needs, or its engine's, as the Spec lists them.
-struct Needs<'p> {
-    modules: Vec<ModuleView<'p>>,
-    distributions: Vec<DistributionView<'p>>,
-    missing: Vec<MissingView<'p>>,
-    missing_distributions: Vec<MissingDistribution>,
-}
-
-/// The module, distribution and missing lists of what was reached (the target's own needs,
-/// or the engine's): distributions already `listed` are left out, those listed here added.
-fn needs_views<'p>(
-    project: &'p Project,
-    reached_in_order: Vec<(&'p str, Reached<'p>)>,
-    missing_in_order: Vec<(&'p str, Missed<'p>)>,
-    listed: &mut BTreeSet<u32>,
-    warnings: &mut Vec<WarningView<'p>>,
-) -> Needs<'p> {
-    let mut direct: Direct<'p> = BTreeMap::new();
-    let installed: Vec<(&str, bool)> = (reached_in_order.iter())
-        .filter(|(_, reached)| reached.kind == ModuleKind::ThirdParty)
-        .map(|(name, reached)| (*name, reached.required))
-        .collect();
-    let modules = module_views(project, reached_in_order, &mut direct, warnings);
-    let (distributions, missing_distributions) =
-        distribution_views(project, direct, &installed, listed, warnings);
-    Needs {
-        modules,
-        distributions,
-        missing: missing_in_order
-            .into_iter()
-            .map(|(name, missed)| MissingView {
-                name,
-                optional: missed.optional,
-                reason: missed.reason,
-            })
-            .collect(),
-        missing_distributions,
-    }
-}
-
-/// The distributions that own reached modules: (whether a required module needs it, the
-/// modules it provides), by distribution id.
-type Direct<'p> = BTreeMap<u32, (bool, Vec<Cow<'p, str>>)>;
-
-/// The Spec's module list, noting in `direct` which distribution provides each, and warning
-/// where none or several do.
-fn module_views<'p>(
-    project: &'p Project,
-    reached_in_order: Vec<(&'p str, Reached<'p>)>,
-    direct: &mut Direct<'p>,
-    warnings: &mut Vec<WarningView<'p>>,
-) -> Vec<ModuleView<'p>> {
-    let mut modules = Vec::with_capacity(reached_in_order.len());
-    for (name, reached) in reached_in_order {
-        let mut distribution = None;
-        match reached.owner {
-            Some(&Owner::One(id)) => {
-                let entry = direct.entry(id).or_insert((false, Vec::new()));
-                entry.0 |= reached.required;
-                entry.1.push(Cow::Borrowed(name));
-                distribution = Some(project.dists.dists[id as usize].name.as_str());
-            }
-            Some(Owner::Ambiguous(ids)) => {
-                let names: Vec<&str> = ids
-                    .iter()
-                    .map(|&i| project.dists.dists[i as usize].name.as_str())
-                    .collect();
-                warnings.push(WarningView {
-                    file: Cow::Borrowed(reached.reason.file),
-                    line: reached.reason.line,
-                    message: Cow::Owned(format!(
-                        "module {name} is provided by several distributions ({}); none was chosen",
-                        names.join(", ")
-                    )),
-                });
-            }
-            Some(Owner::Unknown) => warnings.push(WarningView {
-                file: Cow::Borrowed(reached.reason.file),
-                line: reached.reason.line,
-                message: Cow::Owned(format!(
-                    "module {name} ({}) is not listed by any installed distribution",
-                    reached.file.unwrap_or_default()
-                )),
-            }),
-            None => {}
-        }
-        modules.push(ModuleView {
-            name,
-            kind: reached.kind,
-            file: reached.file,
-            distribution,
-            optional: !reached.required,
-            contexts: reached.contexts,
-            reason: reached.reason,
-        });
-    }
-    modules
-}
-
-/// The distributions the modules need with their Requires-Dist closure (required ones first,
-/// then optional), in name order, and the requirements no installed distribution meets.
-fn distribution_views<'p>(
-    project: &'p Project,
-    mut direct: Direct<'p>,
-    installed: &[(&str, bool)],
-    listed: &mut BTreeSet<u32>,
-    warnings: &mut Vec<WarningView<'p>>,
-) -> (Vec<DistributionView<'p>>, Vec<MissingDistribution>) {
-    let roots = |required: bool| -> Vec<u32> {
-        direct
-            .iter()
-            .filter(|(_, (req, _))| *req == required)
-            .map(|(&id, _)| id)
-            .collect()
-    };
-    let (required_roots, optional_roots) = (roots(true), roots(false));
-    let required = project
-        .dists
-        .requirement_closure(&required_roots, &project.interpreter);
-    let optional = project
-        .dists
-        .requirement_closure(&optional_roots, &project.interpreter);
-    let mut distributions = Vec::new();
-    for (closure, is_optional) in [(&*required, false), (&*optional, true)] {
-        for (&id, chain) in &closure.reached {
-            if !listed.insert(id) {
-                continue;
-            }
-            let dist = &project.dists.dists[id as usize];
-            let (is_direct, reason) = match direct.remove(&id) {
-                Some((_, modules)) => (true, modules),
-                None => (
-                    false,
-                    chain.iter().map(|step| Cow::Owned(step.clone())).collect(),
-                ),
-            };
-            distributions.push((
-                id,
-                DistributionView {
-                    name: &dist.name,
-                    version: &dist.version,
-                    direct: is_direct,
-                    optional: is_optional,
-                    conda_name: dist.conda_name.as_deref(),
-                    undeclared: false,
-                    reason,
-                },
-            ));
-        }
-    }
-    let undeclared =
-        crate::installed_imports::undeclared(project, installed, [&required, &optional]);
-    for imported in &undeclared {
-        for (&id, chain) in &imported.closure.reached {
-            if !listed.insert(id) {
-                continue;
-            }
-            let dist = &project.dists.dists[id as usize];
-            let root = chain.first().map(String::as_str).unwrap_or_default();
-            let start = imported.reasons.get(root).into_iter().flatten();
-            let reason = start.chain(chain).map(|step| Cow::Owned(step.clone()));
-            distributions.push((
-                id,
-                DistributionView {
-                    name: &dist.name,
-                    version: &dist.version,
-                    direct: false,
-                    optional: imported.optional,
-                    conda_name: dist.conda_name.as_deref(),
-                    undeclared: true,
-                    reason: reason.collect(),
-                },
-            ));
-        }
-    }
-    distributions.sort_by(|(a, _), (b, _)| {
-        project
-            .dists
-            .normalized_name(*a)
-            .cmp(project.dists.normalized_name(*b))
-    });
-    for problem in required.problems.iter().chain(&optional.problems) {
-        warnings.push(WarningView {
-            file: Cow::Borrowed(""),
-            line: 0,
-            message: Cow::Owned(problem.clone()),
-        });
-    }
-    let missing = required
-        .missing
-        .iter()
-        .map(|(name, chain)| MissingDistribution {
-            name: name.clone(),
-            required_by: chain.clone(),
-        })
-        .collect();
-    (
-        distributions.into_iter().map(|(_, need)| need).collect(),
-        missing,
-    )
 }
 
 impl Drop for Walk<'_, '_> {

@@ -366,16 +366,14 @@ impl DistIndex {
                 interpreter.markers.python_full_version
             ));
             for &root in roots {
-                closure
-                    .reached
-                    .insert(root, vec![self.dists[root as usize].name.clone()]);
+                closure.reached.insert(root, vec![root]);
             }
             return closure;
         };
         let mut seen: BTreeSet<(u32, Option<String>)> = BTreeSet::new();
-        let mut queue: VecDeque<(u32, Option<String>, Vec<String>)> = VecDeque::new();
+        let mut queue: VecDeque<(u32, Option<String>, Vec<u32>)> = VecDeque::new();
         for &root in roots {
-            queue.push_back((root, None, vec![self.dists[root as usize].name.clone()]));
+            queue.push_back((root, None, vec![root]));
         }
         while let Some((id, extra, chain)) = queue.pop_front() {
             if !seen.insert((id, extra.clone())) {
@@ -391,7 +389,7 @@ impl DistIndex {
                 if dist.kind == MetadataKind::Conda {
                     if let Some(dep) = self.by_conda_or_pip_name(line) {
                         let mut next = chain.clone();
-                        next.push(self.dists[dep as usize].name.clone());
+                        next.push(dep);
                         queue.push_back((dep, None, next));
                     }
                     continue;
@@ -413,7 +411,7 @@ impl DistIndex {
                 match self.by_name(&name) {
                     Some(dep) => {
                         let mut next = chain.clone();
-                        next.push(self.dists[dep as usize].name.clone());
+                        next.push(dep);
                         queue.push_back((dep, None, next.clone()));
                         for wanted in &requirement.extras {
                             queue.push_back((dep, Some(wanted.to_string()), next.clone()));
@@ -424,9 +422,9 @@ impl DistIndex {
                             .missing
                             .entry(normalize_name(&name))
                             .or_insert_with(|| {
-                                let mut next = chain.clone();
-                                next.push(line.clone());
-                                next
+                                let names =
+                                    chain.iter().map(|&id| self.dists[id as usize].name.clone());
+                                names.chain([line.clone()]).collect()
                             });
                     }
                 }
@@ -446,8 +444,10 @@ impl DistIndex {
 
 #[derive(Debug, Default, Clone)]
 pub struct RequirementClosure {
-    /// Each distribution reached, with the requirement chain that reached it first.
-    pub reached: BTreeMap<u32, Vec<String>>,
+    /// Each distribution reached, with the requirement chain that reached it first (ids of
+    /// distributions, from a root to it): the chains are listed for every target that needs
+    /// the closure, and names borrowed from the index cost no copy.
+    pub reached: BTreeMap<u32, Vec<u32>>,
     /// Required (markers true) but not installed: normalized name -> chain.
     pub missing: BTreeMap<String, Vec<String>>,
     pub problems: Vec<String>,

@@ -175,29 +175,50 @@ impl InstalledImports {
         (nodes, any, required)
     }
 
-    /// The first import statement (breadth first from the nodes `start`) of a module of
-    /// another distribution that brings in `dist`: the importing node and the line.
-    fn imported_by(&self, start: &[u32], dist: u32) -> Option<(u32, u32)> {
-        let reaches =
-            |node: u32| self.set(&self.any, node)[dist as usize / 64] & (1 << (dist % 64)) != 0;
-        let mut seen = rustc_hash::FxHashSet::default();
+    /// For each of `dists`, the first import statement (breadth first from the nodes `start`)
+    /// of a module of another distribution that brings it in: the importing node and the line.
+    ///
+    /// One walk answers for all: a node with an edge into a distribution's modules reaches
+    /// it, and so does every node with a path to that node, so the nodes that reach one
+    /// distribution are met in the order a walk of those alone would meet them.
+    fn imported_by(&self, start: &[u32], dists: &[u32]) -> Vec<Option<(u32, u32)>> {
+        let mut found = vec![None; dists.len()];
+        let mut wanted = vec![0u64; self.words];
+        for &dist in dists {
+            wanted[dist as usize / 64] |= 1 << (dist % 64);
+        }
+        let reaches_any = |node: u32| {
+            let set = self.set(&self.any, node);
+            set.iter()
+                .zip(&wanted)
+                .any(|(reached, wanted)| reached & wanted != 0)
+        };
+        let mut seen = vec![false; self.nodes.len()];
         let mut queue: VecDeque<u32> = VecDeque::new();
         for &node in start {
-            if reaches(node) && seen.insert(node) {
+            if reaches_any(node) && !std::mem::replace(&mut seen[node as usize], true) {
                 queue.push_back(node);
             }
         }
+        let mut left = dists.len();
         while let Some(node) = queue.pop_front() {
             for edge in &self.edges[node as usize] {
-                if self.nodes[edge.to as usize].dist == dist {
-                    return Some((node, edge.line));
+                let to = self.nodes[edge.to as usize].dist;
+                if let Some(at) = dists.iter().position(|&dist| dist == to) {
+                    if found[at].is_none() {
+                        found[at] = Some((node, edge.line));
+                        left -= 1;
+                        if left == 0 {
+                            return found;
+                        }
+                    }
                 }
-                if reaches(edge.to) && seen.insert(edge.to) {
+                if reaches_any(edge.to) && !std::mem::replace(&mut seen[edge.to as usize], true) {
                     queue.push_back(edge.to);
                 }
             }
         }
-        None
+        found
     }
 
     /// The file of every installed module importing `modules` reaches: what
@@ -690,8 +711,9 @@ fn reach_sets(
 pub struct Undeclared<'p> {
     pub closure: Arc<crate::dists::RequirementClosure>,
     pub optional: bool,
-    /// By the root distribution's name (what its closure's chains start with).
-    pub reasons: HashMap<&'p str, [String; 2]>,
+    /// By the root distribution's id (what its closure's chains start with): the importing
+    /// distribution's name, then `file:line`.
+    pub reasons: HashMap<u32, (&'p str, String)>,
 }
 
 /// `roots` less those another root requires (they are listed through its chain).
@@ -754,8 +776,7 @@ pub fn undeclared<'p>(
                 .map(|&(root, (node, line))| {
                     let importer = &project.dists.dists[graph.nodes[node as usize].dist as usize];
                     let file = project.display_path(&graph.nodes[node as usize].path);
-                    let root = project.dists.dists[root as usize].name.as_str();
-                    (root, [importer.name.clone(), format!("{file}:{line}")])
+                    (root, (importer.name.as_str(), format!("{file}:{line}")))
                 })
                 .collect(),
         })
@@ -780,8 +801,8 @@ impl InstalledImports {
             if roots.is_empty() {
                 continue;
             }
-            let by = (roots.iter())
-                .filter_map(|&root| Some((root, self.imported_by(start, root)?)))
+            let by = (roots.iter().zip(self.imported_by(start, &roots)))
+                .filter_map(|(&root, by)| Some((root, by?)))
                 .collect();
             found.push(Found {
                 roots,
