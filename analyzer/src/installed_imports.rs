@@ -83,6 +83,10 @@ pub struct InstalledImports {
     /// [`undeclared`]'s findings by its question ([`InstalledImports::question`]): the
     /// functions of one module ask the same one.
     found: std::sync::Mutex<HashMap<Vec<u64>, Arc<[Found]>>>,
+    /// By (node, distribution): the first import of that distribution's modules met walking
+    /// breadth first from the node alone ([`FirstImport`]). Questions rarely repeat (each
+    /// target starts from its own nodes); their nodes do.
+    first_imports: std::sync::Mutex<HashMap<(u32, u32), Option<FirstImport>>>,
     /// The Python files of every distribution whose edges were read, stamped before they were
     /// (where edges are kept between runs): what a stored result built on them must check.
     stamps: Vec<Stamped>,
@@ -94,6 +98,15 @@ struct Found {
     roots: Vec<u32>,
     optional: bool,
     by: Vec<(u32, (u32, u32))>,
+}
+
+/// An import of a distribution's module, found walking breadth first from one node: how many
+/// imports from that node to the importing one, the importing node, and the line.
+#[derive(Clone, Copy)]
+struct FirstImport {
+    distance: u32,
+    node: u32,
+    line: u32,
 }
 
 /// A set of distributions, by id.
@@ -178,47 +191,68 @@ impl InstalledImports {
     /// For each of `dists`, the first import statement (breadth first from the nodes `start`)
     /// of a module of another distribution that brings it in: the importing node and the line.
     ///
-    /// One walk answers for all: a node with an edge into a distribution's modules reaches
-    /// it, and so does every node with a path to that node, so the nodes that reach one
-    /// distribution are met in the order a walk of those alone would meet them.
+    /// A walk from several nodes meets first what is fewest imports away from any of them,
+    /// and among equals, what the earliest of them leads to: the answer is the nearest of
+    /// the nodes' own answers, the earliest node's among equals.
     fn imported_by(&self, start: &[u32], dists: &[u32]) -> Vec<Option<(u32, u32)>> {
-        let mut found = vec![None; dists.len()];
-        let mut wanted = vec![0u64; self.words];
-        for &dist in dists {
-            wanted[dist as usize / 64] |= 1 << (dist % 64);
-        }
-        let reaches_any = |node: u32| {
-            let set = self.set(&self.any, node);
-            set.iter()
-                .zip(&wanted)
-                .any(|(reached, wanted)| reached & wanted != 0)
-        };
-        let mut seen = vec![false; self.nodes.len()];
-        let mut queue: VecDeque<u32> = VecDeque::new();
-        for &node in start {
-            if reaches_any(node) && !std::mem::replace(&mut seen[node as usize], true) {
-                queue.push_back(node);
-            }
-        }
-        let mut left = dists.len();
-        while let Some(node) = queue.pop_front() {
-            for edge in &self.edges[node as usize] {
-                let to = self.nodes[edge.to as usize].dist;
-                if let Some(at) = dists.iter().position(|&dist| dist == to) {
-                    if found[at].is_none() {
-                        found[at] = Some((node, edge.line));
-                        left -= 1;
-                        if left == 0 {
-                            return found;
-                        }
+        (dists.iter())
+            .map(|&dist| {
+                let mut nearest: Option<FirstImport> = None;
+                for &node in start {
+                    let Some(found) = self.first_import(node, dist) else {
+                        continue;
+                    };
+                    if nearest.is_none_or(|nearest| found.distance < nearest.distance) {
+                        nearest = Some(found);
                     }
                 }
-                if reaches_any(edge.to) && !std::mem::replace(&mut seen[edge.to as usize], true) {
-                    queue.push_back(edge.to);
+                nearest.map(|found| (found.node, found.line))
+            })
+            .collect()
+    }
+
+    /// [`InstalledImports::first_imports`] of (`start`, `dist`), walked on first use.
+    fn first_import(&self, start: u32, dist: u32) -> Option<FirstImport> {
+        let known = self
+            .first_imports
+            .lock()
+            .ok()
+            .and_then(|known| known.get(&(start, dist)).copied());
+        if let Some(known) = known {
+            return known;
+        }
+        let found = self.walk_to_first_import(start, dist);
+        if let Ok(mut known) = self.first_imports.lock() {
+            known.insert((start, dist), found);
+        }
+        found
+    }
+
+    fn walk_to_first_import(&self, start: u32, dist: u32) -> Option<FirstImport> {
+        let reaches =
+            |node: u32| self.set(&self.any, node)[dist as usize / 64] & (1 << (dist % 64)) != 0;
+        if !reaches(start) {
+            return None;
+        }
+        let mut seen = vec![false; self.nodes.len()];
+        seen[start as usize] = true;
+        let mut queue: VecDeque<(u32, u32)> = VecDeque::from([(start, 0)]);
+        while let Some((node, distance)) = queue.pop_front() {
+            for edge in &self.edges[node as usize] {
+                if self.nodes[edge.to as usize].dist == dist {
+                    let line = edge.line;
+                    return Some(FirstImport {
+                        distance,
+                        node,
+                        line,
+                    });
+                }
+                if reaches(edge.to) && !std::mem::replace(&mut seen[edge.to as usize], true) {
+                    queue.push_back((edge.to, distance + 1));
                 }
             }
         }
-        found
+        None
     }
 
     /// The file of every installed module importing `modules` reaches: what
