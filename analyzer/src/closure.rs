@@ -830,16 +830,26 @@ fn way_of(project: &Project, module: u32, edge: u32, path: NameId, resolved: Res
 /// `bound` is no loaded module (a namespace package): the first loaded module along
 /// `bound.path` is where the path continues, with the rest of the path.
 fn namespace_start<'a>(project: &Project, bound: &str, path: &'a str) -> (Found, Option<&'a str>) {
-    let mut name = bound.to_string();
-    for (index, step) in path.split('.').enumerate() {
-        name.push('.');
-        name.push_str(step);
-        if let Some(id) = project.module_named(&name) {
-            let rest = path.splitn(index + 2, '.').nth(index + 1);
-            return (Found::Module(id), rest);
+    DOTTED_NAME.with_borrow_mut(|name| {
+        name.clear();
+        name.push_str(bound);
+        for (index, step) in path.split('.').enumerate() {
+            name.push('.');
+            name.push_str(step);
+            if let Some(id) = project.module_named(name) {
+                let rest = path.splitn(index + 2, '.').nth(index + 1);
+                return (Found::Module(id), rest);
+            }
         }
-    }
-    (Found::Nothing, None)
+        (Found::Nothing, None)
+    })
+}
+
+thread_local! {
+    /// [`namespace_start`]'s dotted names, in one buffer: every read of installed code
+    /// through a stdlib import (`os.path.join`) comes here, a million times on a whole
+    /// site-packages, and a new string each cost an allocation and its growth.
+    static DOTTED_NAME: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
 }
 
 /// Where each work item's "already queued" bit is in a [`Visited`] set: module imports, whole
