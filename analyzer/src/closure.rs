@@ -455,8 +455,18 @@ struct Ways {
     ways: HashMap<(u32, u32, NameId), Way>,
 }
 
+/// The [`Way`]s this thread worked out for one installed module, by (edge, path).
+#[derive(Default)]
+struct InstalledWays {
+    run: u64,
+    module: u32,
+    ways: HashMap<(u32, NameId), Way>,
+}
+
 thread_local! {
     static WAYS: std::cell::RefCell<Ways> = std::cell::RefCell::new(Ways::default());
+    static INSTALLED_WAYS: std::cell::RefCell<InstalledWays> =
+        std::cell::RefCell::new(InstalledWays::default());
 }
 
 /// An import edge's bound name, as [`Walk::follow_imported`] continues from it.
@@ -506,9 +516,19 @@ impl EdgeLookups {
     /// Where attribute `path` read through edge `edge` of `module` leads ([`Way`]).
     fn way(&self, project: &Project, module: u32, edge: u32, path: NameId) -> Way {
         let resolved = || self.get(project, module, edge);
-        // Installed code reads through its imports once per target: not worth the memory.
+        // Installed code reads through its imports once per target: kept for the module the
+        // thread is on only (its functions come one after the other), not for the run.
         if !project.modules[module as usize].installed.is_empty() {
-            return way_of(project, module, edge, path, resolved());
+            return INSTALLED_WAYS.with_borrow_mut(|ways| {
+                if (ways.run, ways.module) != (self.run, module) {
+                    ways.run = self.run;
+                    ways.module = module;
+                    ways.ways.clear();
+                }
+                (ways.ways.entry((edge, path)))
+                    .or_insert_with(|| way_of(project, module, edge, path, resolved()))
+                    .clone()
+            });
         }
         WAYS.with(|ways| {
             let mut ways = ways.borrow_mut();

@@ -860,6 +860,90 @@ mod tests {
         }
     }
 
+    /// The first import of `dist` met walking breadth first from all of `start` at once:
+    /// what [`InstalledImports::imported_by`] must answer, by its definition.
+    fn first_import_walking_from_all(
+        graph: &InstalledImports,
+        start: &[u32],
+        dist: u32,
+    ) -> Option<(u32, u32)> {
+        let reaches =
+            |node: u32| graph.set(&graph.any, node)[dist as usize / 64] & (1 << (dist % 64)) != 0;
+        let mut seen = std::collections::HashSet::new();
+        let mut queue: VecDeque<u32> = (start.iter().copied())
+            .filter(|&node| reaches(node) && seen.insert(node))
+            .collect();
+        while let Some(node) = queue.pop_front() {
+            for edge in &graph.edges[node as usize] {
+                if graph.nodes[edge.to as usize].dist == dist {
+                    return Some((node, edge.line));
+                }
+                if reaches(edge.to) && seen.insert(edge.to) {
+                    queue.push_back(edge.to);
+                }
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn the_first_import_from_several_modules_is_the_nearest_of_each_ones() {
+        let mut state = 0x2545_f491_u64;
+        let mut next = |below: u32| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 33) % below as u64) as u32
+        };
+        let mut compared = 0;
+        for _ in 0..200 {
+            let (count, dists) = (4 + next(20), 2 + next(6));
+            let node_dists: Vec<u32> = (0..count).map(|_| next(dists)).collect();
+            let edges: Vec<Vec<Edge>> = (0..count)
+                .map(|_| {
+                    (0..next(4))
+                        .map(|_| Edge {
+                            to: next(count),
+                            line: next(1000),
+                            optional: false,
+                        })
+                        .collect()
+                })
+                .collect();
+            let words = (dists as usize).div_ceil(64);
+            let graph = InstalledImports {
+                nodes: (node_dists.iter())
+                    .map(|&dist| Node {
+                        name: String::new(),
+                        dist,
+                        path: PathBuf::new(),
+                    })
+                    .collect(),
+                any: reach_sets(&node_dists, words, &edges, |_| true),
+                edges,
+                words,
+                ..InstalledImports::default()
+            };
+            for _ in 0..10 {
+                let start: Vec<u32> = (0..1 + next(5)).map(|_| next(count)).collect();
+                let wanted: Vec<u32> = (0..dists).filter(|_| next(2) == 0).collect();
+                let expected: Vec<Option<(u32, u32)>> = (wanted.iter())
+                    .map(|&dist| first_import_walking_from_all(&graph, &start, dist))
+                    .collect();
+                compared += expected.iter().flatten().count();
+                assert_eq!(
+                    graph.imported_by(&start, &wanted),
+                    expected,
+                    "from {start:?}"
+                );
+            }
+        }
+        assert!(
+            compared > 500,
+            "only {compared} imports found: the graphs are too sparse"
+        );
+    }
+
     #[test]
     fn reach_sets_cross_cycles_and_stop_at_optional_edges() {
         // 0 -> 1 <-> 2 -> 3 (optional) -> 4; dists: 0,0,1,2,3
