@@ -495,15 +495,19 @@ impl Project {
         let parts: Vec<&str> = name.split('.').collect();
         for end in 1..parts.len() {
             let ancestor = parts[..end].join(".");
-            let Some(Location::File {
+            let Some(location) = self.resolver.resolve(&ancestor) else {
+                continue;
+            };
+            let namespace = location.is_namespace();
+            let Location::File {
                 path, root_kind, ..
-            }) = self.resolver.resolve(&ancestor)
+            } = location
             else {
                 continue;
             };
             // A namespace package (a directory) has no code to run.
             let installed_code = root_kind == RootKind::Site || self.dists.owns(&path);
-            if installed_code && !path.is_dir() {
+            if installed_code && !namespace {
                 installed.push(self.third_party_module(&ancestor, path));
             }
         }

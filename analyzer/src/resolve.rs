@@ -29,6 +29,22 @@ pub enum Location {
     },
 }
 
+impl Location {
+    /// A namespace package: its path is a directory (a package's is its `__init__` file, a
+    /// module's its file), told without asking the file system.
+    pub fn is_namespace(&self) -> bool {
+        match self {
+            Location::File {
+                path, is_package, ..
+            } => {
+                let file = path.file_name().map(|name| name.as_encoded_bytes());
+                *is_package && !file.is_some_and(|name| name.starts_with(b"__init__."))
+            }
+            Location::Stdlib => false,
+        }
+    }
+}
+
 /// What a directory holds: entry name -> is a directory.
 type Listing = Arc<HashMap<String, bool>>;
 
