@@ -27,6 +27,7 @@ pub mod interpreter_cache;
 pub mod kept_files;
 pub mod module_table;
 pub mod paths;
+pub mod preparse;
 pub mod project;
 pub mod render;
 pub mod resolve;
@@ -41,6 +42,7 @@ mod test_site;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 
@@ -48,6 +50,7 @@ use crate::cache::SummaryCache;
 use crate::dists::DistIndex;
 use crate::extract::ScopeKind;
 use crate::interpreter::Interpreter;
+use crate::preparse::Preparse;
 use crate::project::{PendingModule, Project, Restoration};
 use crate::resolve::{module_name_for, Location, Resolver};
 use crate::spec::{PythonInfo, Spec, SPEC_FORMAT};
@@ -538,33 +541,39 @@ pub fn prepare_or_reuse(
             let stored = (results, request, located_description.as_slice());
             match look_up(options, stored, &mut timings, started)? {
                 LookedUp::Hit(hit) => return Ok(Prepared::Reused(hit)),
-                LookedUp::Miss(pending) => pending.parse(&located_paths),
+                LookedUp::Miss(pending) => pending.parse(located_paths),
             }
         }
         None => {
             let cache = options.cache_dir.as_deref().map(SummaryCache::open);
+            let cache = cache.map(Arc::new);
             timings.push(("open cache", Checkpoint::since(started)));
-            let (environment, preparsed) = ask_while_parsing(options, || {
-                parse_files(&located_paths, cache.as_ref(), None)
-            })?;
-            // Nothing will be stored: the environment needs no key.
+            let preparse = Preparse::start(located_paths, cache.clone());
             FirstParse {
-                environment,
+                environment: ask_environment(options),
+                // Nothing will be stored: the environment needs no key.
                 env_key: None,
                 cache,
-                preparsed,
+                preparsed: FirstSummaries::Coming(preparse),
                 miss: None,
             }
         }
     };
-    // Parsing is over (but for files first found while resolving): its arenas' pages go back,
-    // and so do the located files' paths (~0.8 MiB on a whole site-packages).
-    drop(located_paths);
-    scratch::release_all();
-    timings.push((
-        "parse (and ask the interpreter)",
-        Checkpoint::since(started),
-    ));
+    timings.push(match &first.preparsed {
+        FirstSummaries::Made(_) => {
+            // Parsing is over (but for files first found while resolving): its arenas'
+            // pages go back.
+            scratch::release_all();
+            (
+                "parse (and ask the interpreter)",
+                Checkpoint::since(started),
+            )
+        }
+        FirstSummaries::Coming(_) => (
+            "ask the interpreter (files parsed meanwhile)",
+            Checkpoint::since(started),
+        ),
+    });
     let roots = search_roots(&located, &extra_roots);
     load(
         first,
@@ -582,9 +591,16 @@ pub fn prepare_or_reuse(
 struct FirstParse {
     environment: Environ,
     env_key: Option<[u8; 32]>,
-    cache: Option<SummaryCache>,
-    preparsed: Vec<(PathBuf, project::Summarized)>,
+    cache: Option<Arc<SummaryCache>>,
+    preparsed: FirstSummaries,
     miss: Option<Miss>,
+}
+
+/// The summaries of the files parsed first: all made (to restore a stored result's loaded
+/// modules, which needs them all), or being made while loading takes them ([`Preparse`]).
+enum FirstSummaries {
+    Made(Vec<(PathBuf, project::Summarized)>),
+    Coming(Arc<Preparse>),
 }
 
 /// A stored result that could not be reused: why, and what of it can be ([`Analysis::reused`],
@@ -605,7 +621,7 @@ enum LookedUp {
 struct PendingParse {
     environment: (Interpreter, DistIndex),
     env_key: [u8; 32],
-    cache: Option<SummaryCache>,
+    cache: Option<Arc<SummaryCache>>,
     miss: Miss,
 }
 
@@ -630,6 +646,7 @@ fn look_up(
     };
     timings.push(("look for a stored result", Checkpoint::since(started)));
     let cache = options.cache_dir.as_deref().map(SummaryCache::open);
+    let cache = cache.map(Arc::new);
     timings.push(("open cache", Checkpoint::since(started)));
     let previous = miss.previous.map(|previous| *previous);
     let table = previous.as_ref().and_then(results::Previous::module_table);
@@ -648,14 +665,19 @@ fn look_up(
 
 impl PendingParse {
     /// Parse what a miss needs first: the located files, or every file of the stored result
-    /// when its loaded modules may be restored (their summaries found by stamp and key).
-    fn parse(self, located_paths: &[PathBuf]) -> FirstParse {
+    /// when its loaded modules may be restored (their summaries found by stamp and key). With
+    /// no stored result, loading starts while the located files are parsed.
+    fn parse(self, located_paths: Vec<PathBuf>) -> FirstParse {
         let previous = self.miss.previous.as_ref();
-        let known = known_summaries(previous);
-        let restoring = previous.filter(|_| self.miss.table.is_some());
-        let paths = files_to_parse(located_paths, restoring);
-        let preparsed = parse_files(&paths, self.cache.as_ref(), Some(&known));
-        drop(known);
+        let preparsed = match previous {
+            None => FirstSummaries::Coming(Preparse::start(located_paths, self.cache.clone())),
+            Some(_) => {
+                let known = known_summaries(previous);
+                let restoring = previous.filter(|_| self.miss.table.is_some());
+                let paths = files_to_parse(&located_paths, restoring);
+                FirstSummaries::Made(parse_files(&paths, self.cache.as_deref(), Some(&known)))
+            }
+        };
         FirstParse {
             environment: Ok(self.environment),
             env_key: Some(self.env_key),
@@ -690,13 +712,18 @@ fn load(
     };
     let (interpreter, dists) = environment?;
     let mut project = Project::new(interpreter, dists, roots, cache);
-    let restoration = match (&table, &previous) {
-        (Some(table), Some(previous)) => restore_loaded(&mut project, table, &preparsed, previous),
+    let restoration = match (&table, &previous, &preparsed) {
+        (Some(table), Some(previous), FirstSummaries::Made(files)) => {
+            restore_loaded(&mut project, table, files, previous)
+        }
         _ => Restoration::Refused,
     };
     let restored = restoration != Restoration::Refused;
     if !restored {
-        project.set_preparsed(preparsed);
+        match preparsed {
+            FirstSummaries::Made(made) => project.set_preparsed(made),
+            FirstSummaries::Coming(preparse) => project.set_preparsing(preparse),
+        }
     }
     // A table restored as it was is stored again as it was, not made and written anew.
     let stored_table = table.filter(|_| {
@@ -1059,22 +1086,6 @@ pub fn installed_distributions(
 }
 
 type Environ = anyhow::Result<(Interpreter, DistIndex)>;
-
-/// Asking the interpreter and indexing its distributions take as long as parsing a few hundred
-/// files, and summaries do not depend on them: both at once.
-fn ask_while_parsing<T: Send>(
-    options: &Options,
-    parse: impl FnOnce() -> T + Send,
-) -> Result<(Environ, T), AnalyzeError> {
-    let (environment, preparsed) = std::thread::scope(|scope| {
-        let environment = scope.spawn(|| ask_environment(options));
-        let preparsed = parse();
-        (environment.join(), preparsed)
-    });
-    let environment =
-        environment.map_err(|_| anyhow::anyhow!("asking the interpreter failed unexpectedly"))?;
-    Ok((environment, preparsed))
-}
 
 /// Where local modules are found: each target's roots, then `--root`s, each once.
 fn search_roots(located: &[Located], extra_roots: &[PathBuf]) -> Vec<PathBuf> {

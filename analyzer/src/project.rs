@@ -17,6 +17,7 @@ use crate::installed_imports::{InstalledImports, Sources};
 use crate::interpreter::Interpreter;
 use crate::module_table::{imports_fingerprint, ModuleTable, Restored, RestoredModule};
 use crate::paths::path_key;
+use crate::preparse::Preparse;
 use crate::resolve::{module_name_for, Location, Resolver, RootKind};
 use crate::results::Stamp;
 use crate::source::decode;
@@ -81,12 +82,12 @@ pub struct Project {
     resolver: Resolver,
     /// By [`crate::paths::path_key`]: hashing a Path walks its components.
     by_path: HashMap<OsString, u32>,
-    cache: Option<SummaryCache>,
+    cache: Option<Arc<SummaryCache>>,
     cwd: PathBuf,
     /// Files parsed so far, for progress reports.
     parsed: usize,
-    /// Summaries made before the project existed (while the interpreter was being asked).
-    preparsed: HashMap<OsString, Summarized>,
+    /// Summaries made before loading asked for them.
+    preparsed: Preparsed,
     /// Absolute imports already resolved, keyed by the absolute module name, then NUL and the
     /// member for `from` imports (built in `edge_key`, a reused buffer).
     resolved_edges: HashMap<String, ResolvedEdge>,
@@ -122,7 +123,7 @@ impl Project {
         interpreter: Interpreter,
         dists: DistIndex,
         local_roots: &[PathBuf],
-        cache: Option<SummaryCache>,
+        cache: Option<Arc<SummaryCache>>,
     ) -> Project {
         let site_dirs = interpreter.site_dirs();
         let resolver = Resolver::new(
@@ -151,7 +152,7 @@ impl Project {
             cache,
             cwd: std::env::current_dir().unwrap_or_default(),
             parsed: 0,
-            preparsed: HashMap::default(),
+            preparsed: Preparsed::Made(HashMap::default()),
             resolved_edges: HashMap::default(),
             edge_key: String::new(),
             third_party: HashMap::default(),
@@ -294,7 +295,10 @@ impl Project {
         self.resolver.forget_lookups();
         self.resolved_edges = HashMap::default();
         self.third_party = HashMap::default();
-        self.preparsed = HashMap::default();
+        if let Preparsed::Coming(preparse) = &self.preparsed {
+            preparse.finish();
+        }
+        self.preparsed = Preparsed::Made(HashMap::default());
         // Grown by doubling while loading: up to half of it (~1.5 MiB) would be unused.
         self.modules.shrink_to_fit();
     }
@@ -393,61 +397,14 @@ impl Project {
             .map(|module| self.register(module, &mut wave))
             .collect();
         while !wave.is_empty() {
-            let cache = self.cache.as_ref();
-            let paths: Vec<&Path> = wave
-                .iter()
-                .map(|&id| self.modules[id as usize].path.as_path())
-                .collect();
-            let early: Vec<Option<Summarized>> = paths
-                .iter()
-                .map(|p| self.preparsed.remove(&*path_key(p)))
-                .collect();
             let done = std::sync::atomic::AtomicUsize::new(self.parsed);
-            let known = self.modules.len();
-            let progress = self.progress.as_ref();
-            let summaries: Vec<Summarized> = paths
-                .par_iter()
-                .zip(early)
-                .map(|(path, early)| {
-                    let result = early.unwrap_or_else(|| read_and_summarize(path, cache));
-                    if let Some(progress) = progress {
-                        progress(
-                            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
-                            known,
-                        );
-                    }
-                    result
-                })
-                .collect();
+            let summarized_now = self.summarize_unmade(&wave, &done);
             self.parsed += wave.len();
-            for (&id, (summary, read_problem, stamp, key)) in wave.iter().zip(summaries) {
-                if let Some(message) = read_problem {
-                    let file = self.display_path(&self.modules[id as usize].path);
-                    self.warnings.push(Warning {
-                        file,
-                        line: 0,
-                        message,
-                    });
-                }
-                self.modules[id as usize].summary = summary;
-                self.modules[id as usize].stamp = stamp;
-                self.modules[id as usize].key = key;
-            }
             let mut next = Vec::new();
-            for &id in &wave {
-                let summary = self.modules[id as usize].summary.clone();
-                let (targets, bound) = summary
-                    .imports
-                    .iter()
-                    .map(|edge| self.resolve_edge(id as usize, &summary, edge, &mut next))
-                    .unzip();
-                let parent = self.parent_package(id, &mut next);
-                let installed = self.installed_context(id);
-                let module = &mut self.modules[id as usize];
-                module.targets = targets;
-                module.bound = bound;
-                module.parent = parent;
-                module.installed = installed;
+            for (&id, summarized) in wave.iter().zip(summarized_now) {
+                let summarized = summarized.unwrap_or_else(|| self.take_preparsed(id, &done));
+                self.set_summary(id, summarized);
+                self.resolve_imports(id, &mut next);
             }
             wave = next;
         }
@@ -461,6 +418,74 @@ impl Project {
             }
         }
         ids
+    }
+
+    /// Summarise, in parallel, the files of `wave` that were not given to be summarised ahead;
+    /// `None` for the others, which [`Project::take_preparsed`] waits for one by one, so that
+    /// resolving the first of them overlaps summarising the rest.
+    fn summarize_unmade(
+        &self,
+        wave: &[u32],
+        done: &std::sync::atomic::AtomicUsize,
+    ) -> Vec<Option<Summarized>> {
+        let cache = self.cache.as_deref();
+        let known = self.modules.len();
+        let progress = self.progress.as_ref();
+        wave.par_iter()
+            .map(|&id| {
+                let path = self.modules[id as usize].path.as_path();
+                if self.preparsed.has(path) {
+                    return None;
+                }
+                let summarized = read_and_summarize(path, cache);
+                report_parsed(progress, done, known);
+                Some(summarized)
+            })
+            .collect()
+    }
+
+    /// Module `id`'s summary made ahead of loading (waiting for it when it is being made).
+    fn take_preparsed(&mut self, id: u32, done: &std::sync::atomic::AtomicUsize) -> Summarized {
+        let path = &self.modules[id as usize].path;
+        let summarized = self
+            .preparsed
+            .take(path)
+            .unwrap_or_else(|| read_and_summarize(path, self.cache.as_deref()));
+        report_parsed(self.progress.as_ref(), done, self.modules.len());
+        summarized
+    }
+
+    fn set_summary(&mut self, id: u32, (summary, read_problem, stamp, key): Summarized) {
+        if let Some(message) = read_problem {
+            let file = self.display_path(&self.modules[id as usize].path);
+            self.warnings.push(Warning {
+                file,
+                line: 0,
+                message,
+            });
+        }
+        let module = &mut self.modules[id as usize];
+        module.summary = summary;
+        module.stamp = stamp;
+        module.key = key;
+    }
+
+    /// Resolve module `id`'s imports, its parent package and its installed context; local
+    /// modules first met go to `next`.
+    fn resolve_imports(&mut self, id: u32, next: &mut Vec<u32>) {
+        let summary = self.modules[id as usize].summary.clone();
+        let (targets, bound) = summary
+            .imports
+            .iter()
+            .map(|edge| self.resolve_edge(id as usize, &summary, edge, next))
+            .unzip();
+        let parent = self.parent_package(id, next);
+        let installed = self.installed_context(id);
+        let module = &mut self.modules[id as usize];
+        module.targets = targets;
+        module.bound = bound;
+        module.parent = parent;
+        module.installed = installed;
     }
 
     /// The nearest enclosing package of `id` that has code (a namespace package has none),
@@ -733,13 +758,55 @@ pub type Summarized = (
 );
 
 impl Project {
-    /// Summaries parsed ahead of `load`, keyed by the same (canonical) paths.
     /// Summaries made ahead of loading, with the paths they were read from.
     pub fn set_preparsed(&mut self, preparsed: Vec<(PathBuf, Summarized)>) {
-        self.preparsed = preparsed
-            .into_iter()
-            .map(|(path, summarized)| (path_key(&path).into_owned(), summarized))
-            .collect();
+        self.preparsed = Preparsed::Made(
+            preparsed
+                .into_iter()
+                .map(|(path, summarized)| (path_key(&path).into_owned(), summarized))
+                .collect(),
+        );
+    }
+
+    /// Summaries being made while loading goes on ([`Preparse`]).
+    pub fn set_preparsing(&mut self, preparse: Arc<Preparse>) {
+        self.preparsed = Preparsed::Coming(preparse);
+    }
+}
+
+/// Summaries made, or being made, before loading asked for them; by
+/// [`crate::paths::path_key`].
+enum Preparsed {
+    Made(HashMap<OsString, Summarized>),
+    Coming(Arc<Preparse>),
+}
+
+impl Preparsed {
+    fn has(&self, path: &Path) -> bool {
+        match self {
+            Preparsed::Made(made) => made.contains_key(&*path_key(path)),
+            Preparsed::Coming(preparse) => preparse.has(path),
+        }
+    }
+
+    fn take(&mut self, path: &Path) -> Option<Summarized> {
+        match self {
+            Preparsed::Made(made) => made.remove(&*path_key(path)),
+            Preparsed::Coming(preparse) => preparse.take(path),
+        }
+    }
+}
+
+fn report_parsed(
+    progress: Option<&crate::ParseProgress>,
+    done: &std::sync::atomic::AtomicUsize,
+    known: usize,
+) {
+    if let Some(progress) = progress {
+        progress(
+            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
+            known,
+        );
     }
 }
 
