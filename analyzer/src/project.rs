@@ -1,7 +1,8 @@
 //! The set of local modules being analysed, loaded in parallel waves.
 //!
 //! A wave reads, hashes and summarises files on all cores (or takes the summary from the cache),
-//! then resolves their imports; local modules found that way form the next wave.
+//! then resolves their imports; local modules found that way form the next wave. The located
+//! files' summaries may be made ahead ([`crate::preparse`]): each is resolved as soon as it is.
 
 use rustc_hash::FxHashMap as HashMap;
 use std::ffi::OsString;
@@ -428,20 +429,31 @@ impl Project {
         wave: &[u32],
         done: &std::sync::atomic::AtomicUsize,
     ) -> Vec<Option<Summarized>> {
+        let path = |id: u32| self.modules[id as usize].path.as_path();
+        let mut summarized: Vec<Option<Summarized>> = wave.iter().map(|_| None).collect();
+        // Found here, not on the pool: its threads may still be summarising ahead, and a
+        // parallel loop would wait for them to finish before it started.
+        let unmade: Vec<usize> = (0..wave.len())
+            .filter(|&at| !self.preparsed.has(path(wave[at])))
+            .collect();
+        if unmade.is_empty() {
+            return summarized;
+        }
         let cache = self.cache.as_deref();
         let known = self.modules.len();
         let progress = self.progress.as_ref();
-        wave.par_iter()
-            .map(|&id| {
-                let path = self.modules[id as usize].path.as_path();
-                if self.preparsed.has(path) {
-                    return None;
-                }
-                let summarized = read_and_summarize(path, cache);
+        let made: Vec<Summarized> = unmade
+            .par_iter()
+            .map(|&at| {
+                let made = read_and_summarize(path(wave[at]), cache);
                 report_parsed(progress, done, known);
-                Some(summarized)
+                made
             })
-            .collect()
+            .collect();
+        for (at, made) in unmade.into_iter().zip(made) {
+            summarized[at] = Some(made);
+        }
+        summarized
     }
 
     /// Module `id`'s summary made ahead of loading (waiting for it when it is being made).
@@ -927,6 +939,92 @@ mod tests {
         let read_again = recall_or_summarize(&path, Some(&cache), Some(&known));
         assert_eq!(read_again.0.imports.len(), 1);
         assert_ne!(read_again.3, Some(known.1));
+    }
+
+    /// An interpreter with nothing in its standard library or site directories.
+    fn bare_interpreter() -> Interpreter {
+        let markers: std::collections::HashMap<&str, &str> = [
+            "implementation_name",
+            "implementation_version",
+            "os_name",
+            "platform_machine",
+            "platform_python_implementation",
+            "platform_release",
+            "platform_system",
+            "platform_version",
+            "python_full_version",
+            "python_version",
+            "sys_platform",
+        ]
+        .into_iter()
+        .map(|field| (field, ""))
+        .collect();
+        serde_json::from_value(serde_json::json!({
+            "executable": "/none/python3", "prefix": "/none", "base_prefix": "/none",
+            "version": "3.11.0", "path": [], "stdlib_dirs": [], "stdlib_module_names": [],
+            "builtin_module_names": [], "extension_suffixes": [], "soabi": "",
+            "platform_tag": "", "markers": markers,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn loading_resolves_the_first_files_while_the_last_are_still_being_summarised() {
+        // The files after the first ten are summarised only once loading has taken those
+        // ten; there is one more of them than the pool has threads, so that every pool thread
+        // is held until then.
+        const FIRST: usize = 10;
+        let files = FIRST + rayon::current_num_threads() + 1;
+        let dir = tempfile::tempdir().unwrap();
+        let pending: Vec<PendingModule> = (0..files)
+            .map(|n| {
+                let path = dir.path().join(format!("m{n}.py"));
+                std::fs::write(&path, format!("import m{}\n", (n + 1) % files)).unwrap();
+                let name = format!("m{n}");
+                PendingModule {
+                    path,
+                    name,
+                    is_package: false,
+                }
+            })
+            .collect();
+        let paths: Vec<PathBuf> = pending.iter().map(|m| m.path.clone()).collect();
+        let held: std::collections::HashSet<PathBuf> = paths[FIRST..].iter().cloned().collect();
+        let gate = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let (opened, waited) = (gate.clone(), gate);
+        let root = dir.path().to_path_buf();
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let preparse = Preparse::start_with(paths, move |path| {
+                if held.contains(path) {
+                    let (open, turned) = &*waited;
+                    let guard = open.lock().unwrap();
+                    drop(turned.wait_while(guard, |open| !*open).unwrap());
+                }
+                read_and_summarize(path, None)
+            });
+            let mut project = Project::new(bare_interpreter(), DistIndex::default(), &[root], None);
+            project.set_preparsing(preparse);
+            project.progress = Some(Arc::new(move |done, _| {
+                if done == FIRST {
+                    *opened.0.lock().unwrap() = true;
+                    opened.1.notify_all();
+                }
+            }));
+            let ids = project.load(pending);
+            project.finish_loading();
+            let targets: Vec<String> = (ids.iter())
+                .map(|&id| format!("{:?}", project.modules[id as usize].targets))
+                .collect();
+            sender.send(targets).unwrap();
+        });
+        let targets = receiver
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("loading waited for every summary before resolving the first");
+        let expected: Vec<String> = (0..files)
+            .map(|n| format!("[[Local({})]]", (n + 1) % files))
+            .collect();
+        assert_eq!(targets, expected);
     }
 
     #[test]
