@@ -311,7 +311,8 @@ impl Project {
     /// written (a whole tree writes ~30 million of them).
     fn text_is_json_plain(&self) -> bool {
         use crate::spec::is_json_plain;
-        let modules = self.modules.iter().all(|module| {
+        // On the pool: the text of every summary is read (~10 ms on a site-packages).
+        let modules = self.modules.par_iter().all(|module| {
             is_json_plain(&module.name)
                 && is_json_plain(&module.display)
                 && module.summary.text_is_json_plain()
