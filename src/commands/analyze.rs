@@ -843,6 +843,7 @@ fn write_json(
             advance(bar, rendered.len(), analysis.len());
             let bytes = rendered.iter().map(|(_, bytes, _)| bytes.len()).sum();
             sizer.saw(rendered.len(), bytes);
+            let was_stored: Vec<bool> = rendered.iter().map(|(_, _, s)| s.is_some()).collect();
             let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * rendered.len());
             let first_in_chunk = first;
             for (counts, bytes, stored) in &mut rendered {
@@ -869,9 +870,13 @@ fn write_json(
                     record.write_target(comma, bytes, outcome, old)?;
                 }
             }
-            // Freed on the pool while it computes the next chunk: ~16 MiB of buffers made on
-            // other threads, whose freeing here held up the next chunk.
-            rayon::spawn(move || drop(rendered));
+            // Computed targets' buffers (~16 MiB a chunk, made on other threads) are freed on
+            // the pool while it computes the next chunk: freeing them here held it up. Stored
+            // ones are spans of the stored output's buffer, which is reused once they are gone.
+            let computed: Vec<SharedBytes> = (rendered.into_iter().zip(was_stored))
+                .filter_map(|((_, bytes, _), was_stored)| (!was_stored).then_some(bytes))
+                .collect();
+            rayon::spawn(move || drop(computed));
             Ok::<(), std::io::Error>(())
         },
     )?;
