@@ -165,6 +165,11 @@ impl Preparse {
         }
     }
 
+    /// Summarise no file not begun yet: loading stopped early (an error) and will take none.
+    pub fn stop(&self) {
+        self.next.fetch_max(self.paths.len(), Ordering::Relaxed);
+    }
+
     /// Wait until every file is summarised (the summaries not taken are dropped).
     pub fn finish(&self) {
         let handle = self.filler.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -225,6 +230,35 @@ mod tests {
         });
         let expected: Vec<String> = (0..64).rev().map(|n| format!("mod{n}")).collect();
         assert_eq!(taken, expected);
+    }
+
+    #[test]
+    fn once_stopped_no_file_is_begun() {
+        let paths: Vec<PathBuf> = (0..100)
+            .map(|n| PathBuf::from(format!("/m{n}.py")))
+            .collect();
+        let begun = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let (counted, held) = (begun.clone(), gate.clone());
+        let preparse = Preparse::start_with(paths, move |_| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            let (open, turned) = &*held;
+            drop(
+                turned
+                    .wait_while(open.lock().unwrap(), |open| !*open)
+                    .unwrap(),
+            );
+            Default::default()
+        });
+        // Every pool thread holds a file, at most one each.
+        while begun.load(Ordering::Relaxed) < rayon::current_num_threads().min(100) {
+            std::thread::yield_now();
+        }
+        preparse.stop();
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        within_a_minute(move || preparse.finish());
+        assert_eq!(begun.load(Ordering::Relaxed), rayon::current_num_threads());
     }
 
     #[test]

@@ -810,6 +810,15 @@ impl Preparsed {
     }
 }
 
+impl Drop for Preparsed {
+    fn drop(&mut self) {
+        // Dropped unfinished when loading ends early: the pool need not go on with the rest.
+        if let Preparsed::Coming(preparse) = self {
+            preparse.stop();
+        }
+    }
+}
+
 fn report_parsed(
     progress: Option<&crate::ParseProgress>,
     done: &std::sync::atomic::AtomicUsize,
