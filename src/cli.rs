@@ -240,7 +240,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub grace: String,
     /// lfm's cache: the runner, per-call directories and the functions' analyses (default
-    /// ~/.cache/lfm).
+    /// $LFM_CACHE_DIR, else ~/.cache/lfm).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
     /// With --socket: exit after this long with no client connected and no call running.
@@ -351,7 +351,7 @@ pub struct CallArgs {
     #[arg(long, conflicts_with = "import_module")]
     pub show_slice: bool,
     /// lfm's cache: the runner, per-call files and the function's analysis (default
-    /// ~/.cache/lfm).
+    /// $LFM_CACHE_DIR, else ~/.cache/lfm).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
     #[command(flatten)]

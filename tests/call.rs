@@ -441,6 +441,50 @@ fn a_compiled_slice_is_kept_and_an_edit_is_compiled_again() {
 }
 
 #[test]
+fn a_call_under_lfm_cache_dir_keeps_its_runner_there_and_writes_nothing_to_home() {
+    let scratch = tempfile::tempdir().unwrap();
+    let (dir, cache, home) = (
+        scratch.path().join("work"),
+        scratch.path().join("cache"),
+        scratch.path().join("home"),
+    );
+    for made in [&dir, &home] {
+        std::fs::create_dir_all(made).unwrap();
+    }
+    std::fs::write(dir.join("task.py"), "def f(n):\n    return n + 1\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_lfm"))
+        .args(["call", "--quiet", "task.py:f", "--args", "[2]"])
+        .current_dir(&dir)
+        .env("HOME", &home)
+        .env("LFM_CACHE_DIR", &cache)
+        .env("LFM_HISTORY", scratch.path().join("history.sqlite"))
+        .env_remove("XDG_CACHE_HOME")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout(&output), "3");
+    let written: Vec<_> = (std::fs::read_dir(&home).unwrap())
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert!(
+        written.is_empty(),
+        "written outside $LFM_CACHE_DIR: {written:?}"
+    );
+    let kept: Vec<String> = (std::fs::read_dir(&cache).unwrap())
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        kept.iter().any(|name| name.starts_with("runner")),
+        "no runner in $LFM_CACHE_DIR: {kept:?}"
+    );
+}
+
+#[test]
 fn a_call_with_a_cache_dir_keeps_its_analysis_there_and_writes_nothing_to_home() {
     let scratch = tempfile::tempdir().unwrap();
     let (dir, cache, home) = (

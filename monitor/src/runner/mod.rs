@@ -103,16 +103,20 @@ pub fn install(cache: &Path) -> Result<PathBuf> {
     Ok(entry)
 }
 
-/// lfm's cache directory for the runner and call files: `$XDG_CACHE_HOME/lfm`, `~/.cache/lfm`,
-/// or, where neither is writable (a service user without a home), `/tmp/lfm-UID`.
+/// lfm's cache directory for the runner and call files: `$LFM_CACHE_DIR` (where the analysis
+/// and pack caches also go), `$XDG_CACHE_HOME/lfm`, `~/.cache/lfm`, or, where none is writable
+/// (a service user without a home), `/tmp/lfm-UID`.
 pub fn default_cache() -> PathBuf {
+    let given = std::env::var_os("LFM_CACHE_DIR")
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from);
     let home_cache = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")));
-    if let Some(dir) = home_cache {
-        let lfm = dir.join("lfm");
-        if std::fs::create_dir_all(&lfm).is_ok() && writable(&lfm) {
-            return lfm;
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .map(|dir| dir.join("lfm"));
+    for dir in given.into_iter().chain(home_cache) {
+        if std::fs::create_dir_all(&dir).is_ok() && writable(&dir) {
+            return dir;
         }
     }
     // SAFETY: getuid has no preconditions.
