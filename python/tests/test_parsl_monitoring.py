@@ -74,7 +74,9 @@ def test_a_task_over_its_memory_says_so_in_its_resource_row(monitored):
     (row,) = resource_rows(db, task_id)
     assert row["psutil_process_status"] == "lfm: limits: limits exceeded: memory"
     assert row["psutil_process_memory_resident"] == report["memory"]["peak_bytes"]
-    assert report["memory"]["peak_bytes"] >= 100 << 20
+    # The kernel refuses the charge that would cross the limit, so the peak can stop a page
+    # (or a 2 MiB huge page) short of it: one CI run measured 100 MiB - 4 KiB.
+    assert report["memory"]["peak_bytes"] >= (100 << 20) - (2 << 20)
 
 
 def test_the_workers_first_and_last_messages_reach_the_status_table(monitored):
