@@ -406,13 +406,9 @@ fn distributions_installed_code_imports_without_declaring_them_are_listed() {
             "sklearn/utils/fixes.py:",
         ),
         ("joblib", "numpy", "joblib", "joblib/"),
-        // setuptools' distutils-precedence.pth answers `import distutils` from setuptools.
-        (
-            "numpy.distutils.command.install_data",
-            "setuptools",
-            "numpy",
-            "numpy/distutils/",
-        ),
+        // setuptools' distutils-precedence.pth answers `import distutils` from setuptools
+        // (here in numpy/distutils/ccompiler.py: an import of the target's own is direct).
+        ("numpy.distutils", "setuptools", "numpy", "numpy/distutils/"),
     ];
     for (module, undeclared, importer, place) in cases {
         let probe = format!("import sys, {module}; print('{undeclared}' in sys.modules)");
@@ -537,4 +533,63 @@ fn function_closures_cover_what_real_test_suites_import_when_called() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// setuptools' `distutils-precedence.pth` (which `python3 -m venv` installs on Python 3.11)
+/// makes `import distutils` run `setuptools._distutils`, and Python 3.12 has no standard
+/// library distutils at all: local code importing distutils needs setuptools, as installed
+/// code's imports already did. Without the shim, the standard library's serves it.
+#[test]
+fn local_distutils_imports_are_served_by_setuptools_where_its_shim_is_installed() {
+    let Some(venv) = real_venv() else { return };
+    let python = venv.join("bin/python");
+    let project = tempfile::tempdir().unwrap();
+    let file = project.path().join("legacy.py");
+    std::fs::write(
+        &file,
+        "from distutils.version import LooseVersion\n\n\ndef newer(a, b):\n    return LooseVersion(a) > LooseVersion(b)\n\n\ndef flag(text):\n    import distutils.util\n    return distutils.util.strtobool(text)\n",
+    )
+    .unwrap();
+    // What Python itself runs for these imports in this venv.
+    let asked = Command::new(&python)
+        .args([
+            "-c",
+            "import distutils.version, distutils.util\nprint(distutils.version.__file__)",
+        ])
+        .output()
+        .unwrap();
+    let served = String::from_utf8_lossy(&asked.stdout);
+    assert!(
+        served.contains("setuptools/_distutils/version.py"),
+        "this venv's Python does not run setuptools' distutils: {served}"
+    );
+    let spec = analyze(&python, &[file.to_str().unwrap()]);
+    for (function, module) in [
+        ("legacy:newer", "setuptools._distutils.version"),
+        ("legacy:flag", "setuptools._distutils.util"),
+    ] {
+        let found = target(&spec, function);
+        assert_eq!(distribution_of(found, module), "setuptools", "{function}");
+        assert!(
+            dists(found).contains(&("setuptools".to_string(), true)),
+            "{function}: {:?}",
+            dists(found)
+        );
+    }
+
+    // A venv without setuptools: the standard library's distutils, no distribution.
+    let bare = tempfile::tempdir().unwrap();
+    let made = Command::new(&python)
+        .args(["-m", "venv", "--without-pip"])
+        .arg(bare.path())
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let spec = analyze(&bare.path().join("bin/python"), &[file.to_str().unwrap()]);
+    let found = target(&spec, "legacy:newer");
+    let module = (found["modules"].as_array().unwrap().iter())
+        .find(|m| m["name"] == "distutils.version")
+        .unwrap_or_else(|| panic!("no distutils.version in {}", found["modules"]));
+    assert_eq!(module["kind"], "stdlib");
+    assert!(dist_names(found).is_empty(), "{:?}", dist_names(found));
 }

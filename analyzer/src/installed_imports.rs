@@ -577,24 +577,37 @@ fn relative_path(name: &str) -> PathBuf {
 /// `import distutils` with `setuptools._distutils` (unless `SETUPTOOLS_USE_DISTUTILS` says
 /// `stdlib` in the process that runs: the default is the shim).
 fn has_distutils_shim(sources: &Sources) -> bool {
-    (sources.site_dirs.iter()).any(|site| {
-        (sources
-            .dists
-            .installer_of(&site.join("distutils-precedence.pth")))
-        .is_some()
+    distutils_shim_installed(sources.dists, sources.site_dirs)
+}
+
+/// [`has_distutils_shim`] for the distributions `dists` of site directories `site_dirs`.
+pub(crate) fn distutils_shim_installed(dists: &DistIndex, site_dirs: &[PathBuf]) -> bool {
+    (site_dirs.iter()).any(|site| {
+        dists
+            .installer_of(&site.join("distutils-precedence.pth"))
+            .is_some()
     })
+}
+
+/// The module the shim of [`has_distutils_shim`] serves for an import of `module`:
+/// `setuptools._distutils` and below for `distutils` and below, `None` for any other.
+pub(crate) fn shimmed_distutils(module: &str) -> Option<String> {
+    match module.strip_prefix("distutils") {
+        Some(rest) if rest.is_empty() || rest.starts_with('.') => {
+            Some(format!("setuptools._distutils{rest}"))
+        }
+        _ => None,
+    }
 }
 
 /// An import of `distutils` (or below) as the shim of [`has_distutils_shim`] serves it:
 /// from `setuptools._distutils`, which runs `setuptools/__init__.py` first. Optional: where
 /// setuptools cannot be imported, the shim falls back to the standard library's.
 fn shim_distutils(edge: &mut RawEdge) {
-    let rest = match edge.module.strip_prefix("distutils") {
-        Some(rest) if rest.is_empty() || rest.starts_with('.') => rest.to_string(),
-        _ => return,
-    };
-    edge.module = format!("setuptools._distutils{rest}");
-    edge.optional = true;
+    if let Some(served) = shimmed_distutils(&edge.module) {
+        edge.module = served;
+        edge.optional = true;
+    }
 }
 
 /// Distribution `dist`'s edges (its installed files `files`), from the cache while none of

@@ -98,6 +98,9 @@ pub struct Project {
     by_name: HashMap<String, u32>,
     /// Set by [`Project::finish_loading`]; see [`crate::spec::TargetView::escape_free`].
     pub escape_free: bool,
+    /// Whether setuptools' distutils shim is installed: a local `import distutils` then runs
+    /// `setuptools._distutils`, as installed code's does ([`crate::installed_imports`]).
+    distutils_shim: bool,
     /// What the installed modules any closure can reach import in turn: set by
     /// [`Project::follow_installed_imports`].
     pub installed_imports: InstalledImports,
@@ -127,6 +130,8 @@ impl Project {
         cache: Option<Arc<SummaryCache>>,
     ) -> Project {
         let site_dirs = interpreter.site_dirs();
+        let distutils_shim =
+            crate::installed_imports::distutils_shim_installed(&dists, &site_dirs);
         let resolver = Resolver::new(
             local_roots,
             &site_dirs,
@@ -159,6 +164,7 @@ impl Project {
             third_party: HashMap::default(),
             by_name: HashMap::default(),
             escape_free: false,
+            distutils_shim,
             installed_imports: InstalledImports::default(),
             progress: None,
         }
@@ -577,12 +583,17 @@ impl Project {
             }
         };
         let member = summary.edge_member(edge);
+        let shimmed = (self.distutils_shim && edge.level == 0)
+            .then(|| crate::installed_imports::shimmed_distutils(full))
+            .flatten();
+        // What runs is what the shim serves, and what the bound name reads through.
+        let served = shimmed.as_deref().unwrap_or(full);
         // Once absolute, an import resolves the same way from every module: resolve it once
         // (relative imports inside one package name the same few modules over and over). The
         // key is built in a reused buffer: most edges are hits and then allocate nothing.
         let mut key = std::mem::take(&mut self.edge_key);
         key.clear();
-        key.push_str(full);
+        key.push_str(served);
         if let Some(member) = member {
             key.push('\0');
             key.push_str(member);
@@ -590,7 +601,7 @@ impl Project {
         let resolved = match self.resolved_edges.get(key.as_str()) {
             Some(found) => found.clone(),
             None => {
-                let (targets, member_is_module) = self.resolve_absolute(full, member, next);
+                let (targets, member_is_module) = self.resolve_absolute(served, member, next);
                 let resolved = ResolvedEdge {
                     targets: targets.into(),
                     member_is_module,
@@ -605,6 +616,12 @@ impl Project {
             None => full.split('.').next().map(Arc::from),
             Some(member) if resolved.member_is_module => Some(join_dotted(full, member).into()),
             Some(_) => None,
+        };
+        let bound = match shimmed {
+            Some(_) => bound.map(|name| {
+                crate::installed_imports::shimmed_distutils(&name).map_or(name, Arc::from)
+            }),
+            None => bound,
         };
         (resolved.targets, bound)
     }

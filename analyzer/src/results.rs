@@ -31,7 +31,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// Names the layout of an entry; entries of another layout are ignored.
-const LAYOUT: &str = "lfm-results/8";
+const LAYOUT: &str = "lfm-results/9";
 
 /// How many results (one per distinct request) the cache keeps.
 pub const KEPT_RESULTS: usize = 16;
