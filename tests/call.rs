@@ -5,6 +5,8 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
+use common::{assert_succeeded, assert_succeeded_with};
+
 fn fixtures() -> &'static str {
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/serve")
 }
@@ -41,11 +43,7 @@ fn a_returned_value_is_printed_as_json_and_the_report_names_the_call() {
             "--kwargs",
             "{\"b\": 40}",
         ]);
-        assert!(
-            output.status.success(),
-            "{backend}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert_succeeded_with(&output, backend);
         assert_eq!(stdout(&output), "42");
         assert_eq!(report["function"]["target"], "faults.py:add");
         assert_eq!(report["function"]["mode"], "import");
@@ -185,11 +183,7 @@ const CALL_FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures
 #[test]
 fn only_the_slice_runs_by_default() {
     let output = call_in(CALL_FIXTURES, &["heavy_top.py:summary", "--args", "[3]"]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let value: String = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(value, r#"{"n": 9}"#);
     // A method: its class statement and what that reads.
@@ -337,10 +331,10 @@ fn numpy_results_come_back_as_json_and_what_has_none_points_at_a_result_file() {
         common::lfm_in(CALL_FIXTURES, &args)
     };
     let mean = call("scientific.py:mean", &["--args", "[5]"]);
-    assert!(mean.status.success(), "{mean:?}");
+    assert_succeeded(&mean);
     assert_eq!(String::from_utf8_lossy(&mean.stdout).trim(), "2.0");
     let table = call("scientific.py:table", &[]);
-    assert!(table.status.success(), "{table:?}");
+    assert_succeeded(&table);
     let table: serde_json::Value = serde_json::from_slice(&table.stdout).unwrap();
     assert_eq!(
         table,
@@ -402,11 +396,7 @@ fn a_compiled_slice_is_kept_and_an_edit_is_compiled_again() {
             dir.to_str().unwrap(),
             &["--cache-dir", cache, "edited.py:f", "--args", "[2]"],
         );
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert_succeeded(&output);
         stdout(&output)
     };
     let entries = || -> Vec<std::path::PathBuf> {
@@ -462,11 +452,7 @@ fn a_call_under_lfm_cache_dir_keeps_its_runner_there_and_writes_nothing_to_home(
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     assert_eq!(stdout(&output), "3");
     let written: Vec<_> = (std::fs::read_dir(&home).unwrap())
         .map(|entry| entry.unwrap().path())
@@ -511,11 +497,7 @@ fn a_call_with_a_cache_dir_keeps_its_analysis_there_and_writes_nothing_to_home()
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     assert_eq!(stdout(&output), "3");
     // The slice's parse results; the distribution index, the kept analysis and the
     // interpreter's answer too, where kept at all (not for a shim, nor for stamps under two
