@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{analyze_json, lfm, names, target};
+use common::{analyze_json, assert_succeeded, lfm, names, target};
 
 #[test]
 fn imports_inside_a_function_at_any_depth() {
@@ -356,11 +356,7 @@ fn stored_results_are_replayed_only_while_nothing_they_depend_on_changed() {
             .env("LFM_TIMINGS", "1")
             .output()
             .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert_succeeded(&output);
         let stderr = String::from_utf8_lossy(&output.stderr);
         let spec: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
         (
@@ -416,7 +412,7 @@ fn analyze_bytes_with(
     };
     let output = command.arg(tree).env("LFM_TIMINGS", "1").output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    assert_succeeded(&output);
     let reused = stderr
         .split("the stored output of ")
         .nth(1)
@@ -503,7 +499,7 @@ fn loaded_modules_are_restored_only_while_the_changed_files_write_the_same_impor
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "{stderr}");
+        assert_succeeded(&output);
         let stdout = String::from_utf8(output.stdout).unwrap();
         (stdout, stderr.contains("its loaded modules restored"))
     };

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{analyze_json, lfm, real_venv, target};
+use common::{analyze_json, assert_succeeded, assert_succeeded_with, lfm, real_venv, target};
 
 fn stdout(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
@@ -75,7 +75,7 @@ fn a_tree_reads_as_a_line_per_module_and_excluded_files_stay_out() {
     std::fs::write(pkg.join("tests/test_a.py"), "import pytest\n").unwrap();
     let tree = pkg.to_str().unwrap();
     let output = lfm(&["analyze", "--no-cache", tree, "--exclude", "tests/"]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert_succeeded(&output);
     let text = stdout(&output);
     let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("  ")).collect();
     assert_eq!(lines.len(), 3, "one line per module:\n{text}");
@@ -160,7 +160,7 @@ fn strict_names_what_is_missing_and_the_hint_fits_the_environment_given() {
 fn completions_and_examples_in_help() {
     for shell in ["bash", "zsh", "fish"] {
         let output = lfm(&["completions", shell]);
-        assert!(output.status.success(), "{shell}: {}", stderr(&output));
+        assert_succeeded_with(&output, shell);
         assert!(stdout(&output).contains("analyze"), "{shell}");
     }
     let help = stdout(&lfm(&["--help"]));
@@ -181,7 +181,7 @@ fn a_target_inside_another_environments_site_packages_gets_a_hint_to_name_it() {
     std::fs::write(site.join("tool.py"), "import json\n").unwrap();
     let file = site.join("tool.py");
     let output = lfm(&["analyze", "--no-cache", file.to_str().unwrap()]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert_succeeded(&output);
     let prefix = prefix.canonicalize().unwrap();
     let wanted = format!("--python {}", prefix.join("bin/python").display());
     assert!(stderr(&output).contains(&wanted), "{}", stderr(&output));
@@ -233,7 +233,7 @@ fn every_cache_of_analyze_lives_under_the_cache_dir_given() {
             .unwrap()
     };
     let output = run(&["--cache-dir", given.to_str().unwrap()]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert_succeeded(&output);
     assert!(stdout(&output).contains("requests"), "{}", stdout(&output));
     // The interpreter's answer and the distribution index are caches too: kept under
     // `given` or nowhere (neither is kept while its stamps are under two seconds old, as for
@@ -250,7 +250,7 @@ fn every_cache_of_analyze_lives_under_the_cache_dir_given() {
     );
     // Without --cache-dir the default is used, and a second run still reads the same answer.
     let default = run(&[]);
-    assert!(default.status.success(), "{}", stderr(&default));
+    assert_succeeded(&default);
     assert_eq!(stdout(&default), stdout(&output));
     assert!(home.join(".cache/lfm/analyze-summaries.bin").exists());
 }

@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{lfm, real_venv, sci_venv, target};
+use common::{assert_succeeded, lfm, real_venv, sci_venv, target};
 
 const WORKFLOW: &str = r#"
 import yaml
@@ -90,11 +90,7 @@ fn analyze(python: &Path, args: &[&str]) -> serde_json::Value {
     ];
     full.extend_from_slice(args);
     let output = lfm(&full);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
@@ -273,11 +269,7 @@ fn env_prefix_selects_the_same_environment() {
         venv.to_str().unwrap(),
         &format!("{}:f", file.display()),
     ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     assert!(String::from_utf8_lossy(&output.stdout).starts_with("PyYAML=="));
 }
 
@@ -462,11 +454,7 @@ fn the_import_closure_of_installed_modules_covers_what_python_imports() {
         .args(distributions)
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let mut wrong = Vec::new();
     for dist in distributions {
@@ -510,7 +498,7 @@ fn function_closures_cover_what_real_test_suites_import_when_called() {
         eprintln!("skipped: {}", stderr.trim());
         return;
     }
-    assert!(output.status.success(), "{stderr}");
+    assert_succeeded(&output);
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let dynamic = |miss: &serde_json::Value| {
         let cause = miss["cause"].as_str().unwrap_or_default();

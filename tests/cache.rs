@@ -1,7 +1,11 @@
 //! The pack cache stays within its budget and never evicts a pack in use (issue 34).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use common::assert_succeeded;
 
 /// A tar holding one file of `kib` KiB whose bytes depend on `name` (so each hashes apart).
 fn archive(dir: &Path, name: &str, kib: usize) -> PathBuf {
@@ -31,11 +35,7 @@ fn lfm(cache: &Path, args: &[&str]) -> std::process::Output {
 
 fn unpack(cache: &Path, archive: &Path) -> PathBuf {
     let out = lfm(cache, &["unpack", archive.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
@@ -98,7 +98,7 @@ fn a_pack_in_use_is_never_evicted() {
     let cleaned = lfm(&cache, &["cache", "--clean"]);
     let cleaned_out = String::from_utf8_lossy(&cleaned.stdout).to_string()
         + &String::from_utf8_lossy(&cleaned.stderr);
-    assert!(cleaned.status.success(), "{cleaned_out}");
+    assert_succeeded(&cleaned);
     assert!(
         !root_a.exists() && !root_b.exists(),
         "no longer in use: both removed: {cleaned_out}"

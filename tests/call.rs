@@ -2,8 +2,10 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use common::{assert_succeeded, assert_succeeded_with};
 
 fn fixtures() -> &'static str {
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/serve")
@@ -41,11 +43,7 @@ fn a_returned_value_is_printed_as_json_and_the_report_names_the_call() {
             "--kwargs",
             "{\"b\": 40}",
         ]);
-        assert!(
-            output.status.success(),
-            "{backend}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert_succeeded_with(&output, backend);
         assert_eq!(stdout(&output), "42");
         assert_eq!(report["function"]["target"], "faults.py:add");
         assert_eq!(report["function"]["mode"], "import");
@@ -185,11 +183,7 @@ const CALL_FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures
 #[test]
 fn only_the_slice_runs_by_default() {
     let output = call_in(CALL_FIXTURES, &["heavy_top.py:summary", "--args", "[3]"]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let value: String = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(value, r#"{"n": 9}"#);
     // A method: its class statement and what that reads.
@@ -337,10 +331,10 @@ fn numpy_results_come_back_as_json_and_what_has_none_points_at_a_result_file() {
         common::lfm_in(CALL_FIXTURES, &args)
     };
     let mean = call("scientific.py:mean", &["--args", "[5]"]);
-    assert!(mean.status.success(), "{mean:?}");
+    assert_succeeded(&mean);
     assert_eq!(String::from_utf8_lossy(&mean.stdout).trim(), "2.0");
     let table = call("scientific.py:table", &[]);
-    assert!(table.status.success(), "{table:?}");
+    assert_succeeded(&table);
     let table: serde_json::Value = serde_json::from_slice(&table.stdout).unwrap();
     assert_eq!(
         table,
@@ -402,11 +396,7 @@ fn a_compiled_slice_is_kept_and_an_edit_is_compiled_again() {
             dir.to_str().unwrap(),
             &["--cache-dir", cache, "edited.py:f", "--args", "[2]"],
         );
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert_succeeded(&output);
         stdout(&output)
     };
     let entries = || -> Vec<std::path::PathBuf> {
@@ -440,8 +430,14 @@ fn a_compiled_slice_is_kept_and_an_edit_is_compiled_again() {
     assert_eq!(run(), "8");
 }
 
-#[test]
-fn a_call_under_lfm_cache_dir_keeps_its_runner_there_and_writes_nothing_to_home() {
+/// `lfm call --quiet task.py:f --args [2]` run in a fresh work directory whose task.py is
+/// `source`, with an empty HOME, no XDG_CACHE_HOME nor LFM_CACHE_DIR, and its history in the
+/// scratch directory; `cache_given` tells the call of the cache directory (not made
+/// beforehand), an option before the target or the environment.
+fn call_with_an_empty_home(
+    source: &str,
+    cache_given: impl FnOnce(&mut Command, &Path),
+) -> HomeCall {
     let scratch = tempfile::tempdir().unwrap();
     let (dir, cache, home) = (
         scratch.path().join("work"),
@@ -451,22 +447,48 @@ fn a_call_under_lfm_cache_dir_keeps_its_runner_there_and_writes_nothing_to_home(
     for made in [&dir, &home] {
         std::fs::create_dir_all(made).unwrap();
     }
-    std::fs::write(dir.join("task.py"), "def f(n):\n    return n + 1\n").unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_lfm"))
-        .args(["call", "--quiet", "task.py:f", "--args", "[2]"])
+    std::fs::write(dir.join("task.py"), source).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lfm"));
+    command
+        .args(["call", "--quiet"])
         .current_dir(&dir)
         .env("HOME", &home)
-        .env("LFM_CACHE_DIR", &cache)
         .env("LFM_HISTORY", scratch.path().join("history.sqlite"))
         .env_remove("XDG_CACHE_HOME")
-        .stdin(std::process::Stdio::null())
+        .env_remove("LFM_CACHE_DIR")
+        .stdin(std::process::Stdio::null());
+    cache_given(&mut command, &cache);
+    let output = command
+        .args(["task.py:f", "--args", "[2]"])
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    HomeCall {
+        output,
+        cache,
+        home,
+        _scratch: scratch,
+    }
+}
+
+/// What [`call_with_an_empty_home`] ran: its output and its directories, kept while this lives.
+struct HomeCall {
+    output: Output,
+    cache: PathBuf,
+    home: PathBuf,
+    _scratch: tempfile::TempDir,
+}
+
+#[test]
+fn a_call_under_lfm_cache_dir_keeps_its_runner_there_and_writes_nothing_to_home() {
+    let HomeCall {
+        output,
+        cache,
+        home,
+        _scratch,
+    } = call_with_an_empty_home("def f(n):\n    return n + 1\n", |command, cache| {
+        command.env("LFM_CACHE_DIR", cache);
+    });
+    assert_succeeded(&output);
     assert_eq!(stdout(&output), "3");
     let written: Vec<_> = (std::fs::read_dir(&home).unwrap())
         .map(|entry| entry.unwrap().path())
@@ -486,36 +508,18 @@ fn a_call_under_lfm_cache_dir_keeps_its_runner_there_and_writes_nothing_to_home(
 
 #[test]
 fn a_call_with_a_cache_dir_keeps_its_analysis_there_and_writes_nothing_to_home() {
-    let scratch = tempfile::tempdir().unwrap();
-    let (dir, cache, home) = (
-        scratch.path().join("work"),
-        scratch.path().join("cache"),
-        scratch.path().join("home"),
-    );
-    for made in [&dir, &home] {
-        std::fs::create_dir_all(made).unwrap();
-    }
-    std::fs::write(
-        dir.join("task.py"),
+    let HomeCall {
+        output,
+        cache,
+        home,
+        _scratch,
+    } = call_with_an_empty_home(
         "import json\n\n\ndef f(n):\n    return json.loads(json.dumps(n)) + 1\n",
-    )
-    .unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_lfm"))
-        .args(["call", "--quiet", "--cache-dir", cache.to_str().unwrap()])
-        .args(["task.py:f", "--args", "[2]"])
-        .current_dir(&dir)
-        .env("HOME", &home)
-        .env("LFM_HISTORY", scratch.path().join("history.sqlite"))
-        .env_remove("XDG_CACHE_HOME")
-        .env_remove("LFM_CACHE_DIR")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+        |command, cache| {
+            command.arg("--cache-dir").arg(cache);
+        },
     );
+    assert_succeeded(&output);
     assert_eq!(stdout(&output), "3");
     // The slice's parse results; the distribution index, the kept analysis and the
     // interpreter's answer too, where kept at all (not for a shim, nor for stamps under two

@@ -16,6 +16,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use common::assert_succeeded_with;
+
 const MIB: f64 = 1_048_576.0;
 
 /// One guest at a time: each emulated guest keeps the host's cores busy.
@@ -67,11 +69,7 @@ fn checks(layout: &str) -> Option<Vec<Value>> {
         return None;
     }
     eprintln!("{stderr}");
-    assert!(
-        output.status.success(),
-        "the {layout} guest failed ({:?}):\n{stdout}\n{stderr}",
-        output.status
-    );
+    assert_succeeded_with(&output, format_args!("the {layout} guest failed"));
     let lines: Vec<Value> = stdout
         .lines()
         .filter(|l| l.starts_with('{'))

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{analyze_json, target};
+use common::{analyze_json, assert_succeeded_with, target};
 
 const FIXTURE: &str = "tests/fixtures/closures";
 
@@ -205,11 +205,7 @@ fn what_a_module_level_comprehension_or_lambda_reads_is_needed_by_the_name_it_bi
         let closure = target(&spec, &format!("tables:{function}"));
         assert_eq!(needed(closure), [module], "{function}");
         let called = common::lfm(&["call", "--quiet", &format!("{file}:{function}")]);
-        assert!(
-            called.status.success(),
-            "{function}: {}",
-            String::from_utf8_lossy(&called.stderr)
-        );
+        assert_succeeded_with(&called, function);
     }
     let called = common::lfm(&["call", "--quiet", &format!("{file}:uses_table")]);
     assert_eq!(String::from_utf8_lossy(&called.stdout).trim(), "[0, 1, 2]");

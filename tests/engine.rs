@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{engine_venv, lfm, target};
+use common::{assert_succeeded, assert_succeeded_with, engine_venv, lfm, target};
 
 /// The issue's example, as a Parsl user writes it.
 const PARSL_APP: &str = r#"from parsl import python_app
@@ -157,11 +157,7 @@ impl Project {
             &self.path(target),
         ];
         let output = lfm(&args);
-        assert!(
-            output.status.success(),
-            "lfm {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert_succeeded_with(&output, format_args!("lfm {args:?}"));
         serde_json::from_slice(&output.stdout).unwrap()
     }
 
@@ -179,11 +175,7 @@ impl Project {
         let target = self.path(target);
         args.push(&target);
         let result = lfm(&args);
-        assert!(
-            result.status.success(),
-            "lfm {args:?}: {}",
-            String::from_utf8_lossy(&result.stderr)
-        );
+        assert_succeeded_with(&result, format_args!("lfm {args:?}"));
         output
     }
 
@@ -330,7 +322,7 @@ fn an_lfm_task_missing_here_is_the_engines_not_the_functions() {
         python.to_str().unwrap(),
         &project.path("task.py:fit"),
     ]);
-    assert!(output.status.success(), "{output:?}");
+    assert_succeeded(&output);
 }
 
 #[test]
@@ -396,11 +388,7 @@ fn a_pack_without_its_engine_runs_the_app_on_a_worker_that_has_it() {
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "{target}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert_succeeded_with(&output, target);
         assert!(
             stdout.contains(&root.display().to_string()),
             "numpy comes from the pack: {stdout}"
@@ -413,6 +401,6 @@ fn a_pack_without_its_engine_runs_the_app_on_a_worker_that_has_it() {
             project.venv.join("bin/python").to_str().unwrap(),
             pack.to_str().unwrap(),
         ]);
-        assert!(verify.status.success(), "{verify:?}");
+        assert_succeeded(&verify);
     }
 }

@@ -8,6 +8,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
+use common::assert_succeeded;
+
 /// A node with `n` scripted GPUs GPU-0..GPU-(n-1).
 struct Node {
     dir: tempfile::TempDir,
@@ -91,7 +93,7 @@ fn a_run_gets_its_own_device_and_the_report_says_what_it_used_there() {
         &["--gpus", "1", "--series", series_arg],
         &["-", "300000000", "70", "exit"],
     );
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert_succeeded(&output);
     let gpu = &report["gpu"];
     assert_eq!(gpu["source"], "scripted");
     assert_eq!(gpu["visible_devices"], "GPU-0");
@@ -130,7 +132,7 @@ fn the_workload_sees_its_device_in_cuda_visible_devices() {
         "1",
         "exit",
     ]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert_succeeded(&output);
     assert_eq!(
         String::from_utf8_lossy(&output.stdout),
         "visible=GPU-0,GPU-1\n"
@@ -155,7 +157,7 @@ fn over_its_gpu_memory_limit_the_run_is_killed() {
 fn a_process_on_a_device_it_was_not_given_is_named_or_killed() {
     let node = Node::with(2);
     let (output, report) = node.run(&["--gpus", "1"], &["GPU-1", "1000", "5", "exit"]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert_succeeded(&output);
     let violation = &report["gpu"]["violations"][0];
     assert_eq!(violation["kind"], "other-device");
     assert_eq!(violation["device"], "GPU-1");
@@ -180,7 +182,7 @@ fn a_foreign_process_on_the_runs_device_is_named() {
     std::fs::create_dir_all(&usage).unwrap();
     std::fs::write(usage.join(std::process::id().to_string()), "5000 10").unwrap();
     let (output, report) = node.run(&["--gpus", "1"], &["-", "1000", "5", "exit"]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert_succeeded(&output);
     let violation = &report["gpu"]["violations"][0];
     assert_eq!(violation["kind"], "foreign-process");
     assert_eq!(violation["pid"], std::process::id());
@@ -242,7 +244,7 @@ fn lfm_gpus_hands_out_devices_without_a_driver_and_measures_nothing() {
     ]);
     command.env_remove("LFM_GPU_MODEL").env("LFM_GPUS", "1,0");
     let output = command.output().unwrap();
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert_succeeded(&output);
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     if report["gpu"]["source"] == "nvml" {
         eprintln!("SKIPPED: this machine has NVML; the figures are real");
@@ -274,7 +276,7 @@ fn a_run_without_gpus_never_opens_the_driver() {
     ]);
     command.env("LFM_GPU_MODEL", "/nonexistent/model.json");
     let output = command.output().unwrap();
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert_succeeded(&output);
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert!(report.get("gpu").is_none());
     assert!(report["limits"].get("gpus").is_none());
@@ -350,9 +352,9 @@ fn a_busy_device_makes_a_run_fail_or_wait_and_a_killed_holder_frees_it() {
     first.kill().unwrap();
     first.wait().unwrap();
     let waited = waiter.wait_with_output().unwrap();
-    assert!(waited.status.success(), "{}", stderr(&waited));
+    assert_succeeded(&waited);
     let after = node.lfm(&["run", "--quiet", "--gpus", "1", "--", "true"]);
-    assert!(after.status.success(), "{}", stderr(&after));
+    assert_succeeded(&after);
 }
 
 /// Eight lfm processes at once on three devices: each run's devices are marked taken with
@@ -393,12 +395,7 @@ fn eight_concurrent_runs_never_share_a_device() {
         .collect();
     for run in runs {
         let output = run.wait_with_output().unwrap();
-        assert!(
-            output.status.success(),
-            "{:?}: {}",
-            output.status,
-            stderr(&output)
-        );
+        assert_succeeded(&output);
     }
     assert_eq!(std::fs::read_dir(&marks).unwrap().count(), 0);
 }
@@ -413,7 +410,7 @@ fn auto_sizes_gpu_memory_like_memory_and_retries_a_run_killed_over_it() {
     args.extend(auto);
     // 3000 MiB: bucketing starts at 1000 MiB and doubles until the run fits.
     let (output, report) = node.run(&args, &["-", "3145728000", "40", "exit"]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert_succeeded(&output);
     assert_eq!(report["limits"]["gpu_memory_bytes"], 4000u64 << 20);
     assert_eq!(
         report["limits_from_sizing"],
@@ -429,7 +426,7 @@ fn auto_sizes_gpu_memory_like_memory_and_retries_a_run_killed_over_it() {
     let mut args = vec!["--gpus", "2", "--gpu-memory", "8G"];
     args.extend(auto);
     let (output, _) = node.run(&args, &["-", "1000", "40", "exit"]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert_succeeded(&output);
     let mut args = vec![
         "--gpus",
         "auto",
@@ -440,7 +437,7 @@ fn auto_sizes_gpu_memory_like_memory_and_retries_a_run_killed_over_it() {
     ];
     args.extend(auto);
     let (output, report) = node.run(&args, &["-", "1000", "40", "exit"]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert_succeeded(&output);
     assert_eq!(report["limits"]["gpus"], 2);
     assert_eq!(report["gpu"]["visible_devices"], "GPU-0,GPU-1");
 
@@ -498,7 +495,7 @@ fn lfm_call_gives_a_function_its_gpu_and_measures_it() {
         "--history",
         node.path("history.sqlite").to_str().unwrap(),
     ]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert_succeeded(&output);
     assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "\"GPU-0\"");
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
@@ -649,7 +646,7 @@ fn the_resource_monitor_summary_carries_measured_gpus_not_the_limit() {
         &["--gpus", "3", "--summary-format", "resource-monitor"],
         &["GPU-1", "104857600", "50", "exit"],
     );
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert_succeeded(&output);
     // Three held, one used.
     assert_eq!(summary["gpus"], serde_json::json!([1, "gpus"]));
     assert_eq!(summary["gpu_memory"], serde_json::json!([100.0, "MB"]));

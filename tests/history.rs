@@ -4,7 +4,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{lfm_in, workload};
+use common::{assert_succeeded, lfm_in, workload};
 
 fn rows(history: &str, category: &str) -> Vec<serde_json::Value> {
     serde_json::from_value(common::history_json("history", history, category)).unwrap()
@@ -48,11 +48,7 @@ fn auto_retries_a_run_that_outgrows_its_history_at_a_larger_allocation() {
         assert!(run(&[], "300").status.success());
     }
     let output = run(&["--auto"], "600");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(
         report["limits_from_sizing"],
@@ -154,11 +150,7 @@ fn auto_sizes_the_sandbox_disk_and_retries_a_run_that_writes_more() {
             "12",
         ],
     );
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     // Memory was given: only cores and disk came from sizing.
     assert_eq!(
@@ -296,11 +288,7 @@ fn a_trace_seeds_the_history_under_its_categories_or_one_given() {
         lfm_in("/", &args)
     };
     let output = import(&[]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let said = String::from_utf8_lossy(&output.stdout);
     assert!(
         said.contains("imported 12 rows") && said.contains("a 8, b 4"),
@@ -332,11 +320,7 @@ fn a_trace_seeds_the_history_under_its_categories_or_one_given() {
         "json",
     ];
     let output = lfm_in("/", &greedy);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let advice: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(advice["resources"]["memory"]["points"], 12, "{advice}");
     assert_eq!(advice["memory_mb"], 111.0, "{advice}");
@@ -416,11 +400,7 @@ fn bioblast_imports_with_its_three_categories() {
     let history = dir.path().join("h.sqlite");
     let history = history.to_str().unwrap();
     let output = lfm_in("/", &["history", "--history", history, "--import", trace]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let said = String::from_utf8_lossy(&output.stdout);
     assert!(said.contains("imported 7754 rows"), "{said}");
     assert!(
@@ -474,11 +454,7 @@ fn a_history_older_than_the_import_tables_gets_them_filled_from_its_reports() {
     );
     let history = history.to_str().unwrap();
     let output = lfm_in("/", &["usage", "--history", history, "--format", "json"]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let usage: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(usage["calls"], 1);
     assert_eq!(usage["distributions"][0]["name"], "PyYAML==6.0.2");

@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{lfm, real_venv};
+use common::{assert_succeeded, assert_succeeded_with, lfm, real_venv};
 
 const JOB: &str = r#"
 def uses_numpy(n):
@@ -59,11 +59,7 @@ impl Fixture {
         args.extend_from_slice(extra);
         args.extend_from_slice(inputs);
         let result = lfm(&args);
-        assert!(
-            result.status.success(),
-            "lfm {args:?}: {}",
-            String::from_utf8_lossy(&result.stderr)
-        );
+        assert_succeeded_with(&result, format_args!("lfm {args:?}"));
         output
     }
 
@@ -75,11 +71,7 @@ impl Fixture {
             cache.to_str().unwrap(),
             pack.to_str().unwrap(),
         ]);
-        assert!(
-            result.status.success(),
-            "{}",
-            String::from_utf8_lossy(&result.stderr)
-        );
+        assert_succeeded(&result);
         PathBuf::from(String::from_utf8(result.stdout).unwrap().trim())
     }
 }
@@ -165,11 +157,7 @@ fn a_closure_pack_leaves_out_the_test_directories_no_closure_module_lies_in() {
         ])
     };
     let ran = call(&pack, "uses_numpy", "[4]");
-    assert!(
-        ran.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ran.stderr)
-    );
+    assert_succeeded(&ran);
     assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "6.0");
     // With --cache-dir the pack is unpacked there, as the rest of the call's cache is.
     let cache = tempfile::tempdir().unwrap();
@@ -205,11 +193,7 @@ fn a_closure_pack_leaves_out_the_test_directories_no_closure_module_lies_in() {
         .exists());
     assert!(!site(&root).join("numpy/fft/tests").exists());
     let ran = call(&pack, "uses_a_numpy_test_module", "[]");
-    assert!(
-        ran.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ran.stderr)
-    );
+    assert_succeeded(&ran);
     assert!(String::from_utf8_lossy(&ran.stdout).contains("numpy.linalg.tests"));
 
     // --all packs the environment as it is.
@@ -282,12 +266,7 @@ fn verify_passes_and_names_what_is_missing() {
         cache.to_str().unwrap(),
         pack.to_str().unwrap(),
     ]);
-    assert!(
-        ok.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&ok.stdout),
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    assert_succeeded(&ok);
     // An import pack (the default): the job module itself and yaml.
     assert!(
         String::from_utf8_lossy(&ok.stdout).contains("2 modules imported, 0 failed"),
@@ -343,11 +322,7 @@ fn a_function_runs_from_the_unpacked_pack_alone() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     assert!(stdout.starts_with("6.0 "), "{stdout}");
     assert!(
         stdout.contains(root.to_str().unwrap()),
@@ -381,11 +356,7 @@ fn a_self_contained_pack_runs_without_any_python_on_path() {
         .current_dir(std::env::temp_dir())
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.starts_with("6.0 "), "{stdout}");
     assert!(
@@ -407,11 +378,7 @@ fn a_self_contained_pack_runs_without_any_python_on_path() {
         .current_dir(std::env::temp_dir())
         .output()
         .unwrap();
-    assert!(
-        sysconfig.status.success(),
-        "{}",
-        String::from_utf8_lossy(&sysconfig.stderr)
-    );
+    assert_succeeded(&sysconfig);
     assert!(String::from_utf8_lossy(&sysconfig.stdout).contains("cpython-"));
     let cache = fixture.dir.path().join("cache");
     let verified = lfm(&[
@@ -422,11 +389,7 @@ fn a_self_contained_pack_runs_without_any_python_on_path() {
         cache.to_str().unwrap(),
         pack.to_str().unwrap(),
     ]);
-    assert!(
-        verified.status.success(),
-        "verify must use the pack's own interpreter: {}",
-        String::from_utf8_lossy(&verified.stderr)
-    );
+    assert_succeeded_with(&verified, "verify must use the pack's own interpreter");
 }
 
 #[test]
@@ -539,11 +502,7 @@ fn conda_prefix_packages_are_packed_from_conda_meta() {
         out.to_str().unwrap(),
         &job,
     ]);
-    assert!(
-        packed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&packed.stderr)
-    );
+    assert_succeeded(&packed);
     let cache = dir.path().join("cache");
     let root = PathBuf::from(
         String::from_utf8(
@@ -567,11 +526,7 @@ fn conda_prefix_packages_are_packed_from_conda_meta() {
         cache.to_str().unwrap(),
         out.to_str().unwrap(),
     ]);
-    assert!(
-        verified.status.success(),
-        "{}",
-        String::from_utf8_lossy(&verified.stdout)
-    );
+    assert_succeeded(&verified);
 }
 
 #[test]
@@ -593,11 +548,7 @@ fn cache_max_evicts_the_least_recently_used_pack() {
             "6k",
             archive.to_str().unwrap(),
         ]);
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert_succeeded(&output);
         roots.push(PathBuf::from(
             String::from_utf8(output.stdout).unwrap().trim(),
         ));
@@ -719,11 +670,7 @@ fn hostile_archives_are_refused() {
         dir.path().join("cache-ok").to_str().unwrap(),
         plain.to_str().unwrap(),
     ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
 }
 
 struct Raw {
@@ -860,11 +807,7 @@ fn a_function_pack_is_enough_to_call_its_function_by_slice() {
     };
     // By slice: only the def runs, so the pack is enough.
     let output = call(&[]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "6.0");
     // The whole module needs bs4, which the pack does not hold: a clear failure.
     let output = call(&["--import-module"]);
@@ -915,11 +858,7 @@ fn an_import_pack_lets_the_worker_import_the_module_as_a_by_reference_pickle_doe
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     assert!(stdout.starts_with("6 "), "{stdout}");
     // wf is a regular package on the worker (its __init__ ran), not a namespace package.
     assert!(stdout.trim_end().ends_with("__init__.py"), "{stdout}");
@@ -931,7 +870,7 @@ fn an_import_pack_lets_the_worker_import_the_module_as_a_by_reference_pickle_doe
         pack.to_str().unwrap(),
     ]);
     let said = String::from_utf8_lossy(&verify.stdout);
-    assert!(verify.status.success(), "{said}");
+    assert_succeeded(&verify);
     assert!(said.contains(" 0 failed"), "{said}");
     let slice = fixture.pack(&[&target], &["--closure", "slice"], "wf-slice.tar.zst");
     let slice_root = fixture.unpack(&slice);
@@ -969,11 +908,7 @@ fn code_run_through_a_pack_sees_the_pack_and_the_stdlib_only() {
         .args(["python3", "-c", "import sys, numpy; print(sys.prefix)"])
         .output()
         .unwrap();
-    assert!(
-        numpy.status.success(),
-        "{}",
-        String::from_utf8_lossy(&numpy.stderr)
-    );
+    assert_succeeded(&numpy);
     assert!(String::from_utf8_lossy(&numpy.stdout).contains(".venv-"));
 
     let inherited =
@@ -981,11 +916,7 @@ fn code_run_through_a_pack_sees_the_pack_and_the_stdlib_only() {
     assert_eq!(manifest(&inherited)["run"]["isolated"], false);
     if host_has_yaml {
         let output = import_yaml(&inherited);
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert_succeeded(&output);
     } else {
         println!("skipped the --inherit-site-packages half: the machine's python3 has no yaml");
     }
@@ -1010,11 +941,7 @@ fn an_uncompiled_pack_compiles_each_imported_module_once_into_its_cache() {
             .env_remove("PYTHONDONTWRITEBYTECODE")
             .output()
             .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert_succeeded(&output);
     };
     import();
     let written = pycs();
@@ -1064,11 +991,7 @@ fn self_contained_packs_of_pandas_and_scikit_learn_functions_run_with_no_python_
         &targets[0],
         &targets[1],
     ]);
-    assert!(
-        packed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&packed.stderr)
-    );
+    assert_succeeded(&packed);
     let cache = dir.path().join("cache");
     let unpacked = lfm(&[
         "unpack",
@@ -1088,10 +1011,6 @@ fn self_contained_packs_of_pandas_and_scikit_learn_functions_run_with_no_python_
         .current_dir(std::env::temp_dir())
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "10 2.0");
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{lfm, real_venv};
+use common::{assert_succeeded, lfm, real_venv};
 
 #[test]
 fn manifest_example_matches_a_real_pack() {
@@ -29,11 +29,7 @@ fn manifest_example_matches_a_real_pack() {
         "slice",
         "samples/workflow/workflow.py:load_config",
     ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let cache = dir.path().join("cache");
     let root = String::from_utf8(
         lfm(&[
@@ -83,11 +79,7 @@ fn parts_manifest_example_matches_real_parts() {
         "slice",
         "samples/workflow/workflow.py:load_config",
     ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let path = String::from_utf8(output.stdout).unwrap();
     let mut real: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path.trim()).unwrap()).unwrap();

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+use common::assert_succeeded;
+
 /// Two functions of the real test venv: one uses numpy, the other numpy and yaml.
 struct Store {
     _dir: tempfile::TempDir,
@@ -51,11 +53,7 @@ fn make_store() -> Option<Store> {
             .env("LFM_CACHE_DIR", dir.path().join("analyze-home"))
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_succeeded(&out);
         code.join(String::from_utf8(out.stdout).unwrap().trim())
     };
     let numpy_only = pack("fa.py:mean", &path);
@@ -103,7 +101,7 @@ fn unpack(store: &Store, cache: &Path, manifest: &Path) -> Output {
 
 fn composed(store: &Store, cache: &Path, manifest: &Path) -> PathBuf {
     let out = unpack(store, cache, manifest);
-    succeeded(&out);
+    assert_succeeded(&out);
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
@@ -114,14 +112,6 @@ fn venv_first(store: &Store) -> String {
         store.venv.join("bin").display(),
         std::env::var("PATH").unwrap_or_default()
     )
-}
-
-fn succeeded(out: &Output) {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// Run python code through the composition's `run`, its app/ on the path.
@@ -171,10 +161,10 @@ fn two_functions_sharing_numpy_store_it_once_and_each_imports_only_its_own_closu
     assert_eq!(numpy_dirs, 1, "numpy unpacked once: {numpy_dirs}");
 
     let ran = python(store, &root_a, "import fa; print(fa.mean(5))");
-    succeeded(&ran);
+    assert_succeeded(&ran);
     assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "2.0");
     let ran = python(store, &root_b, "import fb; print(fb.dump(5), end='')");
-    succeeded(&ran);
+    assert_succeeded(&ran);
     assert_eq!(String::from_utf8_lossy(&ran.stdout), "sum: 10\n");
     let ran = python(store, &root_a, "import yaml");
     assert!(
@@ -242,7 +232,7 @@ fn a_corrupt_part_is_refused_removed_and_taken_again_once_good() {
     std::fs::copy(store.path.join(format!("{yaml}.tar.zst")), &blob).unwrap();
     let root = composed(store, cache.path(), &manifest_path);
     let ran = python(store, &root, "import fb; print(fb.dump(3), end='')");
-    succeeded(&ran);
+    assert_succeeded(&ran);
 }
 
 #[test]
@@ -287,7 +277,7 @@ fn concurrent_compositions_agree_on_one_root_and_unpack_each_part_once() {
         Path::new(&roots[0]),
         "import fb; print(fb.dump(2), end='')",
     );
-    succeeded(&ran);
+    assert_succeeded(&ran);
 }
 
 #[test]
@@ -311,11 +301,7 @@ fn eviction_spares_the_parts_of_a_composition_in_use_and_takes_the_others() {
         .unwrap();
     runs_from_a.kill().unwrap();
     runs_from_a.wait().unwrap();
-    assert!(
-        pruned.status.success(),
-        "{}",
-        String::from_utf8_lossy(&pruned.stderr)
-    );
+    assert_succeeded(&pruned);
     assert!(root_a.join("run").exists(), "the composition in use stays");
     assert!(
         cache.path().join(&numpy).exists(),
@@ -326,7 +312,7 @@ fn eviction_spares_the_parts_of_a_composition_in_use_and_takes_the_others() {
     // B composes again from its parts (yaml's unpacked anew from the store).
     let root_b = composed(store, cache.path(), &store.numpy_yaml);
     let ran = python(store, &root_b, "import fb; print(fb.dump(4), end='')");
-    succeeded(&ran);
+    assert_succeeded(&ran);
 }
 
 #[test]
@@ -345,11 +331,7 @@ fn a_call_from_parts_runs_and_its_report_does_not_count_their_unpacking() {
         .env("PATH", path)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         "\"sum: 10\\n\""
@@ -432,11 +414,7 @@ fn a_namespace_package_split_across_parts_and_a_pth_file_work_as_in_a_site_packa
         .env("LFM_CACHE_DIR", dir.path().join("analyze-home"))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     let manifest_path = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
     let listed = manifest(&manifest_path);
     part_hash(&listed, "ns-a");
@@ -448,11 +426,7 @@ fn a_namespace_package_split_across_parts_and_a_pth_file_work_as_in_a_site_packa
         .arg(dir.path().join("cache"))
         .output()
         .unwrap();
-    assert!(
-        unpacked.status.success(),
-        "{}",
-        String::from_utf8_lossy(&unpacked.stderr)
-    );
+    assert_succeeded(&unpacked);
     let root = PathBuf::from(String::from_utf8(unpacked.stdout).unwrap().trim());
     let nsdemo = root.join("env/lib/python3.11/site-packages/nsdemo");
     assert!(
@@ -464,7 +438,7 @@ fn a_namespace_package_split_across_parts_and_a_pth_file_work_as_in_a_site_packa
         .env("PYTHONPATH", root.join("app"))
         .output()
         .unwrap();
-    succeeded(&ran);
+    assert_succeeded(&ran);
     assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "abTrue");
     assert_eq!(
         String::from_utf8_lossy(&ran.stderr),

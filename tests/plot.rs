@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{lfm_in, workload};
+use common::{assert_succeeded, lfm_in, workload};
 
 /// The SVG's root element name, its `<text>` contents, and the point counts of its polylines
 /// drawn in `stroke`.
@@ -70,11 +70,7 @@ fn a_run_killed_by_its_memory_limit_is_drawn_with_its_limit_and_the_kill() {
             svg.to_str().unwrap(),
         ],
     );
-    assert!(
-        plot.status.success(),
-        "{}",
-        String::from_utf8_lossy(&plot.stderr)
-    );
+    assert_succeeded(&plot);
     let (root, texts, lines) = parse(&svg, SERIES_BLUE);
     assert_eq!(root, "svg");
     for expected in [
@@ -139,11 +135,7 @@ fn the_readme_plot_is_what_the_command_makes_of_the_committed_sample_run() {
             svg.to_str().unwrap(),
         ],
     );
-    assert!(
-        plot.status.success(),
-        "{}",
-        String::from_utf8_lossy(&plot.stderr)
-    );
+    assert_succeeded(&plot);
     let committed = std::fs::read_to_string(format!("{root}/docs/img/run.svg")).unwrap();
     assert_eq!(
         std::fs::read_to_string(&svg).unwrap(),
@@ -199,11 +191,7 @@ fn a_category_history_is_drawn_as_peaks_retries_and_the_next_allocation() {
             trace.to_str().unwrap(),
         ],
     );
-    assert!(
-        imported.status.success(),
-        "{}",
-        String::from_utf8_lossy(&imported.stderr)
-    );
+    assert_succeeded(&imported);
     let w = workload();
     let killed = lfm_in(
         "/",
@@ -232,11 +220,7 @@ fn a_category_history_is_drawn_as_peaks_retries_and_the_next_allocation() {
         .env("LFM_HISTORY", history)
         .output()
         .unwrap();
-    assert!(
-        plot.status.success(),
-        "{}",
-        String::from_utf8_lossy(&plot.stderr)
-    );
+    assert_succeeded(&plot);
     let (root, texts, _) = parse(&svg, SERIES_BLUE);
     assert_eq!(root, "svg");
     for expected in [
@@ -321,11 +305,7 @@ fn a_nodes_served_calls_are_drawn_as_memory_allocated_and_used_over_time() {
             svg.to_str().unwrap(),
         ],
     );
-    assert!(
-        plot.status.success(),
-        "{}",
-        String::from_utf8_lossy(&plot.stderr)
-    );
+    assert_succeeded(&plot);
     let (root, texts, allocated) = parse(&svg, "#008C3C");
     assert_eq!(root, "svg");
     assert!(

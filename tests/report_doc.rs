@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::lfm;
+use common::{assert_succeeded, lfm};
 
 fn json_blocks(doc: &str) -> Vec<serde_json::Value> {
     doc.split("```json\n")
@@ -92,11 +92,7 @@ fn gpu_example_matches_a_scripted_run(example: &serde_json::Value) {
         .current_dir("/")
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
     for key in ["gpu", "limits"] {

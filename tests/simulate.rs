@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::lfm;
+use common::{assert_succeeded, lfm};
 
 const TRACE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -16,11 +16,7 @@ fn bioblast_memory_every_strategy_beats_the_whole_node() {
         return;
     }
     let output = lfm(&["simulate", "--trace", TRACE, "--format", "json"]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let outcomes = report["memory"].as_array().unwrap();
     let get = |name: &str| outcomes.iter().find(|o| o["strategy"] == name).unwrap();
@@ -113,11 +109,7 @@ fn plot_draws_use_and_every_strategy_per_resource() {
         "--plot",
         svg.to_str().unwrap(),
     ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.starts_with("<svg"), "{}", &text[..100.min(text.len())]);
     // Text elements hold their string on a line of its own.
@@ -193,11 +185,7 @@ fn a_trace_in_other_columns_is_read_through_the_flags() {
         "json",
     ];
     let output = lfm(&[&["simulate", "--trace", path][..], &flags].concat());
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let outcomes = report["memory"].as_array().unwrap();
     let get = |name: &str| outcomes.iter().find(|o| o["strategy"] == name).unwrap();
@@ -261,11 +249,7 @@ fn a_schedule_on_one_node_gives_each_sizing_its_makespan() {
         "json",
     ];
     let output = lfm(&args);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let timelines = report["schedule"].as_array().unwrap();
     let names: Vec<&str> = timelines

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{lfm_in, workload};
+use common::{assert_succeeded, lfm_in, workload};
 
 /// The workload's MiB for an input of `mb` MB: memory that follows the input.
 fn touched(mb: u64) -> u64 {
@@ -31,11 +31,7 @@ fn a_category_whose_memory_grows_with_its_input_is_sized_from_the_input() {
             "/",
             &[&args[..], &["--input", &file, "--", w, "touch", &mib, "50"]].concat(),
         );
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert_succeeded(&output);
     }
     // The Report's input_bytes reaches the history.
     let rows = common::history_json("history", history, "grow");
@@ -58,11 +54,7 @@ fn a_category_whose_memory_grows_with_its_input_is_sized_from_the_input() {
             "/",
             &[&args[..], &["--input", &file, "--format", "json"]].concat(),
         );
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert_succeeded(&output);
         let advice: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
         advice["memory_mb"].as_f64().unwrap()
     };
@@ -99,11 +91,7 @@ fn a_category_whose_memory_grows_with_its_input_is_sized_from_the_input() {
         "50",
     ];
     let output = lfm_in("/", &[&args[..], &rest].concat());
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["input_bytes"], 16_000_000, "{report}");
     let limit = report["limits"]["memory_bytes"].as_f64().unwrap() / 1_048_576.0;

@@ -5,7 +5,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{engine_venv, lfm};
+use common::{assert_succeeded, engine_venv, lfm};
 
 /// A venv with nothing installed, made once and kept under target/.
 fn empty_venv() -> PathBuf {
@@ -57,11 +57,7 @@ fn engine_example_matches_real_output() {
         "json",
         "samples/parsl_app/wf.py:fit",
     ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let real: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(real["targets"][0], documented);
 }
@@ -84,11 +80,7 @@ fn spec_example_matches_real_output() {
         "json",
         "samples/workflow/workflow.py:train",
     ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     let mut real: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     // The interpreter block names this machine's paths; everything else must match exactly.
     for spec in [&mut documented, &mut real] {

@@ -7,17 +7,15 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
+use common::assert_succeeded;
+
 const CALL_FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/call");
 
 fn usage(history: &str, extra: &[&str]) -> Value {
     let mut args = vec!["usage", "--history", history, "--format", "json"];
     args.extend_from_slice(extra);
     let output = common::lfm_in("/", &args);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded(&output);
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
@@ -147,7 +145,7 @@ fn usage_names_what_calls_imported_what_the_analyzer_missed_and_what_was_never_i
                 keep_runs,
             ],
         );
-        assert!(pruned.status.success(), "{pruned:?}");
+        assert_succeeded(&pruned);
         let after = [usage(history, &[]), usage(history, &from_config)];
         assert_eq!(
             after, before,

@@ -4,9 +4,13 @@
 //! its interpreter, not on PATH (issue 28). The wheel and the venv are cached under target/,
 //! keyed by what goes into them, so repeated runs take seconds.
 
+mod common;
+
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use common::assert_succeeded_with;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// What the wheel is built from.
@@ -56,12 +60,7 @@ fn walk(path: &Path) -> Vec<PathBuf> {
 
 fn run(command: &mut Command) -> Output {
     let output = command.output().unwrap();
-    assert!(
-        output.status.success(),
-        "{command:?}: {}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded_with(&output, format_args!("{command:?}"));
     output
 }
 

@@ -4,6 +4,28 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+/// Asserts that `output`'s command succeeded: one place for the failure message (exit status,
+/// stderr and stdout).
+#[track_caller]
+pub fn assert_succeeded(output: &Output) {
+    assert!(output.status.success(), "{}", failure(output));
+}
+
+/// [`assert_succeeded`], the failure message starting with `context` (a backend, a target, ...).
+#[track_caller]
+pub fn assert_succeeded_with(output: &Output, context: impl std::fmt::Display) {
+    assert!(output.status.success(), "{context}: {}", failure(output));
+}
+
+fn failure(output: &Output) -> String {
+    format!(
+        "{}\n--- stderr ---\n{}\n--- stdout ---\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        String::from_utf8_lossy(&output.stdout)
+    )
+}
+
 pub fn lfm(args: &[&str]) -> Output {
     lfm_in(env!("CARGO_MANIFEST_DIR"), args)
 }
@@ -32,11 +54,7 @@ pub fn history_json(subcommand: &str, history: &str, category: &str) -> serde_js
         "json",
     ];
     let output = lfm_in("/", &args);
-    assert!(
-        output.status.success(),
-        "lfm {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded_with(&output, format_args!("lfm {args:?} failed"));
     serde_json::from_slice(&output.stdout).expect("lfm printed JSON")
 }
 
@@ -45,11 +63,7 @@ pub fn analyze_json(args: &[&str]) -> serde_json::Value {
     let mut full = vec!["analyze", "--no-cache", "--format", "json"];
     full.extend_from_slice(args);
     let output = lfm(&full);
-    assert!(
-        output.status.success(),
-        "lfm {full:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_succeeded_with(&output, format_args!("lfm {full:?} failed"));
     serde_json::from_slice(&output.stdout).expect("valid JSON")
 }
 
