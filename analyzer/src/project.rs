@@ -130,8 +130,7 @@ impl Project {
         cache: Option<Arc<SummaryCache>>,
     ) -> Project {
         let site_dirs = interpreter.site_dirs();
-        let distutils_shim =
-            crate::installed_imports::distutils_shim_installed(&dists, &site_dirs);
+        let distutils_shim = crate::installed_imports::distutils_shim_installed(&dists, &site_dirs);
         let resolver = Resolver::new(
             local_roots,
             &site_dirs,
