@@ -1360,3 +1360,32 @@ fn the_node_is_never_oom_killed_only_a_call_that_outgrows_its_allocation() {
         "stopped by its own cgroup: {outgrown}"
     );
 }
+
+/// A forked call's memory comes from its own high-water mark too, reset at its start: a spike
+/// freed before the next /proc sample is in its Report, and over a sampled limit it is the
+/// limit's failure (the cgroup backends' kernel peak and limit do the same).
+#[test]
+fn a_calls_memory_spike_between_samples_is_measured_and_over_its_limit_fails_it() {
+    for setup in setups() {
+        let name = setup.name;
+        let replies = setup.serve_all(
+            &["--preload", "faults", "--slots", "2"],
+            &[
+                call("free", "spike", json!([10.2, 200]), json!({"memory": "1G"})),
+                call(
+                    "limited",
+                    "spike",
+                    json!([10.2, 200]),
+                    json!({"memory": "100M"}),
+                ),
+            ],
+        );
+        let free = by_id(&replies, "free");
+        assert_eq!(free["ok"], true, "{name}: {free}");
+        let peak = free["report"]["memory"]["peak_bytes"].as_u64().unwrap();
+        assert!(peak >= 190 * 1_048_576, "{name}: peak {peak}: {free}");
+        let limited = by_id(&replies, "limited");
+        assert_eq!(limited["ok"], false, "{name}: {limited}");
+        assert_eq!(limited["error"]["reason"], "limits", "{name}: {limited}");
+    }
+}

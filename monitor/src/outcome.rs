@@ -32,6 +32,13 @@ pub fn io(outcome: Option<&serde_json::Value>) -> Option<(u64, u64)> {
     Some((io.first()?.as_u64()?, io.get(1)?.as_u64()?))
 }
 
+/// How far the call's process's resident size rose at its highest, as it measured itself
+/// (its VmHWM, reset at the call's start, less its size then): catches what /proc sampling
+/// misses in a forked call, whose own VmHWM starts at the zygote's size.
+pub fn memory_growth(outcome: Option<&serde_json::Value>) -> Option<u64> {
+    outcome?.get("memory_growth")?.as_u64()
+}
+
 /// Fold an outcome into the Report: `exit.type` becomes `exception` when the function raised,
 /// `error` when there is no outcome; `result` is set when it returned.
 pub fn apply(report: &mut Report, outcome: Option<&serde_json::Value>) -> Outcome {

@@ -123,6 +123,37 @@ def own_io():
         return None
 
 
+def reset_peak():
+    """This process's resident bytes now, with the kernel's high-water mark (VmHWM) reset to
+    them (`clear_refs` 5, Linux 4.0+): a forked call's VmHWM starts at the zygote's size, so
+    only its rise above this says what the call itself needed. None where it cannot be reset."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return status_bytes("VmRSS:")
+    except (OSError, ValueError):
+        return None
+
+
+def peak_growth(baseline):
+    """How far this process's resident size rose above `baseline` (from `reset_peak`) at its
+    highest, between two samples or not; None without a baseline."""
+    if baseline is None:
+        return None
+    try:
+        return max(0, status_bytes("VmHWM:") - baseline)
+    except (OSError, ValueError):
+        return None
+
+
+def status_bytes(field):
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+    raise ValueError(f"no {field} in /proc/self/status")
+
+
 def call_function(request, log=None):
     """The outcome of the call, the value's bytes when it returned, the exception if it raised.
     The import log stops when the function returns or raises: what the runner imports to
@@ -170,6 +201,7 @@ def execute(request, import_log_fd=None):
     exception, if the caller wants it, is written here; the outcome and value are not.
     `import_log_fd`: the import log, opened already (a spare opens it before its call)."""
     log = None
+    baseline = reset_peak()
     # The slice's code, before the import log starts: compiling it (ast, when no compiled
     # slice is kept) is the runner's work, not the call's imports. A file that does not
     # compile is left for the load to report.
@@ -182,6 +214,7 @@ def execute(request, import_log_fd=None):
     if error is not None and request.get("exception_file"):
         write_exception(request["exception_file"], error)
     outcome["io"] = own_io()
+    outcome["memory_growth"] = peak_growth(baseline)
     return outcome, data
 
 

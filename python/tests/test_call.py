@@ -131,3 +131,17 @@ def test_modules_loaded_before_the_call_are_logged_when_it_imports_them(tmp_path
     # The log ends with the call: the runner's own imports after it are not the call's.
     assert builtins.__import__ is before
     assert not any(type(f).__name__ == "ImportLog" for f in sys.meta_path)
+
+
+def test_the_calls_own_memory_peak_is_counted_even_when_freed_before_it_returns(tmp_path, monkeypatch):
+    monkeypatch.delitem(__import__("sys").modules, "callee", raising=False)
+    text = "def spike(mib):\n    data = bytearray(b'x') * (mib << 20)\n    del data\n    return 0\n"
+    req = request(tmp_path, text, "spike", ([64], {}))
+    assert call.run(req)["ok"]
+    grown = outcome(tmp_path)["memory_growth"]
+    assert 56 << 20 <= grown < 96 << 20, grown  # pages the heap had free are reused
+    # The high-water mark is reset at each call's start: a small call after the spike is small.
+    monkeypatch.delitem(__import__("sys").modules, "callee", raising=False)
+    req = request(tmp_path, text, "spike", ([1], {}))
+    assert call.run(req)["ok"]
+    assert outcome(tmp_path)["memory_growth"] < 32 << 20

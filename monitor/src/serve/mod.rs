@@ -559,6 +559,7 @@ impl Server {
             reaped_cpu: Some(cpu),
             io: crate::outcome::io(outcome.as_ref()),
             maxrss_bytes: None,
+            memory_growth: crate::outcome::memory_growth(outcome.as_ref()),
         };
         let (mut report, cgroup) = running.monitor.finish_keeping_cgroup(ending);
         report.function = Some(running.spec.function.clone());

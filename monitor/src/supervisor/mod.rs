@@ -220,6 +220,7 @@ fn supervise(
         reaped_cpu: Some(monitor.reaped_cpu()),
         io: None,
         maxrss_bytes: None,
+        memory_growth: None,
     }
 }
 

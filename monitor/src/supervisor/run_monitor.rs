@@ -54,6 +54,9 @@ pub struct Ending {
     pub io: Option<(u64, u64)>,
     /// ru_maxrss of the run's main process.
     pub maxrss_bytes: Option<u64>,
+    /// A forked call's rise in resident size at its highest, as its process measured itself
+    /// ([`crate::outcome::memory_growth`]).
+    pub memory_growth: Option<u64>,
 }
 
 /// What is left of a finished run that must not outlive it: its processes, its process group,
@@ -534,12 +537,13 @@ impl RunMonitor {
             let _ = writer.flush();
         }
         self.exceeded_by_rlimit_signal(ending.status);
+        self.exceeded_by_memory_growth(&reading, ending.memory_growth);
         let cpu_time = cpu_time(&reading, ending.reaped_cpu);
         self.tracker.observe_cpu(Instant::now(), cpu_time.total);
         if let Some(maxrss) = ending.maxrss_bytes {
             self.tracker.max_reaped_maxrss = self.tracker.max_reaped_maxrss.max(maxrss);
         }
-        let memory = self.memory(&reading);
+        let memory = self.memory(&reading, ending.memory_growth);
         // Everything is reaped now: the live processes of the last sample are in the reaped sum.
         self.last_alive.clear();
         let (bytes_read, bytes_written) = ending.io.unwrap_or_else(|| self.io_now());
@@ -613,12 +617,23 @@ impl RunMonitor {
         }
     }
 
+    /// Without a kernel memory limit the supervisor enforces one by sampling /proc, which a
+    /// short spike slips between; a forked call's own high-water mark does not.
+    fn exceeded_by_memory_growth(&mut self, reading: &Reading, growth: Option<u64>) {
+        let (Some(limit), Some(growth)) = (self.options.limits.memory_bytes, growth) else {
+            return;
+        };
+        if self.options.forked && reading.memory_peak.is_none() && growth > limit {
+            self.exceeded.insert("memory".into(), limit as f64);
+        }
+    }
+
     /// The headline is the larger of what the cgroup's counters say the run could not do
     /// without and the tree's VmHWM: the counters miss what happens between samples, VmHWM
     /// catches a spike of any process (it never counts page cache read through read(2)).
     /// A forked run's VmHWM starts at its parent's RSS: there the kernel's peak less the page
     /// cache still charged at the end catches what sampling missed.
-    fn memory(&self, reading: &Reading) -> Memory {
+    fn memory(&self, reading: &Reading, memory_growth: Option<u64>) -> Memory {
         let vmhwm = self.tracker.vmhwm_peak();
         let figures = MemoryFigures {
             sampled_unreclaimable: self.tracker.peak_unreclaimable,
@@ -628,6 +643,7 @@ impl RunMonitor {
             vmhwm,
             sampled_rss: self.tracker.peak_rss_sum,
             sampled_private: self.tracker.peak_private,
+            memory_growth,
         };
         let (peak_bytes, peak_source) = figures.headline(self.options.forked);
         Memory {
@@ -659,6 +675,8 @@ struct MemoryFigures {
     vmhwm: u64,
     sampled_rss: u64,
     sampled_private: u64,
+    /// A forked call's own rise in resident size ([`Ending::memory_growth`]).
+    memory_growth: Option<u64>,
 }
 
 impl MemoryFigures {
@@ -670,7 +688,10 @@ impl MemoryFigures {
             return match (self.sampled_unreclaimable, self.kernel_peak_less_cache) {
                 (sampled, Some(unsampled)) => (sampled.unwrap_or(0).max(unsampled), "cgroup-stat"),
                 (Some(sampled), None) => (sampled, "cgroup-stat"),
-                (None, None) => (self.sampled_private, "sampled-private"),
+                (None, None) => match self.memory_growth {
+                    Some(growth) if growth > self.sampled_private => (growth, "vmhwm-growth"),
+                    _ => (self.sampled_private, "sampled-private"),
+                },
             };
         }
         match self.sampled_unreclaimable {
@@ -779,6 +800,7 @@ mod tests {
             vmhwm: 0,
             sampled_rss: 0,
             sampled_private: 0,
+            memory_growth: None,
         }
     }
 
@@ -825,6 +847,17 @@ mod tests {
             ..figures()
         };
         assert_eq!(rlimit.headline(true), (40 * MIB, "sampled-private"));
+        // A spike between two samples: the call's own high-water mark says it.
+        let spiked = MemoryFigures {
+            memory_growth: Some(200 * MIB),
+            ..rlimit
+        };
+        assert_eq!(spiked.headline(true), (200 * MIB, "vmhwm-growth"));
+        let smaller = MemoryFigures {
+            memory_growth: Some(30 * MIB),
+            ..rlimit
+        };
+        assert_eq!(smaller.headline(true), (40 * MIB, "sampled-private"));
     }
 
     #[test]
