@@ -196,12 +196,14 @@ def write_exception(path, error):
     write_atomically(path, data)
 
 
-def execute(request, import_log_fd=None):
+def execute(request, import_log_fd=None, forked=False):
     """Run the call a request describes: (outcome, the value's bytes or None). The pickled
     exception, if the caller wants it, is written here; the outcome and value are not.
-    `import_log_fd`: the import log, opened already (a spare opens it before its call)."""
+    `import_log_fd`: the import log, opened already (a spare opens it before its call).
+    `forked`: the call runs in a child of the zygote, and measures its own memory peak."""
     log = None
-    baseline = reset_peak()
+    # Only a forked call needs its own peak: a process of its own has its whole VmHWM.
+    baseline = reset_peak() if forked else None
     # The slice's code, before the import log starts: compiling it (ast, when no compiled
     # slice is kept) is the runner's work, not the call's imports. A file that does not
     # compile is left for the load to report.

@@ -245,7 +245,7 @@ def child(message, fds, control, done, go=None):
         # The call's own devices (CUDA_VISIBLE_DEVICES): CUDA reads it when user code first
         # initialises it, which is after this (the zygote must not initialise CUDA itself).
         os.environ.update(request.get("env") or {})
-        outcome, data = calls.execute(request, log_fd)
+        outcome, data = calls.execute(request, log_fd, forked=True)
         sys.stdout.flush()
         sys.stderr.flush()
         say_done(done, request, outcome, data)
