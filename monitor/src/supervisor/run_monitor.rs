@@ -537,7 +537,7 @@ impl RunMonitor {
             let _ = writer.flush();
         }
         self.exceeded_by_rlimit_signal(ending.status);
-        self.exceeded_by_memory_growth(&reading, ending.memory_growth);
+        self.exceeded_by_memory_growth(ending.memory_growth);
         let cpu_time = cpu_time(&reading, ending.reaped_cpu);
         self.tracker.observe_cpu(Instant::now(), cpu_time.total);
         if let Some(maxrss) = ending.maxrss_bytes {
@@ -619,11 +619,11 @@ impl RunMonitor {
 
     /// Without a kernel memory limit the supervisor enforces one by sampling /proc, which a
     /// short spike slips between; a forked call's own high-water mark does not.
-    fn exceeded_by_memory_growth(&mut self, reading: &Reading, growth: Option<u64>) {
+    fn exceeded_by_memory_growth(&mut self, growth: Option<u64>) {
         let (Some(limit), Some(growth)) = (self.options.limits.memory_bytes, growth) else {
             return;
         };
-        if self.options.forked && reading.memory_peak.is_none() && growth > limit {
+        if self.options.forked && !self.backend.enforced().memory && growth > limit {
             self.exceeded.insert("memory".into(), limit as f64);
         }
     }
