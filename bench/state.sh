@@ -6,7 +6,7 @@
 # categories), then prints each file's size and the wall time of sizing decisions against them:
 # `lfm size` per strategy (best-so-far, the default, first), and `lfm run --auto` against a plain
 # `lfm run` of the same command (the difference is what the decision costs a run), p50 and p99
-# over ROUNDS processes each; and in process (monitor/examples/sizing_decision.rs) the default's
+# over ROUNDS processes each; and in process (sizing/examples/sizing_decision.rs) the default's
 # decision with the history open, opening it first, after a run is recorded, a category's
 # first decision (no tallies), the decisions after it while its tally catches up with the
 # window (16 runs replayed each), a first decision without the window cache either (a
@@ -83,7 +83,7 @@ for spec in "one-category 1 c0" "100-categories 100 c7"; do
   # In process, without the process start: what a serve pays (history open), what a run with
   # --auto pays (opening it first), the steady state (a run recorded since the last decision),
   # and a category's first decision.
-  cargo run --release --quiet -p lfm-monitor --example sizing_decision -- "$copy" "$3" 300 |
+  cargo run --release --quiet -p lfm-sizing --example sizing_decision -- "$copy" "$3" 300 |
     sed 's/^/  /'
   echo "  goal: a sizing decision <= 5 ms at p99 at any history size"
   printf '  lfm run (no sizing)                       '

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use lfm_monitor::gpu::{GpuError, GpuPolicy, ViolationPolicy};
 use lfm_monitor::limits::{parse_duration, LimitError, LimitValues, Written};
-use lfm_monitor::sizing::history::{default_path, History};
-use lfm_monitor::sizing::policy::{self, Attempts, SizedRunError};
-use lfm_monitor::sizing::Strategy;
 use lfm_monitor::{BackendChoice, Limits, Report, RunError, RunOptions};
+use lfm_sizing::history::{default_path, History};
+use lfm_sizing::policy::{self, Attempts, SizedRunError};
+use lfm_sizing::Strategy;
 
 use crate::cli::{BackendArg, GpuViolationArg, MonitorArgs, SummaryFormat};
 
@@ -38,21 +38,42 @@ pub enum Failure {
     Run(RunError),
 }
 
+/// How a run is sized: `--auto`'s attempts (none without it), whether `--gpus auto` sizes its
+/// GPUs, and the history both read.
+pub struct SizedBy {
+    pub attempts: Option<Attempts>,
+    pub gpus_sized: bool,
+    pub history: PathBuf,
+}
+
+/// The sizing flags, once they agree; `has_category`: the run has a category to size from.
+pub fn sized_by(args: &MonitorArgs, has_category: bool) -> Result<SizedBy, Failure> {
+    Ok(SizedBy {
+        attempts: attempts(args, has_category)?,
+        gpus_sized: gpus_auto(args),
+        history: args.history.clone().unwrap_or_else(default_path),
+    })
+}
+
 /// Run under the monitor, sized from the history with `--auto` (the one policy of
-/// lfm_monitor::sizing::policy); `annotate` adds what a call's function did to each Report.
+/// lfm_sizing::policy); `annotate` adds what a call's function did to each Report.
 pub fn run_sized(
     args: &MonitorArgs,
     options: RunOptions,
     annotate: &mut dyn FnMut(&mut Report),
 ) -> Result<Report, Failure> {
-    let attempts = attempts(args, options.category.is_some())?;
-    let history = args.history.clone().unwrap_or_else(default_path);
-    policy::run_sized(options, attempts, gpus_auto(args), &history, annotate).map_err(|error| {
-        match error {
+    let sized = sized_by(args, options.category.is_some())?;
+    let SizedBy {
+        attempts,
+        gpus_sized,
+        history,
+    } = sized;
+    policy::run_sized(options, attempts, gpus_sized, &history, annotate).map_err(
+        |error| match error {
             SizedRunError::History(message) => Failure::Usage(message),
             SizedRunError::Run(error) => Failure::Run(error),
-        }
-    })
+        },
+    )
 }
 
 /// `--auto`'s policy, once its flags agree.
@@ -223,7 +244,7 @@ pub fn write_report(args: &MonitorArgs, report: &Report) -> std::io::Result<()> 
 pub fn cache_dir(given: Option<&PathBuf>) -> PathBuf {
     given
         .cloned()
-        .unwrap_or_else(lfm_monitor::runner::default_cache)
+        .unwrap_or_else(lfm_call::runner::default_cache)
 }
 
 /// The history at `path`, else the node's default one.

@@ -26,7 +26,7 @@ fn serve_example_is_read_by_the_protocol_types() {
         .nth(1)
         .and_then(|b| b.split("```").next())
         .unwrap();
-    let reply: lfm_monitor::serve::Message =
+    let reply: lfm_call::protocol::Message =
         serde_json::from_str(reply).expect("the example reply is a protocol reply");
     assert!(reply.ok && reply.report.is_some());
 }
@@ -90,7 +90,7 @@ fn status_example_is_a_reply_and_matches_a_real_one() {
         .nth(1)
         .and_then(|b| b.split("```").next())
         .unwrap();
-    let message: lfm_monitor::serve::Message =
+    let message: lfm_call::protocol::Message =
         serde_json::from_str(documented).expect("the status example is a protocol reply");
     assert!(message.ok && message.status.is_some() && message.report.is_none());
     let request = section

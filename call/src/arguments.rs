@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use lfm_monitor::runner::request::Arguments;
+use crate::runner::request::Arguments;
 
 use crate::error::{CallError, Result};
 

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use lfm_monitor::runner::request::Target;
+use crate::runner::request::Target;
 
 use crate::interpreter::Interpreter;
 

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use lfm_monitor::runner::request::{Arguments, Outputs, Request, ResultFormat, Target};
+use crate::runner::request::{Arguments, Outputs, Request, ResultFormat, Target};
 
 /// In a private temporary directory under the cache, removed with this value.
 pub struct CallFiles {

@@ -8,6 +8,7 @@
 //! knows nothing of the command line.
 
 mod arguments;
+pub mod call;
 mod compiled;
 mod error;
 mod files;
@@ -15,6 +16,7 @@ mod interpreter;
 mod kept_analysis;
 mod locate;
 pub mod protocol;
+pub mod runner;
 pub mod serve;
 mod slice;
 mod target;

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use lfm_monitor::imports::StaticClosure;
-use lfm_monitor::runner::request::Target;
+
+use crate::runner::request::Target;
 
 use crate::error::Result;
 use crate::interpreter::Interpreter;
@@ -14,6 +15,8 @@ use crate::slice::{slice, static_closure, Sliced};
 
 /// One call target, ready for the runner.
 pub struct Prepared {
+    /// The target as the caller wrote it (the Report's `function.target`).
+    pub asked: String,
     pub located: Located,
     pub target: Target,
     /// Empty with `import_module`: the whole module runs, nothing was analysed.
@@ -28,6 +31,7 @@ pub fn prepare(
     import_module: bool,
     cache_root: Option<&std::path::Path>,
 ) -> Result<Prepared> {
+    let asked = target.to_string();
     let located = locate(target, interpreter)?;
     let sliced = if import_module {
         None
@@ -36,6 +40,7 @@ pub fn prepare(
     };
     let target = runner_target(&located, sliced.as_ref());
     Ok(Prepared {
+        asked,
         located,
         target,
         sliced,

@@ -127,6 +127,19 @@ pub struct FunctionCall {
     pub mode: String,
 }
 
+/// docs/report.md's example Report (its second JSON block): what the crates above the monitor
+/// test with, so that their tests follow the documented format.
+#[doc(hidden)]
+pub fn documented_example() -> Report {
+    let doc = include_str!("../../docs/report.md");
+    let block = doc
+        .split("```json\n")
+        .nth(2)
+        .expect("docs/report.md has a Report example");
+    let json = &block[..block.find("```").expect("a closed JSON block")];
+    serde_json::from_str(json).expect("docs/report.md's example is a Report")
+}
+
 /// The modules a call loaded, in the order it loaded them (docs/report.md).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Imports {

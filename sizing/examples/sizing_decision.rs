@@ -1,5 +1,5 @@
 //! What one sizing decision costs in process, whatever the history's size (bench/state.sh):
-//! `cargo run --release -p lfm-monitor --example sizing_decision -- HISTORY CATEGORY [ROUNDS [STRATEGY]]`.
+//! `cargo run --release -p lfm-sizing --example sizing_decision -- HISTORY CATEGORY [ROUNDS [STRATEGY]]`.
 //! Times, ROUNDS times each, the next allocation of every measured resource by STRATEGY (the
 //! default, `best-so-far`, resuming from the tallies it keeps in the history):
 //! - with the history open already and no run since the last decision (a serve's queued calls);
@@ -23,10 +23,10 @@
 use std::path::Path;
 use std::time::Instant;
 
-use lfm_monitor::sizing::advice;
-use lfm_monitor::sizing::best_so_far::REPLAY_PER_DECISION;
-use lfm_monitor::sizing::history::{History, Imported, SIZING_WINDOW};
-use lfm_monitor::sizing::Strategy;
+use lfm_sizing::advice;
+use lfm_sizing::best_so_far::REPLAY_PER_DECISION;
+use lfm_sizing::history::{History, Imported, SIZING_WINDOW};
+use lfm_sizing::Strategy;
 
 fn decide(history: &History, category: &str, strategy: Strategy) -> f64 {
     let rows = history

@@ -8,7 +8,7 @@ use std::path::Path;
 use super::best_so_far::{Tally, REPLAY_PER_DECISION};
 use super::history::{cores_needed, History, Row};
 use super::{sizer_from_history, Resource, Sizer, Strategy};
-use crate::limits::Limits;
+use lfm_monitor::limits::Limits;
 
 const MIB: f64 = 1_048_576.0;
 
@@ -188,9 +188,9 @@ pub fn node(resource: AutoLimit, sandbox: Option<&Path>) -> f64 {
 /// so only such runs load the driver here. Without a driver (devices from LFM_GPUS) nothing
 /// measures GPU memory: 1024 MiB stands in, as for disk without a sandbox.
 fn gpu_node() -> (f64, f64) {
-    let driver = crate::gpu::driver();
-    let list = std::env::var(crate::gpu::DEVICES_ENV).ok();
-    let devices = crate::gpu::node_devices(&driver, list.as_deref()).unwrap_or_default();
+    let driver = lfm_monitor::gpu::driver();
+    let list = std::env::var(lfm_monitor::gpu::DEVICES_ENV).ok();
+    let devices = lfm_monitor::gpu::node_devices(&driver, list.as_deref()).unwrap_or_default();
     let memory: Option<u64> = devices.iter().map(|d| d.memory_total_bytes).sum();
     (
         (devices.len() as f64).max(1.0),

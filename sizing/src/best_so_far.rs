@@ -413,13 +413,7 @@ mod tests {
             let mut best = BestSoFar::new(node);
             assert!(best.resume(&tally));
             for (i, &(used, input)) in tasks[..200].iter().enumerate() {
-                best.learn(
-                    used,
-                    1.0,
-                    false,
-                    input,
-                    i >= 200 - crate::sizing::sizey::WINDOW,
-                );
+                best.learn(used, 1.0, false, input, i >= 200 - crate::sizey::WINDOW);
                 if eager {
                     best.catch_up();
                 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::trace::Trace;
-use crate::report::Report;
+use lfm_monitor::report::Report;
 
 mod imports;
 mod retention;
@@ -582,18 +582,15 @@ pub(crate) mod tests {
     use super::*;
 
     /// docs/report.md's example Report (its second JSON block), of `category`.
-    pub(crate) fn a_report(category: &str, memory_mb: u64) -> crate::report::Report {
-        let doc = include_str!("../../../docs/report.md");
-        let block = doc.split("```json\n").nth(2).unwrap();
-        let json = &block[..block.find("```").unwrap()];
-        let mut report: crate::report::Report = serde_json::from_str(json).unwrap();
+    pub(crate) fn a_report(category: &str, memory_mb: u64) -> lfm_monitor::report::Report {
+        let mut report = lfm_monitor::report::documented_example();
         report.category = Some(category.into());
         report.memory.peak_bytes = memory_mb << 20;
         report
     }
 
     /// The `i`th run of a trace, in `category`, using `i` MiB.
-    pub(in crate::sizing::history) fn run(category: &str, i: usize) -> Imported {
+    pub(in crate::history) fn run(category: &str, i: usize) -> Imported {
         Imported {
             category: category.into(),
             memory_mb: i as f64,

@@ -1,3 +1,14 @@
+//! lfm-sizing: how much the next run of a category gets, from what its past runs used, and
+//! which queued run starts next on a node.
+//!
+//! It owns the history (SQLite, one row per Report: [`history`]), the strategies and their
+//! replay (`best-so-far`), the one retry policy `lfm run`, `lfm call` and `lfm serve` share
+//! ([`policy`], which runs through lfm-monitor), admission of calls by allocation within a
+//! node's budget ([`admission`]: written once, used by the serve and modelled by
+//! `lfm simulate --schedule-*` in [`schedule`]), `lfm size`'s advice and `lfm simulate`'s
+//! comparison. It does not run or measure anything itself (lfm-monitor does), and knows
+//! nothing of Python calls or the command line.
+//!
 //! Sizing: the next allocation of one resource of a category, from what its past runs used.
 //!
 //! Each [`Strategy`] is implemented from its source: `fixed` and `max-seen` and the two
@@ -12,6 +23,7 @@
 //! scheduler would; [`simulate`] replays a trace through one. It knows nothing of where the
 //! history is stored.
 
+pub mod admission;
 pub mod advice;
 pub mod auto;
 pub mod best_so_far;

@@ -8,8 +8,8 @@ use std::path::Path;
 use super::auto::{self, Ask, AutoLimit};
 use super::history::{History, Row};
 use super::Strategy;
-use crate::limits::Limits;
-use crate::report::Report;
+use lfm_monitor::limits::Limits;
+use lfm_monitor::report::Report;
 
 /// As `lfm run --max-retries` and a serve request's `max_retries`.
 pub const DEFAULT_MAX_RETRIES: u32 = 3;
@@ -152,14 +152,14 @@ impl Grown {
 pub enum SizedRunError {
     /// The history could not be read to size it.
     History(String),
-    Run(crate::RunError),
+    Run(lfm_monitor::RunError),
 }
 
 /// Run once, or with `attempts`: the limits not given come from the category's history in
 /// `history`, and a run that ran out of sized limits runs again larger. Every attempt of a
 /// category is recorded in the history, after `annotate` (a call adds what its function did).
 pub fn run_sized(
-    mut options: crate::RunOptions,
+    mut options: lfm_monitor::RunOptions,
     mut attempts: Option<Attempts>,
     gpus_sized: bool,
     history: &Path,
@@ -183,7 +183,7 @@ pub fn run_sized(
             .map_err(SizedRunError::History)?;
     }
     loop {
-        let mut report = crate::run(&options).map_err(SizedRunError::Run)?;
+        let mut report = lfm_monitor::run(&options).map_err(SizedRunError::Run)?;
         if let Some(attempts) = &attempts {
             report.limits_from_sizing = attempts.sized_names();
         }

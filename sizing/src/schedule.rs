@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 
 use super::{Resource, Sizer, Strategy};
 // The serve's own order, so that the model cannot drift from what it models.
-use crate::serve::admission::{BACKFILL_WINDOW, OVERTAKE_LIMIT};
+use crate::admission::Overtaking;
 
 /// One call of a trace, in arrival order (all submitted at once).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -81,7 +81,7 @@ struct State<'a> {
     sizers: Vec<Sizer>,
     queue: VecDeque<Attempt>,
     running: Vec<Running>,
-    overtaken: u32,
+    order: Overtaking,
     now: f64,
     retries: usize,
     used_time: f64,
@@ -139,7 +139,7 @@ pub fn schedule(calls: &[Call], categories: usize, sizing: Sizing, node: NodeSha
             })
             .collect(),
         running: Vec::new(),
-        overtaken: 0,
+        order: Overtaking::default(),
         now: 0.0,
         retries: 0,
         used_time: 0.0,
@@ -194,26 +194,19 @@ impl State<'_> {
         value.min(self.node.memory)
     }
 
-    /// Start queued calls while they fit: the first, else one of the next that fits, at most
-    /// OVERTAKE_LIMIT times before the first.
+    /// Start queued calls while they fit, in the serve's order (lfm_sizing::admission).
     fn admit(&mut self) {
         while self.running.len() < self.node.slots && !self.queue.is_empty() {
             let held: f64 = self.running.iter().map(|r| r.allocation).sum();
-            let mut chosen = None;
-            for at in 0..self.queue.len().min(BACKFILL_WINDOW) {
-                if at > 0 && self.overtaken >= OVERTAKE_LIMIT {
-                    break;
-                }
-                let allocation = self.allocation(at);
-                if held + allocation <= self.node.memory + 1e-9 {
-                    chosen = Some((at, allocation));
-                    break;
-                }
-            }
-            let Some((at, allocation)) = chosen else {
+            let room = self.node.memory + 1e-9;
+            let mut order = std::mem::take(&mut self.order);
+            let picked =
+                order.pick_where(self.queue.len(), |at| held + self.allocation(at) <= room);
+            self.order = order;
+            let Some(at) = picked else {
                 return;
             };
-            self.overtaken = if at == 0 { 0 } else { self.overtaken + 1 };
+            let allocation = self.allocation(at);
             let attempt = self.queue.remove(at).expect("a queued call");
             self.start(attempt.call, allocation);
         }
@@ -300,7 +293,7 @@ impl State<'_> {
                 call: ended.call,
                 allocation: Some(next.max(ended.allocation).min(self.node.memory)),
             });
-            self.overtaken = 0;
+            self.order.head_left();
             return;
         }
         self.used_time += call.used.min(ended.allocation) * time;

@@ -118,7 +118,7 @@ fn show(packs_dir: &Path, budget: Option<u64>) {
 
 /// Where `lfm call` keeps compiled slices (under the runner's cache directory).
 fn compiled_slices_dir() -> PathBuf {
-    lfm_monitor::runner::default_cache().join(lfm_call::COMPILED_SLICES_DIR)
+    lfm_call::runner::default_cache().join(lfm_call::COMPILED_SLICES_DIR)
 }
 
 fn remove_compiled_slices() {

@@ -1,19 +1,20 @@
 //! `lfm call`: one Python function in a fresh interpreter, under the monitor of `lfm run`.
 //!
-//! lfm-call prepares the call (interpreter, target, slice, runner request); the runner's
-//! outcome comes back in files, and the Report gains `function`, `result` and, when the
-//! function raised, `exit.exception`.
+//! lfm-call prepares and runs the call (interpreter, target, slice, runner request, the sized
+//! run, the outcome); this module turns the flags into its options and the outcome into
+//! output and an exit code.
 
 use std::io::Write;
 use std::path::Path;
 
-use lfm_call::{CallError, CallFiles, ErrorKind, Prepared};
-use lfm_monitor::outcome::{self, Outcome};
-use lfm_monitor::report::{ExitKind, FunctionCall, Report};
+use lfm_call::call::{CallRun, CallRunError, Called};
+use lfm_call::runner::EXIT_UNSUPPORTED_PYTHON;
+use lfm_call::{CallError, ErrorKind, Prepared};
+use lfm_monitor::outcome::Outcome;
+use lfm_monitor::report::ExitKind;
 
 use crate::cli::CallArgs;
 use crate::monitoring::{self, Failure, EXIT_LIMITS, EXIT_MONITOR_FAILED, EXIT_USAGE};
-use lfm_monitor::runner::EXIT_UNSUPPORTED_PYTHON;
 
 pub const EXIT_EXCEPTION: i32 = 1;
 pub const EXIT_TARGET_NOT_FOUND: i32 = 3;
@@ -47,6 +48,21 @@ impl Phases {
             eprintln!("timing: {:.4} s  {phase}", started.elapsed().as_secs_f64());
         }
     }
+
+    /// The analysis' own phases, when it ran for this call.
+    fn analysis(&self, prepared: &Prepared) {
+        let (Some(_), Some(sliced)) = (self.0, &prepared.sliced) else {
+            return;
+        };
+        match &sliced.analysis {
+            Some(analysis) => {
+                for (phase, at) in &analysis.timings {
+                    eprintln!("timing:   analysis {:.4} s  {phase}", at.wall.as_secs_f64());
+                }
+            }
+            None => eprintln!("timing:   analysis kept from an earlier call"),
+        }
+    }
 }
 
 type Exit = (i32, String);
@@ -60,10 +76,6 @@ fn exit_of(error: CallError) -> Exit {
     (code, error.message)
 }
 
-fn failed(error: anyhow::Error) -> Exit {
-    (EXIT_MONITOR_FAILED, format!("{error:#}"))
-}
-
 fn prepare_and_call(args: &CallArgs, phases: &Phases) -> Result<i32, Exit> {
     let (limits, grace) =
         monitoring::parse_limits(&args.monitor).map_err(|e| (EXIT_USAGE, e.to_string()))?;
@@ -75,11 +87,8 @@ fn prepare_and_call(args: &CallArgs, phases: &Phases) -> Result<i32, Exit> {
     // Measured before the call runs: what --auto sizes it from.
     let here = std::env::current_dir().unwrap_or_default();
     let input_bytes = lfm_call::input_bytes(&arguments, &here);
-    let interpreter = args
-        .interpreter
-        .choice(args.cache_dir.as_deref())
-        .interpreter()
-        .map_err(exit_of)?;
+    let choice = args.interpreter.choice(args.cache_dir.as_deref());
+    let interpreter = choice.interpreter().map_err(exit_of)?;
     phases.mark("interpreter chosen");
     let analysis_cache = args.cache_dir.as_deref();
     let mut prepared = lfm_call::prepare(
@@ -90,91 +99,57 @@ fn prepare_and_call(args: &CallArgs, phases: &Phases) -> Result<i32, Exit> {
     )
     .map_err(exit_of)?;
     phases.mark("target located and sliced");
-    if let (Some(_), Some(sliced)) = (phases.0, &prepared.sliced) {
-        match &sliced.analysis {
-            Some(analysis) => {
-                for (phase, at) in &analysis.timings {
-                    eprintln!("timing:   analysis {:.4} s  {phase}", at.wall.as_secs_f64());
-                }
-            }
-            None => eprintln!("timing:   analysis kept from an earlier call"),
-        }
-    }
+    phases.analysis(&prepared);
     if args.show_slice {
         return show_slice(&prepared);
     }
     monitoring::check_report_writable(&args.monitor).map_err(|code| (code, "report".into()))?;
-    let cache = monitoring::cache_dir(args.cache_dir.as_ref());
-    lfm_call::keep_compiled(&mut prepared.target, &cache, &interpreter);
-    let runner = lfm_monitor::runner::install(&cache).map_err(failed)?;
-    let files = CallFiles::create(&cache).map_err(failed)?;
-    let pickle_to = args
-        .result_file
-        .as_deref()
-        .map(std::path::absolute)
-        .transpose()
-        .map_err(|e| failed(e.into()))?;
-    files
-        .write_request(
-            prepared.target.clone(),
-            arguments,
-            pickle_to,
-            !args.no_import_log,
-        )
-        .map_err(failed)?;
-    phases.mark("runner and request written");
-    let mut command = interpreter.argv.clone();
-    command.extend([runner.into_os_string(), "call".into()]);
-    command.push(files.request.clone().into_os_string());
-    let mut options = monitoring::run_options(&args.monitor, command, limits, grace);
-    options.input_bytes = Some(input_bytes);
-    // A call's category is its function's name unless given: its history sizes the next.
-    options
-        .category
-        .get_or_insert_with(|| prepared.located.qualname.clone());
-    let function = FunctionCall {
-        target: args.target.clone(),
-        mode: prepared.target.mode().into(),
+    let sized = monitoring::sized_by(&args.monitor, true).map_err(usage_of)?;
+    let mut monitor = monitoring::run_options(&args.monitor, Vec::new(), limits, grace);
+    monitor.input_bytes = Some(input_bytes);
+    let run = CallRun {
+        monitor,
+        arguments,
+        cache: monitoring::cache_dir(args.cache_dir.as_ref()),
+        result_file: args.result_file.clone(),
+        import_log: !args.no_import_log,
+        attempts: sized.attempts,
+        gpus_sized: sized.gpus_sized,
+        history: sized.history,
     };
-    let closure = prepared.closure(&interpreter);
-    let mut annotate = |report: &mut Report| {
-        phases.mark("the call ended");
-        report.function = Some(function.clone());
-        report.imports = lfm_monitor::imports::read(&files.imports, &[]).map(|imports| {
-            match (&prepared.sliced, &closure) {
-                (Some(sliced), Some(closure)) => {
-                    lfm_call::with_distributions(imports, sliced, closure.clone())
-                }
-                _ => imports,
-            }
-        });
-        // A retry (--auto) logs afresh.
-        let _ = std::fs::remove_file(&files.imports);
-        phases.mark("imports read and compared");
-    };
-    let mut report =
-        monitoring::run_sized(&args.monitor, options, &mut annotate).map_err(|failure| {
-            match failure {
-                Failure::Usage(message) => (EXIT_USAGE, message),
-                Failure::Run(lfm_monitor::RunError::Gpu(error)) => {
-                    (monitoring::gpu_exit_code(&error), error.to_string())
-                }
-                Failure::Run(error) => (EXIT_MONITOR_FAILED, error.to_string()),
-            }
-        })?;
-    phases.mark("recorded (history)");
-    let code = conclude(&mut report, &files, args);
-    if let Err(error) = monitoring::write_report(&args.monitor, &report) {
+    let mark = |phase: &str| phases.mark(phase);
+    let mut called =
+        lfm_call::call::run(&mut prepared, &interpreter, run, &mark).map_err(exit_of_run)?;
+    let code = conclude(&mut called, args);
+    if let Err(error) = monitoring::write_report(&args.monitor, &called.report) {
         return Err((EXIT_MONITOR_FAILED, format!("writing the report: {error}")));
     }
     if !args.monitor.quiet {
-        eprintln!("{}", report.summary_line());
+        eprintln!("{}", called.report.summary_line());
     }
     phases.mark("outcome read, report written");
     // The process ends next: freeing the analysis (the environment's distribution index,
     // tens of thousands of paths) would only cost milliseconds.
     std::mem::forget(prepared);
     Ok(code)
+}
+
+fn usage_of(failure: Failure) -> Exit {
+    match failure {
+        Failure::Usage(message) => (EXIT_USAGE, message),
+        Failure::Run(error) => (EXIT_MONITOR_FAILED, error.to_string()),
+    }
+}
+
+fn exit_of_run(error: CallRunError) -> Exit {
+    match error {
+        CallRunError::Setup(error) => exit_of(error),
+        CallRunError::History(message) => (EXIT_USAGE, message),
+        CallRunError::Run(lfm_monitor::RunError::Gpu(error)) => {
+            (monitoring::gpu_exit_code(&error), error.to_string())
+        }
+        CallRunError::Run(error) => (EXIT_MONITOR_FAILED, error.to_string()),
+    }
 }
 
 fn show_slice(prepared: &Prepared) -> Result<i32, Exit> {
@@ -210,11 +185,10 @@ fn show_slice(prepared: &Prepared) -> Result<i32, Exit> {
     Ok(0)
 }
 
-/// Read the runner's outcome into the Report, print the value or the traceback, and return
-/// the exit code.
-fn conclude(report: &mut Report, files: &CallFiles, args: &CallArgs) -> i32 {
-    let outcome = outcome::read(&files.outcome);
-    match outcome::apply(report, outcome.as_ref()) {
+/// Print the value or the traceback of a call that ran, and return the exit code.
+fn conclude(called: &mut Called, args: &CallArgs) -> i32 {
+    let report = &called.report;
+    match &called.outcome {
         Outcome::Stopped => match report.exit.kind {
             ExitKind::Limits => EXIT_LIMITS,
             ExitKind::Signal => 128 + report.exit.signal.unwrap_or(0),
@@ -245,7 +219,7 @@ fn conclude(report: &mut Report, files: &CallFiles, args: &CallArgs) -> i32 {
                 eprintln!("error: the function returned a {} that is not JSON ({reason})\nhint: pass --result-file FILE to get it as a pickle", result.type_name);
                 return EXIT_RESULT_NOT_JSON;
             }
-            print_result(&files.result)
+            print_result(&called.files.result)
         }
     }
 }

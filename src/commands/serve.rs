@@ -6,8 +6,8 @@ use lfm_call::serve::{serve as run_serve, ServeConfig};
 use lfm_call::ErrorKind;
 use lfm_monitor::gpu::GpuPolicy;
 use lfm_monitor::limits::{parse_duration, parse_positive, parse_size};
-use lfm_monitor::serve::NodeBudget;
-use lfm_monitor::sizing::history::default_path;
+use lfm_sizing::admission::NodeBudget;
+use lfm_sizing::history::default_path;
 
 use crate::cli::ServeArgs;
 use crate::monitoring::{self, EXIT_MONITOR_FAILED, EXIT_USAGE};

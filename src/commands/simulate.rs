@@ -1,12 +1,12 @@
-//! `lfm simulate`: a trace replayed through sizing strategies (lfm_monitor::sizing::compare),
+//! `lfm simulate`: a trace replayed through sizing strategies (lfm_sizing::compare),
 //! printed as a table or JSON, and plotted.
 
 use std::io::Write;
 
-use lfm_monitor::sizing::compare::compare;
-use lfm_monitor::sizing::simulate::Outcome;
-use lfm_monitor::sizing::trace::{Trace, TraceOptions, INPUT_BYTES};
-use lfm_monitor::sizing::{Strategy, STRATEGIES};
+use lfm_sizing::compare::compare;
+use lfm_sizing::simulate::Outcome;
+use lfm_sizing::trace::{Trace, TraceOptions, INPUT_BYTES};
+use lfm_sizing::{Strategy, STRATEGIES};
 
 use crate::plots as plot;
 
@@ -162,7 +162,7 @@ fn write_table(
 
 /// `--schedule-memory`: the calls replayed in time on one node, a makespan per sizing.
 fn schedule_trace(args: &SimulateArgs, trace: &Trace, strategies: &[Strategy], memory: f64) -> i32 {
-    use lfm_monitor::sizing::schedule::{calls_of, schedule, NodeShape, Sizing};
+    use lfm_sizing::schedule::{calls_of, schedule, NodeShape, Sizing};
     if !(memory > 0.0 && args.schedule_cores > 0.0 && args.schedule_slots > 0) {
         eprintln!(
             "error: --schedule-memory, --schedule-cores and --schedule-slots must be above 0"

@@ -2,10 +2,10 @@
 
 use std::io::Write;
 
-use lfm_monitor::sizing::advice;
-use lfm_monitor::sizing::history::{imports, Retention, Row};
-use lfm_monitor::sizing::trace::Trace;
-use lfm_monitor::sizing::Strategy;
+use lfm_sizing::advice;
+use lfm_sizing::history::{imports, Retention, Row};
+use lfm_sizing::trace::Trace;
+use lfm_sizing::Strategy;
 
 use crate::cli::{HistoryArgs, HistoryFormat, SimulateFormat, SizeArgs};
 use crate::monitoring::open_history;

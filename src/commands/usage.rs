@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use lfm_monitor::sizing::history::usage::{Filter, Usage};
+use lfm_sizing::history::usage::{Filter, Usage};
 
 use crate::cli::{HistoryFormat, UsageArgs};
 use crate::monitoring::open_history as open;
@@ -177,7 +177,7 @@ fn list_or_none(items: &[String]) -> String {
 fn write_used(
     out: &mut impl Write,
     what: &str,
-    used: &[lfm_monitor::sizing::history::usage::Used],
+    used: &[lfm_sizing::history::usage::Used],
     with_distribution: bool,
 ) -> std::io::Result<()> {
     let width = used

@@ -4,15 +4,15 @@
 
 use std::path::PathBuf;
 
-use lfm_monitor::sizing::auto::AutoLimit;
-use lfm_monitor::sizing::history::{ended_normally, Row};
-use lfm_monitor::sizing::Strategy;
+use lfm_sizing::auto::AutoLimit;
+use lfm_sizing::history::{ended_normally, Row};
+use lfm_sizing::Strategy;
 use plotters::prelude::*;
 
 use super::{canvas, legend_line, Area};
 use crate::cli::PlotArgs;
 use crate::monitoring::open_history as open;
-use lfm_monitor::sizing::advice::next_allocation;
+use lfm_sizing::advice::next_allocation;
 
 const BINS: usize = 24;
 

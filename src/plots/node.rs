@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use lfm_monitor::sizing::history::Row;
+use lfm_sizing::history::Row;
 use plotters::prelude::*;
 
 use super::{canvas, legend_line};

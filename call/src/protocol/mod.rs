@@ -1,17 +1,21 @@
-//! The serve protocol's request (`lfm-serve/1`, docs/serve.md) as a type, and its translation
-//! into the call the serve engine runs. Unknown fields are refused: a misspelt `"limit"` must
+//! The serve protocol (`lfm-serve/1`, docs/serve.md), both halves: the request as a type and
+//! its translation into the call the serve engine runs, and the reply ([`reply`]). Unknown fields are refused: a misspelt `"limit"` must
 //! not run a call unlimited.
+
+pub mod reply;
 
 use serde::{Deserialize, Deserializer};
 
 use lfm_monitor::limits::{LimitValues, Written};
 use lfm_monitor::report::FunctionCall;
-use lfm_monitor::runner::request::{Arguments, ResultFormat, Target};
-use lfm_monitor::serve::{Auto, CallSpec, Reply};
-use lfm_monitor::sizing::policy::{Attempts, DEFAULT_MAX_RETRIES};
-use lfm_monitor::sizing::{Strategy, DEFAULT_STRATEGY};
+use lfm_sizing::policy::{Attempts, DEFAULT_MAX_RETRIES};
+use lfm_sizing::{Strategy, DEFAULT_STRATEGY};
+
+pub use reply::{ErrorBody, Message, Reply};
 
 use crate::arguments;
+use crate::runner::request::{Arguments, ResultFormat, Target};
+use crate::serve::engine::{Auto, CallSpec};
 use crate::target::Targets;
 
 /// One request line.

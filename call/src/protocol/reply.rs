@@ -6,10 +6,10 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::outcome::Outcome;
-use crate::report::{ExitKind, Report};
+use lfm_monitor::outcome::Outcome;
+use lfm_monitor::report::{ExitKind, Report};
 
-use super::CallSpec;
+use crate::serve::engine::{CallSpec, Status};
 
 pub const PROTOCOL_FORMAT: &str = "lfm-serve/1";
 /// The last bytes of a call's stdout and stderr that a reply carries.
@@ -54,7 +54,7 @@ pub struct Message {
     pub stderr: Option<Option<String>>,
     /// The reply to a status request.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<Box<super::Status>>,
+    pub status: Option<Box<Status>>,
 }
 
 /// Why a call has no value: `reason` and `message`, and what the reason adds.
@@ -98,7 +98,7 @@ impl Message {
     }
 
     /// A status reply, before its `status` is set.
-    pub(super) fn status(id: serde_json::Value) -> Message {
+    pub(crate) fn status(id: serde_json::Value) -> Message {
         Message::new(id, true)
     }
 

@@ -1,7 +1,8 @@
-//! `lfm serve` without its command line: start the serve engine of lfm-monitor on a zygote of
+//! `lfm serve` without its command line: start the serve engine ([`engine`]) on a zygote of
 //! the chosen interpreter, take request lines from a transport, parse them (the typed protocol),
 //! and deliver one reply per accepted line.
 
+pub mod engine;
 mod transport;
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -12,9 +13,11 @@ use std::time::{Duration, Instant};
 
 use lfm_monitor::backend::BackendChoice;
 use lfm_monitor::gpu::GpuPolicy;
-use lfm_monitor::runner::request::Target;
-use lfm_monitor::serve::zygote::ZygoteConfig;
-use lfm_monitor::serve::{NodeBudget, Server, ServerOptions};
+use lfm_sizing::admission::NodeBudget;
+
+use crate::runner::request::Target;
+use engine::zygote::ZygoteConfig;
+use engine::{Server, ServerOptions};
 
 use crate::error::{CallError, Result};
 use crate::interpreter::Interpreter;
@@ -69,8 +72,7 @@ fn start(
     targets: &mut Targets,
     work_dir: &std::path::Path,
 ) -> Result<Server> {
-    let runner =
-        lfm_monitor::runner::install(&config.cache).map_err(|e| CallError::failed_chain(&e))?;
+    let runner = crate::runner::install(&config.cache).map_err(|e| CallError::failed_chain(&e))?;
     let mut functions = serde_json::Map::new();
     for function in &config.functions {
         let target: Target = targets.register(function)?;

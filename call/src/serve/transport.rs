@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-use lfm_monitor::serve::Reply;
+use crate::protocol::Reply;
 
 /// What the transport threads tell the main loop.
 pub(super) enum Input {

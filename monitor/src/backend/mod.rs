@@ -7,7 +7,7 @@
 pub mod cgroup1;
 pub mod cgroup2;
 mod delegate;
-pub(crate) mod files;
+pub mod files;
 pub mod rlimit;
 
 use std::os::fd::RawFd;

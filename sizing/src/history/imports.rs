@@ -7,8 +7,8 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::imports::StaticClosure;
-use crate::report::Report;
+use lfm_monitor::imports::StaticClosure;
+use lfm_monitor::report::Report;
 
 pub const IMPORTS_SCHEMA: &str = "lfm-imports/1";
 

@@ -11,7 +11,7 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{History, SIZING_WINDOW};
-use crate::report::Report;
+use lfm_monitor::report::Report;
 
 pub const RETENTION_SCHEMA: &str = "lfm-retention/1";
 

@@ -7,7 +7,7 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::History;
-use crate::sizing::best_so_far::Tally;
+use crate::best_so_far::Tally;
 
 /// Added in place to histories made before it (older lfm versions ignore it).
 const CREATE: &str = "

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use serde::Serialize;
 
 use super::History;
-use crate::imports::{ancestry, top, StaticClosure};
+use lfm_monitor::imports::{ancestry, top, StaticClosure};
 
 pub const USAGE_FORMAT: &str = "lfm-usage/1";
 

@@ -285,8 +285,8 @@ mod tests {
     use super::super::tests::{a_report, run};
     use super::super::{Imported, Retention};
     use super::*;
-    use crate::sizing::auto::{Ask, AutoLimit};
-    use crate::sizing::Strategy;
+    use crate::auto::{Ask, AutoLimit};
+    use crate::Strategy;
 
     /// The cache's rows of `category`.
     fn cached(history: &History, category: &str) -> i64 {
@@ -407,20 +407,20 @@ mod tests {
     }
 
     /// A Report with every field sizing reads, with values that SQL and Rust could round apart.
-    fn a_full_report(category: &str) -> crate::report::Report {
+    fn a_full_report(category: &str) -> lfm_monitor::report::Report {
         let mut report = a_report(category, 5);
         report.limits.cores = Some(1.7);
-        report.cpu_throttling = Some(crate::report::CpuThrottling {
+        report.cpu_throttling = Some(lfm_monitor::report::CpuThrottling {
             periods: 3_000,
             throttled_periods: 7,
             throttled_seconds: 0.1,
         });
-        report.gpu = Some(crate::report::Gpu {
+        report.gpu = Some(lfm_monitor::report::Gpu {
             memory_peak_bytes: Some(3_000_000_007),
             devices_used: Some(2),
             ..Default::default()
         });
-        report.allocation = Some(crate::report::Allocated {
+        report.allocation = Some(lfm_monitor::report::Allocated {
             memory_bytes: 123_456_789,
             cores: 1.5,
             queue_wait_seconds: 0.123_456_789_012_345_67,

@@ -93,7 +93,7 @@ fn closest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sizing::bucketing::Random;
+    use crate::bucketing::Random;
 
     /// A pass over every sample in arrival order: what Sizey did before the index.
     fn every_sample(inputs: &[f64], query: f64, k: usize) -> Vec<(f64, usize)> {

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use crate::backend::Backend;
-use crate::report::Report;
-use crate::sizing::history::History;
+use lfm_monitor::backend::Backend;
+use lfm_monitor::report::Report;
+use lfm_sizing::history::History;
 
 enum Job {
     Record(Box<Report>, bool),
@@ -139,7 +139,9 @@ mod tests {
         let janitor = Janitor::start(Some(&path)).unwrap();
         for i in 0..50 {
             let category = ["a", "b"][i % 2];
-            let report = crate::sizing::history::tests::a_report(category, i as u64);
+            let mut report = lfm_monitor::report::documented_example();
+            report.category = Some(category.into());
+            report.memory.peak_bytes = (i as u64) << 20;
             janitor.record(report, false);
             if i == 20 {
                 janitor.remove(None, scratch.path().join("none"));

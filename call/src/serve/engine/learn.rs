@@ -11,7 +11,7 @@
 use std::collections::{BTreeSet, HashSet};
 
 use super::zygote::{Learned, Zygote};
-use crate::report::ImportedModule;
+use lfm_monitor::report::ImportedModule;
 
 pub struct Learner {
     /// The zygote's resident size past which it is replaced; none: nothing is learned.

@@ -6,11 +6,10 @@
 //! call, enforces its limits, and turns the zygote's exit message plus the runner's outcome
 //! into one reply. It knows nothing of transports (stdin, sockets) or of how targets are found.
 
-pub(crate) mod admission;
+mod admission;
 mod done;
 mod janitor;
 mod learn;
-mod reply;
 mod sizing;
 mod spare;
 mod status;
@@ -23,15 +22,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::backend::BackendChoice;
-use crate::gpu::{meter::GpuMeter, GpuError, GpuPolicy, Ledger};
-use crate::limits::Limits;
-use crate::report::FunctionCall;
-use crate::runner::request::{Arguments, Outputs, Request, ResultFormat, Target};
-use crate::supervisor::{self, Ending, MonitorOptions, RunMonitor};
+use lfm_monitor::backend::BackendChoice;
+use lfm_monitor::gpu::{meter::GpuMeter, GpuError, GpuPolicy, Ledger};
+use lfm_monitor::limits::Limits;
+use lfm_monitor::report::FunctionCall;
+use lfm_monitor::supervisor::{self, Ending, MonitorOptions, RunMonitor};
+use lfm_sizing::admission::NodeBudget;
 
-pub use admission::{Allocation, NodeBudget, OVERTAKE_LIMIT};
-pub use reply::{ErrorBody, Message, Reply};
+use crate::protocol::{Message, Reply};
+use crate::runner::request::{Arguments, Outputs, Request, ResultFormat, Target};
 pub use sizing::Auto;
 pub use status::{Status, ZygoteStatus};
 use zygote::{Event, Zygote, ZygoteConfig};
@@ -61,7 +60,7 @@ pub struct CallSpec {
     pub auto: Option<Auto>,
     /// The function's static closure, which the call's imports are compared with (sliced
     /// targets only).
-    pub closure: Option<std::sync::Arc<crate::imports::StaticClosure>>,
+    pub closure: Option<std::sync::Arc<lfm_monitor::imports::StaticClosure>>,
     /// The call's input size in bytes (the request's `input_bytes`, or measured from its
     /// arguments): recorded in its Report, and what `auto` sizes from.
     pub input_bytes: Option<u64>,
@@ -93,7 +92,7 @@ pub struct ServerOptions {
 /// What a finished call leaves to do once its reply is out ([`Server::after_delivery`]): its
 /// history row, and what is left of it ([`Leftover`]).
 struct Aftermath {
-    record: Option<(crate::report::Report, bool)>,
+    record: Option<(lfm_monitor::report::Report, bool)>,
     leftover: Leftover,
 }
 
@@ -104,7 +103,7 @@ struct Aftermath {
 struct Leftover {
     remains: supervisor::Remains,
     done: Option<OwnedFd>,
-    cgroup: Box<dyn crate::backend::Backend>,
+    cgroup: Box<dyn lfm_monitor::backend::Backend>,
     dir: PathBuf,
     since: Instant,
 }
@@ -124,7 +123,7 @@ struct Running {
     /// How far its import log was read while it ran (learn.rs).
     import_log_read: u64,
     /// What it holds of the node's budget, and how long it waited for that.
-    allocated: crate::report::Allocated,
+    allocated: lfm_monitor::report::Allocated,
 }
 
 pub struct Server {
@@ -136,7 +135,7 @@ pub struct Server {
     replies: Vec<Reply>,
     /// Zygote restarts after a crash, for the notes of later calls.
     pub restarts: u64,
-    history: Option<crate::sizing::history::History>,
+    history: Option<lfm_sizing::history::History>,
     /// Children set up for the next calls ([`Server::prepare_spare`]).
     spares: Vec<spare::Spare>,
     /// Spares sent away, until the zygote reports them reaped.
@@ -154,7 +153,7 @@ pub struct Server {
     /// How often a call ended or went to the history: queued calls are sized again after.
     history_changes: u64,
     /// The history rows sizing read since the history last changed, by category.
-    sizing_rows: std::cell::RefCell<HashMap<Option<String>, Vec<crate::sizing::history::Row>>>,
+    sizing_rows: std::cell::RefCell<HashMap<Option<String>, Vec<lfm_sizing::history::Row>>>,
 }
 
 impl Server {
@@ -163,7 +162,7 @@ impl Server {
         let history = options
             .history
             .as_deref()
-            .map(crate::sizing::history::History::open)
+            .map(lfm_sizing::history::History::open)
             .transpose()
             .map_err(anyhow::Error::msg)?;
         let janitor =
@@ -345,14 +344,14 @@ impl Server {
             wait: Duration::ZERO,
             ..self.options.gpu.clone()
         };
-        crate::gpu::meter::assign(count, &policy, &Ledger::of_node()).map(Some)
+        lfm_monitor::gpu::meter::assign(count, &policy, &Ledger::of_node()).map(Some)
     }
 
     fn start_call(
         &mut self,
         spec: CallSpec,
         gpus: Option<GpuMeter>,
-        allocated: crate::report::Allocated,
+        allocated: lfm_monitor::report::Allocated,
     ) -> Result<(), Reply> {
         self.next_id += 1;
         let id = self.next_id;
@@ -426,9 +425,9 @@ impl Server {
     fn settle_backend(&mut self, monitor: &RunMonitor) {
         if self.options.backend == BackendChoice::Auto {
             self.options.backend = match monitor.backend().kind() {
-                crate::BackendKind::Cgroup2 => BackendChoice::Cgroup2,
-                crate::BackendKind::Cgroup1 => BackendChoice::Cgroup1,
-                crate::BackendKind::Rlimit => BackendChoice::Rlimit,
+                lfm_monitor::BackendKind::Cgroup2 => BackendChoice::Cgroup2,
+                lfm_monitor::BackendKind::Cgroup1 => BackendChoice::Cgroup1,
+                lfm_monitor::BackendKind::Rlimit => BackendChoice::Rlimit,
             };
         }
     }
@@ -530,7 +529,10 @@ impl Server {
             // finds it loaded instead of waiting for the zygote after this one ends.
             if learning {
                 let log = running.dir.join("imports.log");
-                imported.extend(crate::imports::read_new(&log, &mut running.import_log_read));
+                imported.extend(lfm_monitor::imports::read_new(
+                    &log,
+                    &mut running.import_log_read,
+                ));
             }
         }
         self.learn_from(&imported);
@@ -552,14 +554,14 @@ impl Server {
         let delivered = running.delivered.unwrap_or_default();
         let outcome = delivered
             .outcome
-            .or_else(|| crate::outcome::read(&running.dir.join("outcome.json")));
+            .or_else(|| lfm_monitor::outcome::read(&running.dir.join("outcome.json")));
         let ending = Ending {
             status: Some(status),
             forwarded_signal: None,
             reaped_cpu: Some(cpu),
-            io: crate::outcome::io(outcome.as_ref()),
+            io: lfm_monitor::outcome::io(outcome.as_ref()),
             maxrss_bytes: None,
-            memory_growth: crate::outcome::memory_growth(outcome.as_ref()),
+            memory_growth: lfm_monitor::outcome::memory_growth(outcome.as_ref()),
         };
         let (mut report, cgroup) = running.monitor.finish_keeping_cgroup(ending);
         report.function = Some(running.spec.function.clone());
@@ -569,7 +571,7 @@ impl Server {
         if let Some(imports) = &report.imports {
             self.learn_from(&imports.modules);
         }
-        let applied = crate::outcome::apply(&mut report, outcome.as_ref());
+        let applied = lfm_monitor::outcome::apply(&mut report, outcome.as_ref());
         let sized = Server::mark_sized(&running.spec, &mut report);
         self.aftermath.push(Aftermath {
             record: self.record_now_or_later(&running.spec, &report, sized),
@@ -698,7 +700,7 @@ impl Server {
     }
 
     /// The zygote learns what a call imported; the spares forked before it did lack it.
-    fn learn_from(&mut self, modules: &[crate::report::ImportedModule]) {
+    fn learn_from(&mut self, modules: &[lfm_monitor::report::ImportedModule]) {
         let Some(zygote) = &self.zygote else { return };
         if self.learner.offer(zygote, modules) {
             for spare in std::mem::take(&mut self.spares) {
@@ -743,13 +745,17 @@ impl Server {
     }
 
     /// What the call's log says it imported, compared with its function's closure.
-    fn imports_of(&self, dir: &std::path::Path, spec: &CallSpec) -> Option<crate::report::Imports> {
+    fn imports_of(
+        &self,
+        dir: &std::path::Path,
+        spec: &CallSpec,
+    ) -> Option<lfm_monitor::report::Imports> {
         let log = dir.join("imports.log");
         let mut preloaded = self.options.preloaded.clone();
         preloaded.extend(self.learner.packages.iter().cloned());
-        let mut imports = crate::imports::read(&log, &preloaded)?;
+        let mut imports = lfm_monitor::imports::read(&log, &preloaded)?;
         if let Some(closure) = &spec.closure {
-            crate::imports::compare(&mut imports, closure.clone());
+            lfm_monitor::imports::compare(&mut imports, closure.clone());
         }
         Some(imports)
     }

@@ -1,8 +1,8 @@
 //! The history of `lfm serve`'s calls, and `"auto": true`: limits from the category's history
 //! and a larger attempt after a call ran out of one (as `lfm run --auto`, docs/sizing.md).
 
-use crate::report::Report;
-use crate::sizing::policy::Attempts;
+use lfm_monitor::report::Report;
+use lfm_sizing::policy::Attempts;
 
 use super::{CallSpec, Server};
 
@@ -54,7 +54,7 @@ impl Server {
 
     /// The category's rows, once those of calls that finished before are in (read once
     /// between two calls' ends: many queued calls of one category are sized from them).
-    fn rows(&self, category: Option<&str>) -> Result<Vec<crate::sizing::history::Row>, String> {
+    fn rows(&self, category: Option<&str>) -> Result<Vec<lfm_sizing::history::Row>, String> {
         let key = category.map(str::to_string);
         if let Some(rows) = self.sizing_rows.borrow().get(&key) {
             return Ok(rows.clone());

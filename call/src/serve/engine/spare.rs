@@ -8,10 +8,10 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::backend::BackendChoice;
-use crate::gpu::meter::GpuMeter;
-use crate::limits::Limits;
-use crate::supervisor::{self, Ending, RunMonitor};
+use lfm_monitor::backend::BackendChoice;
+use lfm_monitor::gpu::meter::GpuMeter;
+use lfm_monitor::limits::Limits;
+use lfm_monitor::supervisor::{self, Ending, RunMonitor};
 
 use super::zygote;
 use super::{call_request, label, CallSpec, Running, Server};
@@ -139,7 +139,7 @@ impl Server {
         &mut self,
         spec: CallSpec,
         gpus: Option<GpuMeter>,
-        allocated: &crate::report::Allocated,
+        allocated: &lfm_monitor::report::Allocated,
     ) -> Option<(CallSpec, Option<GpuMeter>)> {
         let ready = |s: &Spare| s.pid.is_some() && s.go.is_some();
         let Some(at) = self

@@ -3,8 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::admission::{resident_bytes, Allocation};
+use super::admission::resident_bytes;
 use super::{Message, Reply, Server};
+use lfm_sizing::admission::Allocation;
 
 /// The `status` of a status reply.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
