@@ -1014,3 +1014,42 @@ fn self_contained_packs_of_pandas_and_scikit_learn_functions_run_with_no_python_
     assert_succeeded(&output);
     assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "10 2.0");
 }
+
+/// A call from a pack is checked against the closure of the pack's own environment: the
+/// distributions it carries are the closure's, never "imported but not in the closure".
+#[test]
+fn a_call_from_a_pack_finds_the_packs_own_distributions_in_its_closure() {
+    let Some(fixture) = Fixture::new() else {
+        return;
+    };
+    let pack = fixture.pack(&[&fixture.job("uses_numpy")], &[], "numpy-closure.tar.zst");
+    let report = fixture.dir.path().join("report.json");
+    let ran = lfm(&[
+        "call",
+        "--quiet",
+        "--pack",
+        pack.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+        &fixture.job("uses_numpy"),
+        "--args",
+        "[4]",
+    ]);
+    assert_succeeded(&ran);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let imports = &report["imports"];
+    let missed = imports["not_in_closure"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(missed.is_empty(), "{missed:?}");
+    let numpy = imports["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "numpy")
+        .unwrap_or_else(|| panic!("numpy was imported: {imports}"));
+    let distribution = numpy["distribution"].as_str().unwrap_or_default();
+    assert!(distribution.starts_with("numpy=="), "{numpy}");
+}

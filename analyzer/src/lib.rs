@@ -102,6 +102,10 @@ pub struct Options {
     /// Globs of files and directories left out when a directory is analysed (`tests/`,
     /// `*_test.py`, `docs/conf.py`), matched against paths relative to that directory.
     pub exclude: Vec<String>,
+    /// Site directories the code runs with beyond the interpreter's own, first on its path
+    /// (a pack's `env/.../site-packages`, which its `run` script adds): their modules resolve
+    /// and their distributions are indexed as the interpreter's.
+    pub extra_site_dirs: Vec<PathBuf>,
 }
 
 impl Default for Options {
@@ -114,6 +118,7 @@ impl Default for Options {
             progress: None,
             closure: spec::ClosureKind::default(),
             exclude: Vec::new(),
+            extra_site_dirs: Vec::new(),
         }
     }
 }
@@ -1082,19 +1087,21 @@ fn locate_all(
 /// The target interpreter's answer and its installed distributions.
 fn ask_environment(options: &Options) -> anyhow::Result<(Interpreter, DistIndex)> {
     let cache_root = options.environment_cache.as_deref();
-    let interpreter = ask_interpreter(&options.environment, cache_root)?;
+    let interpreter = ask_interpreter(options, cache_root)?;
     let dists = installed_distributions(&interpreter.site_dirs(), &interpreter.prefix, cache_root);
     Ok((interpreter, dists))
 }
 
-fn ask_interpreter(
-    environment: &Environment,
-    cache_root: Option<&Path>,
-) -> anyhow::Result<Interpreter> {
-    match environment {
-        Environment::Python(python) => Interpreter::query(python, cache_root),
-        Environment::Prefix(prefix) => Interpreter::for_prefix(prefix, cache_root),
-    }
+fn ask_interpreter(options: &Options, cache_root: Option<&Path>) -> anyhow::Result<Interpreter> {
+    let mut interpreter = match &options.environment {
+        Environment::Python(python) => Interpreter::query(python, cache_root)?,
+        Environment::Prefix(prefix) => Interpreter::for_prefix(prefix, cache_root)?,
+    };
+    let extra = options.extra_site_dirs.iter();
+    let extra = extra.map(|dir| dir.canonicalize().unwrap_or_else(|_| dir.clone()));
+    let own = std::mem::take(&mut interpreter.path);
+    interpreter.path = extra.chain(own).collect();
+    Ok(interpreter)
 }
 
 /// The distributions installed in `site_dirs` and `prefix`, from lfm's cache directory
@@ -1284,8 +1291,7 @@ fn locate_dotted(
     }
     // Not local: where the target interpreter would import it from (its sys.path).
     let cache_root = options.environment_cache.as_deref();
-    let interpreter =
-        ask_interpreter(&options.environment, cache_root).map_err(AnalyzeError::Other)?;
+    let interpreter = ask_interpreter(options, cache_root).map_err(AnalyzeError::Other)?;
     let mut search = interpreter.site_dirs();
     search.extend(interpreter.stdlib_dirs.iter().cloned());
     if let Some(found) = locate_module(location, &[], &search) {

@@ -68,6 +68,7 @@ mod tests {
             argv: vec![python.into()],
             source_roots: Vec::new(),
             analysis_env: Environment::Python(python.into()),
+            site_dirs: Vec::new(),
             roots: Vec::new(),
             pack_lease: None,
         }

@@ -34,6 +34,9 @@ pub struct Interpreter {
     pub analysis_env: Environment,
     /// `--root` directories.
     pub roots: Vec<PathBuf>,
+    /// Site directories the interpreter runs with beyond its own (a pack's), which the
+    /// analysis must see as the call will.
+    pub site_dirs: Vec<PathBuf>,
     /// Keeps the unpacked pack in the cache while this interpreter may run from it.
     pub pack_lease: Option<Arc<PackLease>>,
 }
@@ -49,6 +52,7 @@ impl InterpreterChoice {
                 source_roots: vec![root.join("app")],
                 analysis_env: Environment::Python("python3".into()),
                 roots: self.roots.clone(),
+                site_dirs: pack_site_dirs(&root),
                 pack_lease: Some(Arc::new(lease)),
             });
         }
@@ -67,6 +71,7 @@ impl InterpreterChoice {
                 source_roots: vec![cwd],
                 analysis_env: Environment::Prefix(prefix.clone()),
                 roots: self.roots.clone(),
+                site_dirs: Vec::new(),
                 pack_lease: None,
             });
         }
@@ -87,9 +92,25 @@ impl InterpreterChoice {
             source_roots: vec![cwd],
             analysis_env: Environment::Python(python),
             roots: self.roots.clone(),
+            site_dirs: Vec::new(),
             pack_lease: None,
         })
     }
+}
+
+/// The site directories a pack's `run` script puts on the path (`env/lib/python*/site-packages`).
+fn pack_site_dirs(root: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(root.join("env/lib")) else {
+        return Vec::new();
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("python"))
+        .map(|e| e.path().join("site-packages"))
+        .filter(|dir| dir.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
 }
 
 /// Unpack `pack` into `cache` (default: the default pack cache), whose budget

@@ -49,9 +49,7 @@ pub fn key(target: &str, options: &Options) -> Option<String> {
     let interpreter = lfm_analyzer::interpreter_cache::answer_key(&python)?;
     let mut hasher = executable_hasher()?;
     let fields = [interpreter.as_bytes(), target.as_bytes()].into_iter();
-    let roots = options
-        .roots
-        .iter()
+    let roots = (options.roots.iter().chain(&options.extra_site_dirs))
         .map(|r| r.as_os_str().as_encoded_bytes());
     for field in fields.chain(roots) {
         hasher.update(&(field.len() as u64).to_le_bytes());
@@ -188,6 +186,7 @@ mod tests {
             argv: vec![scratch.python.clone().into()],
             source_roots: vec![scratch.project.clone()],
             analysis_env: Environment::Python(scratch.python.clone()),
+            site_dirs: Vec::new(),
             roots: Vec::new(),
             pack_lease: None,
         };

@@ -79,6 +79,7 @@ pub fn slice_kept(
         roots,
         cache_dir: cache_root.clone(),
         environment_cache: cache_root.clone(),
+        extra_site_dirs: interpreter.site_dirs.clone(),
         ..Options::default()
     };
     let slot = (cache_root.as_ref()).and_then(|root| {
