@@ -43,8 +43,10 @@ pub enum Command {
     #[command(after_help = SIMULATE_EXAMPLES)]
     Simulate(SimulateArgs),
     /// What was recorded: one row per finished run or call with a category.
+    #[command(after_help = HISTORY_EXAMPLES)]
     History(HistoryArgs),
     /// The next allocation of a category, from its history, and why.
+    #[command(after_help = SIZE_EXAMPLES)]
     Size(SizeArgs),
     /// Draw a run over time (its Report and --series), or a category's history, as SVG.
     #[command(after_help = PLOT_EXAMPLES)]
@@ -56,11 +58,91 @@ pub enum Command {
     #[command(after_help = CACHE_EXAMPLES)]
     Cache(CacheArgs),
     /// Print a shell completion script: `lfm completions bash > /etc/bash_completion.d/lfm`.
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
     Completions(CompletionsArgs),
+}
+
+/// The strategies `--strategy` takes (docs/sizing.md), listed in each flag's help.
+fn strategies() -> clap::builder::PossibleValuesParser {
+    let names = lfm_sizing::STRATEGIES
+        .iter()
+        .map(|(name, _)| *name);
+    clap::builder::PossibleValuesParser::new(names)
+}
+
+/// `lfm simulate --strategy`: a strategy, or every one.
+fn strategies_or_all() -> clap::builder::PossibleValuesParser {
+    let names = lfm_sizing::STRATEGIES
+        .iter()
+        .map(|(name, _)| *name);
+    clap::builder::PossibleValuesParser::new(names.chain(["all"]))
+}
+
+const HISTORY_EXAMPLES: &str = "\
+Examples:
+  lfm history                                  every recorded run and call
+  lfm history --category train --format json   one category, each row with its ending
+  lfm history --format csv > trace.csv && lfm simulate --trace trace.csv
+  lfm history --import bioblast.csv            seed the history from a trace
+  lfm history --prune --keep-whole 5           apply retention now
+
+A row says how its run ended: normal, exit N, exception T, signal N, limits R or error
+(docs/sizing.md says which of them sizing learns from).";
+
+const SIZE_EXAMPLES: &str = "\
+Examples:
+  lfm size --category train                    each measured resource's next allocation
+  lfm size --category train --strategy max-seen --format json
+  lfm size --category train --input-size 2G    for an input of 2 GiB (input-aware strategies)
+
+Each resource is printed with its allocation, the strategy and the reason on lines of their
+own; a category without measured runs has no allocation (the first run gets what it asks for,
+or the whole node).";
+
+const COMPLETIONS_EXAMPLES: &str = "\
+Examples:
+  lfm completions bash > ~/.local/share/bash-completion/completions/lfm
+  lfm completions zsh > ~/.zfunc/_lfm
+  lfm completions fish > ~/.config/fish/completions/lfm.fish";
+/// A hint for the slips clap's own error leaves unexplained: `lfm run --memory 100M python3 x`
+/// (the command without `--` before it) says only "unexpected argument 'python3'".
+pub fn hint_for(error: &clap::Error, args: &[String]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if error.kind() != ErrorKind::UnknownArgument || args.get(1).map(String::as_str) != Some("run")
+    {
+        return None;
+    }
+    let Some(ContextValue::String(unexpected)) = error.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    if unexpected.starts_with('-') || args.iter().any(|a| a == "--") {
+        return None;
+    }
+    let at = args.iter().skip(2).position(|a| a == unexpected)? + 2;
+    let quoted = |words: &[String]| -> String {
+        let words = words.iter().map(|word| shell_quoted(word));
+        words.collect::<Vec<_>>().join(" ")
+    };
+    Some(format!(
+        "hint: the command to run goes after `--`: lfm {} -- {}",
+        quoted(&args[1..at]),
+        quoted(&args[at..])
+    ))
+}
+
+/// `word` as a shell reads it back: in single quotes unless it is plain.
+fn shell_quoted(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./:=@%+,-".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
 }
 
 #[derive(Args)]
 pub struct CompletionsArgs {
+    /// The shell to complete for.
     #[arg(value_enum)]
     pub shell: clap_complete::Shell,
 }
@@ -85,6 +167,8 @@ pub struct HistoryArgs {
     /// With --prune: runs of each category kept at all (sizing reads the 1,000 most recent).
     #[arg(long, value_name = "N", requires = "prune", default_value_t = 1_000)]
     pub keep_runs: usize,
+    /// Output format: `table` (for people), `json` (every field, docs/sizing.md), `csv`
+    /// (bioblast's columns, which `lfm simulate --trace` replays).
     #[arg(long, value_enum, default_value_t = HistoryFormat::Table)]
     pub format: HistoryFormat,
     /// The history file (default: $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
@@ -101,14 +185,19 @@ pub enum HistoryFormat {
 
 #[derive(Args)]
 pub struct SizeArgs {
+    /// The category to size (as given to `run --category`; a call's is its function's name).
     #[arg(long)]
     pub category: String,
     #[command(flatten)]
     pub input: InputArgs,
-    #[arg(long, default_value = "best-so-far")]
+    /// The sizing strategy (docs/sizing.md); `best-so-far` picks, per category, the one that
+    /// would have wasted least on its finished runs.
+    #[arg(long, value_name = "S", default_value = "best-so-far", value_parser = strategies())]
     pub strategy: String,
+    /// Output format: `table` (for people) or `json` (every resource, with its points).
     #[arg(long, value_enum, default_value_t = SimulateFormat::Table)]
     pub format: SimulateFormat,
+    /// The history file (default: $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
     #[arg(long, value_name = "PATH")]
     pub history: Option<PathBuf>,
 }
@@ -136,12 +225,13 @@ pub struct SimulateArgs {
     /// The trace (CSV, see below).
     #[arg(long, value_name = "CSV")]
     pub trace: PathBuf,
-    /// A strategy, or `all`.
-    #[arg(long, default_value = "all")]
+    /// A strategy, or `all` (docs/sizing.md).
+    #[arg(long, value_name = "S", default_value = "all", value_parser = strategies_or_all())]
     pub strategy: String,
     /// Resources to size (columns of the trace), comma-separated.
     #[arg(long = "resource", value_delimiter = ',', default_value = "memory")]
     pub resources: Vec<String>,
+    /// Output format: `table` (for people) or `json` (every figure of every strategy).
     #[arg(long, value_enum, default_value_t = SimulateFormat::Table)]
     pub format: SimulateFormat,
     /// Also draw each task's use and every strategy's first allocation, one panel per
@@ -191,7 +281,7 @@ const SERVE_EXAMPLES: &str = "\
 Examples:
   lfm serve --env ~/envs/sci --function workflow.py:train --function workflow.py:report
   lfm serve --pack train.tar.zst --preload pandas,sklearn --slots 2 --socket /run/user/1000/lfm/serve.sock
-  echo '{\"id\": 1, \"function\": \"workflow.py:train\", \"args\": [3], \"limits\": {\"memory\": \"2G\"}}' | lfm serve
+  echo '{\"id\": 1, \"function\": \"workflow.py:train\", \"args\": [\"data.txt\"], \"limits\": {\"memory\": \"2G\"}}' | lfm serve
 
 One zygote interpreter imports the registered functions and --preload modules once; every call
 is a fork of it, in a fresh cgroup of its own (rlimit and /proc where no cgroup is writable),
@@ -265,9 +355,9 @@ pub struct ServeArgs {
 
 const CALL_EXAMPLES: &str = "\
 Examples:
-  lfm call workflow.py:train --args '[3]' --kwargs '{\"alpha\": 0.1}' --memory 2G --report r.json
-  lfm call mypkg.stages:train --pack train.tar.zst --args-file args.pkl --result-file out.pkl
-  lfm call workflow.py:train --env ~/envs/sci --import-module
+  lfm call workflow.py:train --kwargs '{\"path\": \"data.txt\"}' --memory 2G --report r.json
+  lfm call workflow:train --pack train.tar.zst --args-file args.pkl --result-file out.pkl
+  lfm call workflow.py:train --args '[\"data.txt\"]' --env ~/envs/sci --import-module
   lfm call train.py:fit --gpus 1 --auto      a GPU of its own, GPU memory sized from history
   lfm call workflow.py:train --show-slice       print the statements a call executes
 
@@ -361,10 +451,14 @@ pub struct CallArgs {
 const PACK_EXAMPLES: &str = "\
 Examples:
   lfm pack workflow.py:train --env ~/envs/sci -o train.tar.zst   analyse + pack in one step
-  lfm analyze workflow.py:train --format json > spec.json && lfm pack spec.json --env ~/envs/sci
+  lfm analyze workflow.py:train --closure import --format json > spec.json && lfm pack spec.json --env ~/envs/sci
   lfm pack --env ~/envs/sci --all -o sci.tar.zst                 the whole environment
   lfm unpack train.tar.zst                                       prints the unpacked root
-  ROOT/run python3 -c 'import workflow; workflow.train(\"data.txt\")'
+  $(lfm unpack train.tar.zst)/run python3 -c 'import workflow; print(workflow.train(\"data.txt\"))'
+
+Both routes pack the import closure unless --closure slice says otherwise (a Spec of slices,
+`lfm analyze`'s default, is refused without it); `lfm pack` says which it packed, and
+`lfm verify` checks the pack as its worker uses it.
 
 Without -o the pack is named by its content hash: lfm-<hash>.tar.zst in the current directory.
 
@@ -382,8 +476,11 @@ pub struct PackArgs {
     #[arg(value_name = "SPEC.json|TARGET", required_unless_present = "all")]
     pub inputs: Vec<String>,
     /// The environment to pack from: a venv or conda prefix.
-    #[arg(long, value_name = "PREFIX", required = true)]
-    pub env: PathBuf,
+    #[arg(long, value_name = "PREFIX", required_unless_present = "python")]
+    pub env: Option<PathBuf>,
+    /// The environment to pack from, named by its interpreter (as for analyze and call).
+    #[arg(long, value_name = "PY", conflicts_with = "env")]
+    pub python: Option<PathBuf>,
     /// Pack every distribution of the environment.
     #[arg(long, conflicts_with = "inputs")]
     pub all: bool,
@@ -405,9 +502,11 @@ pub struct PackArgs {
     /// Which closure of function targets to pack: `import` (default: the module, its parent
     /// packages and what importing them runs, plus the function's own needs; what Parsl and
     /// Dask need, as they pickle functions by reference) or `slice` (what the function itself
-    /// needs; enough for `lfm call --pack`).
-    #[arg(long, value_enum, default_value_t = Closure::Import)]
-    pub closure: Closure,
+    /// needs; enough for `lfm call --pack`). A Spec is packed as it was analysed: one of
+    /// slices (`lfm analyze`'s default) is refused unless `--closure slice` says so, so both
+    /// routes pack the same closure by default.
+    #[arg(long, value_enum)]
+    pub closure: Option<Closure>,
     /// Let code run through the pack also see the site-packages of the node's python3 (by
     /// default `run` gives it a venv of that interpreter holding nothing, so a distribution
     /// missing from the pack fails on every node alike).
@@ -567,7 +666,7 @@ pub struct MonitorArgs {
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub max_retries: u32,
     /// With --auto: the sizing strategy (docs/sizing.md).
-    #[arg(long, default_value = "best-so-far", value_name = "S")]
+    #[arg(long, default_value = "best-so-far", value_name = "S", value_parser = strategies())]
     pub strategy: String,
     /// The history file (default: $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
     #[arg(long, value_name = "PATH")]
@@ -626,7 +725,7 @@ const TOP_EXAMPLES: &str = "\
 Examples:
   lfm analyze workflow.py:train                what train needs, and why
   lfm pack workflow.py:train --env ~/envs/sci  a tar.zst of just that, for the workers
-  lfm call workflow.py:train --args '[3]' --memory 2G
+  lfm call workflow.py:train --args '[\"data.txt\"]' --memory 2G
                                                one call, limited and measured
   lfm serve --socket /tmp/lfm.sock --slots 4   warm calls for a workflow system
   lfm history && lfm size --category train     what ran, and the next allocation
@@ -776,12 +875,14 @@ filesystem (counting what it holds) and at most 20 GiB; a new extraction evicts 
 
 #[derive(Args)]
 pub struct UsageArgs {
+    /// Only the calls of this category.
     #[arg(long)]
     pub category: Option<String>,
     /// Only calls recorded since: a duration ago (`12h`, `7d`), a date (`2026-11-01`, UTC) or
     /// a Unix time.
     #[arg(long, value_name = "T")]
     pub since: Option<String>,
+    /// Output format: `table` (for people), `json` or `csv` (docs/usage.md).
     #[arg(long, value_enum, default_value_t = HistoryFormat::Table)]
     pub format: HistoryFormat,
     /// The history file (default: $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
@@ -820,6 +921,48 @@ pub struct PlotArgs {
     #[arg(long, requires = "history")]
     pub node: bool,
     /// With --history: the strategy whose next allocation is drawn.
-    #[arg(long, default_value = "best-so-far", value_name = "S")]
+    #[arg(long, default_value = "best-so-far", value_name = "S", value_parser = strategies())]
     pub strategy: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every flag and argument of every subcommand says what it is for, and every subcommand
+    /// shows examples, as `lfm --help` does.
+    #[test]
+    fn every_subcommand_describes_every_flag_and_shows_examples() {
+        let mut lfm = Cli::command();
+        lfm.build();
+        let mut holes = Vec::new();
+        for subcommand in lfm.get_subcommands().filter(|s| s.get_name() != "help") {
+            let name = subcommand.get_name();
+            let after = subcommand.get_after_help().map(|h| h.to_string());
+            if !after.is_some_and(|help| help.contains("Examples:\n  lfm ")) {
+                holes.push(format!("lfm {name}: no examples"));
+            }
+            let described = |arg: &clap::Arg| arg.get_help().is_some() || arg.is_hide_set();
+            for arg in subcommand.get_arguments().filter(|arg| !described(arg)) {
+                holes.push(format!("lfm {name} {}: no description", arg.get_id()));
+            }
+        }
+        assert!(holes.is_empty(), "{}", holes.join("\n"));
+    }
+
+    /// A flag that takes one of a fixed set of words lists them in its help.
+    #[test]
+    fn a_strategy_flag_lists_the_strategies() {
+        let mut lfm = Cli::command();
+        let help = lfm
+            .find_subcommand_mut("size")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        for strategy in ["best-so-far", "max-seen", "greedy-bucketing", "sizey"] {
+            assert!(help.contains(strategy), "{strategy}: {help}");
+        }
+    }
 }

@@ -46,8 +46,38 @@ pub(crate) fn purge_freed_pages_soon() {
 #[cfg(feature = "bench-system-alloc")]
 pub(crate) fn purge_freed_pages_soon() {}
 
+/// Die of SIGPIPE, as `cat` and `ls` do, when what reads the output stops reading
+/// (`lfm size ... | head -1`): Rust ignores SIGPIPE, so each print to a closed pipe would
+/// panic or fail. Not for the commands that run code (`run`, `call`, `serve`): they write to
+/// their children's and clients' pipes, where a closed one is an error to report and handle,
+/// never a reason to leave a run half-done.
+fn die_quietly_when_output_closes(command: &cli::Command) {
+    use cli::Command::{Call, Run, Serve};
+    if !matches!(command, Run(_) | Call(_) | Serve(_)) {
+        // SAFETY: restores the default disposition before any thread or child exists.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+}
+
+/// The command line, or clap's error with a hint where the usual slip is plain.
+fn parse_command_line() -> cli::Cli {
+    let error = match cli::Cli::try_parse() {
+        Ok(cli) => return cli,
+        Err(error) => error,
+    };
+    let args: Vec<String> = std::env::args().collect();
+    let hint = cli::hint_for(&error, &args);
+    let code = error.exit_code();
+    let _ = error.print();
+    if let Some(hint) = hint {
+        eprintln!("{hint}");
+    }
+    std::process::exit(code);
+}
+
 fn main() {
-    let cli = cli::Cli::parse();
+    let cli = parse_command_line();
+    die_quietly_when_output_closes(&cli.command);
     let code = match cli.command {
         cli::Command::Analyze(args) => commands::analyze::run(args),
         cli::Command::Run(args) => commands::run::run(*args),

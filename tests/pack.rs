@@ -278,6 +278,8 @@ fn verify_passes_and_names_what_is_missing() {
     let spec_output = lfm(&[
         "analyze",
         "--no-cache",
+        "--closure",
+        "import",
         "--format",
         "json",
         "--env",

@@ -88,7 +88,7 @@ impl LimitValues {
         let size = |value: &Option<Amount>, flag, key| {
             value
                 .as_ref()
-                .map(|v| parse_size(name(flag, key), &v.text()))
+                .map(|v| parse_limit_size(name(flag, key), &v.text()))
                 .transpose()
         };
         let processes = self.processes.as_ref().map(|v| {
@@ -128,6 +128,8 @@ impl LimitValues {
 pub enum LimitError {
     #[error("{flag}: {value:?} is not a size (examples: 512M, 2G, 1.5GiB, 1048576)")]
     BadSize { flag: &'static str, value: String },
+    #[error("{flag}: {value} is less than 4 MiB and has no unit: write one (examples: 512M, 2G, 1.5GiB, 4194304)")]
+    BareNumberTooSmall { flag: &'static str, value: String },
     #[error("{flag}: {value:?} is not a duration (examples: 90, 90s, 10m, 2h, 1.5m)")]
     BadDuration { flag: &'static str, value: String },
     #[error("{flag}: {value:?} is not a number")]
@@ -170,6 +172,26 @@ pub fn parse_size(flag: &'static str, text: &str) -> Result<u64, LimitError> {
         });
     }
     Ok(bytes as u64)
+}
+
+/// The smallest limit written without a unit. A bare number is bytes, and a limit of a few
+/// bytes is always a unit left out (`--memory 2` meant 2G): the run would be killed at once,
+/// its note blaming the kernel. The Python client refuses the same (python/lfm/calls.py; both
+/// read tests/fixtures/sizes.json).
+pub const BARE_LIMIT_MIN: u64 = 4 << 20;
+
+/// A size given as a limit: [`parse_size`], and a bare number below [`BARE_LIMIT_MIN`] is
+/// refused (a unit was left out).
+pub fn parse_limit_size(flag: &'static str, text: &str) -> Result<u64, LimitError> {
+    let bytes = parse_size(flag, text)?;
+    let unitless = number_and_unit(text).is_some_and(|(_, unit)| unit.is_empty());
+    if unitless && bytes < BARE_LIMIT_MIN {
+        return Err(LimitError::BareNumberTooSmall {
+            flag,
+            value: text.trim().to_string(),
+        });
+    }
+    Ok(bytes)
 }
 
 /// `90`, `90s`, `10m`, `2h`, `1.5m`, `250ms`.
@@ -243,6 +265,68 @@ mod tests {
         assert!(matches!(
             parse_size("--memory", "-1G"),
             Err(LimitError::BadSize { .. })
+        ));
+    }
+
+    /// The kind of an error, as tests/fixtures/sizes.json names it.
+    fn error_kind(error: LimitError) -> &'static str {
+        match error {
+            LimitError::BadSize { .. } => "not-a-size",
+            LimitError::NotPositive { .. } => "not-positive",
+            LimitError::BareNumberTooSmall { .. } => "bare-number-too-small",
+            LimitError::BadDuration { .. } | LimitError::BadNumber { .. } => "other",
+        }
+    }
+
+    fn outcome(parsed: Result<u64, LimitError>) -> serde_json::Value {
+        match parsed {
+            Ok(bytes) => bytes.into(),
+            Err(error) => error_kind(error).into(),
+        }
+    }
+
+    /// The vectors the Python client's parser is checked against too
+    /// (python/tests/test_sizes.py): one rule, two parsers.
+    #[test]
+    fn sizes_as_the_shared_vectors_say() {
+        let text = include_str!("../../tests/fixtures/sizes.json");
+        let vectors: serde_json::Value = serde_json::from_str(text).unwrap();
+        let cases = vectors["cases"].as_array().unwrap();
+        assert!(cases.len() > 20);
+        for case in cases {
+            let input: Amount = serde_json::from_value(case["input"].clone()).unwrap();
+            let written = input.text();
+            assert_eq!(
+                outcome(parse_size("--memory", &written)),
+                case["size"],
+                "size {written:?}"
+            );
+            assert_eq!(
+                outcome(parse_limit_size("--memory", &written)),
+                case["limit"],
+                "limit {written:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bare_number_of_a_few_bytes_is_a_unit_left_out() {
+        let flags = LimitValues {
+            memory: Some("2".into()),
+            ..LimitValues::default()
+        };
+        let error = flags.parse(Written::Flags).unwrap_err();
+        assert!(error
+            .to_string()
+            .contains("--memory: 2 is less than 4 MiB and has no unit"));
+        assert!(error.to_string().contains("examples: 512M, 2G"));
+        let json: LimitValues = serde_json::from_str(r#"{"disk": 100}"#).unwrap();
+        assert!(matches!(
+            json.parse(Written::Json),
+            Err(LimitError::BareNumberTooSmall {
+                flag: "limits.disk",
+                ..
+            })
         ));
     }
 

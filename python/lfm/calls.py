@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import base64
 import inspect
+import math
 import os
 import pickle
+import re
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ Size = Union[str, int, float, None]
 # Arguments whose pickle is larger go to the serve as a file, not base64 in the request line.
 ARGS_INLINE_MAX = 1 << 20
 LIMIT_KEYS = ("memory", "cores", "wall", "processes", "disk", "gpus", "gpu_memory")
+SIZE_KEYS = ("memory", "disk", "gpu_memory")
 # The smallest memory limit a call is let ask for. A forked call's own memory (what it copies
 # on write of the zygote's pages, and the runner's work) is 1.0-1.2 MiB for `return 2 * x`
 # measured here, so under a 1 MiB limit even that fails or passes by chance: a limit no
@@ -41,23 +44,60 @@ MEMORY_MIN = 4 << 20
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
           "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
           "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+# A limit written without a unit below this is a unit left out (`memory=2` meant 2G): refused,
+# as the serve's parser refuses it (monitor/src/limits.rs BARE_LIMIT_MIN).
+BARE_LIMIT_MIN = 4 << 20
+# Both parsers are checked against the same vectors: tests/fixtures/sizes.json.
+_NUMBER_THEN_UNIT = re.compile(r"([0-9.]*)(.*)", re.DOTALL)
+
+
+class SizeError(ValueError):
+    """A size lfm does not take; `kind` as tests/fixtures/sizes.json names it: `not-a-size`,
+    `not-positive` or `bare-number-too-small`."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def parse_size(key: str, value: Union[str, int, float]) -> int:
+    """The bytes a size means (`"2G"`, `"1.5 MiB"`, 1000: K/M/G/T are powers of 1024), read
+    as the serve reads it: a leading decimal number, then the unit."""
+    if isinstance(value, str):
+        number_text, unit_text = _NUMBER_THEN_UNIT.match(value.strip()).groups()
+        unit = _UNITS.get(unit_text.strip().lower())
+        try:
+            number = float(number_text)
+        except ValueError:
+            unit = None
+        if unit is None:
+            raise SizeError("not-a-size", f"{key}: {value!r} is not a size "
+                            "(examples: 512M, 2G, 1.5GiB, 1048576)")
+    else:
+        number, unit = float(value), 1
+    size = number * unit
+    if not math.isfinite(size) or size < 1:
+        raise SizeError("not-positive", f"{key}: must be greater than zero (got {value!r})")
+    return int(size)
+
+
+def limit_size(key: str, value: Union[str, int, float]) -> int:
+    """A size given as a limit: `parse_size`, and a bare number below 4 MiB is refused."""
+    size = parse_size(key, value)
+    unitless = not isinstance(value, str) or not value.strip().lstrip("0123456789.")
+    if unitless and size < BARE_LIMIT_MIN:
+        raise SizeError("bare-number-too-small",
+                        f"{key}: {value!r} is less than 4 MiB and has no unit: write one "
+                        "(examples: 512M, 2G, 1.5GiB, 4194304)")
+    return size
 
 
 def size_bytes(value: Union[str, int, float]) -> Optional[float]:
-    """The bytes a size means (`"2G"`, `"1.5 MiB"`, 1000), as the serve's parser reads it;
-    None for a text it does not know (the serve then says why)."""
-    if not isinstance(value, str):
-        return float(value)
-    text = value.strip()
-    split = len(text)
-    while split and not (text[split - 1].isdigit() or text[split - 1] == "."):
-        split -= 1
-    unit = _UNITS.get(text[split:].strip().lower())
+    """The bytes a size means, None for one `parse_size` does not take."""
     try:
-        number = float(text[:split])
-    except ValueError:
+        return float(parse_size("size", value))
+    except SizeError:
         return None
-    return None if unit is None else number * unit
 
 
 SELF_CONTAINED = "self-contained"
@@ -91,6 +131,9 @@ class Options:
                 raise TypeError(f"{key}: a number or a string like '2G' / '10m', not {value!r}")
             if isinstance(value, (int, float)) and value <= 0:
                 raise ValueError(f"{key}: must be positive, not {value!r}")
+        for key in SIZE_KEYS:
+            if getattr(self, key) is not None:
+                limit_size(key, getattr(self, key))
         if self.memory is not None:
             wanted = size_bytes(self.memory)
             if wanted is not None and wanted < MEMORY_MIN:

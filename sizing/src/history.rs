@@ -68,6 +68,20 @@ pub struct Row {
     pub input_bytes: Option<f64>,
 }
 
+/// A run's Report's `exit`, as much of it as says how the run ended.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct ExitDetails {
+    pub status: Option<i32>,
+    pub signal: Option<i32>,
+    pub exception: Option<ExceptionType>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct ExceptionType {
+    #[serde(rename = "type")]
+    pub name: String,
+}
+
 pub struct History {
     connection: Connection,
     path: PathBuf,
@@ -283,6 +297,33 @@ impl History {
     pub fn rows(&self, category: Option<&str>) -> Result<Vec<Row>, String> {
         let filter = "WHERE ?1 IS NULL OR category = ?1 ORDER BY id LIMIT ?2";
         self.select_rows(filter, category, i64::MAX)
+    }
+
+    /// How each run (of `category`, or all) ended beyond its exit type, by run id: the exit
+    /// fields its row keeps, else those of its whole Report; none where neither has them.
+    pub fn exits(
+        &self,
+        category: Option<&str>,
+    ) -> Result<std::collections::HashMap<i64, ExitDetails>, String> {
+        let sql = "SELECT runs.id, COALESCE(json_extract(runs.report, '$.exit'),
+                       json_extract(reports.report, '$.exit'))
+                   FROM runs LEFT JOIN reports ON reports.run_id = runs.id
+                   WHERE ?1 IS NULL OR runs.category = ?1";
+        let read = || -> rusqlite::Result<_> {
+            let mut statement = self.connection.prepare(sql)?;
+            let rows = statement.query_map(params![category], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?))
+            })?;
+            let mut exits = std::collections::HashMap::new();
+            for row in rows {
+                let (id, exit) = row?;
+                if let Some(exit) = exit.and_then(|e| serde_json::from_str(&e).ok()) {
+                    exits.insert(id, exit);
+                }
+            }
+            Ok(exits)
+        };
+        read().map_err(|e| format!("history {}: {e}", self.path.display()))
     }
 
     /// What sizing reads: the [`SIZING_WINDOW`] most recent rows of one category (or of all),

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
 
 use lfm_analyzer::dists::normalize_name;
 use lfm_analyzer::render;
@@ -402,6 +403,63 @@ fn environment_holding(target: &str) -> Option<std::path::PathBuf> {
         .then(|| prefix.to_path_buf())
 }
 
+/// MISSING modules that are files of a directory under a directory target: local code whose
+/// directory is no source root (only a target's own directory is one), so `--root` is the
+/// fix, not installing them. Prints the hint; returns the modules it named.
+fn hint_source_roots(
+    targets: &[String],
+    missing: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
+    let mut found: std::collections::BTreeMap<PathBuf, Vec<String>> = Default::default();
+    let directories = targets.iter().map(PathBuf::from).filter(|t| t.is_dir());
+    for directory in directories {
+        let mut budget = 10_000;
+        for name in missing {
+            let top = name.split('.').next().unwrap_or(name);
+            if let Some(holder) = directory_holding(&directory, top, &mut budget) {
+                found.entry(holder).or_default().push(name.clone());
+            }
+        }
+    }
+    for (holder, names) in &found {
+        eprintln!(
+            "hint: MISSING {} {} local code in {}, which is no source root: pass --root {}",
+            names.join(", "),
+            if names.len() == 1 { "is" } else { "are" },
+            holder.display(),
+            holder.display()
+        );
+    }
+    found.into_values().flatten().collect()
+}
+
+/// A directory under `root` (not `root` itself, already a source root) holding module `top`
+/// as `top.py` or a package `top/`; at most `budget` directories are looked into.
+fn directory_holding(root: &std::path::Path, top: &str, budget: &mut usize) -> Option<PathBuf> {
+    let mut pending: Vec<PathBuf> = vec![root.to_path_buf()];
+    while let Some(directory) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&directory) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let hidden = name.to_string_lossy().starts_with('.');
+            if hidden || !path.is_dir() || *budget == 0 {
+                continue;
+            }
+            *budget -= 1;
+            let holds = path.join(format!("{top}.py")).is_file()
+                || path.join(top).join("__init__.py").is_file();
+            if holds {
+                return Some(path);
+            }
+            pending.push(path);
+        }
+    }
+    None
+}
+
 /// The closing lines on stderr, and the exit code.
 fn report_totals(args: &AnalyzeArgs, environment_given: bool, totals: &Totals) -> i32 {
     let warning_count = totals.count_warnings();
@@ -411,7 +469,8 @@ fn report_totals(args: &AnalyzeArgs, environment_given: bool, totals: &Totals) -
             plural(warning_count, "warning")
         );
     }
-    if totals.missing_required && !args.strict {
+    let local = hint_source_roots(&args.targets, &totals.missing);
+    if totals.missing_required && !args.strict && local.is_empty() {
         if environment_given {
             eprintln!(
                 "hint: MISSING modules are imported but not installed in the environment analysed \

@@ -4,12 +4,12 @@ use std::path::PathBuf;
 
 use lfm_analyzer::cache::SummaryCache;
 use lfm_analyzer::interpreter::Interpreter;
-use lfm_analyzer::spec::Spec;
+use lfm_analyzer::spec::{ClosureKind, Spec};
 use lfm_analyzer::{analyze, AnalyzeError, Environment, Options};
 use lfm_monitor::limits::parse_size;
 use lfm_packer::{PackOptions, Selection, UnpackError, UnpackOptions};
 
-use crate::cli::{PackArgs, UnpackArgs, VerifyArgs};
+use crate::cli::{Closure, PackArgs, UnpackArgs, VerifyArgs};
 
 pub const EXIT_FAILED: i32 = 1;
 pub const EXIT_USAGE: i32 = 2;
@@ -18,13 +18,15 @@ pub const EXIT_REFUSED: i32 = 5;
 pub const EXIT_VERIFY_FAILED: i32 = 6;
 
 pub fn pack(args: PackArgs) -> i32 {
-    let interpreter = match Interpreter::for_prefix(
-        &args.env,
-        SummaryCache::default_dir().as_deref(),
-    ) {
+    let cache = SummaryCache::default_dir();
+    let interpreter = match environment(&args) {
+        Environment::Python(python) => Interpreter::query(&python, cache.as_deref()),
+        Environment::Prefix(prefix) => Interpreter::for_prefix(&prefix, cache.as_deref()),
+    };
+    let interpreter = match interpreter {
         Ok(interpreter) => interpreter,
         Err(error) => {
-            eprintln!("error: {error:#}\nhint: --env takes a venv or conda prefix (the directory holding bin/python)");
+            eprintln!("error: {error:#}\nhint: --env takes a venv or conda prefix (the directory holding bin/python), --python its interpreter");
             return EXIT_FAILED;
         }
     };
@@ -60,8 +62,11 @@ pub fn pack(args: PackArgs) -> i32 {
             println!("{}", packed.path.display());
             if !args.quiet {
                 let m = &packed.manifest;
+                let what = spec
+                    .as_ref()
+                    .map_or_else(|| "the whole environment".to_string(), closure_words);
                 eprintln!(
-                    "lfm: packed {} distributions and {} local files: {} files, {:.1} MiB -> {:.1} MiB",
+                    "lfm: packed {what}: {} distributions and {} local files: {} files, {:.1} MiB -> {:.1} MiB",
                     m.distributions.len(),
                     m.local_files.len(),
                     m.totals.files,
@@ -121,6 +126,60 @@ fn progress_bar(quiet: bool) -> Option<lfm_packer::pack::Progress> {
     }))
 }
 
+/// The environment to pack from: `--python PY` or `--env PREFIX` (clap requires one).
+fn environment(args: &PackArgs) -> Environment {
+    match (&args.python, &args.env) {
+        (Some(python), _) => Environment::Python(python.clone()),
+        (None, Some(prefix)) => Environment::Prefix(prefix.clone()),
+        (None, None) => Environment::Python(PathBuf::from("python3")),
+    }
+}
+
+/// A Spec whose closures are the ones asked for (`import` unless `--closure` says otherwise):
+/// `lfm pack spec.json` and `lfm pack workflow.py:train` then pack the same by default.
+fn closure_as_asked(file: &str, spec: Spec, asked: Option<Closure>) -> Result<Spec, i32> {
+    let wanted: ClosureKind = asked.unwrap_or(Closure::Import).into();
+    let other = spec.targets.iter().find(|t| t.closure != wanted);
+    let Some(other) = other else {
+        return Ok(spec);
+    };
+    let held = other.closure.as_str();
+    let rerun = match wanted {
+        ClosureKind::Import => "lfm analyze ... --closure import --format json",
+        ClosureKind::Slice => "lfm analyze ... --format json",
+    };
+    eprintln!(
+        "error: {file} holds the {held} closure of {}, and this pack is of {} closures\n\
+         hint: `{rerun}` writes a Spec of those; or pack this one as it is with --closure {held}{}",
+        other.target,
+        wanted.as_str(),
+        match other.closure {
+            ClosureKind::Slice => " (enough for `lfm call --pack`; a worker that imports the function's module, as Parsl and Dask do, needs the import closure)",
+            ClosureKind::Import => "",
+        }
+    );
+    Err(EXIT_USAGE)
+}
+
+/// `import closure of workflow:train`, `slice closures of 2 targets`: what a pack holds.
+fn closure_words(spec: &Spec) -> String {
+    let kinds: std::collections::BTreeSet<&str> =
+        spec.targets.iter().map(|t| t.closure.as_str()).collect();
+    let kinds: Vec<&str> = kinds.into_iter().collect();
+    match spec.targets.as_slice() {
+        [single] => format!(
+            "the {} closure of {}",
+            single.closure.as_str(),
+            single.target
+        ),
+        targets => format!(
+            "the {} closures of {} targets",
+            kinds.join(" and "),
+            targets.len()
+        ),
+    }
+}
+
 /// A Spec file, or targets analysed against the same environment.
 fn load_spec(args: &PackArgs) -> Result<Spec, i32> {
     if let [single] = args.inputs.as_slice() {
@@ -129,16 +188,17 @@ fn load_spec(args: &PackArgs) -> Result<Spec, i32> {
                 eprintln!("error: reading {single}: {e}");
                 EXIT_FAILED
             })?;
-            return serde_json::from_str::<Spec>(&text).map_err(|e| {
+            let spec = serde_json::from_str::<Spec>(&text).map_err(|e| {
                 eprintln!("error: {single}: not an lfm Spec (docs/spec.md): {e}");
                 EXIT_FAILED
-            });
+            })?;
+            return closure_as_asked(single, spec, args.closure);
         }
     }
     let options = Options {
-        environment: Environment::Prefix(args.env.clone()),
+        environment: environment(args),
         roots: args.roots.clone(),
-        closure: args.closure.into(),
+        closure: args.closure.unwrap_or(Closure::Import).into(),
         ..Options::default()
     };
     match analyze(&args.inputs, &options) {
@@ -150,6 +210,29 @@ fn load_spec(args: &PackArgs) -> Result<Spec, i32> {
         Err(AnalyzeError::Other(error)) => {
             eprintln!("error: {error:#}");
             Err(EXIT_FAILED)
+        }
+    }
+}
+
+/// Which closure each target's pack holds, and so what was checked: an import closure is
+/// checked as Parsl and Dask workers use it (its module imported); a slice only runs through
+/// `lfm call --pack` / `lfm serve --pack`, which never import the module's top level.
+fn print_closures(root: &std::path::Path, only: Option<&str>) {
+    let Ok(manifest) = lfm_packer::verify::read_manifest(root) else {
+        return;
+    };
+    let targets = manifest.targets.iter();
+    for packed in targets.filter(|t| only.is_none_or(|only| only == t.target)) {
+        let module = packed.target.split(':').next().unwrap_or_default();
+        match packed.closure {
+            ClosureKind::Import => println!(
+                "{}: import closure, checked as a worker imports it (`import {module}` and its closure)",
+                packed.target
+            ),
+            ClosureKind::Slice => println!(
+                "{}: slice closure: runs under `lfm call --pack` and `lfm serve --pack` only; a worker that imports {module} (Parsl, Dask) needs a pack of the import closure (lfm pack --closure import)",
+                packed.target
+            ),
         }
     }
 }
@@ -209,6 +292,7 @@ pub fn verify(args: VerifyArgs) -> i32 {
     };
     match lfm_packer::verify::verify(lease.root(), &args.python, args.target.as_deref()) {
         Ok(result) => {
+            print_closures(lease.root(), args.target.as_deref());
             for module in &result.skipped {
                 println!("skipped  {module} (optional, not installed when packed)");
             }

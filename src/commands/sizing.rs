@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use lfm_sizing::advice;
-use lfm_sizing::history::{imports, Retention, Row};
+use lfm_sizing::history::{imports, ExitDetails, Retention, Row};
 use lfm_sizing::trace::Trace;
 use lfm_sizing::Strategy;
 
@@ -28,13 +28,20 @@ pub fn history(args: HistoryArgs) -> i32 {
                 return EXIT_FAILED;
             }
         };
+    let exits =
+        match open_history(args.history.as_ref()).and_then(|h| h.exits(args.category.as_deref())) {
+            Ok(exits) => exits,
+            Err(error) => {
+                eprintln!("error: {error}");
+                return EXIT_FAILED;
+            }
+        };
+    let endings: Vec<String> = rows.iter().map(|r| ending(r, exits.get(&r.id))).collect();
     let mut out = std::io::stdout().lock();
     let written = match args.format {
-        HistoryFormat::Json => {
-            writeln!(out, "{}", serde_json::to_string(&rows).unwrap_or_default())
-        }
+        HistoryFormat::Json => writeln!(out, "{}", rows_json(&rows, &endings)),
         HistoryFormat::Csv => write_csv(&mut out, &rows),
-        HistoryFormat::Table => write_table(&mut out, &rows),
+        HistoryFormat::Table => write_table(&mut out, &rows, &endings),
     };
     if written.is_err() {
         return EXIT_FAILED;
@@ -130,17 +137,49 @@ fn write_csv(out: &mut impl Write, rows: &[Row]) -> std::io::Result<()> {
     Ok(())
 }
 
-fn write_table(out: &mut impl Write, rows: &[Row]) -> std::io::Result<()> {
+/// How a run ended, in words: `normal`, `exit 1`, `exception ValueError`, `signal 9`,
+/// `limits memory`, `error`. Rows recorded before lfm kept the details show their exit type.
+fn ending(row: &Row, exit: Option<&ExitDetails>) -> String {
+    let exit = exit.cloned().unwrap_or_default();
+    match row.exit.as_str() {
+        "exception" => match exit.exception {
+            Some(exception) => format!("exception {}", exception.name),
+            None => "exception".into(),
+        },
+        "signal" => exit
+            .signal
+            .map_or("signal".into(), |signal| format!("signal {signal}")),
+        "limits" if !row.exceeded.is_empty() => format!("limits {}", row.exceeded),
+        "normal" => match exit.status {
+            Some(status) if status != 0 => format!("exit {status}"),
+            _ => "normal".into(),
+        },
+        other => other.into(),
+    }
+}
+
+/// The rows as JSON, each with its `ending` beside its exit type.
+fn rows_json(rows: &[Row], endings: &[String]) -> serde_json::Value {
+    let rows = rows.iter().zip(endings).map(|(row, ending)| {
+        let mut value = serde_json::to_value(row).unwrap_or_default();
+        value["ending"] = ending.as_str().into();
+        value
+    });
+    serde_json::Value::Array(rows.collect())
+}
+
+fn write_table(out: &mut impl Write, rows: &[Row], endings: &[String]) -> std::io::Result<()> {
+    let width = endings.iter().map(String::len).max().unwrap_or(0).max(6);
     writeln!(
         out,
-        "{:>6}  {:20} {:10} {:>11} {:>7} {:>9}  sized  exceeded",
-        "id", "category", "exit", "memory MiB", "cores", "wall s"
+        "{:>6}  {:20} {:width$} {:>11} {:>7} {:>9}  sized",
+        "id", "category", "ended", "memory MiB", "cores", "wall s"
     )?;
-    for r in rows {
+    for (r, ending) in rows.iter().zip(endings) {
         writeln!(
             out,
-            "{:>6}  {:20} {:10} {:>11.1} {:>7.2} {:>9.2}  {:5}  {}",
-            r.id, r.category, r.exit, r.memory_mb, r.cores, r.wall_time, r.sized, r.exceeded
+            "{:>6}  {:20} {:width$} {:>11.1} {:>7.2} {:>9.2}  {}",
+            r.id, r.category, ending, r.memory_mb, r.cores, r.wall_time, r.sized
         )?;
     }
     Ok(())
@@ -195,19 +234,35 @@ pub fn size(args: SizeArgs) -> i32 {
                     args.category
                 );
             }
-            for (name, a) in &resources {
-                println!(
-                    "{}: {name} {} {} ({}; node {:.0})",
-                    args.category,
-                    a["allocation"],
-                    a["unit"].as_str().unwrap_or_default(),
-                    a["why"].as_str().unwrap_or_default(),
-                    a["node"].as_f64().unwrap_or_default()
-                );
+            for (name, advised) in &resources {
+                print_advice(&args.category, name, strategy, advised);
             }
         }
     }
     0
+}
+
+/// One resource's advice, a field a line:
+/// ```text
+/// train: memory
+///   allocation  512 MiB
+///   strategy    best-so-far
+///   reason      ...
+///   node        15842 MiB
+/// ```
+fn print_advice(category: &str, name: &str, strategy: Strategy, advised: &serde_json::Value) {
+    let unit = advised["unit"].as_str().unwrap_or_default();
+    println!("{category}: {name}");
+    println!("  allocation  {} {unit}", advised["allocation"]);
+    println!("  strategy    {}", strategy.name());
+    println!(
+        "  reason      {}",
+        advised["why"].as_str().unwrap_or_default()
+    );
+    println!(
+        "  node        {:.0} {unit}",
+        advised["node"].as_f64().unwrap_or_default()
+    );
 }
 
 /// `lfm size --format json`: memory's advice at the top (as before resources were added).

@@ -734,13 +734,21 @@ fn cores(tracker: &Tracker, cpu_time: &CpuTime, wall_time: f64) -> Cores {
     } else {
         0.0
     };
-    // A run shorter than one window has only its average.
+    // A run shorter than one window has only its average. The CPU time of a run of a few
+    // milliseconds includes its start, counted before its wall time began: over so short a
+    // time it gave `cores 54` on a machine of 2; no run uses more cores than it may run on.
     let short = wall_time < CORES_WINDOW.as_secs_f64();
+    let average = average.min(usable_cores());
     Cores {
         peak: tracker.peak_cores.max(if short { average } else { 0.0 }),
         average,
         window_seconds: CORES_WINDOW.as_secs_f64(),
     }
+}
+
+/// The CPUs this process (and so the run it starts) may run on.
+fn usable_cores() -> f64 {
+    std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
 }
 
 pub fn classify_exit(
@@ -780,12 +788,17 @@ pub fn classify_exit(
 /// Was the run's OOM kill its own limit's? Its memory reached the limit then (within the
 /// kernel's per-CPU charge batches); a peak well under it means a limit above the run ran out.
 /// Without a peak to tell, it is taken as its own.
+/// The kernel keeps memory.max in whole pages, rounded down: a limit of a few bytes is 0
+/// pages, and the run is killed at a peak of 0, which is then still its own limit's doing.
 fn own_oom_kill(reading: &Reading, limit: u64) -> bool {
+    let enforced = limit - limit % PAGE;
     reading.oom_kills > 0
         && reading
             .memory_peak
-            .is_none_or(|peak| peak.saturating_add(limit / 16) >= limit)
+            .is_none_or(|peak| peak.saturating_add(enforced / 16) >= enforced)
 }
+
+const PAGE: u64 = 4096;
 
 #[cfg(test)]
 mod tests {
@@ -861,6 +874,21 @@ mod tests {
     }
 
     #[test]
+    fn a_run_shorter_than_one_sample_uses_no_more_cores_than_there_are() {
+        // A start's CPU time over a wall time of 0.1 ms: 10,000 cores, were it divided.
+        let cpu_time = CpuTime {
+            user: 0.6,
+            system: 0.4,
+            total: 1.0,
+        };
+        let measured = cores(&Tracker::default(), &cpu_time, 0.0001);
+        assert!(measured.peak <= usable_cores(), "peak {}", measured.peak);
+        assert!(measured.average <= usable_cores());
+        let long = cores(&Tracker::default(), &cpu_time, 2.0);
+        assert_eq!(long.average, 0.5);
+    }
+
+    #[test]
     fn an_oom_kill_is_the_runs_own_only_when_its_memory_reached_its_limit() {
         let killed_at = |peak: Option<u64>| Reading {
             oom_kills: 1,
@@ -871,6 +899,9 @@ mod tests {
         assert!(own_oom_kill(&killed_at(Some(249 * MIB)), 250 * MIB));
         assert!(!own_oom_kill(&killed_at(Some(200 * MIB)), 250 * MIB));
         assert!(own_oom_kill(&killed_at(None), 250 * MIB));
+        // `--memory 2`: memory.max is 0 pages, and the run is killed before anything counts.
+        assert!(own_oom_kill(&killed_at(Some(0)), 2));
+        assert!(own_oom_kill(&killed_at(Some(0)), 4095));
         let not_killed = Reading {
             memory_peak: Some(250 * MIB),
             ..Reading::default()

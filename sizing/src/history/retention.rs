@@ -86,6 +86,16 @@ pub(super) fn sizing_fields(report: &Report) -> serde_json::Value {
     if let Some(input) = report.input_bytes {
         fields.insert("input_bytes".into(), input.into());
     }
+    // How it ended beyond its exit type (`lfm history` shows `exception ValueError`,
+    // `signal 9`, `exit 1`): kept with the run, as its whole Report goes first.
+    fields.insert(
+        "exit".into(),
+        serde_json::json!({
+            "status": report.exit.status,
+            "signal": report.exit.signal,
+            "exception": report.exit.exception.as_ref().map(|e| serde_json::json!({"type": e.type_name})),
+        }),
+    );
     serde_json::Value::Object(fields)
 }
 
