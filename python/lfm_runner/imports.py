@@ -108,7 +108,7 @@ class ImportLog:
         if self.unlogged(parent):
             self.touched(parent)
         self.logged.add(name)
-        spec = getattr(sys.modules.get(name), "__spec__", None)
+        spec = stored_attribute(sys.modules.get(name), "__spec__")
         self.write(name, getattr(spec, "origin", None) or "", loaded=True)
 
     def user_code(self, origin):
@@ -142,6 +142,16 @@ class ImportLog:
 
 
 _IMPORT_CODE = ImportLog.import_.__code__
+
+
+def stored_attribute(module, name):
+    """`module.name` as the module stores it, None if it has none, without running the module's
+    own attribute hooks: a module loaded lazily (importlib.util.LazyLoader) runs its whole top
+    level on any other read, which `from package import lazy_submodule` never does."""
+    try:
+        return object.__getattribute__(module, name)
+    except AttributeError:
+        return None
 
 
 _snapshot = (None, frozenset())

@@ -127,3 +127,22 @@ def test_a_traceback_hides_lfms_frames_between_the_users_and_keeps_them_in_full(
 def frames(traceback_text):
     """The `File ..., line ..., in ...` lines of a traceback."""
     return [line.strip() for line in traceback_text.splitlines() if line.strip().startswith("File ")]
+
+
+LEARN = """
+import json, sys, site
+site.addsitedir(sys.argv[1] + "/site-packages")
+from lfm_runner import zygote
+site_packages = sys.argv[1] + "/site-packages/"
+modules = [["ff_lazy", site_packages + "ff_lazy.py"], ["ff_lazy_target", site_packages + "ff_lazy_target.py"]]
+answer = zygote.learn(modules)
+print(json.dumps([type(sys.modules["ff_lazy_target"]).__name__, answer["installed"]]))
+"""
+
+
+def test_the_zygote_learning_a_lazily_loaded_module_leaves_it_lazy():
+    # ff_lazy loads ff_lazy_target with importlib.util.LazyLoader: plain python runs its top
+    # level on first use, so a warm call must find it unloaded too.
+    kind, installed = json.loads(python("-c", LEARN, FIXTURES))
+    assert kind == "_LazyModule"
+    assert installed == ["ff_lazy", "ff_lazy_target"], "both named as installed all the same"
