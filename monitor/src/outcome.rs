@@ -63,6 +63,7 @@ pub fn apply(report: &mut Report, outcome: Option<&serde_json::Value>) -> Outcom
             type_name: exception_name(exception),
             message: text(&exception["message"]),
             traceback: text(&exception["traceback"]),
+            full_traceback: exception["full_traceback"].as_str().map(str::to_string),
         });
         return Outcome::Raised;
     }

@@ -115,7 +115,11 @@ pub struct ExceptionInfo {
     #[serde(rename = "type")]
     pub type_name: String,
     pub message: String,
+    /// What the caller is shown: lfm's own frames left out.
     pub traceback: String,
+    /// The traceback with every frame, lfm's own included; absent when none was left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_traceback: Option<String>,
 }
 
 /// The function a call ran (`lfm call`, `lfm serve`).

@@ -68,32 +68,67 @@ def write_atomically(path, data):
     os.replace(temporary, path)
 
 
-RUNNER_DIR = os.path.dirname(os.path.abspath(__file__))
+RUNNER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
 
 
 def user_traceback(error):
-    """The traceback from the first frame that is not the runner's or importlib's own."""
-    import importlib
+    """The traceback as the caller sees it: lfm's own frames left out wherever they are (the
+    runner's, before the user's first frame, and the import log's statement hook, between the
+    user's own frames: pytest hides its own frames the same way), with the import system's
+    frames the runner's load went through; in each exception of the chain."""
     import traceback
 
-    importlib_dir = os.path.dirname(os.path.abspath(importlib.__file__))
-    tb = error.__traceback__
-    while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        internal = filename.startswith((RUNNER_DIR, "<frozen importlib", importlib_dir))
-        if not internal:
-            break
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(error), error, tb))
+    shown = traceback.TracebackException(type(error), error, error.__traceback__)
+    for described in chained(shown):
+        described.stack = traceback.StackSummary.from_list(users_frames(described.stack))
+    return "".join(shown.format())
+
+
+def chained(described):
+    """Every TracebackException of an exception's chain (causes, contexts, groups), once."""
+    seen, pending = set(), [described]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        pending.extend([current.__cause__, current.__context__])
+        pending.extend(getattr(current, "exceptions", None) or [])
+
+
+def users_frames(frames):
+    import importlib
+
+    importlib_dir = os.path.join(os.path.dirname(os.path.abspath(importlib.__file__)), "")
+    kept, leading = [], True
+    for frame in frames:
+        runner = frame.filename.startswith(RUNNER_DIR)
+        importing = frame.filename.startswith(("<frozen importlib", importlib_dir))
+        leading = leading and (runner or importing)
+        if not (runner or leading):
+            kept.append(frame)
+    return kept
+
+
+def full_traceback(error):
+    """The traceback with every frame, lfm's own included (the Report keeps it)."""
+    import traceback
+
+    return "".join(traceback.format_exception(type(error), error, error.__traceback__))
 
 
 def describe_exception(error):
-    return {
+    described = {
         "type": type(error).__qualname__,
         "module": type(error).__module__,
         "message": str(error),
         "traceback": user_traceback(error),
     }
+    full = full_traceback(error)
+    if full != described["traceback"]:
+        described["full_traceback"] = full
+    return described
 
 
 def encode_result(value, result_spec):

@@ -1,23 +1,35 @@
 """The import log: every module a call loads or imports, written as it happens.
 
 A finder placed first on `sys.meta_path` asks the others for each module Python loads (modules
-already in `sys.modules` never reach a finder) and writes `name<TAB>origin` to a file with one
+already in `sys.modules` never reach a finder), writes `name<TAB>origin` to a file with one
 unbuffered write per line, so a call killed by a limit or a segfault keeps every line written
-before it died. `!` as origin: no finder found the module (an ImportError followed).
+before it died, and returns the spec it was given, untouched. `!` as origin: no finder found
+the module (an ImportError followed).
+
+It only observes: no loader, spec or module is wrapped or changed, so a module sees the
+`__loader__`, `__spec__` and class it has under plain python, and a module that swaps its class
+(torch's config modules refuse unknown attributes) or replaces its own `sys.modules` entry
+loads as it does there (python/tests/test_imports.py, tests/imports_invisible.rs).
 
 Modules loaded before the call (by the interpreter, the runner, or a zygote's preload) never
 reach a finder, yet the call may well need them (`import json` inside a function): an
 `__import__` wrapper logs the first import statement that names each of them, as
 `name<TAB>origin<TAB>loaded` (the call used it; it did not load it). A Python-level
 `__import__` makes every import statement slower (~8% of the CPU of importing pandas and
-scikit-learn, ~11,000 statements), so while the top level of an installed or stdlib module
-runs (those are what such imports consist of) the interpreter's own `__import__` is put back:
-import statements of the user's code, and of any code called at run time, are logged.
+scikit-learn, ~11,000 statements), so while an import statement of the call loads an installed
+or stdlib module, the interpreter's own `__import__` is put back: the finder sees such a module
+being found for that statement, and the wrapper takes itself back when the statement returns.
+What such a module's top level imports is its distribution's business (what it loads is logged
+by the finder anyway); import statements of the user's code, and of any code called at run
+time, are logged.
 """
 
 import builtins
 import os
 import sys
+
+# Frames of the import system itself, between an import statement and a finder.
+_BOOTSTRAP = "<frozen importlib._bootstrap"
 
 
 class ImportLog:
@@ -27,21 +39,27 @@ class ImportLog:
         self.earlier = earlier
         self.logged = set()
         self.original_import = builtins.__import__
-        # Nesting of installed modules' top levels running with the original __import__.
-        self.depth = 0
+        # Import statements running through the wrapper, nested; the one whose return puts the
+        # wrapper back (0: the wrapper is in place, or left for good).
+        self.statements = 0
+        self.quiet_until = 0
         prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
         self.installed = tuple(os.path.join(p, "") for p in prefixes if p)
 
     def find_spec(self, name, path=None, target=None):
         for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
+            if finder is self:
                 continue
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                # A legacy finder (find_module only, before Python 3.12): importlib asks it in
+                # its turn once this one steps aside; asking the finders after it would not.
+                return None
             spec = find(name, path, target)
             if spec is not None:
                 self.write(name, spec.origin or "")
                 if self.pending() and not self.user_code(spec.origin):
-                    self.quieten(spec)
+                    self.quieten()
                 return spec
         self.write(name, "!")
         return None
@@ -64,9 +82,19 @@ class ImportLog:
                 for item in fromlist:
                     if self.unlogged(f"{name}.{item}"):
                         self.touched(f"{name}.{item}")
-            if not self.pending():
-                builtins.__import__ = self.original_import
-        return self.original_import(name, globals, locals, fromlist, level)
+        if not self.pending():
+            builtins.__import__ = self.original_import
+            return self.original_import(name, globals, locals, fromlist, level)
+        self.statements += 1
+        statement = self.statements
+        try:
+            return self.original_import(name, globals, locals, fromlist, level)
+        finally:
+            self.statements -= 1
+            if self.quiet_until == statement:
+                self.quiet_until = 0
+                if self.pending():
+                    builtins.__import__ = self.import_
 
     def pending(self):
         """Some module loaded before the call is not logged yet."""
@@ -80,7 +108,7 @@ class ImportLog:
         if self.unlogged(parent):
             self.touched(parent)
         self.logged.add(name)
-        spec = getattr(sys.modules.get(name), "__spec__", None)
+        spec = stored_attribute(sys.modules.get(name), "__spec__")
         self.write(name, getattr(spec, "origin", None) or "", loaded=True)
 
     def user_code(self, origin):
@@ -89,23 +117,20 @@ class ImportLog:
         installed = "site-packages" in origin or "dist-packages" in origin
         return not installed and not origin.startswith(self.installed)
 
-    def quieten(self, spec):
-        """Load the module of `spec` through a QuietLoader (legacy loaders without exec_module
-        are left alone: importlib tells them apart by that method)."""
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = QuietLoader(spec.loader, self)
-
-    def run_quietly(self, function, argument):
-        """Run an installed module's top level with the interpreter's own __import__."""
-        self.depth += 1
-        if self.depth == 1 and builtins.__import__ == self.import_:
+    def quieten(self):
+        """An installed module is found for the innermost import statement running through the
+        wrapper: the interpreter's own `__import__` runs until that statement returns (the
+        wrapper puts itself back then). A module found for anything else (`importlib.
+        import_module` called by the user's code, a runner's load) keeps the wrapper: nothing
+        would put it back when that import ends."""
+        if self.quiet_until or builtins.__import__ != self.import_:
+            return
+        frame = sys._getframe(2)  # the import system's frame that asked this finder
+        while frame is not None and frame.f_code.co_filename.startswith(_BOOTSTRAP):
+            frame = frame.f_back
+        if frame is not None and frame.f_code is _IMPORT_CODE:
+            self.quiet_until = self.statements
             builtins.__import__ = self.original_import
-        try:
-            return function(argument)
-        finally:
-            self.depth -= 1
-            if self.depth == 0 and self.pending() and builtins.__import__ is self.original_import:
-                builtins.__import__ = self.import_
 
     def stop(self):
         self.earlier = frozenset()
@@ -116,32 +141,17 @@ class ImportLog:
             sys.meta_path.remove(self)
 
 
-class QuietLoader:
-    """Stands in for an installed module's loader while the module loads (then the module's
-    `__loader__` and `__spec__.loader` are the real one again)."""
+_IMPORT_CODE = ImportLog.import_.__code__
 
-    def __init__(self, loader, log):
-        self.loader = loader
-        self.log = log
 
-    def create_module(self, spec):
-        create = getattr(self.loader, "create_module", None)
-        return None if create is None else self.log.run_quietly(create, spec)
-
-    def exec_module(self, module):
-        try:
-            self.log.run_quietly(self.loader.exec_module, module)
-        finally:
-            if getattr(module, "__loader__", None) is self:
-                module.__loader__ = self.loader
-            spec = getattr(module, "__spec__", None)
-            if spec is not None and spec.loader is self:
-                spec.loader = self.loader
-
-    def __getattr__(self, name):
-        if name == "loader":  # not set yet (a copy being made): no recursion
-            raise AttributeError(name)
-        return getattr(self.loader, name)
+def stored_attribute(module, name):
+    """`module.name` as the module stores it, None if it has none, without running the module's
+    own attribute hooks: a module loaded lazily (importlib.util.LazyLoader) runs its whole top
+    level on any other read, which `from package import lazy_submodule` never does."""
+    try:
+        return object.__getattribute__(module, name)
+    except AttributeError:
+        return None
 
 
 _snapshot = (None, frozenset())

@@ -174,7 +174,8 @@ def learn(modules):
 
 def from_distribution(name):
     """A module loaded from site-packages (an installed distribution), not the stdlib."""
-    file = getattr(sys.modules.get(name), "__file__", None) or ""
+    # Read as stored: a lazily loaded module would load itself (python/tests/test_imports.py).
+    file = imports.stored_attribute(sys.modules.get(name), "__file__") or ""
     return "site-packages" in file or "dist-packages" in file
 
 
