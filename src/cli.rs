@@ -64,17 +64,13 @@ pub enum Command {
 
 /// The strategies `--strategy` takes (docs/sizing.md), listed in each flag's help.
 fn strategies() -> clap::builder::PossibleValuesParser {
-    let names = lfm_sizing::STRATEGIES
-        .iter()
-        .map(|(name, _)| *name);
+    let names = lfm_sizing::STRATEGIES.iter().map(|(name, _)| *name);
     clap::builder::PossibleValuesParser::new(names)
 }
 
 /// `lfm simulate --strategy`: a strategy, or every one.
 fn strategies_or_all() -> clap::builder::PossibleValuesParser {
-    let names = lfm_sizing::STRATEGIES
-        .iter()
-        .map(|(name, _)| *name);
+    let names = lfm_sizing::STRATEGIES.iter().map(|(name, _)| *name);
     clap::builder::PossibleValuesParser::new(names.chain(["all"]))
 }
 

@@ -285,3 +285,19 @@ fn tail(path: &Path) -> Option<String> {
         Some(text)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_json_value_goes_back_with_every_float_as_python_wrote_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let written = "[0.22320164740085602, 1e-310, 0.1, 123456789.98765433]";
+        std::fs::write(dir.path().join("result"), written).unwrap();
+        let mut message = Message::new(serde_json::Value::Null, true);
+        message.set_value("json", dir.path(), None, false);
+        let sent = serde_json::to_string(&message.result).unwrap();
+        assert_eq!(sent, written.replace(' ', ""));
+    }
+}
