@@ -867,7 +867,10 @@ Examples:
   lfm cache --clean         remove every pack no process uses, and the analyze caches
 
 The pack cache's budget is $LFM_PACK_CACHE_MAX when set, else 25% of the free space of its
-filesystem (counting what it holds) and at most 20 GiB; a new extraction evicts down to it.";
+filesystem (counting what it holds) and at most 20 GiB; a new extraction evicts down to it.
+The analyze caches' budget is $LFM_ANALYZE_CACHE_MAX when set, else 1 GiB, for the parse
+summaries and the stored results each: a run that writes one evicts its least recently used
+entries down to it. A run reads only the entries of the files it analyses.";
 
 #[derive(Args)]
 pub struct UsageArgs {

@@ -335,6 +335,70 @@ fn cache_gives_the_same_answer_and_sees_changes() {
     assert_eq!(names(target(&run(), "job:f")), ["json"]);
 }
 
+/// The summaries a run read from the cache (from `LFM_TIMINGS`), and its output.
+fn entries_read(args: &[&std::ffi::OsStr]) -> (u64, Vec<u8>) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lfm"))
+        .args(args)
+        .env("LFM_TIMINGS", "1")
+        .output()
+        .unwrap();
+    assert_succeeded(&output);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let read = stderr
+        .split("summary cache: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no summary cache line in:\n{stderr}"));
+    (read, output.stdout)
+}
+
+#[test]
+fn a_run_reads_no_cached_summary_of_files_it_does_not_analyse() {
+    // Issue 57: every run once read and decoded the whole summary cache (52 MB after one
+    // analysis of a site-packages), whatever it analysed.
+    let cache = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let (big, small) = (project.path().join("big"), project.path().join("small"));
+    std::fs::create_dir_all(&big).unwrap();
+    std::fs::create_dir_all(&small).unwrap();
+    for n in 0..300 {
+        let text = format!(
+            "import mod{}\n\ndef f{n}():\n    return {n}\n",
+            (n + 1) % 300
+        );
+        std::fs::write(big.join(format!("mod{n}.py")), text).unwrap();
+    }
+    std::fs::write(
+        small.join("job.py"),
+        "import helper\n\ndef f():\n    return helper.x\n",
+    )
+    .unwrap();
+    std::fs::write(small.join("helper.py"), "x = 1\n").unwrap();
+    let with_cache = |targets: &[&std::path::Path], format: &str| {
+        let mut args: Vec<&std::ffi::OsStr> = ["analyze", "--format", format, "--cache-dir"]
+            .into_iter()
+            .map(std::ffi::OsStr::new)
+            .collect();
+        args.push(cache.path().as_os_str());
+        args.extend(targets.iter().map(|target| target.as_os_str()));
+        entries_read(&args)
+    };
+    let (read, _) = with_cache(&[&big, &small], "json");
+    assert_eq!(read, 0, "a cold cache");
+    let job = small.join("job.py");
+    // The table format stores no result: the summaries are all the cache gives it.
+    let (read, cached) = with_cache(&[&job], "table");
+    assert_eq!(read, 2, "job.py and helper.py, not the 300 others");
+    let plain = lfm(&[
+        "analyze",
+        "--no-cache",
+        "--format",
+        "table",
+        job.to_str().unwrap(),
+    ]);
+    assert_eq!(cached, plain.stdout);
+}
+
 #[test]
 fn stored_results_are_replayed_only_while_nothing_they_depend_on_changed() {
     let cache = tempfile::tempdir().unwrap();

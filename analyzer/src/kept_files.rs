@@ -1,5 +1,6 @@
 //! Caches kept as one file an entry in a directory of their own, capped by count: past the
-//! cap, the least recently written entries go.
+//! cap, the least recently used entries go (a read that finds an entry valid touches its
+//! mtime, as a write sets it). A run reads only the entries it needs, each by its name.
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -7,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 /// Remove the files of `dir` whose names end with `suffix` ("" for all), beyond the `kept`
-/// most recently written.
+/// most recently used (by mtime).
 pub fn keep_newest(dir: &Path, suffix: &str, kept: usize) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -117,7 +118,10 @@ pub fn read_stamped_with_stamps<T: serde::de::DeserializeOwned>(
     file: &Path,
 ) -> Option<(Vec<Stamped>, T)> {
     use bincode::Options as _;
-    let bytes = std::fs::read(file).ok()?;
+    use std::io::Read as _;
+    let mut opened = std::fs::File::open(file).ok()?;
+    let mut bytes = Vec::new();
+    opened.read_to_end(&mut bytes).ok()?;
     // Bounded by the file's size: a damaged length must not ask for exabytes.
     let options = bincode_options().with_limit(bytes.len() as u64);
     let mut rest = bytes.as_slice();
@@ -126,6 +130,8 @@ pub fn read_stamped_with_stamps<T: serde::de::DeserializeOwned>(
         return None;
     }
     let value = options.deserialize_from(&mut rest).ok()?;
+    // Used now: eviction ([`keep_newest`]) keeps the recently used entries.
+    let _ = opened.set_modified(SystemTime::now());
     Some((stamps, value))
 }
 

@@ -20,8 +20,9 @@
 //! modules' table ([`crate::module_table`], bincode, possibly empty), then the header (inputs,
 //! outcome and the two sections' lengths, bincode), then the header's length (u64
 //! little-endian): the output is compressed straight into the file as it is printed, and a
-//! lookup reads only the header. The least recently used entries beyond [`KEPT_RESULTS`] are
-//! deleted.
+//! lookup reads only the header (and a run reads only its request's entry). The least recently
+//! used entries beyond [`KEPT_RESULTS`], or beyond the analyze caches' budget in bytes
+//! ([`crate::cache::budget`]), are deleted.
 
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -485,7 +486,8 @@ impl ResultWriter {
         drop(file);
         std::fs::rename(&self.tmp, &self.path)
             .with_context(|| format!("renaming to {}", self.path.display()))?;
-        evict(&self.dir, KEPT_RESULTS);
+        let budget = crate::cache::budget().unwrap_or(crate::cache::DEFAULT_BUDGET);
+        evict(&self.dir, KEPT_RESULTS, budget);
         Ok(())
     }
 }
@@ -525,19 +527,27 @@ fn changed_file(stamped: &[(PathBuf, Option<Stamp>)]) -> Option<String> {
         .map(|(path, _)| path.display().to_string())
 }
 
-/// Delete all but the `keep` most recently used entries.
-fn evict(dir: &Path, keep: usize) {
+/// Delete all but the `keep` most recently used entries, and past `budget` bytes the least
+/// recently used (the newest, just written, always stays).
+fn evict(dir: &Path, keep: usize, budget: u64) {
     let Ok(read) = std::fs::read_dir(dir) else {
         return;
     };
-    let mut entries: Vec<(std::time::SystemTime, PathBuf)> = read
+    let mut entries: Vec<(std::time::SystemTime, u64, PathBuf)> = read
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().ends_with(".bin"))
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            Some((meta.modified().ok()?, meta.len(), e.path()))
+        })
         .collect();
     entries.sort_by_key(|entry| std::cmp::Reverse(entry.0));
-    for (_, path) in entries.into_iter().skip(keep) {
-        let _ = std::fs::remove_file(path);
+    let mut total = 0u64;
+    for (n, (_, bytes, path)) in entries.into_iter().enumerate() {
+        total = total.saturating_add(bytes);
+        if n > 0 && (n >= keep || total > budget) {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -721,6 +731,37 @@ mod tests {
             .unwrap()
             .count();
         assert_eq!(count, KEPT_RESULTS);
+    }
+
+    #[test]
+    fn past_the_budget_only_the_most_recent_results_stay() {
+        let cache_dir = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let file = project.path().join("job.py");
+        std::fs::write(&file, "").unwrap();
+        let cache = ResultsCache::new(cache_dir.path());
+        for n in 0..4u8 {
+            let request = RequestKey::new(&[&[n]]);
+            store(&cache, &request, inputs(project.path(), &file), "x");
+            // Distinct mtimes, whatever the file system's clock.
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000 + n as u64);
+            let entry = std::fs::File::options()
+                .write(true)
+                .open(cache.entry_path(&request));
+            entry.unwrap().set_modified(at).unwrap();
+        }
+        let dir = cache_dir.path().join("analyze-results");
+        let one = std::fs::metadata(cache.entry_path(&RequestKey::new(&[&[3]])))
+            .unwrap()
+            .len();
+        evict(&dir, KEPT_RESULTS, 2 * one + one / 2);
+        let kept = |n: u8| cache.entry_path(&RequestKey::new(&[&[n]])).exists();
+        assert_eq!(
+            (0..4).map(kept).collect::<Vec<_>>(),
+            [false, false, true, true]
+        );
+        evict(&dir, KEPT_RESULTS, 0);
+        assert!(kept(3), "the newest stays whatever the budget");
     }
 
     #[test]

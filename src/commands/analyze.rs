@@ -296,6 +296,9 @@ fn print_timings(analysis: &Analysis, started: std::time::Instant) {
         print_checkpoint(phase, at);
     }
     print_checkpoint("closures and output", &since_prepare(analysis, started));
+    // A run reads the summaries of the files it analyses, not the whole cache (issue 57).
+    let (entries, bytes) = lfm_analyzer::cache::entries_read();
+    eprintln!("timing: summary cache: {entries} entries read ({bytes} bytes)");
 }
 
 /// A checkpoint timed from prepare()'s start like the preparation's own (`started` is when

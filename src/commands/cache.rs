@@ -11,14 +11,21 @@ use lfm_packer::UnpackOptions;
 use crate::cli::CacheArgs;
 use crate::monitoring::EXIT_USAGE;
 
-/// The analyze caches under the cache directory: each bounded by its own rule.
+/// The analyze caches under the cache directory: each bounded by its own rule (the summaries
+/// and the results also by the analyze budget, least recently used entries leaving first).
 const ANALYZE_CACHES: [(&str, &str); 7] = [
-    ("analyze-summaries.bin", "entries unused for 32 runs leave"),
+    (
+        "analyze-summaries.bin",
+        "entries unused for 32 runs leave; within the budget",
+    ),
     (
         "analyze-summaries.journal",
         "summaries added since; folded in at a quarter of the file",
     ),
-    ("analyze-results", "the 16 most recent results"),
+    (
+        "analyze-results",
+        "the 16 most recently used results; within the budget",
+    ),
     (
         lfm_analyzer::interpreter_cache::DIR,
         "the 32 most recently asked interpreters",
@@ -42,8 +49,9 @@ pub fn cache(args: CacheArgs) -> i32 {
         .cache
         .clone()
         .unwrap_or_else(UnpackOptions::default_cache);
-    let budget = match budget(args.prune.as_deref()) {
-        Ok(budget) => budget,
+    let budgets = budget(args.prune.as_deref()).and_then(|packs| Ok((packs, analyze_budget()?)));
+    let (budget, analyze_budget) = match budgets {
+        Ok(budgets) => budgets,
         Err(message) => {
             eprintln!("error: {message}");
             return EXIT_USAGE;
@@ -58,8 +66,14 @@ pub fn cache(args: CacheArgs) -> i32 {
     } else if args.prune.is_some() {
         report_evicted("evicted", &cache::evict(&packs_dir, budget, None));
     }
-    show(&packs_dir, budget);
+    show(&packs_dir, budget, analyze_budget);
     0
+}
+
+/// The budget of the analyze summaries and of the stored results, each
+/// (`$LFM_ANALYZE_CACHE_MAX`, else 1 GiB).
+fn analyze_budget() -> Result<u64, String> {
+    lfm_analyzer::cache::budget()
 }
 
 /// `--prune SIZE`, else `$LFM_PACK_CACHE_MAX`; `None`: the default budget.
@@ -81,7 +95,7 @@ fn budget(prune: Option<&str>) -> Result<Option<u64>, String> {
     }
 }
 
-fn show(packs_dir: &Path, budget: Option<u64>) {
+fn show(packs_dir: &Path, budget: Option<u64>, analyze_budget: u64) {
     let packs = cache::list(packs_dir);
     let held: u64 = packs.iter().map(|pack| pack.bytes).sum();
     let budget = budget.unwrap_or_else(|| cache::default_budget(packs_dir, held));
@@ -97,6 +111,11 @@ fn show(packs_dir: &Path, budget: Option<u64>) {
         println!("  {}", pack_line(pack));
     }
     if let Some(dir) = SummaryCache::default_dir() {
+        println!(
+            "analyze   {}  budget {} each for the summaries and the results",
+            dir.display(),
+            human(analyze_budget)
+        );
         for (name, bound) in ANALYZE_CACHES {
             let path = dir.join(name);
             let bytes = if path.is_dir() {
