@@ -1,4 +1,5 @@
-//! The Python runner (python/lfm_runner, with python/lfm_shared), embedded in the binary and written out on first use.
+//! The Python runner (python/lfm_runner, with python/lfm_shared), embedded in the binary and
+//! written out on first use.
 //!
 //! The target interpreter needs nothing installed: lfm writes the runner's files into a
 //! directory named by their content hash under its cache, once (atomically, so concurrent lfm
