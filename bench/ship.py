@@ -31,7 +31,7 @@ from parsl.config import Config  # noqa: E402
 from parsl.launchers.base import Launcher  # noqa: E402
 from parsl.providers import LocalProvider  # noqa: E402
 
-from lfm import cli, packs, ship  # noqa: E402
+from lfm import cli, pack_transport, packs  # noqa: E402
 from lfm.parsl import LfmHighThroughputExecutor  # noqa: E402
 from shipbench.flows import count, slope, spread  # noqa: E402
 
@@ -74,7 +74,7 @@ def one_way(run: str) -> dict:
     with parsl.load(config):
         apps = [parsl.python_app(fn, executors=["nodes"]) for fn in (spread, slope, count)]
         for fn in (spread, slope, count):  # packs are built before the clock, both ways alike
-            packs.pack_for(fn, False, ship.ships_parts())
+            packs.pack_for(fn, False, pack_transport.ships_parts())
         done_at: dict = {}
         started = time.monotonic()
         futures = [app(n) for n in range(2, 2 + CALLS) for app in apps]

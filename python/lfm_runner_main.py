@@ -1,7 +1,7 @@
 """Entry point lfm runs: `python lfm_runner_main.py call REQUEST.json` or `... zygote CONFIG.json`.
 
-It sits beside the `lfm_runner` package; it imports it, then takes its own directory off
-sys.path so that the user's code sees the path it would see without lfm.
+It sits beside the `lfm_runner` and `lfm_shared` packages; it imports them, then takes its own
+directory off sys.path so that the user's code sees the path it would see without lfm.
 """
 
 import os
@@ -27,6 +27,7 @@ sys.path.insert(0, _here)
 _dont_write_bytecode = sys.dont_write_bytecode
 sys.dont_write_bytecode = False
 import lfm_runner.main  # noqa: E402
+import lfm_shared  # noqa: E402, F401  (its modules load through it once this dir is off sys.path)
 from lfm_runner import call, headroom, imports, target  # noqa: E402, F401
 
 sys.dont_write_bytecode = _dont_write_bytecode

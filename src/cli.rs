@@ -857,6 +857,10 @@ pub struct CacheArgs {
     /// The pack cache (default: $LFM_CACHE_DIR/packs, $XDG_CACHE_HOME/lfm/packs, ~/.cache/lfm/packs).
     #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
+    /// The Python client's shipped packs (its node cache's shipped/) instead of the pack cache:
+    /// under the same budget, evicted by the same rule.
+    #[arg(long, value_name = "DIR", conflicts_with = "cache")]
+    pub shipped: Option<PathBuf>,
 }
 
 const CACHE_EXAMPLES: &str = "\
@@ -865,6 +869,8 @@ Examples:
   lfm cache --prune         evict least recently used packs down to the budget
   lfm cache --prune 5G      ... down to 5 GiB
   lfm cache --clean         remove every pack no process uses, and the analyze caches
+  lfm cache --shipped /tmp/lfm-1000/shipped --prune
+                            evict the Python client's shipped packs down to the budget
 
 The pack cache's budget is $LFM_PACK_CACHE_MAX when set, else 25% of the free space of its
 filesystem (counting what it holds) and at most 20 GiB; a new extraction evicts down to it.

@@ -26,6 +26,7 @@ const INPUTS: &[&str] = &[
     "call",
     "python/lfm",
     "python/lfm_runner",
+    "python/lfm_shared",
     "python/lfm_probes",
     "python/lfm_runner_main.py",
 ];

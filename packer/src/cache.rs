@@ -16,6 +16,8 @@ use std::time::SystemTime;
 use anyhow::{Context, Result};
 use nix::fcntl::{Flock, FlockArg};
 
+pub mod shipped;
+
 /// Written last inside an extraction: a root without it is not used.
 pub(crate) const COMPLETE_MARKER: &str = ".lfm-complete";
 /// Touched on every use, for least-recently-used eviction.
@@ -166,18 +168,36 @@ pub fn list(cache: &Path) -> Vec<CachedPack> {
 /// [`default_budget`]); never `keep`, never a pack in use.
 pub fn evict(cache: &Path, budget: Option<u64>, keep: Option<&Path>) -> Evicted {
     let keep = keep.map(|root| fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf()));
-    let packs = list(cache);
+    evict_listed(
+        cache,
+        list(cache),
+        budget,
+        keep.as_deref(),
+        remove_unless_used,
+    )
+}
+
+/// The one eviction rule of every pack store: least recently used first (`packs` come sorted
+/// so) until they hold at most `budget` bytes (`None`: [`default_budget`] of `store`); never
+/// `keep`, never one `remove` refuses (in use).
+fn evict_listed(
+    store: &Path,
+    packs: Vec<CachedPack>,
+    budget: Option<u64>,
+    keep: Option<&Path>,
+    remove: impl Fn(&CachedPack) -> bool,
+) -> Evicted {
     let mut held: u64 = packs.iter().map(|pack| pack.bytes).sum();
-    let budget = budget.unwrap_or_else(|| default_budget(cache, held));
+    let budget = budget.unwrap_or_else(|| default_budget(store, held));
     let mut evicted = Evicted::default();
     for pack in packs {
         if held <= budget {
             break;
         }
-        if Some(&pack.root) == keep.as_ref() {
+        if Some(pack.root.as_path()) == keep {
             continue;
         }
-        match remove_unless_used(&pack) {
+        match remove(&pack) {
             true => {
                 held = held.saturating_sub(pack.bytes);
                 evicted.freed_bytes += pack.bytes;

@@ -28,10 +28,10 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from . import calls, node
 from .calls import Options
+from .engine_events import DASK_TOPIC as TOPIC
 from .executor import call
-from .ship import ShippedFunction, shipped  # noqa: F401  (lfm.dask.shipped(fn): bare workers)
+from .shipped_calls import ShippedFunction, shipped  # noqa: F401  (lfm.dask.shipped: bare workers)
 
-TOPIC = "lfm-report"
 METADATA_KEY = "lfm-report"
 # Unpickling a task imports dask's task classes (and their imports: ~200 modules, ~150 ms a
 # call on a 2-core VM): the zygote imports them once.

@@ -8,7 +8,7 @@ import os
 import threading
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
-from . import calls, node
+from . import calls, node, packs
 from .calls import Options, Size
 from .errors import Report
 
@@ -34,8 +34,6 @@ def run_call(
 ) -> None:
     """Send one call to the node's serve; `future` gets its value or exception, and Report.
     `cwd`: the directory the call runs in (default: its own sandbox)."""
-    from . import packs  # only pack=True needs lfm pack
-
     fields: Dict[str, Any] = {}
 
     def done(reply: Optional[Dict[str, Any]], error: Optional[BaseException]) -> None:

@@ -16,15 +16,15 @@ import hashlib
 import itertools
 import json
 import os
-import site
 import socket
 import subprocess
 import sys
-import sysconfig
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from lfm_shared.installed import is_installed
 
 from .binary import find_binary
 from .errors import ServeError
@@ -52,6 +52,16 @@ def runtime_dir() -> str:
     return os.path.join("/tmp", f"lfm-{os.getuid()}")
 
 
+def node_cache() -> str:
+    """Node-local storage for shipped and unpacked packs: LFM_NODE_CACHE, else $TMPDIR/lfm-UID,
+    else /tmp/lfm-UID; never $HOME, which on a cluster is a shared filesystem."""
+    given = os.environ.get("LFM_NODE_CACHE")
+    if given:
+        return given
+    base = os.environ.get("TMPDIR") or "/tmp"
+    return os.path.join(base, f"lfm-{os.getuid()}")
+
+
 def spill_dir() -> str:
     """Where large arguments wait for their call (in memory where the runtime dir is tmpfs)."""
     return os.path.join(runtime_dir(), "data")
@@ -67,27 +77,18 @@ def source_roots() -> List[str]:
 
 @functools.lru_cache(maxsize=16)
 def _source_roots(path: Tuple[str, ...], cwd: str) -> Tuple[str, ...]:
-    installed = {os.path.realpath(p) for p in installed_dirs()}
     roots: List[str] = []
     for entry in path:
         real = os.path.realpath(entry or cwd)
         if not os.path.isdir(real) or real in roots or DASK_SCRATCH in real.split(os.sep):
             continue
-        if any(real == d or real.startswith(d + os.sep) for d in installed):
+        if is_installed(real):
             continue
         roots.append(real)
     return tuple(roots)
 
 
 DASK_SCRATCH = "dask-scratch-space"
-
-
-def installed_dirs() -> List[str]:
-    dirs = [sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
-    dirs += site.getsitepackages() if hasattr(site, "getsitepackages") else []
-    dirs.append(site.getusersitepackages())
-    dirs += [os.path.join(p, "bin") for p in (sys.prefix, sys.base_prefix)]
-    return [d for d in dirs if d]
 
 
 # What every call of the client may need and the zygote imports once, instead of each forked
@@ -228,8 +229,6 @@ def open_serve(key: ServeKey) -> Tuple[socket.socket, str]:
 def _pack_environment(key: ServeKey) -> Dict[str, str]:
     """A pack's serve unpacks into node-local storage (never $HOME, shared on clusters), and
     its `run` script finds this worker's interpreter first as `python3`."""
-    from .ship import node_cache
-
     env = {"PATH": os.path.dirname(key.python) + os.pathsep + os.environ.get("PATH", "")}
     if not os.environ.get("LFM_CACHE_DIR"):
         env["LFM_CACHE_DIR"] = node_cache()

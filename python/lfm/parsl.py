@@ -30,7 +30,7 @@ from parsl.monitoring.message_type import MessageType
 from parsl.monitoring.remote import monitor_wrapper, send_first_message, send_last_message
 from parsl.serialize import pack_apply_message, unpack_apply_message
 
-from . import calls, ship
+from . import calls, shipped_calls
 from .calls import Options
 from .errors import Report
 from .executor import call
@@ -191,7 +191,7 @@ def execute_shipped(buffer: bytes) -> ShippedResult:
     """On a worker that may have nothing but parsl and lfm: get the app's pack onto this node
     (once per node) and run the call the submit side prepared in the pack's serve, in the
     worker's working directory as HTEX runs apps."""
-    return ShippedResult(ship.run(pickle.loads(buffer), cwd=os.getcwd()))
+    return ShippedResult(shipped_calls.run(pickle.loads(buffer), cwd=os.getcwd()))
 
 
 def report_of(app_future: Any) -> Optional[Report]:
@@ -277,7 +277,7 @@ class LfmHighThroughputExecutor(HighThroughputExecutor):
             kwargs.pop("_parsl_monitoring_try_id", None)
         address = getattr(self, "address", None)
         host = address if address and address not in ("*", "0.0.0.0") else None
-        prepared = ship.prepare(user_function(app), args, kwargs, options, host)
+        prepared = shipped_calls.prepare(user_function(app), args, kwargs, options, host)
         return pickle.dumps(prepared), {"task_executor": {"f": f"{__name__}.execute_shipped"}}
 
 

@@ -12,8 +12,8 @@ The modules named are those a function reads through its globals and closure (`p
 pandas, a function of an installed package) and those its body imports by absolute name
 (`import numpy` inside a Parsl app), with their parent packages. Only modules found under the
 interpreter's own directories go (the user's own modules' top level is the user's code, which
-never runs in the zygote): the zygote checks that again. A name the client cannot place is
-left to the import log.
+never runs in the zygote): the zygote checks that again, by the same rule
+(lfm_shared.installed). A name the client cannot place is left to the import log.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from __future__ import annotations
 import dis
 import functools
 import importlib.util
-import os
 import sys
 import types
 from typing import Any, Callable, List, Optional, Tuple
+
+from lfm_shared.installed import is_installed
 
 Warm = List[Tuple[str, Optional[str]]]
 # A function whose hint would be longer is told the first ones: the rest come from its log.
@@ -164,11 +165,4 @@ def _place(module: str) -> Optional[str]:
 
 @functools.lru_cache(maxsize=4096)
 def _installed(file: str) -> bool:
-    return os.path.realpath(file).startswith(_installed_prefixes())
-
-
-@functools.lru_cache(maxsize=1)
-def _installed_prefixes() -> Tuple[str, ...]:
-    from .node import installed_dirs
-
-    return tuple(os.path.join(os.path.realpath(d), "") for d in installed_dirs())
+    return is_installed(file)

@@ -48,6 +48,8 @@ import signal
 import socket
 import sys
 
+from lfm_shared.installed import installed_dirs, is_installed
+
 from . import call as calls
 from . import imports
 from . import target as targets
@@ -99,33 +101,6 @@ def preload(config):
         targets.REGISTERED[name] = targets.load(spec)
 
 
-_INSTALLED_DIRS = None
-
-
-def installed_dirs():
-    """Where the standard library and installed distributions live, as path prefixes
-    (found once: lfm sends a running call's imports every few milliseconds)."""
-    global _INSTALLED_DIRS
-    if _INSTALLED_DIRS is None:
-        _INSTALLED_DIRS = _find_installed_dirs()
-    return _INSTALLED_DIRS
-
-
-def _find_installed_dirs():
-    import site
-    import sysconfig
-
-    paths = sysconfig.get_paths()
-    dirs = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    try:
-        dirs.update(site.getsitepackages())
-        dirs.add(site.getusersitepackages())
-    except AttributeError:  # an old virtualenv's site module
-        pass
-    dirs.update(p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages"))
-    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs if d)
-
-
 def learnable(name, file, prefixes):
     """A module the zygote may import for later calls: loaded from the standard library or an
     installed distribution (or built in), under a parent that is loaded already."""
@@ -136,7 +111,7 @@ def learnable(name, file, prefixes):
         return False
     if file is None:
         return name in sys.builtin_module_names or bool(parent)
-    return os.path.realpath(file).startswith(prefixes)
+    return is_installed(file, prefixes)
 
 
 def learn(modules):

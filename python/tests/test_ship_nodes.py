@@ -55,7 +55,7 @@ def worker_venv():
     site = subprocess.run([os.path.join(WORKER_VENV, "bin", "python"), "-c",
                            "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           check=True, capture_output=True, text=True).stdout.strip()
-    for package in ("lfm", "lfm_runner"):
+    for package in ("lfm", "lfm_runner", "lfm_shared"):
         shutil.rmtree(os.path.join(site, package), ignore_errors=True)
         shutil.copytree(os.path.join(PYTHON_DIR, package), os.path.join(site, package),
                         ignore=shutil.ignore_patterns("__pycache__"))
@@ -134,11 +134,11 @@ def assert_shipped_once_per_node(cluster, packs):
 def shipped_hashes(functions):
     """What the workflow's packs are made of: their parts manifests and parts, of which some
     (numpy's) several functions share, so a node that got each once got shared ones once."""
-    from lfm import ship
+    from lfm import pack_transport
 
-    refs = [ship.offer(fn) for fn, _ in functions]
+    refs = [pack_transport.offer(fn) for fn, _ in functions]
     parts = [part["sha256"] for ref in refs for part in ref.parts or ()]
-    if ship.ships_parts():
+    if pack_transport.ships_parts():
         assert len(set(parts)) < len(parts), "the workflow's functions share a part"
     return {ref.hash for ref in refs} | set(parts)
 
@@ -174,15 +174,15 @@ class SlowServer:
 
 def kill_a_fetch_midway(cluster, fn):
     """On the first node, a worker fetching `fn`'s pack is killed mid-transfer."""
-    from lfm import ship
+    from lfm import pack_transport
 
-    ref = ship.offer(fn)
+    ref = pack_transport.offer(fn)
     if ref.parts:  # the largest part (numpy's): a fetch of it is what gets killed
-        ref = ship._part_ref(ref, max(ref.parts, key=lambda part: part["bytes"]))
+        ref = pack_transport._part_ref(ref, max(ref.parts, key=lambda part: part["bytes"]))
     slow = SlowServer(open(ref.path, "rb").read())
-    cut = ship.PackRef(**dict(ref.to_dict(), url=slow.url, path=None))
-    code = ("import json, sys; from lfm import ship; "
-            "ship.fetch(ship.PackRef.from_dict(json.loads(sys.argv[1])))")
+    cut = pack_transport.PackRef(**dict(ref.to_dict(), url=slow.url, path=None))
+    code = ("import json, sys; from lfm import pack_transport as t; "
+            "t.fetch(t.PackRef.from_dict(json.loads(sys.argv[1])))")
     fetcher = subprocess.Popen(node_command(cluster, "python3", "-c", code, json.dumps(cut.to_dict())))
     node = os.path.join(cluster["nodes"], "node-0")
     shipped = os.path.join(node, "cache", "shipped")

@@ -45,10 +45,6 @@ const ANALYZE_CACHES: [(&str, &str); 7] = [
 ];
 
 pub fn cache(args: CacheArgs) -> i32 {
-    let packs_dir = args
-        .cache
-        .clone()
-        .unwrap_or_else(UnpackOptions::default_cache);
     let budgets = budget(args.prune.as_deref()).and_then(|packs| Ok((packs, analyze_budget()?)));
     let (budget, analyze_budget) = match budgets {
         Ok(budgets) => budgets,
@@ -57,6 +53,14 @@ pub fn cache(args: CacheArgs) -> i32 {
             return EXIT_USAGE;
         }
     };
+    if let Some(dir) = &args.shipped {
+        shipped(dir, &args, budget);
+        return 0;
+    }
+    let packs_dir = args
+        .cache
+        .clone()
+        .unwrap_or_else(UnpackOptions::default_cache);
     if args.clean {
         report_evicted("removed", &cache::remove_unused(&packs_dir));
         if let Some(dir) = SummaryCache::default_dir() {
@@ -95,21 +99,18 @@ fn budget(prune: Option<&str>) -> Result<Option<u64>, String> {
     }
 }
 
-fn show(packs_dir: &Path, budget: Option<u64>, analyze_budget: u64) {
-    let packs = cache::list(packs_dir);
-    let held: u64 = packs.iter().map(|pack| pack.bytes).sum();
-    let budget = budget.unwrap_or_else(|| cache::default_budget(packs_dir, held));
-    let in_use = packs.iter().filter(|pack| pack.in_use).count();
-    println!(
-        "packs     {}  {} in {} packs ({in_use} in use), budget {}",
-        packs_dir.display(),
-        human(held),
-        packs.len(),
-        human(budget)
-    );
-    for pack in packs.iter().rev() {
-        println!("  {}", pack_line(pack));
+/// `--shipped DIR`: the Python client's shipped packs, by the pack cache's rule and budget.
+fn shipped(dir: &Path, args: &CacheArgs, budget: Option<u64>) {
+    if args.clean {
+        report_evicted("removed", &cache::shipped::evict(dir, Some(0)));
+    } else if args.prune.is_some() {
+        report_evicted("evicted", &cache::shipped::evict(dir, budget));
     }
+    show_packs("shipped", dir, &cache::shipped::list(dir), budget);
+}
+
+fn show(packs_dir: &Path, budget: Option<u64>, analyze_budget: u64) {
+    show_packs("packs", packs_dir, &cache::list(packs_dir), budget);
     if let Some(dir) = SummaryCache::default_dir() {
         println!(
             "analyze   {}  budget {} each for the summaries and the results",
@@ -133,6 +134,22 @@ fn show(packs_dir: &Path, budget: Option<u64>, analyze_budget: u64) {
         human(cache::tree_bytes(&slices)),
         lfm_call::COMPILED_SLICES_KEPT
     );
+}
+
+fn show_packs(label: &str, dir: &Path, packs: &[CachedPack], budget: Option<u64>) {
+    let held: u64 = packs.iter().map(|pack| pack.bytes).sum();
+    let budget = budget.unwrap_or_else(|| cache::default_budget(dir, held));
+    let in_use = packs.iter().filter(|pack| pack.in_use).count();
+    println!(
+        "{label:<9} {}  {} in {} packs ({in_use} in use), budget {}",
+        dir.display(),
+        human(held),
+        packs.len(),
+        human(budget)
+    );
+    for pack in packs.iter().rev() {
+        println!("  {}", pack_line(pack));
+    }
 }
 
 /// Where `lfm call` keeps compiled slices (under the runner's cache directory).

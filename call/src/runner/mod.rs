@@ -1,4 +1,5 @@
-//! The Python runner (python/lfm_runner), embedded in the binary and written out on first use.
+//! The Python runner (python/lfm_runner, with python/lfm_shared), embedded in the binary and
+//! written out on first use.
 //!
 //! The target interpreter needs nothing installed: lfm writes the runner's files into a
 //! directory named by their content hash under its cache, once (atomically, so concurrent lfm
@@ -57,8 +58,16 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../../../python/lfm_runner/imports.py"),
     ),
     (
-        "lfm_runner/opaque.py",
-        include_str!("../../../python/lfm_runner/opaque.py"),
+        "lfm_shared/__init__.py",
+        include_str!("../../../python/lfm_shared/__init__.py"),
+    ),
+    (
+        "lfm_shared/installed.py",
+        include_str!("../../../python/lfm_shared/installed.py"),
+    ),
+    (
+        "lfm_shared/opaque.py",
+        include_str!("../../../python/lfm_shared/opaque.py"),
     ),
     (
         "lfm_runner/zygote.py",

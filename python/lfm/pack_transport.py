@@ -1,4 +1,5 @@
-"""Packs that travel to workers that have nothing (docs/python.md, "Packs that travel").
+"""Packs that travel to workers that have nothing (docs/python.md, "Packs that travel"): how a
+pack gets from the submit side onto a node.
 
 Submit side: `offer(fn)` builds the function's pack from this interpreter's environment (once
 per function and source version, `lfm.packs`), names it by the SHA-256 of its bytes and serves
@@ -12,13 +13,12 @@ Packs travel as parts (docs/pack.md, "Parts"): one per distribution, so a node t
 numpy's part for one function fetches only the parts it lacks for the next; the environment
 is composed there from links to parts unpacked once. LFM_SHIP_PARTS=0 ships whole packs.
 
-The node cache is node-local: LFM_NODE_CACHE, else $TMPDIR/lfm-UID, else /tmp/lfm-UID; never
-$HOME, which on a cluster is a shared filesystem.
+Shipped packs live in the node cache's shipped/ (lfm.node.node_cache), bounded as the unpacked
+packs are: the binary evicts them (`lfm cache --shipped`).
 """
 
 from __future__ import annotations
 
-import base64
 import errno
 import fcntl
 import glob
@@ -29,6 +29,7 @@ import os
 import secrets
 import shutil
 import socket
+import subprocess
 import sys
 import sysconfig
 import threading
@@ -37,22 +38,15 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from . import packs
+from .binary import find_binary
 from .errors import LfmError
+from .node import node_cache
 
 CHUNK = 1 << 20
 FETCH_TIMEOUT = 60.0
 TRANSFERS_LOG = "transfers.jsonl"
 PARTS_SUFFIX = ".parts.json"
-
-
-def node_cache() -> str:
-    """Node-local storage for shipped and unpacked packs: LFM_NODE_CACHE, $TMPDIR/lfm-UID or
-    /tmp/lfm-UID."""
-    given = os.environ.get("LFM_NODE_CACHE")
-    if given:
-        return given
-    base = os.environ.get("TMPDIR") or "/tmp"
-    return os.path.join(base, f"lfm-{os.getuid()}")
 
 
 def shipped_dir() -> str:
@@ -195,8 +189,6 @@ def ships_parts() -> bool:
 def offer(fn: Callable, host: Optional[str] = None, self_contained: bool = False) -> PackRef:
     """`fn`'s pack, built here from this interpreter's environment if not yet, and offered to
     workers: the reference a task carries."""
-    from . import packs
-
     parts = ships_parts()
     path = packs.pack_for(fn, self_contained, parts)
     digest, size = digest_of(path)
@@ -238,15 +230,24 @@ def check_interpreter(ref: PackRef) -> None:
 def fetch(ref: PackRef) -> str:
     """The node-local path of `ref`'s pack, transferred here first if no worker of this node
     has yet; for a pack of parts, its parts manifest, the environment composed in the node's
-    pack cache from the parts (only those this node lacks are transferred)."""
+    pack cache from the parts (only those this node lacks are transferred). After a transfer,
+    shipped packs over the budget leave."""
+    transferred: List[str] = []
+    path = _fetch_pack(ref, transferred)
+    if transferred:
+        evict(shipped_dir())
+    return path
+
+
+def _fetch_pack(ref: PackRef, transferred: List[str]) -> str:
     if ref.parts is None:
-        return _fetch_file(ref, ref.hash + ".tar.zst")
-    manifest = _fetch_file(ref, ref.hash + PARTS_SUFFIX)
+        return _fetch_file(ref, ref.hash + ".tar.zst", transferred)
+    manifest = _fetch_file(ref, ref.hash + PARTS_SUFFIX, transferred)
     if _composed(ref):
         return manifest
     for attempt in (1, 2):
         for part in ref.parts:
-            _fetch_file(_part_ref(ref, part), part["sha256"] + ".tar.zst")
+            _fetch_file(_part_ref(ref, part), part["sha256"] + ".tar.zst", transferred)
         failure = _compose(manifest)
         if failure is None:
             return manifest
@@ -257,7 +258,9 @@ def fetch(ref: PackRef) -> str:
     return manifest
 
 
-def _fetch_file(ref: PackRef, name: str) -> str:
+def _fetch_file(ref: PackRef, name: str, transferred: List[str]) -> str:
+    """The file `name` of the shipped packs, transferred from `ref`'s sources if it is not
+    there yet (then added to `transferred`)."""
     directory = shipped_dir()
     final = os.path.join(directory, name)
     if _used(final):
@@ -271,7 +274,7 @@ def _fetch_file(ref: PackRef, name: str) -> str:
         for stale in glob.glob(os.path.join(directory, ref.hash + ".part-*")):
             os.unlink(stale)
         _transfer(ref, directory, final)
-    evict(directory, keep=final)
+    transferred.append(final)
     return final
 
 
@@ -299,10 +302,6 @@ def _composed(ref: PackRef) -> bool:
 def _compose(manifest: str) -> Optional[str]:
     """Compose the environment now (parts unpacked and compiled by this worker's Python),
     before a serve starts on it; None, or why it failed."""
-    import subprocess
-
-    from .binary import find_binary
-
     path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     done = subprocess.run([find_binary(), "unpack", manifest, "--cache", packs_cache()],
                           capture_output=True, text=True, env=dict(os.environ, PATH=path))
@@ -320,63 +319,17 @@ def _used(path: str) -> bool:
         return os.path.exists(path)
 
 
-DEFAULT_CEILING = 20 << 30
-DEFAULT_SHARE = 0.25
-EVICT_GRACE_SECONDS = 600.0
-
-
-def budget(directory: str, held: int) -> int:
-    """The shipped packs' budget: LFM_PACK_CACHE_MAX (as the unpacked packs'), else 25% of
-    what the filesystem could give them (its free space plus what they hold), at most 20 GiB."""
-    given = os.environ.get("LFM_PACK_CACHE_MAX")
-    if given:
-        from .calls import size_bytes
-
-        value = size_bytes(given)
-        if value is None:
-            raise LfmError(f"LFM_PACK_CACHE_MAX: a size like 10G, not {given!r}")
-        return int(value)
-    free = shutil.disk_usage(directory).free
-    return int(min(DEFAULT_CEILING, DEFAULT_SHARE * (free + held)))
-
-
-def evict(directory: str, keep: str) -> List[str]:
-    """Remove least recently used shipped packs over the budget, never `keep` nor one used in
-    the last ten minutes (a serve may be about to unpack it; its unpacked copy is
-    evicted on its own terms, docs/pack.md). Each goes under its lock, taken without waiting."""
-    packs = []
-    for name in os.listdir(directory):
-        if name.endswith(".tar.zst") or name.endswith(PARTS_SUFFIX):
-            path = os.path.join(directory, name)
-            try:
-                stat = os.stat(path)
-            except FileNotFoundError:
-                continue
-            packs.append((stat.st_mtime, stat.st_size, path))
-    held = sum(size for _, size, _ in packs)
-    limit = budget(directory, held)
-    removed = []
-    for used, size, path in sorted(packs):
-        if held <= limit:
-            break
-        if path == keep or time.time() - used < EVICT_GRACE_SECONDS:
-            continue
-        with open(_lock_of(path), "a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue
-            _remove(path)
-        held -= size
-        removed.append(path)
-    return removed
-
-
-def _lock_of(path: str) -> str:
-    for suffix in (".tar.zst", PARTS_SUFFIX):
-        if path.endswith(suffix):
-            return path[: -len(suffix)] + ".lock"
-    return path + ".lock"
+def evict(directory: str) -> None:
+    """Shipped packs over the budget leave, decided by the binary as for every pack store
+    (packer/src/cache/shipped.rs): least recently used first, down to LFM_PACK_CACHE_MAX (the
+    unpacked packs' budget), else 25% of what the filesystem could give them, at most 20 GiB;
+    never one used in the last ten minutes (a serve may be about to unpack it) nor one whose
+    lock is held."""
+    done = subprocess.run([find_binary(), "cache", "--shipped", directory, "--prune"],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        why = done.stderr.strip() or f"exit {done.returncode}"
+        raise LfmError(f"could not keep the shipped packs in {directory} to their budget: {why}")
 
 
 def _sources(ref: PackRef) -> List[Tuple[str, str]]:
@@ -472,147 +425,3 @@ def transfers(directory: Optional[str] = None) -> List[Dict[str, Any]]:
     except FileNotFoundError:
         return []
 
-
-# ---- a shipped call ------------------------------------------------------------------------
-
-
-def prepare(fn: Callable, args: Tuple, kwargs: Dict[str, Any], options: Any,
-            host: Optional[str] = None) -> Dict[str, Any]:
-    """On the submit side: a call as a bare worker can forward it, the pack's reference and
-    the serve's request fields (the function and arguments pickled here, where they import)."""
-    from . import calls
-
-    ref = offer(calls.unwrapped(fn), host, options.pack == calls.SELF_CONTAINED)
-    fields = calls.request(fn, args, kwargs, options, _importable_roots(calls.unwrapped(fn)))
-    return {"pack": ref.to_dict(), "request": fields}
-
-
-def _importable_roots(fn: Callable) -> List[str]:
-    """The directory the function's top package sits in, so it is sent by name: the pack's
-    app/ holds that module under the same name."""
-    module = sys.modules.get(getattr(fn, "__module__", None) or "")
-    file = getattr(module, "__file__", None)
-    if not file or fn.__module__ == "__main__":
-        return []
-    depth = fn.__module__.count(".") + 1
-    root = os.path.realpath(file)
-    for _ in range(depth):
-        root = os.path.dirname(root)
-    return [root]
-
-
-class _ArgumentsIn:
-    """Pickles as the call's arguments (opened only in the call) run in `cwd`."""
-
-    def __init__(self, data: bytes, cwd: str):
-        self.data, self.cwd = data, cwd
-
-    def __reduce__(self) -> Tuple[Any, ...]:
-        from lfm_runner.opaque import arguments_in
-
-        return (arguments_in, (self.data, self.cwd))
-
-
-def run(call: Dict[str, Any], cwd: Optional[str] = None) -> Dict[str, Any]:
-    """On a worker: run a prepared call in this node's serve of its pack (in `cwd` when
-    given, else its sandbox); the serve's reply with the value's pickle inline and unopened
-    (a bare worker may not import its classes)."""
-    import pickle
-
-    from . import node
-
-    ref = PackRef.from_dict(call["pack"])
-    check_interpreter(ref)
-    key = node.ServeKey.here(fetch(ref), ())
-    fields = dict(call["request"])
-    if cwd is not None and "args_pickle" in fields:
-        inner = base64.b64decode(fields["args_pickle"])
-        outer = pickle.dumps(_ArgumentsIn(inner, cwd))
-        fields["args_pickle"] = base64.b64encode(outer).decode("ascii")
-    done = threading.Event()
-    outcome: Dict[str, Any] = {}
-
-    def settle(reply: Optional[Dict[str, Any]], error: Optional[BaseException]) -> None:
-        outcome.update(reply=reply, error=error)
-        done.set()
-
-    node.CALLS.send(key, fields, settle)
-    done.wait()
-    if outcome["error"] is not None:
-        raise outcome["error"]
-    return inline(outcome["reply"])
-
-
-def inline(reply: Dict[str, Any]) -> Dict[str, Any]:
-    """The reply with a value handed over as a node-local file read into it."""
-    path = reply.get("result_file")
-    if path is None:
-        return reply
-    with open(path, "rb") as handle:
-        data = handle.read()
-    _remove(path)
-    reply = dict(reply)
-    del reply["result_file"]
-    reply["result_pickle"] = base64.b64encode(data).decode("ascii")
-    return reply
-
-
-class ShippedFunction:
-    """`fn` with its pack, callable on any worker, bare or not: each call runs in the node's
-    serve of the pack, the value coming back unopened where it cannot be opened (an
-    lfm_runner.opaque.Opaque, which opens wherever it is unpickled next: the submit side, the
-    next shipped call). Made on the submit side by `shipped(fn, **options)`; its pickle holds
-    the pack's reference and the function as the serve loads it, never `fn` itself."""
-
-    def __init__(self, fn: Callable, options: Any, host: Optional[str] = None):
-        from . import calls
-
-        inner = calls.unwrapped(fn)
-        self.__name__ = getattr(inner, "__name__", "shipped")
-        self.__qualname__ = getattr(inner, "__qualname__", self.__name__)
-        if options.category is None:
-            options = options.merged(category=self.__name__)
-        self.options = options
-        self.pack = offer(inner, host, options.pack == calls.SELF_CONTAINED).to_dict()
-        self.function = calls.function_fields(inner, _importable_roots(inner))
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from lfm_runner.opaque import opened
-
-        from . import calls, node
-
-        fields = dict(self.function)
-        fields.update(calls.call_fields(self, args, kwargs, self.options, node.spill_dir()))
-        try:
-            reply = run({"pack": self.pack, "request": fields})
-        finally:
-            calls.discard(fields)
-        _tell_dask(reply.get("report"))
-        if not reply.get("ok"):
-            raise calls.outcome(reply)[1]
-        return opened(base64.b64decode(reply["result_pickle"]))
-
-    def __repr__(self) -> str:
-        return f"<lfm shipped {self.__qualname__}, pack {self.pack['hash'][:12]}>"
-
-
-def shipped(fn: Callable, host: Optional[str] = None, **options: Any) -> ShippedFunction:
-    """`fn` ready for workers that have nothing: its pack built here and offered by this
-    process; `options` are lfm's (memory, cores, wall, category, auto, ...)."""
-    from .calls import Options
-
-    return ShippedFunction(fn, Options(**options), host)
-
-
-def _tell_dask(report: Optional[Dict[str, Any]]) -> None:
-    """In a Dask worker, the Report joins the scheduler's "lfm-report" events."""
-    if report is None or "distributed" not in sys.modules:
-        return
-    try:
-        from distributed import get_worker
-
-        worker = get_worker()
-    except (ImportError, ValueError):
-        return
-    worker.log_event("lfm-report", {"key": str(getattr(worker, "get_current_task", lambda: None)()),
-                                    "report": report})
