@@ -310,3 +310,28 @@ fn size_prints_allocation_strategy_and_reason_on_lines_of_their_own() {
         );
     }
 }
+
+#[test]
+fn history_shows_the_exception_a_called_function_raised() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.sqlite").display().to_string();
+    let functions = dir.path().join("fns.py");
+    std::fs::write(&functions, "def boom():\n    raise ValueError('no')\n").unwrap();
+    let target = format!("{}:boom", functions.display());
+    let cache = dir.path().join("cache").display().to_string();
+    let called = lfm_in(
+        "/",
+        &[
+            "call",
+            "-q",
+            "--history",
+            &history,
+            "--cache-dir",
+            &cache,
+            &target,
+        ],
+    );
+    assert_eq!(called.status.code(), Some(1), "{called:?}");
+    let table = history_table(&history);
+    assert!(table.contains("exception ValueError"), "{table}");
+}

@@ -80,7 +80,8 @@ pub fn run(
     // A call's category is its function's name unless given: its history sizes the next.
     let qualname = &prepared.located.qualname;
     options.category.get_or_insert_with(|| qualname.clone());
-    let mut annotate = annotation(prepared, interpreter, &files, mark);
+    let mut ended = None;
+    let mut annotate = annotation(prepared, interpreter, &files, &mut ended, mark);
     let attempts = call.attempts;
     let sized = policy::run_sized(
         options,
@@ -90,13 +91,13 @@ pub fn run(
         &mut annotate,
     );
     drop(annotate);
-    let mut report = sized.map_err(|error| match error {
+    let report = sized.map_err(|error| match error {
         SizedRunError::History(message) => CallRunError::History(message),
         SizedRunError::Run(error) => CallRunError::Run(error),
     })?;
     mark("recorded (history)");
-    let read = outcome::read(&files.outcome);
-    let outcome = outcome::apply(&mut report, read.as_ref());
+    // Every attempt that ran was annotated; a run that failed to start returned an error.
+    let outcome = ended.unwrap_or(Outcome::Missing);
     Ok(Called {
         report,
         outcome,
@@ -104,12 +105,14 @@ pub fn run(
     })
 }
 
-/// What each attempt's Report gains: the function, and the imports it logged against its
-/// closure (with the distributions they belong to).
+/// What each attempt's Report gains before the history records it: the function, how it
+/// ended (its outcome, kept in `ended`), and the imports it logged against its closure (with
+/// the distributions they belong to).
 fn annotation<'a>(
     prepared: &'a Prepared,
     interpreter: &Interpreter,
     files: &'a CallFiles,
+    ended: &'a mut Option<Outcome>,
     mark: &'a dyn Fn(&str),
 ) -> impl FnMut(&mut Report) + 'a {
     let function = FunctionCall {
@@ -128,8 +131,13 @@ fn annotation<'a>(
                 _ => imports,
             }
         });
-        // A retry (--auto) logs afresh.
+        *ended = Some(outcome::apply(
+            report,
+            outcome::read(&files.outcome).as_ref(),
+        ));
+        // A retry (--auto) logs and ends afresh.
         let _ = std::fs::remove_file(&files.imports);
-        mark("imports read and compared");
+        let _ = std::fs::remove_file(&files.outcome);
+        mark("imports read and compared, outcome applied");
     }
 }
