@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{lfm_in, workload};
+use common::{assert_succeeded, lfm_in, workload};
 
 fn lfm(args: &[&str]) -> std::process::Output {
     lfm_in("/", args)
@@ -978,4 +978,21 @@ fn cgroup2_mount() -> String {
         .and_then(|l| l.split_whitespace().nth(1))
         .unwrap()
         .to_string()
+}
+
+#[test]
+fn a_relative_command_runs_from_a_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("simulate");
+    std::fs::write(&script, "#!/bin/sh\necho ran in \"$PWD\"\n").unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(&script, mode).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lfm"))
+        .args(["run", "-q", "--sandbox", "./work", "--", "./simulate"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_succeeded(&output);
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(said.trim().ends_with("/work"), "{said}");
 }

@@ -853,6 +853,10 @@ impl Totals {
     }
 }
 
+/// One target's JSON as written: its counts, its bytes, and (when it came from a stored
+/// result) its old index and outcome, kept for the new result.
+type RenderedTarget = (Totals, SharedBytes, Option<(u32, TargetOutcome)>);
+
 /// The Spec as one JSON document, written target by target.
 fn write_json(
     analysis: &Analysis,
@@ -861,23 +865,11 @@ fn write_json(
     totals: &mut Totals,
     bar: &Option<indicatif::ProgressBar>,
 ) -> std::io::Result<()> {
-    fn value(
-        out: &mut impl Write,
-        pretty: bool,
-        value: &impl serde::Serialize,
-    ) -> std::io::Result<()> {
-        if pretty {
-            serde_json::to_writer_pretty(out, value)?;
-        } else {
-            serde_json::to_writer(out, value)?;
-        }
-        Ok(())
-    }
     write!(out, "{{\"format\":\"{SPEC_FORMAT}\",\"python\":")?;
-    value(out, pretty, &analysis.python())?;
+    write_value(out, pretty, &analysis.python())?;
     write!(out, ",\"targets\":[")?;
     let mut first = true;
-    let render = |target: TargetView| {
+    let render = |target: TargetView| -> RenderedTarget {
         let bytes = if pretty {
             serde_json::to_vec_pretty(&target.to_spec()).unwrap_or_default()
         } else {
@@ -889,62 +881,82 @@ fn write_json(
     };
     // A target a stored result holds comes back as its JSON and what it counted, kept as
     // stored for the new result.
-    let stored = |bytes: SharedBytes, outcome: &TargetOutcome, old: u32| {
-        (
-            Totals::of_outcome(outcome),
-            bytes,
-            Some((old, outcome.clone())),
-        )
+    let stored = |bytes: SharedBytes, outcome: &TargetOutcome, old: u32| -> RenderedTarget {
+        let counts = Totals::of_outcome(outcome);
+        (counts, bytes, Some((old, outcome.clone())))
     };
     let sizer = ChunkSizer::new();
     analysis.map_chunks_reusing(
         || sizer.next(),
         render,
         stored,
-        |mut rendered| {
+        |rendered| {
             advance(bar, rendered.len(), analysis.len());
             let bytes = rendered.iter().map(|(_, bytes, _)| bytes.len()).sum();
             sizer.saw(rendered.len(), bytes);
-            let was_stored: Vec<bool> = rendered.iter().map(|(_, _, s)| s.is_some()).collect();
-            let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * rendered.len());
-            let first_in_chunk = first;
-            for (counts, bytes, stored) in &mut rendered {
-                // A computed target's counts are needed again below, for its outcome.
-                totals.add(match stored {
-                    Some(_) => std::mem::take(counts),
-                    None => counts.clone(),
-                });
-                if !first {
-                    parts.push(b",");
-                }
-                first = false;
-                parts.push(bytes);
-            }
-            out.write_parts(&parts)?;
-            drop(parts);
-            if let Some(record) = &mut out.record {
-                for (number, (counts, bytes, stored)) in rendered.iter_mut().enumerate() {
-                    let comma = !(first_in_chunk && number == 0);
-                    let (outcome, old) = match stored.take() {
-                        Some((old, outcome)) => (outcome, Some(old)),
-                        None => (counts.to_outcome(), None),
-                    };
-                    record.write_target(comma, bytes, outcome, old)?;
-                }
-            }
-            // Computed targets' buffers (~16 MiB a chunk, made on other threads) are freed on
-            // the pool while it computes the next chunk: freeing them here held it up. Stored
-            // ones are spans of the stored output's buffer, which is reused once they are gone.
-            let computed: Vec<SharedBytes> = (rendered.into_iter().zip(was_stored))
-                .filter_map(|((_, bytes, _), was_stored)| (!was_stored).then_some(bytes))
-                .collect();
-            rayon::spawn(move || drop(computed));
-            Ok::<(), std::io::Error>(())
+            write_chunk(out, totals, rendered, &mut first)
         },
     )?;
     write!(out, "],\"warnings\":")?;
-    value(out, pretty, &analysis.warnings())?;
+    write_value(out, pretty, &analysis.warnings())?;
     writeln!(out, "}}")
+}
+
+fn write_value(
+    out: &mut impl Write,
+    pretty: bool,
+    value: &impl serde::Serialize,
+) -> std::io::Result<()> {
+    if pretty {
+        serde_json::to_writer_pretty(out, value)?;
+    } else {
+        serde_json::to_writer(out, value)?;
+    }
+    Ok(())
+}
+
+/// A chunk of targets into the Spec, counted into `totals`, and into the stored result.
+fn write_chunk(
+    out: &mut Output,
+    totals: &mut Totals,
+    mut rendered: Vec<RenderedTarget>,
+    first: &mut bool,
+) -> std::io::Result<()> {
+    let was_stored: Vec<bool> = rendered.iter().map(|(_, _, s)| s.is_some()).collect();
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * rendered.len());
+    let first_in_chunk = *first;
+    for (counts, bytes, stored) in &mut rendered {
+        // A computed target's counts are needed again below, for its outcome.
+        totals.add(match stored {
+            Some(_) => std::mem::take(counts),
+            None => counts.clone(),
+        });
+        if !*first {
+            parts.push(b",");
+        }
+        *first = false;
+        parts.push(bytes);
+    }
+    out.write_parts(&parts)?;
+    drop(parts);
+    if let Some(record) = &mut out.record {
+        for (number, (counts, bytes, stored)) in rendered.iter_mut().enumerate() {
+            let comma = !(first_in_chunk && number == 0);
+            let (outcome, old) = match stored.take() {
+                Some((old, outcome)) => (outcome, Some(old)),
+                None => (counts.to_outcome(), None),
+            };
+            record.write_target(comma, bytes, outcome, old)?;
+        }
+    }
+    // Computed targets' buffers (~16 MiB a chunk, made on other threads) are freed on the pool
+    // while it computes the next chunk: freeing them here held it up. Stored ones are spans of
+    // the stored output's buffer, which is reused once they are gone.
+    let computed: Vec<SharedBytes> = (rendered.into_iter().zip(was_stored))
+        .filter_map(|((_, bytes, _), was_stored)| (!was_stored).then_some(bytes))
+        .collect();
+    rayon::spawn(move || drop(computed));
+    Ok(())
 }
 
 fn table_entry(target: &TargetSpec, quiet: bool) -> String {

@@ -73,7 +73,8 @@ pub fn resolve_command(program: &std::ffi::OsStr) -> Result<PathBuf, RunError> {
     let name = Path::new(program);
     let display = name.display().to_string();
     let candidates: Vec<PathBuf> = if name.components().count() > 1 {
-        vec![name.to_path_buf()]
+        // Absolute, so that it names the same file from a sandbox's working directory.
+        vec![std::path::absolute(name).unwrap_or_else(|_| name.to_path_buf())]
     } else {
         std::env::var_os("PATH")
             .map(|path| {
