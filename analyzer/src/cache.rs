@@ -198,7 +198,7 @@ impl SummaryCache {
             .with_context(|| format!("appending to {}", self.journal.display()))
     }
 
-    /// Write the whole cache atomically (temp file + rename), without the entries that no run
+    /// Write the whole cache atomically, without the entries that no run
     /// of the last [`KEPT_GENERATIONS`] used, then remove the journal it now holds.
     fn save_whole(&self) -> Result<()> {
         let entries = self
@@ -218,16 +218,8 @@ impl SummaryCache {
         };
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let tmp = dir.join(format!(".analyze-summaries.{}.tmp", std::process::id()));
-        let written = std::fs::File::create(&tmp)
-            .map_err(anyhow::Error::from)
-            .and_then(|out| write_cache_file(out, &head, &list));
-        if let Err(error) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(error.context(format!("writing {}", tmp.display())));
-        }
-        std::fs::rename(&tmp, &self.path)
-            .with_context(|| format!("renaming to {}", self.path.display()))?;
+        lfm_fs::write_atomically(&self.path, |out| write_cache_file(out, &head, &list))
+            .with_context(|| format!("writing {}", self.path.display()))?;
         // Records another run appended since this one opened the cache go too: a cache loses
         // nothing but time by that.
         let _ = std::fs::remove_file(&self.journal);
@@ -241,7 +233,7 @@ impl SummaryCache {
 /// Write the head and `entries` in chunks, each encoded on its own (at most one chunk's bytes
 /// in memory beside the summaries).
 fn write_cache_file(
-    out: std::fs::File,
+    out: &mut std::fs::File,
     head: &FileHead,
     entries: &[(CacheKey, u32, &ModuleSummary)],
 ) -> Result<()> {

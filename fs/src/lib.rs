@@ -7,3 +7,4 @@ pub mod owners;
 
 pub use atomic::{temporary_in, write_atomically, write_bytes_atomically};
 pub use owners::remove_dead_owners;
+pub use tempfile::TempPath;
