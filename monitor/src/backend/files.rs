@@ -178,7 +178,7 @@ mod tests {
         clean_stale_runs(parent.path(), |dir| {
             killed.borrow_mut().push(dir.to_path_buf())
         });
-        assert_eq!(killed.into_inner(), [dead.clone()]);
+        assert_eq!(killed.into_inner(), std::slice::from_ref(&dead));
         assert!(!dead.exists() && alive.exists() && other.exists());
     }
 }
