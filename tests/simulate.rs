@@ -287,3 +287,45 @@ fn a_schedule_on_one_node_gives_each_sizing_its_makespan() {
         "--schedule-cores needs --schedule-memory"
     );
 }
+
+/// `lfm history --format csv` is CSV that `lfm simulate --trace` (and `lfm history --import`)
+/// read back whatever a category holds: commas, quotes, a newline.
+#[test]
+fn a_category_with_commas_quotes_and_a_newline_round_trips_through_history_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let (history, trace, copy) = (path("h.sqlite"), path("t.csv"), path("copy.sqlite"));
+    let category = "fit, \"quoted\"\nsecond line";
+    for category in [category, category, "plain"] {
+        let run = common::lfm_in(
+            "/",
+            &[
+                "run",
+                "--quiet",
+                "--category",
+                category,
+                "--history",
+                &history,
+                "--",
+                "true",
+            ],
+        );
+        assert_succeeded(&run);
+    }
+    let csv = lfm(&["history", "--history", &history, "--format", "csv"]);
+    assert_succeeded(&csv);
+    std::fs::write(&trace, &csv.stdout).unwrap();
+
+    let simulated = lfm(&["simulate", "--trace", &trace, "--format", "json"]);
+    assert_succeeded(&simulated);
+    let report: serde_json::Value = serde_json::from_slice(&simulated.stdout).unwrap();
+    let outcomes = report["memory"].as_array().unwrap();
+    let oracle = outcomes.iter().find(|o| o["strategy"] == "oracle").unwrap();
+    assert_eq!(oracle["tasks"], 3, "{report}");
+
+    let imported = lfm(&["history", "--history", &copy, "--import", &trace]);
+    assert_succeeded(&imported);
+    let rows = common::history_json("history", &copy, category);
+    assert_eq!(rows.as_array().unwrap().len(), 2, "{rows}");
+    assert_eq!(rows[0]["category"], category);
+}

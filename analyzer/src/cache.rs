@@ -299,16 +299,10 @@ impl SummaryCache {
         let kept = self.kept(self.candidates(stored)?);
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let tmp = dir.join(format!(".analyze-summaries.{}.tmp", std::process::id()));
-        let written = std::fs::File::create(&tmp)
-            .map_err(anyhow::Error::from)
-            .and_then(|out| self.write_file(stored, out, &kept));
-        if let Err(error) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(error.context(format!("writing {}", tmp.display())));
-        }
-        std::fs::rename(&tmp, &self.path)
-            .with_context(|| format!("renaming to {}", self.path.display()))?;
+        lfm_fs::write_atomically(&self.path, |out| {
+            self.write_file(stored, out.try_clone()?, &kept)
+        })
+        .with_context(|| format!("writing {}", self.path.display()))?;
         // Records another run appended since this one opened the cache go too: a cache loses
         // nothing but time by that.
         let _ = std::fs::remove_file(&self.journal_path);

@@ -565,39 +565,29 @@ fn read_dist_info(site: &Path, dir: &Path) -> Result<Distribution, String> {
     let metadata = std::fs::read(dir.join("METADATA")).map_err(|e| format!("METADATA: {e}"))?;
     let mut dist = dist_from_metadata(&utf8_text(&metadata), MetadataKind::DistInfo, dir)?;
     if let Ok(record) = std::fs::read(dir.join("RECORD")) {
-        for line in utf8_text(&record).lines() {
-            if let Some(path) = record_path(line) {
-                dist.files.push(normalize_path(&site.join(path)));
-            }
+        for path in record_paths(&utf8_text(&record)) {
+            dist.files.push(normalize_path(&site.join(path)));
         }
     }
     Ok(dist)
 }
 
-/// First field of a RECORD row; CSV quoting is used when a path holds a comma.
-fn record_path(line: &str) -> Option<String> {
-    let line = line.trim_end_matches('\r');
-    if line.is_empty() {
-        return None;
-    }
-    if let Some(rest) = line.strip_prefix('"') {
-        let mut out = String::new();
-        let mut chars = rest.chars().peekable();
-        while let Some(c) = chars.next() {
-            if c == '"' {
-                if chars.peek() == Some(&'"') {
-                    out.push('"');
-                    chars.next();
-                } else {
-                    return Some(out);
-                }
-            } else {
-                out.push(c);
-            }
+/// The first field of each row of a RECORD (CSV: a path with a comma, a quote or a newline
+/// is quoted). A row that cannot be read ends the list there.
+fn record_paths(record: &str) -> Vec<String> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(record.as_bytes());
+    let mut row = csv::StringRecord::new();
+    let mut paths = Vec::new();
+    while let Ok(true) = reader.read_record(&mut row) {
+        match row.get(0) {
+            Some(path) if !path.is_empty() => paths.push(path.to_string()),
+            _ => {}
         }
-        return Some(out);
     }
-    line.split(',').next().map(str::to_string)
+    paths
 }
 
 fn read_egg_info(site: &Path, path: &Path) -> Result<Distribution, String> {
@@ -689,13 +679,11 @@ mod tests {
 
     #[test]
     fn record_paths_with_quotes_and_parents() {
+        let record =
+            "yaml/__init__.py,sha256=x,12\r\n\n\"a,b.py\",sha256=x,1\n\"say \"\"hi\"\".py\",,\n";
         assert_eq!(
-            record_path("yaml/__init__.py,sha256=x,12").as_deref(),
-            Some("yaml/__init__.py")
-        );
-        assert_eq!(
-            record_path("\"a,b.py\",sha256=x,1").as_deref(),
-            Some("a,b.py")
+            record_paths(record),
+            ["yaml/__init__.py", "a,b.py", "say \"hi\".py"]
         );
         assert_eq!(
             normalize_path(Path::new("/e/lib/site-packages/../../bin/x")),

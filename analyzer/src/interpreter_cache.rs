@@ -55,13 +55,7 @@ pub fn store(dir: &Path, python: &Path, query: &str, interpreter: &Interpreter) 
     if std::fs::create_dir_all(dir).is_err() {
         return;
     }
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let nth = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let temporary = dir.join(format!(".{name}.{}.{nth}", std::process::id()));
-    if std::fs::write(&temporary, text).is_ok() {
-        let _ = std::fs::rename(&temporary, dir.join(&name));
-    }
-    let _ = std::fs::remove_file(&temporary);
+    let _ = lfm_fs::write_bytes_atomically(&dir.join(&name), &text);
     crate::kept_files::keep_newest(dir, ".json", KEPT);
 }
 

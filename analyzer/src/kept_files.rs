@@ -135,7 +135,7 @@ pub fn read_stamped_with_stamps<T: serde::de::DeserializeOwned>(
     Some((stamps, value))
 }
 
-/// Store `value` after its `stamps` as `dir/name` (written aside, then renamed), keeping the
+/// Store `value` after its `stamps` as `dir/name` (written whole or not at all), keeping the
 /// `kept` newest entries ending with `suffix`. A cache that cannot be written is no error.
 pub fn store_stamped<T: serde::Serialize>(
     dir: &Path,
@@ -153,11 +153,7 @@ pub fn store_stamped<T: serde::Serialize>(
     if !written || std::fs::create_dir_all(dir).is_err() {
         return;
     }
-    let temporary = dir.join(format!(".{name}.{}", std::process::id()));
-    if std::fs::write(&temporary, bytes).is_ok() {
-        let _ = std::fs::rename(&temporary, dir.join(name));
-    }
-    let _ = std::fs::remove_file(&temporary);
+    let _ = lfm_fs::write_bytes_atomically(&dir.join(name), &bytes);
     keep_newest(dir, suffix, kept);
 }
 

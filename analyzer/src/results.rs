@@ -349,9 +349,9 @@ impl ResultsCache {
     pub fn writer(&self, request: &RequestKey) -> Result<ResultWriter> {
         std::fs::create_dir_all(&self.dir)
             .with_context(|| format!("creating {}", self.dir.display()))?;
-        let tmp = self.dir.join(format!(".{}.tmp", std::process::id()));
-        let file =
-            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let (file, tmp) = lfm_fs::temporary_in(&self.dir)
+            .with_context(|| format!("creating a file in {}", self.dir.display()))?
+            .into_parts();
         Ok(ResultWriter {
             path: self.entry_path(request),
             tmp,
@@ -385,9 +385,11 @@ fn read_header(file: &mut std::fs::File) -> Option<(Header, u64)> {
 /// Compresses one result's output into its entry file as it is printed.
 pub struct ResultWriter {
     path: PathBuf,
-    tmp: PathBuf,
+    /// Removed when dropped: a writer not finished (a failed write, a closed pipe) leaves no
+    /// partial entry behind.
+    tmp: lfm_fs::TempPath,
     dir: PathBuf,
-    /// Taken by [`ResultWriter::finish`]; still here on drop means the result is abandoned.
+    /// Taken by [`ResultWriter::finish`].
     encoder: Option<crate::frames::FrameWriter>,
     /// Bytes of output written so far: where the next target starts.
     written: u64,
@@ -445,7 +447,7 @@ impl ResultWriter {
         self.index.outcome_of.push(id);
     }
 
-    /// Store the output with what it was computed from (temp file + rename), then delete the
+    /// Store the output with what it was computed from (whole or not at all), then delete the
     /// least recently used entries beyond [`KEPT_RESULTS`]. `jobs` and `imported` complete
     /// the target index ([`TargetIndex`]); a count of targets other than the ones noted
     /// stores no index (nor `table`, the loaded modules' [`crate::module_table::ModuleTable::to_bytes`], empty for
@@ -484,20 +486,12 @@ impl ResultWriter {
             .and_then(|_| file.write_all(&(header.len() as u64).to_le_bytes()))
             .with_context(|| format!("writing {}", self.tmp.display()))?;
         drop(file);
-        std::fs::rename(&self.tmp, &self.path)
+        self.tmp
+            .persist(&self.path)
             .with_context(|| format!("renaming to {}", self.path.display()))?;
         let budget = crate::cache::budget().unwrap_or(crate::cache::DEFAULT_BUDGET);
         evict(&self.dir, KEPT_RESULTS, budget);
         Ok(())
-    }
-}
-
-impl Drop for ResultWriter {
-    fn drop(&mut self) {
-        if self.encoder.take().is_some() {
-            // Not finished (a failed write, a closed pipe): no partial entry is left behind.
-            let _ = std::fs::remove_file(&self.tmp);
-        }
     }
 }
 

@@ -59,23 +59,10 @@ impl CallFiles {
 /// `{prefix}{pid}` or `{prefix}{pid}-...` whose pid is not running (a SIGKILL, a crash).
 /// A pid that was reused keeps its entry: only the dead are certain.
 pub fn remove_dead_owners(parent: &Path, prefix: &str) {
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let owner = name
-            .strip_prefix(prefix)
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<u32>().ok());
-        let Some(pid) = owner else {
-            continue;
-        };
-        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        let _ = std::fs::remove_dir_all(entry.path());
-    }
+    let owner = |name: &str| lfm_fs::owners::pid_after(prefix, name);
+    lfm_fs::remove_dead_owners(parent, owner, |dir| {
+        let _ = std::fs::remove_dir_all(dir);
+    });
 }
 
 #[cfg(test)]

@@ -740,14 +740,17 @@ fn write_archive(
         Some(path) => path.clone(),
         None => dir.join(format!("lfm-{}.tar.zst", &written.blake3[..16])),
     };
-    fs::rename(&written.tmp, &path)
+    written
+        .tmp
+        .persist(&path)
         .with_context(|| format!("moving the pack to {}", path.display()))?;
     Ok((path, written.bytes, written.blake3))
 }
 
-/// A tar.zst written to a temporary file of `dir`, for the caller to name.
+/// A tar.zst written to a temporary file of `dir`, for the caller to name (removed unless
+/// persisted).
 pub(crate) struct Written {
-    pub(crate) tmp: PathBuf,
+    pub(crate) tmp: lfm_fs::TempPath,
     pub(crate) bytes: u64,
     pub(crate) blake3: String,
 }
@@ -762,10 +765,9 @@ pub(crate) fn write_tar_zst(
     totals: Option<&Totals>,
 ) -> Result<Written> {
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    static SEQUENCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let sequence = SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".lfm-pack-{}-{sequence}.tmp", std::process::id()));
-    let file = fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let (file, tmp) = lfm_fs::temporary_in(dir)
+        .with_context(|| format!("creating a file in {}", dir.display()))?
+        .into_parts();
     let hashing = HashingWriter {
         inner: io::BufWriter::new(file),
         hasher: blake3::Hasher::new(),

@@ -163,7 +163,8 @@ pub(crate) fn write_parts(
     let bytes = serde_json::to_vec_pretty(&parts_manifest)?;
     let sha256 = hex(&Sha256::digest(&bytes));
     let path = dir.join(format!("{sha256}{PARTS_SUFFIX}"));
-    publish(dir, &path, &bytes)?;
+    lfm_fs::write_bytes_atomically(&path, &bytes)
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok((path, total, sha256))
 }
 
@@ -194,10 +195,11 @@ fn write_part(
     let written = write_tar_zst(dir, first, entries, options, None)?;
     let sha256 = sha256_file(&written.tmp)?;
     let path = dir.join(format!("{sha256}.tar.zst"));
-    if path.exists() {
-        fs::remove_file(&written.tmp)?;
-    } else {
-        fs::rename(&written.tmp, &path)
+    // A part already there is the same bytes: ours is dropped, and its file with it.
+    if !path.exists() {
+        written
+            .tmp
+            .persist(&path)
             .with_context(|| format!("moving a part to {}", path.display()))?;
     }
     let totals = totals_of(entries);
@@ -268,17 +270,8 @@ fn remember_part(dir: &Path, key: &str, part: &Part) {
     let Ok(bytes) = serde_json::to_vec(part) else {
         return;
     };
-    let tmp = index.join(format!(".{key}.{}", std::process::id()));
     let _ = fs::create_dir_all(&index)
-        .and_then(|()| fs::write(&tmp, bytes))
-        .and_then(|()| fs::rename(&tmp, index.join(key)));
-}
-
-fn publish(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = dir.join(format!(".lfm-parts-{}.tmp", std::process::id()));
-    fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+        .and_then(|()| lfm_fs::write_bytes_atomically(&index.join(key), &bytes));
 }
 
 pub fn sha256_file(path: &Path) -> io::Result<String> {

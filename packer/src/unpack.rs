@@ -498,28 +498,36 @@ pub(crate) fn touch(path: &Path) {
 
 /// Remove extraction and eviction directories left by processes that died mid-way.
 pub(crate) fn clean_stale_temporaries(cache: &Path) {
-    let Ok(entries) = fs::read_dir(cache) else {
-        return;
+    let owner = |name: &str| {
+        lfm_fs::owners::pid_at_end(".tmp-", name)
+            .or_else(|| lfm_fs::owners::pid_at_end(".evicted-", name))
     };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .strip_prefix(".tmp-")
-            .or_else(|| name.strip_prefix(".evicted-"))
-            .and_then(|rest| rest.rsplit('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = cache::remove_tree(&entry.path());
-        }
-    }
+    lfm_fs::remove_dead_owners(cache, owner, |path| {
+        let _ = cache::remove_tree(path);
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_temporaries_of_dead_processes_are_cleaned() {
+        let cache = tempfile::tempdir().unwrap();
+        // A pid above the kernel's maximum (4194304) never runs.
+        let dead = [".tmp-0a1b-4194399", ".evicted-0a1b-7-4194399"];
+        let kept = [
+            format!(".tmp-0a1b-{}", std::process::id()),
+            "0a1b-4194399".to_string(),
+            ".tmp-0a1b".to_string(),
+        ];
+        for name in dead.iter().copied().chain(kept.iter().map(String::as_str)) {
+            fs::create_dir_all(cache.path().join(name).join("lib")).unwrap();
+        }
+        clean_stale_temporaries(cache.path());
+        assert!(dead.iter().all(|name| !cache.path().join(name).exists()));
+        assert!(kept.iter().all(|name| cache.path().join(name).exists()));
+    }
 
     #[test]
     fn paths() {

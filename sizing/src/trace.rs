@@ -41,24 +41,31 @@ impl Trace {
         Trace::read_with(path, &TraceOptions::default())
     }
 
+    /// Fields are CSV's (RFC 4180: a quoted field may hold commas, quotes and newlines), each
+    /// trimmed; blank lines are passed over.
     pub fn read_with(path: &Path, options: &TraceOptions) -> Result<Trace, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut lines = text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty());
-        let (_, header) = lines
+        let in_file = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .trim(csv::Trim::All)
+            .from_path(path)
+            .map_err(|e| in_file(&e))?;
+        let mut records = reader.records().filter(|r| !r.as_ref().is_ok_and(is_blank));
+        let header = records
             .next()
-            .ok_or_else(|| format!("{}: empty trace", path.display()))?;
-        let layout =
-            Layout::new(header, options).map_err(|e| format!("{}: {e}", path.display()))?;
+            .ok_or_else(|| in_file(&"empty trace"))?
+            .map_err(|e| in_file(&e))?;
+        let layout = Layout::new(&header, options).map_err(|e| in_file(&e))?;
         let mut rows = Vec::new();
         let mut lines_of_rows = Vec::new();
-        for (index, line) in lines {
-            let at = |e: String| format!("{}:{}: {e}", path.display(), index + 1);
-            if let Some(row) = layout.row(line).map_err(at)? {
+        for record in records {
+            let record = record.map_err(|e| in_file(&e))?;
+            let line = record.position().map_or(0, |p| p.line() as usize);
+            let at = |e: String| format!("{}:{line}: {e}", path.display());
+            if let Some(row) = layout.row(&record).map_err(at)? {
                 rows.push(row);
-                lines_of_rows.push(index + 1);
+                lines_of_rows.push(line);
             }
         }
         Ok(Trace {
@@ -110,8 +117,8 @@ struct Layout {
 }
 
 impl Layout {
-    fn new(header: &str, options: &TraceOptions) -> Result<Layout, String> {
-        let mut columns: Vec<String> = header.split(',').map(|c| c.trim().to_string()).collect();
+    fn new(header: &csv::StringRecord, options: &TraceOptions) -> Result<Layout, String> {
+        let mut columns: Vec<String> = header.iter().map(str::to_string).collect();
         let position = |columns: &[String], name: &str| {
             columns.iter().position(|c| c == name).ok_or_else(|| {
                 format!("no {name:?} column (the header has {})", columns.join(", "))
@@ -154,9 +161,9 @@ impl Layout {
         })
     }
 
-    /// A line's category and values (0 for text columns), or None if a filter drops it.
-    fn row(&self, line: &str) -> Result<Option<(String, Vec<f64>)>, String> {
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+    /// A row's category and values (0 for text columns), or None if a filter drops it.
+    fn row(&self, record: &csv::StringRecord) -> Result<Option<(String, Vec<f64>)>, String> {
+        let fields: Vec<&str> = record.iter().collect();
         if fields.len() != self.columns.len() {
             return Err(format!(
                 "{} fields, the header has {}",
@@ -193,4 +200,9 @@ impl Layout {
         };
         Ok(Some((name, values)))
     }
+}
+
+/// A line of nothing but blanks (one empty field once trimmed).
+fn is_blank(record: &csv::StringRecord) -> bool {
+    record.len() == 1 && record[0].is_empty()
 }

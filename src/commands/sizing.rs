@@ -121,20 +121,28 @@ fn import(args: &HistoryArgs, path: &std::path::Path) -> i32 {
 /// bioblast's columns (category, cores, memory MB, disk MB, cpu_time, wall_time) plus the
 /// exit: `lfm simulate --trace` replays it.
 fn write_csv(out: &mut impl Write, rows: &[Row]) -> std::io::Result<()> {
-    writeln!(out, "category,cores,memory,disk,cpu_time,wall_time,exit")?;
+    let mut csv = csv::Writer::from_writer(out);
+    csv.write_record([
+        "category",
+        "cores",
+        "memory",
+        "disk",
+        "cpu_time",
+        "wall_time",
+        "exit",
+    ])?;
     for r in rows {
-        writeln!(
-            out,
-            "{},{:.3},{:.1},{:.1},0,{:.3},{}",
-            r.category,
-            r.cores,
-            r.memory_mb,
-            r.disk_mb.unwrap_or(0.0),
-            r.wall_time,
-            r.exit
-        )?;
+        csv.write_record([
+            r.category.clone(),
+            format!("{:.3}", r.cores),
+            format!("{:.1}", r.memory_mb),
+            format!("{:.1}", r.disk_mb.unwrap_or(0.0)),
+            "0".into(),
+            format!("{:.3}", r.wall_time),
+            r.exit.to_string(),
+        ])?;
     }
-    Ok(())
+    csv.flush()
 }
 
 /// How a run ended, in words: `normal`, `exit 1`, `exception ValueError`, `signal 9`,

@@ -67,45 +67,23 @@ fn now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// `YYYY-MM-DD` at 00:00 UTC, as Unix time.
+/// `YYYY-MM-DD` at 00:00 UTC, as Unix time; None for anything else (2026-02-30 too).
 fn parse_date(text: &str) -> Option<f64> {
-    let mut parts = text.splitn(3, '-').map(|p| p.parse::<i64>().ok());
-    let (year, month, day) = (parts.next()??, parts.next()??, parts.next()??);
-    if text.len() != 10 || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+    if text.len() != 10 {
         return None;
     }
-    Some((days_from_civil(year, month, day) * 86_400) as f64)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let date = jiff::civil::Date::strptime("%Y-%m-%d", text).ok()?;
+    let midnight =
+        jiff::tz::TimeZone::UTC.to_timestamp(date.to_datetime(jiff::civil::Time::midnight()));
+    Some(midnight.ok()?.as_second() as f64)
 }
 
 /// `2026-11-23 10:40Z`: Unix time as a UTC minute.
 fn utc(time: f64) -> String {
-    let seconds = time.floor() as i64;
-    let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60
-    )
+    match jiff::Timestamp::from_second(time.floor() as i64) {
+        Ok(at) => at.strftime("%Y-%m-%d %H:%MZ").to_string(),
+        Err(_) => format!("{time} (Unix time)"),
+    }
 }
 
 fn write_table(out: &mut impl Write, usage: &Usage) -> std::io::Result<()> {
@@ -209,16 +187,22 @@ fn write_used(
 
 /// One table: `section,category,name,distribution,calls,last_used`.
 fn write_csv(out: &mut impl Write, usage: &Usage) -> std::io::Result<()> {
-    writeln!(out, "section,category,name,distribution,calls,last_used")?;
+    let mut csv = csv::Writer::from_writer(out);
+    csv.write_record([
+        "section",
+        "category",
+        "name",
+        "distribution",
+        "calls",
+        "last_used",
+    ])?;
     let mut row = |section: &str,
                    category: &str,
                    name: &str,
                    dist: Option<&str>,
                    calls: String,
                    last: String| {
-        let cells = [section, category, name, dist.unwrap_or(""), &calls, &last];
-        let cells: Vec<String> = cells.iter().map(|c| csv_cell(c)).collect();
-        writeln!(out, "{}", cells.join(","))
+        csv.write_record([section, category, name, dist.unwrap_or(""), &calls, &last])
     };
     for m in &usage.not_in_closure {
         let last = format!("{:.3}", m.last_used);
@@ -270,15 +254,7 @@ fn write_csv(out: &mut impl Write, usage: &Usage) -> std::io::Result<()> {
             )?;
         }
     }
-    Ok(())
-}
-
-fn csv_cell(text: &str) -> String {
-    if text.contains([',', '"', '\n']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_string()
-    }
+    csv.flush()
 }
 
 #[cfg(test)]
@@ -292,6 +268,8 @@ mod tests {
         assert_eq!(utc(1_795_392_000.0 + 3600.0 * 10.5), "2026-11-23 10:30Z");
         assert_eq!(utc(951_782_400.0), "2000-02-29 00:00Z");
         assert!(parse_date("2026-13-01").is_none());
+        assert!(parse_date("2026-02-29").is_none());
+        assert!(parse_date("26-02-2026").is_none());
         assert!(parse_since("yesterday").is_err());
         assert!(parse_since("7d").unwrap() < now() - 6.0 * 86_400.0);
     }

@@ -115,27 +115,11 @@ pub fn own_cgroup(controller: Option<&str>) -> Option<String> {
 
 /// Remove run directories left by lfm processes that no longer exist (a crash, a SIGKILL).
 pub fn clean_stale_runs(parent: &Path, kill: impl Fn(&Path)) {
-    let Ok(entries) = fs::read_dir(parent) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(owner) = name
-            .strip_prefix("run-")
-            .and_then(|rest| rest.split('-').next())
-        else {
-            continue;
-        };
-        let Ok(pid) = owner.parse::<i32>() else {
-            continue;
-        };
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        let path = entry.path();
-        kill(&path);
-        let _ = remove_cgroup_dir(&path);
-    }
+    let owner = |name: &str| lfm_fs::owners::pid_after("run-", name);
+    lfm_fs::remove_dead_owners(parent, owner, |path| {
+        kill(path);
+        let _ = remove_cgroup_dir(path);
+    });
 }
 
 /// rmdir a cgroup, retrying for up to a second: killed tasks take a moment to leave it.
@@ -173,5 +157,28 @@ pub fn kill_listed(procs_file: &Path) {
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runs_of_dead_processes_are_killed_then_removed() {
+        let parent = tempfile::tempdir().unwrap();
+        // A pid above the kernel's maximum (4194304) never runs.
+        let dead = parent.path().join("run-4194399-0");
+        let alive = parent.path().join(format!("run-{}-0", std::process::id()));
+        let other = parent.path().join("lfm-4194399");
+        for dir in [&dead, &alive, &other] {
+            fs::create_dir(dir).unwrap();
+        }
+        let killed = std::cell::RefCell::new(Vec::new());
+        clean_stale_runs(parent.path(), |dir| {
+            killed.borrow_mut().push(dir.to_path_buf())
+        });
+        assert_eq!(killed.into_inner(), std::slice::from_ref(&dead));
+        assert!(!dead.exists() && alive.exists() && other.exists());
     }
 }

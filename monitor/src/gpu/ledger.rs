@@ -8,9 +8,11 @@
 //! wanting two devices each never hold one apiece and wait forever.
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::FromRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use nix::fcntl::{Flock, FlockArg};
 
 use super::{Device, GpuError};
 
@@ -31,7 +33,7 @@ pub struct Claim {
     pub devices: Vec<Device>,
     /// How long the run waited for them.
     pub waited: Duration,
-    _locks: Vec<File>,
+    _locks: Vec<Flock<File>>,
 }
 
 impl Ledger {
@@ -85,18 +87,17 @@ impl Ledger {
         &self,
         devices: &[Device],
         count: usize,
-    ) -> Result<(Vec<Device>, Vec<File>), GpuError> {
+    ) -> Result<(Vec<Device>, Vec<Flock<File>>), GpuError> {
         let mut held = Vec::new();
         let mut locks = Vec::new();
         for device in devices {
             if held.len() == count {
                 break;
             }
-            let file = self.open(device)?;
-            // SAFETY: flock on a descriptor we own.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            // Refused (held by another run, or not lockable): the device is busy.
+            if let Ok(lock) = Flock::lock(self.open(device)?, FlockArg::LockExclusiveNonblock) {
                 held.push(device.clone());
-                locks.push(file);
+                locks.push(lock);
             }
         }
         Ok((held, locks))
