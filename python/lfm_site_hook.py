@@ -1,0 +1,329 @@
+"""Site-wide import usage: which installed modules every Python process of an installation uses.
+
+`lfm usage --install-hook PREFIX --site DIR` copies this file into the installation's standard
+library directory and calls `install(DIR)` from its `sitecustomize`, which `site` imports at the
+start of every process of that installation and of every venv made from it (a venv's sys.path
+keeps the base installation's standard library, whatever its site-packages; docs/usage.md).
+
+Observing, never changing: a finder first on `sys.meta_path` only notes the top-level names asked
+for and returns None, so the import system goes on exactly as without it (no loader wrapped, no
+spec returned). A noted name is written once the module is in `sys.modules` (its spec then says
+where it came from): at the next import of anything, which the module's own body usually does,
+and at exit. A process killed with SIGKILL keeps every line written until then.
+
+One line per top-level module per process, tab-separated, each line whole on its own (context
+repeated) and shorter than PIPE_BUF, written with one O_APPEND write: concurrent processes never
+tear each other's lines. Only standard-library and installed (site-packages) modules are logged,
+with their distribution and version; the user's own modules, arguments, paths of user files
+and environment values never are. Any error (no directory, no permission, a full disk) turns
+the hook off for the rest of the process: the program never sees it.
+"""
+
+import os
+import sys
+import time
+
+FORMAT = "lfm-site/1"
+# A log file larger than this is renamed aside on the next process start (rotation by size).
+ROTATE_BYTES = 64 * 1024 * 1024
+# Lines longer than this are dropped: O_APPEND writes up to PIPE_BUF (4096 on Linux) are never
+# interleaved with another writer's.
+MAX_LINE = 4000
+BATCH_VARIABLES = (
+    ("slurm", "SLURM_JOB_ID"),
+    ("pbs", "PBS_JOBID"),
+    ("lsf", "LSB_JOBID"),
+)
+
+
+class SiteUsage:
+    """The meta-path finder that notes names, and the log they are written to."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.pending = []
+        self.seen = set()
+        self.context = context_fields()
+        self.stdlib = stdlib_dirs()
+        self.distributions = {}
+        # Set while writing: reading a distribution's metadata must not note or flush again.
+        self.busy = False
+
+    def find_spec(self, name, path=None, target=None):
+        if self.pending and not self.busy:
+            self.flush()
+        if path is None and name not in self.seen:
+            self.seen.add(name)
+            self.pending.append(name)
+        return None
+
+    def flush(self, at_exit=False):
+        """Write every noted name whose module is loaded; keep those still being found."""
+        self.busy = True
+        waiting = []
+        try:
+            for name in self.pending:
+                module = sys.modules.get(name)
+                if module is None:
+                    if not at_exit:
+                        waiting.append(name)
+                    continue
+                self.write(name, getattr(module, "__spec__", None))
+        finally:
+            self.pending = waiting if self.fd >= 0 else []
+            self.busy = False
+
+    def renew(self):
+        """A forked child is a process of its own (multiprocessing's workers)."""
+        self.context = context_fields()
+
+    def write_process(self):
+        """The process itself, so that counts per Python version and batch share include the
+        processes that import nothing logged."""
+        self.write_line("", "process", "", "")
+
+    def write(self, name, spec):
+        where = self.classify(name, spec)
+        if where is None:
+            return
+        self.write_line(name, *where)
+
+    def write_line(self, name, kind, distribution, version):
+        fields = self.context + (f"{time.time():.3f}", name, kind, distribution, version)
+        line = "\t".join(clean(f) for f in fields) + "\n"
+        data = line.encode("utf-8", "replace")
+        if len(data) > MAX_LINE:
+            return
+        try:
+            os.write(self.fd, data)
+        except OSError:
+            self.stop()
+
+    def classify(self, name, spec):
+        """(kind, distribution, version), or None for the user's own modules."""
+        origin = getattr(spec, "origin", None)
+        if origin in ("built-in", "frozen"):
+            return ("stdlib", "", "")
+        if not origin or not isinstance(origin, str):
+            locations = getattr(spec, "submodule_search_locations", None) or []
+            origin = next(iter(locations), None)
+            if not origin:
+                return None
+            origin = os.path.join(origin, "__init__.py")
+        folder = os.path.dirname(origin)
+        if os.path.basename(origin).startswith("__init__."):
+            folder = os.path.dirname(folder)
+        if os.path.basename(folder) in ("site-packages", "dist-packages"):
+            return ("site", *self.distribution(folder, name))
+        if folder in self.stdlib:
+            return ("stdlib", "", "")
+        return None
+
+    def distribution(self, folder, name):
+        known = self.distributions.get(folder)
+        if known is None:
+            known = self.distributions[folder] = Distributions(folder)
+        return known.of(name)
+
+    def stop(self):
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+        self.fd = -1
+        self.pending = []
+
+
+class Distributions:
+    """Top-level module -> (distribution, version) of one site-packages directory, read from
+    the `*.dist-info` names first (numpy-2.4.6.dist-info names numpy) and only when a module's
+    name matches none of them from each distribution's top_level.txt, then RECORD."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.by_name = {}
+        self.infos = []
+        self.complete = False
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            entries = []
+        for entry in entries:
+            if entry.endswith((".dist-info", ".egg-info")):
+                stem = entry.rsplit(".", 1)[0]
+                distribution, _, version = stem.partition("-")
+                version = version.split("-")[0]
+                self.infos.append((entry, distribution, version))
+                self.by_name.setdefault(normal(distribution), (distribution, version))
+
+    def of(self, name):
+        found = self.by_name.get(normal(name))
+        if found is None and not self.complete:
+            self.read_top_levels()
+            found = self.by_name.get(normal(name))
+        return found or ("", "")
+
+    def read_top_levels(self):
+        self.complete = True
+        for entry, distribution, version in self.infos:
+            for module in self.top_levels(entry):
+                self.by_name.setdefault(normal(module), (distribution, version))
+
+    def top_levels(self, entry):
+        info = os.path.join(self.folder, entry)
+        try:
+            with open(os.path.join(info, "top_level.txt"), encoding="utf-8") as lines:
+                return [line.strip() for line in lines if line.strip()]
+        except OSError:
+            pass
+        names = set()
+        try:
+            with open(os.path.join(info, "RECORD"), encoding="utf-8") as lines:
+                for line in lines:
+                    first = line.split(",", 1)[0].split("/", 1)[0]
+                    if first.endswith(".py"):
+                        first = first[:-3]
+                    elif ".cpython-" in first or first.endswith((".so", ".pyd")):
+                        first = first.split(".", 1)[0]
+                    if first and not first.endswith((".dist-info", ".data")):
+                        names.add(first)
+        except OSError:
+            pass
+        return names
+
+
+def normal(name):
+    return name.lower().replace("-", "_").replace(".", "_")
+
+
+def clean(field):
+    return str(field).replace("\t", " ").replace("\n", " ")
+
+
+def context_fields():
+    """Who and where, the same on every line of a process: the format, uid, host, Python
+    version, the installation (its base prefix, the admin's path), venv or not, the batch
+    system's job id ('' interactive), and a key telling this process from any other."""
+    system, job = batch_job()
+    version = "%d.%d.%d" % sys.version_info[:3]
+    venv = "1" if sys.prefix != sys.base_prefix else "0"
+    host = os.uname().nodename
+    process = f"{host}:{os.getpid()}:{time.time_ns() // 1000:x}"
+    job_id = f"{system}:{job}" if job else ""
+    return (FORMAT, str(os.getuid()), host, version, sys.base_prefix, venv, job_id, process)
+
+
+def batch_job():
+    for system, variable in BATCH_VARIABLES:
+        value = os.environ.get(variable)
+        if value:
+            return system, value
+    ad = os.environ.get("_CONDOR_JOB_AD")
+    if ad:
+        return "condor", condor_job_id(ad)
+    return "", ""
+
+
+def condor_job_id(ad_file):
+    """`ClusterId.ProcId` from HTCondor's job ad (the id it prints), else 'job'."""
+    found = {}
+    try:
+        with open(ad_file, encoding="utf-8", errors="replace") as ad:
+            for line in ad:
+                key, _, value = line.partition("=")
+                key = key.strip()
+                if key in ("ClusterId", "ProcId"):
+                    found[key] = value.strip()
+                    if len(found) == 2:
+                        break
+    except OSError:
+        pass
+    if "ClusterId" in found:
+        return f"{found['ClusterId']}.{found.get('ProcId', '0')}"
+    return "job"
+
+
+def stdlib_dirs():
+    """The standard library's directories (not site-packages) of the base installation."""
+    version = "python%d.%d" % sys.version_info[:2]
+    dirs = set()
+    for prefix in {sys.base_prefix, sys.base_exec_prefix}:
+        lib = os.path.join(prefix, "lib", version)
+        dirs.add(lib)
+        dirs.add(os.path.join(lib, "lib-dynload"))
+    return dirs
+
+
+def open_log(directory):
+    """An O_APPEND descriptor on this host's and user's log file in `directory`, renaming a
+    file grown past ROTATE_BYTES aside first; -1 when it cannot be opened."""
+    name = f"{os.uname().nodename}.{os.getuid()}"
+    path = os.path.join(directory, name + ".log")
+    try:
+        if os.stat(path).st_size > ROTATE_BYTES:
+            # Another process may rotate at the same time: either rename wins, lines stay whole.
+            os.rename(path, os.path.join(directory, f"{name}.{time.time_ns()}.log"))
+    except OSError:
+        pass
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    try:
+        return os.open(path, flags, 0o600)
+    except OSError:
+        return -1
+
+
+def install(directory):
+    """Start logging this process's imports into `directory`; does nothing on any error."""
+    try:
+        if any(isinstance(f, SiteUsage) for f in sys.meta_path):
+            return
+        fd = open_log(directory)
+        if fd < 0:
+            return
+        usage = SiteUsage(fd)
+        # What the interpreter and `site` loaded before the hook says nothing of the program:
+        # every process loads it.
+        usage.seen.update(sys.modules)
+        usage.write_process()
+        if usage.fd < 0:
+            return
+        sys.meta_path.insert(0, usage)
+        import atexit
+
+        atexit.register(at_exit, usage)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=usage.renew)
+    except Exception:
+        pass
+
+
+def at_exit(usage):
+    try:
+        if usage.fd >= 0:
+            usage.flush(at_exit=True)
+    except Exception:
+        pass
+
+
+def chain_sitecustomize(hook_dir):
+    """Run the `sitecustomize` this installation's would have hidden (a venv's own, on a later
+    sys.path entry), as `site` would have without the hook."""
+    try:
+        from importlib.machinery import PathFinder
+
+        later = [p for p in sys.path if os.path.abspath(p or ".") != hook_dir]
+        spec = PathFinder.find_spec("sitecustomize", later)
+        if spec is None or spec.loader is None:
+            return
+        import importlib.util
+
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["sitecustomize"] = module
+        spec.loader.exec_module(module)
+    except Exception as error:
+        print(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n"
+              f"{type(error).__name__}: {error}", file=sys.stderr)
