@@ -284,6 +284,8 @@ def install(directory):
         fd = open_log(directory)
         if fd < 0:
             return
+        import atexit
+
         usage = SiteUsage(fd)
         # What the interpreter and `site` loaded before the hook says nothing of the program:
         # every process loads it.
@@ -292,8 +294,6 @@ def install(directory):
         if usage.fd < 0:
             return
         sys.meta_path.insert(0, usage)
-        import atexit
-
         atexit.register(at_exit, usage)
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=usage.renew)
@@ -313,9 +313,11 @@ def chain_sitecustomize(hook_dir):
     """Run the `sitecustomize` this installation's would have hidden (a venv's own, on a later
     sys.path entry), as `site` would have without the hook."""
     try:
+        later = [p for p in sys.path if os.path.abspath(p or ".") != hook_dir]
+        if not any(os.path.exists(os.path.join(p, "sitecustomize.py")) for p in later):
+            return
         from importlib.machinery import PathFinder
 
-        later = [p for p in sys.path if os.path.abspath(p or ".") != hook_dir]
         spec = PathFinder.find_spec("sitecustomize", later)
         if spec is None or spec.loader is None:
             return

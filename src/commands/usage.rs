@@ -18,6 +18,9 @@ pub fn usage(args: UsageArgs) -> i32 {
             return EXIT_USAGE;
         }
     };
+    if super::site_usage::wanted(&args.site) {
+        return super::site_usage::site_usage(&args, since);
+    }
     let filter = Filter {
         category: args.category.clone(),
         since,
@@ -89,7 +92,7 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 }
 
 /// `2026-11-23 10:40Z`: Unix time as a UTC minute.
-fn utc(time: f64) -> String {
+pub(crate) fn utc(time: f64) -> String {
     let seconds = time.floor() as i64;
     let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
     let z = days + 719_468;

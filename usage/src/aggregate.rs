@@ -356,7 +356,11 @@ fn ranked(tallies: FxHashMap<String, Tally>, with_distribution: bool) -> Vec<Use
         .into_iter()
         .map(|(name, tally)| tally.used(name, with_distribution))
         .collect();
-    used.sort_by(|a, b| b.processes.cmp(&a.processes).then_with(|| a.name.cmp(&b.name)));
+    used.sort_by(|a, b| {
+        b.processes
+            .cmp(&a.processes)
+            .then_with(|| a.name.cmp(&b.name))
+    });
     used
 }
 

@@ -56,7 +56,8 @@ pub fn installation(prefix: &Path) -> Result<Installation, String> {
 /// Returns the files written.
 pub fn install(prefix: &Path, log_dir: &Path) -> Result<Vec<PathBuf>, String> {
     let installation = installation(prefix)?;
-    let log_dir = std::path::absolute(log_dir).map_err(|e| format!("{}: {e}", log_dir.display()))?;
+    let log_dir =
+        std::path::absolute(log_dir).map_err(|e| format!("{}: {e}", log_dir.display()))?;
     let hook = installation.stdlib.join(HOOK_FILE);
     let sitecustomize = installation.stdlib.join("sitecustomize.py");
     let existing = read_optional(&sitecustomize)?;
@@ -109,8 +110,9 @@ fn block(log_dir: &Path, chain: bool) -> String {
     } else {
         ""
     };
+    // The hidden sitecustomize runs first: what it imports is the site's setup, not the program's.
     format!(
-        "{BEGIN}\ntry:\n    import lfm_site_hook\n    lfm_site_hook.install({dir})\n{chain_line}\
+        "{BEGIN}\ntry:\n    import lfm_site_hook\n{chain_line}    lfm_site_hook.install({dir})\n\
          except Exception:\n    pass\n{END}\n"
     )
 }
@@ -123,7 +125,11 @@ fn without_block(text: &str) -> String {
         return text.to_string();
     }
     let after = &text[end + END.len()..];
-    format!("{}{}", &text[..start], after.strip_prefix('\n').unwrap_or(after))
+    format!(
+        "{}{}",
+        &text[..start],
+        after.strip_prefix('\n').unwrap_or(after)
+    )
 }
 
 /// Byte-compile as the admin, so that processes (which may not write the standard library's

@@ -60,7 +60,11 @@ pub fn parse(text: &str) -> Result<Line<'_>, String> {
         "process" => Kind::Process,
         "stdlib" => Kind::Stdlib,
         "site" => Kind::Site,
-        other => return Err(format!("field kind: {other:?} is not process, stdlib or site")),
+        other => {
+            return Err(format!(
+                "field kind: {other:?} is not process, stdlib or site"
+            ))
+        }
     };
     Ok(Line {
         uid,
@@ -98,7 +102,9 @@ mod tests {
     #[test]
     fn a_torn_or_foreign_line_names_what_is_wrong() {
         assert!(parse(&LINE[..40]).unwrap_err().contains("fields"));
-        assert!(parse("hello").unwrap_err().contains("not a lfm-site/1 line"));
+        assert!(parse("hello")
+            .unwrap_err()
+            .contains("not a lfm-site/1 line"));
         let bad_uid = LINE.replace("\t1000\t", "\tbob\t");
         assert!(parse(&bad_uid).unwrap_err().contains("field uid"));
         let bad_kind = LINE.replace("\tsite\t", "\tuser\t");
