@@ -129,6 +129,8 @@ fn write_used(
 ) -> std::io::Result<()> {
     let width = used.iter().map(|u| u.name.len()).chain([what.len()]).max();
     let width = width.unwrap_or(0);
+    let pythons = used.iter().map(|u| u.pythons.join(",").len()).chain([7]);
+    let pythons_width = pythons.max().unwrap_or(7);
     let column = |name: &str| {
         if with_distribution {
             format!("{name:20}  ")
@@ -138,7 +140,7 @@ fn write_used(
     };
     writeln!(
         out,
-        "{what:width$}  {}{:>5}  {:>9}  {:>5}  {:>5}  {:17}  {:12}  versions",
+        "{what:width$}  {}{:>5}  {:>9}  {:>5}  {:>5}  {:17}  {:pythons_width$}  versions",
         column("distribution"),
         "users",
         "processes",
@@ -148,9 +150,8 @@ fn write_used(
         "pythons"
     )?;
     for u in used {
-        writeln!(
-            out,
-            "{:width$}  {}{:>5}  {:>9}  {:>5}  {:>5}  {:17}  {:12}  {}",
+        let line = format!(
+            "{:width$}  {}{:>5}  {:>9}  {:>5}  {:>5}  {:17}  {:pythons_width$}  {}",
             u.name,
             column(u.distribution.as_deref().unwrap_or("-")),
             u.users,
@@ -160,7 +161,8 @@ fn write_used(
             super::usage::utc(u.last_seen),
             u.pythons.join(","),
             u.versions.join(",")
-        )?;
+        );
+        writeln!(out, "{}", line.trim_end())?;
     }
     Ok(())
 }

@@ -22,6 +22,15 @@ pub struct Installation {
 /// The installation under `prefix`, asked of its own interpreter; a venv is refused (its
 /// standard library is its base installation's: hook that one).
 pub fn installation(prefix: &Path) -> Result<Installation, String> {
+    // A venv's interpreter started with -S reports its base installation as its own prefix
+    // (3.11's `site` is what reads pyvenv.cfg): tell a venv by that file, before running it.
+    if let Some(config) = venv_config(prefix) {
+        return Err(format!(
+            "{} is a venv ({}): hook the installation it was made from, which logs its venvs too",
+            prefix.display(),
+            config.display()
+        ));
+    }
     let interpreter = ["python3", "python"]
         .iter()
         .map(|name| prefix.join("bin").join(name))
@@ -29,20 +38,23 @@ pub fn installation(prefix: &Path) -> Result<Installation, String> {
         .ok_or_else(|| format!("{}: no bin/python3 or bin/python", prefix.display()))?;
     let script = "import sys, sysconfig\n\
                   print(sysconfig.get_paths()['stdlib'])\n\
-                  print(sys.prefix != sys.base_prefix, sys.base_prefix)";
+                  print(sys.base_prefix)";
     let output = Command::new(&interpreter)
         .args(["-S", "-c", script])
         .output()
         .map_err(|e| format!("{}: {e}", interpreter.display()))?;
     let text = String::from_utf8_lossy(&output.stdout);
     let mut lines = text.lines();
-    let (Some(stdlib), Some(venv)) = (lines.next(), lines.next()) else {
+    let (Some(stdlib), Some(base)) = (lines.next(), lines.next()) else {
         let stderr = String::from_utf8_lossy(&output.stderr);
         return Err(format!("{}: {}", interpreter.display(), stderr.trim()));
     };
-    if let Some(base) = venv.strip_prefix("True ") {
+    // Never write into another installation than the one named (a bin/python3 that is a
+    // link to the system's, a conda or pyenv shim).
+    if !same_directory(Path::new(base), prefix) {
         return Err(format!(
-            "{} is a venv: hook the installation it was made from ({base}), which logs its venvs too",
+            "{} belongs to the installation {base}, not to {}: name that one",
+            interpreter.display(),
             prefix.display()
         ));
     }
@@ -50,6 +62,18 @@ pub fn installation(prefix: &Path) -> Result<Installation, String> {
         interpreter,
         stdlib: PathBuf::from(stdlib),
     })
+}
+
+fn venv_config(prefix: &Path) -> Option<PathBuf> {
+    let config = prefix.join("pyvenv.cfg");
+    config.is_file().then_some(config)
+}
+
+fn same_directory(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
 }
 
 /// Write the hook and its `sitecustomize` block (replacing an earlier one), logging to `log_dir`.
