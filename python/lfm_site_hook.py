@@ -29,6 +29,8 @@ ROTATE_BYTES = 64 * 1024 * 1024
 # Lines longer than this are dropped: O_APPEND writes up to PIPE_BUF (4096 on Linux) are never
 # interleaved with another writer's.
 MAX_LINE = 4000
+# Imports after which a noted name not yet in sys.modules is taken for a failed import.
+MISSES = 3
 BATCH_VARIABLES = (
     ("slurm", "SLURM_JOB_ID"),
     ("pbs", "PBS_JOBID"),
@@ -43,7 +45,7 @@ class SiteUsage:
         self.fd = fd
         self.pending = []
         self.seen = set()
-        self.context = context_fields()
+        self.prefix = context_prefix()
         self.stdlib = stdlib_dirs()
         self.distributions = {}
         # Set while writing: reading a distribution's metadata must not note or flush again.
@@ -54,19 +56,21 @@ class SiteUsage:
             self.flush()
         if path is None and name not in self.seen:
             self.seen.add(name)
-            self.pending.append(name)
+            self.pending.append((name, 0))
         return None
 
     def flush(self, at_exit=False):
-        """Write every noted name whose module is loaded; keep those still being found."""
+        """Write every noted name whose module is loaded. One not in sys.modules is still being
+        found (an extension's init may import) or failed to import (an optional dependency
+        probed): it is kept for a few imports more, then dropped."""
         self.busy = True
         waiting = []
         try:
-            for name in self.pending:
+            for name, misses in self.pending:
                 module = sys.modules.get(name)
                 if module is None:
-                    if not at_exit:
-                        waiting.append(name)
+                    if not at_exit and misses < MISSES:
+                        waiting.append((name, misses + 1))
                     continue
                 self.write(name, getattr(module, "__spec__", None))
         finally:
@@ -75,7 +79,7 @@ class SiteUsage:
 
     def renew(self):
         """A forked child is a process of its own (multiprocessing's workers)."""
-        self.context = context_fields()
+        self.prefix = context_prefix()
 
     def write_process(self):
         """The process itself, so that counts per Python version and batch share include the
@@ -89,8 +93,8 @@ class SiteUsage:
         self.write_line(name, *where)
 
     def write_line(self, name, kind, distribution, version):
-        fields = self.context + (f"{time.time():.3f}", name, kind, distribution, version)
-        line = "\t".join(clean(f) for f in fields) + "\n"
+        fields = (f"{time.time():.3f}", name, kind, distribution, version)
+        line = self.prefix + "\t".join(clean(f) for f in fields) + "\n"
         data = line.encode("utf-8", "replace")
         if len(data) > MAX_LINE:
             return
@@ -202,6 +206,10 @@ def normal(name):
 
 def clean(field):
     return str(field).replace("\t", " ").replace("\n", " ")
+
+
+def context_prefix():
+    return "".join(clean(field) + "\t" for field in context_fields())
 
 
 def context_fields():

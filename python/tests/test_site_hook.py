@@ -297,3 +297,27 @@ def test_a_venv_s_own_sitecustomize_still_runs(installation, log_dir):
     assert (done.returncode, done.stdout) == (0, "True\n"), done.stderr
     (modules,) = modules_by_process(log_dir).values()
     assert "venv_mod" in modules
+
+
+def test_failed_imports_are_not_logged_and_a_forked_child_is_a_process_of_its_own(
+    installation, log_dir
+):
+    code = """
+    import os
+    try:
+        import not_installed_anywhere
+    except ImportError:
+        pass
+    import json
+    pid = os.fork()
+    if pid == 0:
+        import tiny_mod, decimal
+        os._exit(0)
+    os.waitpid(pid, 0)
+    """
+    done = run(installation["python"], code)
+    assert done.returncode == 0, done.stderr
+    parent, child = modules_by_process(log_dir).values()
+    assert "json" in parent and "not_installed_anywhere" not in parent
+    assert "tiny_mod" not in parent
+    assert {"tiny_mod", "decimal"} <= set(child)
