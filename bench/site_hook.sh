@@ -7,13 +7,17 @@
 #    differences (each pair ran back to back, so the load's drift cancels out).
 # 2. One million synthetic lfm-site/1 lines (40 files, 20,000 processes, 200 users, 60 days):
 #    the wall time of `lfm usage --site DIR --format json`, best of 3.
-# Usage: bash bench/site_hook.sh   (from the repository root; N=40 by default)
+# Usage: bash bench/site_hook.sh   (from the repository root; N=40 by default; PARTS=hook or
+# PARTS=million runs one part; LFM=path skips the release build and uses that binary)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q
+if [ -z "${LFM:-}" ]; then
+  cargo build --release -q
+  LFM=$PWD/target/release/lfm
+fi
 SCRATCH=$(mktemp -d)
 trap 'rm -rf "$SCRATCH"' EXIT
-LFM=$PWD/target/release/lfm SCRATCH=$SCRATCH N=${N:-40} \
+LFM=$LFM SCRATCH=$SCRATCH N=${N:-40} PARTS=${PARTS:-hook,million} \
   VENV_PACKAGES=$PWD/target/pytest-venv/lib/python3.11/site-packages python3 - <<'PY'
 import os, random, resource, shutil, statistics, subprocess, sys, time
 
@@ -47,70 +51,80 @@ def copy_installation(prefix):
             shutil.copytree(os.path.join(source, entry), os.path.join(packages, entry))
     return os.path.join(prefix, "bin", "python3")
 
-plain = copy_installation(os.path.join(scratch, "plain"))
-hooked = copy_installation(os.path.join(scratch, "hooked"))
-logs = os.path.join(scratch, "logs")
-subprocess.run([lfm, "usage", "--install-hook", os.path.join(scratch, "hooked"), "--site", logs],
-               check=True, stdout=subprocess.DEVNULL)
-code = ["-c", "import numpy, pandas"]
+parts = os.environ["PARTS"].split(",")
 
-def once(python):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run([python, *code], check=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
+def hook_part():
+    plain = copy_installation(os.path.join(scratch, "plain"))
+    hooked = copy_installation(os.path.join(scratch, "hooked"))
+    logs = os.path.join(scratch, "logs")
+    os.makedirs(logs)
+    subprocess.run([lfm, "usage", "--install-hook", os.path.join(scratch, "hooked"), "--site", logs],
+                   check=True, stdout=subprocess.DEVNULL)
+    code = ["-c", "import numpy, pandas"]
 
-for python in (plain, hooked, plain, hooked):  # compile .pyc files, warm the page cache
-    once(python)
-runs = {"hooked": [], "plain": []}
-for i in range(n):
-    order = [("hooked", hooked), ("plain", plain)] if i % 2 else [("plain", plain), ("hooked", hooked)]
-    for name, python in order:
-        runs[name].append(once(python))
-for i, what in enumerate(["wall", "cpu"]):
-    a = statistics.median(r[i] for r in runs["hooked"])
-    b = statistics.median(r[i] for r in runs["plain"])
-    paired = statistics.median(h[i] - p[i] for h, p in zip(runs["hooked"], runs["plain"]))
-    print(f'python -c "import numpy, pandas", median {what} time of {n}: hooked {a*1e3:.1f} ms, '
-          f"without the hook {b*1e3:.1f} ms: {100*(a-b)/b:+.2f}%; median of the paired "
-          f"differences {paired*1e3:+.2f} ms ({100*paired/b:+.2f}%)")
-lines = sum(1 for f in os.listdir(logs) for _ in open(os.path.join(logs, f)))
-print(f"log: {lines} lines for {n + 2} hooked processes ({lines / (n + 2):.0f} per process)")
+    def once(python):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        subprocess.run([python, *code], check=True)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        return wall, cpu
 
-# One million lines.
-big = os.path.join(scratch, "million")
-os.makedirs(big)
-rng = random.Random(58)
-dists = [(f"dist{d:03}", f"{rng.randint(0, 9)}.{rng.randint(0, 20)}") for d in range(100)]
-stdlib = ["json", "os", "re", "csv", "sqlite3", "decimal", "email", "logging", "argparse", "gzip"]
-pythons = ["3.9.18", "3.10.13", "3.11.7", "3.12.1"]
-start_time, written, files = 1_790_000_000.0, 0, {}
-for process in range(20_000):
-    host, uid = f"node{process % 20:02}", 1000 + rng.randrange(200)
-    job = f"slurm:{rng.randrange(10**6)}" if rng.random() < 0.7 else ""
-    when = start_time + rng.random() * 60 * 86_400
-    context = f"lfm-site/1\t{uid}\t{host}\t{rng.choice(pythons)}\t/opt/python\t0\t{job}\t{host}:{process}:{int(when):x}"
-    out = files.setdefault((host, process % 2), open(os.path.join(big, f"{host}.{process % 2}.log"), "w"))
-    out.write(f"{context}\t{when:.3f}\t\tprocess\t\t\n")
-    for k in range(49):
-        if k < 10:
-            out.write(f"{context}\t{when + k:.3f}\t{stdlib[k]}\tstdlib\t\t\n")
-        else:
-            name, v = dists[int(rng.paretovariate(1.2)) % 100]
-            out.write(f"{context}\t{when + k:.3f}\t{name}_m{k % 3}\tsite\t{name}\t{v}\n")
-    written += 50
-for out in files.values():
-    out.close()
-best = float("inf")
-for _ in range(3):
-    start = time.perf_counter()
-    subprocess.run([lfm, "usage", "--site", big, "--format", "json"], check=True,
-                   stdout=subprocess.DEVNULL)
-    best = min(best, time.perf_counter() - start)
-size = sum(os.path.getsize(os.path.join(big, f)) for f in os.listdir(big))
-print(f"lfm usage --site over {written:,} lines ({size / 2**20:.0f} MiB, {len(files)} files, "
-      f"{os.cpu_count()} CPUs): {best:.2f} s, best of 3")
+    for python in (plain, hooked, plain, hooked):  # compile .pyc files, warm the page cache
+        once(python)
+    runs = {"hooked": [], "plain": []}
+    for i in range(n):
+        order = [("hooked", hooked), ("plain", plain)] if i % 2 else [("plain", plain), ("hooked", hooked)]
+        for name, python in order:
+            runs[name].append(once(python))
+    for i, what in enumerate(["wall", "cpu"]):
+        a = statistics.median(r[i] for r in runs["hooked"])
+        b = statistics.median(r[i] for r in runs["plain"])
+        paired = statistics.median(h[i] - p[i] for h, p in zip(runs["hooked"], runs["plain"]))
+        print(f'python -c "import numpy, pandas", median {what} time of {n}: hooked {a*1e3:.1f} ms, '
+              f"without the hook {b*1e3:.1f} ms: {100*(a-b)/b:+.2f}%; median of the paired "
+              f"differences {paired*1e3:+.2f} ms ({100*paired/b:+.2f}%)")
+    lines = sum(1 for f in os.listdir(logs) for _ in open(os.path.join(logs, f)))
+    print(f"log: {lines} lines for {n + 2} hooked processes ({lines / (n + 2):.0f} per process)")
+
+
+def million_part():
+    big = os.path.join(scratch, "million")
+    os.makedirs(big)
+    rng = random.Random(58)
+    dists = [(f"dist{d:03}", f"{rng.randint(0, 9)}.{rng.randint(0, 20)}") for d in range(100)]
+    stdlib = ["json", "os", "re", "csv", "sqlite3", "decimal", "email", "logging", "argparse", "gzip"]
+    pythons = ["3.9.18", "3.10.13", "3.11.7", "3.12.1"]
+    start_time, written, files = 1_790_000_000.0, 0, {}
+    for process in range(20_000):
+        host, uid = f"node{process % 20:02}", 1000 + rng.randrange(200)
+        job = f"slurm:{rng.randrange(10**6)}" if rng.random() < 0.7 else ""
+        when = start_time + rng.random() * 60 * 86_400
+        context = f"lfm-site/1\t{uid}\t{host}\t{rng.choice(pythons)}\t/opt/python\t0\t{job}\t{host}:{process}:{int(when):x}"
+        out = files.setdefault((host, process % 2), open(os.path.join(big, f"{host}.{process % 2}.log"), "w"))
+        out.write(f"{context}\t{when:.3f}\t\tprocess\t\t\n")
+        for k in range(49):
+            if k < 10:
+                out.write(f"{context}\t{when + k:.3f}\t{stdlib[k]}\tstdlib\t\t\n")
+            else:
+                name, v = dists[int(rng.paretovariate(1.2)) % 100]
+                out.write(f"{context}\t{when + k:.3f}\t{name}_m{k % 3}\tsite\t{name}\t{v}\n")
+        written += 50
+    for out in files.values():
+        out.close()
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        subprocess.run([lfm, "usage", "--site", big, "--format", "json"], check=True,
+                       stdout=subprocess.DEVNULL)
+        best = min(best, time.perf_counter() - start)
+    size = sum(os.path.getsize(os.path.join(big, f)) for f in os.listdir(big))
+    print(f"lfm usage --site over {written:,} lines ({size / 2**20:.0f} MiB, {len(files)} files, "
+          f"{os.cpu_count()} CPUs): {best:.2f} s, best of 3")
+
+if "hook" in parts:
+    hook_part()
+if "million" in parts:
+    million_part()
 PY

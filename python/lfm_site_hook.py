@@ -143,61 +143,66 @@ class SiteUsage:
 
 
 class Distributions:
-    """Top-level module -> (distribution, version) of one site-packages directory, read from
-    the `*.dist-info` names first (numpy-2.4.6.dist-info names numpy) and only when a module's
-    name matches none of them from each distribution's top_level.txt, then RECORD."""
+    """Top-level module -> (distribution, version) of one site-packages directory: from the
+    `*.dist-info` names (numpy-2.4.6.dist-info names numpy); for a module whose name matches
+    none (dateutil of python_dateutil), from the distributions' top_level.txt, else by finding
+    the module in their RECORD (one substring search per file: parsing every line of pandas'
+    RECORD would cost more than the rest of the hook). Distributions whose own name is not a
+    module there are searched first: they are the likely owners."""
 
     def __init__(self, folder):
         self.folder = folder
         self.by_name = {}
-        self.infos = []
-        self.complete = False
+        self.without_top_level = None
         try:
             entries = os.listdir(folder)
         except OSError:
             entries = []
+        self.infos = []
+        modules = {normal(entry.split(".", 1)[0]) for entry in entries}
         for entry in entries:
             if entry.endswith((".dist-info", ".egg-info")):
-                stem = entry.rsplit(".", 1)[0]
-                distribution, _, version = stem.partition("-")
+                distribution, _, version = entry.rsplit(".", 1)[0].partition("-")
                 version = version.split("-")[0]
-                self.infos.append((entry, distribution, version))
+                owns_its_name = normal(distribution) in modules
+                self.infos.append((owns_its_name, entry, distribution, version))
                 self.by_name.setdefault(normal(distribution), (distribution, version))
+        self.infos.sort()
 
     def of(self, name):
-        found = self.by_name.get(normal(name))
-        if found is None and not self.complete:
-            self.read_top_levels()
-            found = self.by_name.get(normal(name))
-        return found or ("", "")
+        key = normal(name)
+        found = self.by_name.get(key)
+        if found is None:
+            if self.without_top_level is None:
+                self.read_top_levels()
+            found = self.by_name.get(key) or self.search_records(name)
+            self.by_name[key] = found
+        return found
 
     def read_top_levels(self):
-        self.complete = True
-        for entry, distribution, version in self.infos:
-            for module in self.top_levels(entry):
-                self.by_name.setdefault(normal(module), (distribution, version))
+        self.without_top_level = []
+        for _, entry, distribution, version in self.infos:
+            path = os.path.join(self.folder, entry, "top_level.txt")
+            try:
+                with open(path, encoding="utf-8") as lines:
+                    for line in lines:
+                        if line.strip():
+                            self.by_name.setdefault(normal(line.strip()), (distribution, version))
+            except OSError:
+                self.without_top_level.append((entry, distribution, version))
 
-    def top_levels(self, entry):
-        info = os.path.join(self.folder, entry)
-        try:
-            with open(os.path.join(info, "top_level.txt"), encoding="utf-8") as lines:
-                return [line.strip() for line in lines if line.strip()]
-        except OSError:
-            pass
-        names = set()
-        try:
-            with open(os.path.join(info, "RECORD"), encoding="utf-8") as lines:
-                for line in lines:
-                    first = line.split(",", 1)[0].split("/", 1)[0]
-                    if first.endswith(".py"):
-                        first = first[:-3]
-                    elif ".cpython-" in first or first.endswith((".so", ".pyd")):
-                        first = first.split(".", 1)[0]
-                    if first and not first.endswith((".dist-info", ".data")):
-                        names.add(first)
-        except OSError:
-            pass
-        return names
+    def search_records(self, name):
+        wanted = ("\n" + name + "/", "\n" + name + ".py,", "\n" + name + ".cpython-",
+                  "\n" + name + ".abi3.", "\n" + name + ".so,")
+        for entry, distribution, version in self.without_top_level:
+            try:
+                with open(os.path.join(self.folder, entry, "RECORD"), encoding="utf-8") as f:
+                    text = "\n" + f.read()
+            except (OSError, ValueError):
+                continue
+            if any(w in text for w in wanted):
+                return (distribution, version)
+        return ("", "")
 
 
 def normal(name):

@@ -20,6 +20,13 @@ pub fn site_usage(args: &UsageArgs, since: Option<f64>) -> i32 {
     let done = if let Some(prefix) = &site.remove_hook {
         hook::remove(prefix).map(|changed| say_changed("removed", &changed))
     } else if let (Some(prefix), Some(dir)) = (&site.install_hook, &site.site) {
+        if !dir.is_dir() {
+            eprintln!(
+                "warning: {} is not a directory yet: processes log nothing until it is \
+                 (docs/usage.md: make it root-owned, mode 1733)",
+                dir.display()
+            );
+        }
         hook::install(prefix, dir).map(|changed| say_changed("wrote", &changed))
     } else {
         report(args, since)
