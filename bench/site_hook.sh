@@ -4,8 +4,11 @@
 #    library; numpy, pandas and their dependencies copied from the pytest venv), one hooked with
 #    `lfm usage --install-hook`: `python -c "import numpy, pandas"` in each, alternating, N
 #    times; medians of wall and CPU time (user+sys of the child), and the median of the paired
-#    differences (each pair ran back to back, so the load's drift cancels out).
-# 2. One million synthetic lfm-site/1 lines (40 files, 20,000 processes, 200 users, 60 days):
+#    differences (each pair ran back to back, so the load's drift cancels out); where valgrind
+#    is installed, the instructions each executes (cachegrind; V=0 skips it), which load does
+#    not move.
+# 2. One million synthetic lfm-site/1 lines (a file per host and user: ~4,000 files; 20,000
+#    processes, 200 users, 20 hosts, 100 distributions, 60 days):
 #    the wall time of `lfm usage --site DIR --format json`, best of 3.
 # Usage: bash bench/site_hook.sh   (from the repository root; N=40 by default; PARTS=hook or
 # PARTS=million runs one part; LFM=path skips the release build and uses that binary)
@@ -85,6 +88,17 @@ def hook_part():
         print(f'python -c "import numpy, pandas", median {what} time of {n}: hooked {a*1e3:.1f} ms, '
               f"without the hook {b*1e3:.1f} ms: {100*(a-b)/b:+.2f}%; median of the paired "
               f"differences {paired*1e3:+.2f} ms ({100*paired/b:+.2f}%)")
+    # Instructions executed (cachegrind): a figure the machine's load does not move.
+    if shutil.which("valgrind") and os.environ.get("V", "1") != "0":
+        counts = {}
+        for name, python in (("plain", plain), ("hooked", hooked)):
+            done = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no",
+                                   "--cachegrind-out-file=/dev/null", python, *code],
+                                  capture_output=True, text=True, check=True)
+            line = next(l for l in done.stderr.splitlines() if "I   refs:" in l)
+            counts[name] = int(line.split(":")[1].replace(",", ""))
+        a, b = counts["hooked"], counts["plain"]
+        print(f"instructions (cachegrind): hooked {a:,}, without the hook {b:,}: {100*(a-b)/b:+.2f}%")
     lines = sum(1 for f in os.listdir(logs) for _ in open(os.path.join(logs, f)))
     print(f"log: {lines} lines for {n + 2} hooked processes ({lines / (n + 2):.0f} per process)")
 
@@ -102,7 +116,9 @@ def million_part():
         job = f"slurm:{rng.randrange(10**6)}" if rng.random() < 0.7 else ""
         when = start_time + rng.random() * 60 * 86_400
         context = f"lfm-site/1\t{uid}\t{host}\t{rng.choice(pythons)}\t/opt/python\t0\t{job}\t{host}:{process}:{int(when):x}"
-        out = files.setdefault((host, process % 2), open(os.path.join(big, f"{host}.{process % 2}.log"), "w"))
+        if (host, uid) not in files:
+            files[host, uid] = open(os.path.join(big, f"{host}.{uid}.log"), "w")
+        out = files[host, uid]
         out.write(f"{context}\t{when:.3f}\t\tprocess\t\t\n")
         for k in range(49):
             if k < 10:

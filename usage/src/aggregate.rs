@@ -116,10 +116,10 @@ impl Tally {
     }
 
     fn merge(&mut self, other: Tally) {
-        self.users.extend(other.users);
-        self.processes.extend(other.processes);
-        self.batch.extend(other.batch);
-        self.hosts.extend(other.hosts);
+        union(&mut self.users, other.users);
+        union(&mut self.processes, other.processes);
+        union(&mut self.batch, other.batch);
+        union(&mut self.hosts, other.hosts);
         self.versions.extend(other.versions);
         self.pythons.extend(other.pythons);
         if other.last >= self.last {
@@ -210,12 +210,12 @@ impl Partial {
             (a, b) => a.or(b),
         };
         for (python, processes) in other.by_python {
-            self.by_python.entry(python).or_default().extend(processes);
+            union(self.by_python.entry(python).or_default(), processes);
         }
         merge_tallies(&mut self.modules, other.modules);
         merge_tallies(&mut self.distributions, other.distributions);
         for (key, processes) in other.daily {
-            self.daily.entry(key).or_default().extend(processes);
+            union(self.daily.entry(key).or_default(), processes);
         }
         for (installation, names) in other.installations {
             self.installations
@@ -243,6 +243,15 @@ fn merge_tallies(into: &mut FxHashMap<String, Tally>, from: FxHashMap<String, Ta
             }
         }
     }
+}
+
+/// `into` ∪ `other`, inserting the smaller set's elements into the larger: merging many
+/// files' partial results would otherwise copy the big sets again at every level.
+fn union<T: Eq + Hash>(into: &mut FxHashSet<T>, mut other: FxHashSet<T>) {
+    if into.len() < other.len() {
+        std::mem::swap(into, &mut other);
+    }
+    into.extend(other);
 }
 
 fn insert_str(set: &mut FxHashSet<String>, text: &str) {
