@@ -840,6 +840,10 @@ Examples:
   lfm usage                                   every recorded call
   lfm usage --category train --since 7d       one category, the last week
   lfm usage --since 2026-11-01 --format json  (docs/usage.md)
+  lfm usage --install-hook /opt/python3.11 --site /shared/lfm-usage
+                                              log every process of that installation
+  lfm usage --site /shared/lfm-usage --since 30d --plot top.svg
+                                              who imported what, across nodes
 
 From the history: the modules and distributions the calls of `lfm call` and `lfm serve`
 imported (calls, categories, last used); modules imported that the function's static closure
@@ -893,6 +897,27 @@ pub struct UsageArgs {
     /// The history file (default: $LFM_HISTORY, else ~/.local/share/lfm/history-HOST.sqlite).
     #[arg(long, value_name = "PATH")]
     pub history: Option<PathBuf>,
+    #[command(flatten)]
+    pub site: SiteUsageArgs,
+}
+
+/// `lfm usage`'s site-wide half: every Python process of a hooked installation (docs/usage.md).
+#[derive(Args)]
+pub struct SiteUsageArgs {
+    /// Summarize every site usage log under DIR (not the history); with --install-hook, the
+    /// directory the hook logs to.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["history", "category"])]
+    pub site: Option<PathBuf>,
+    /// Log the imports of every Python process of the installation under PREFIX (and of its
+    /// venvs) into --site DIR.
+    #[arg(long, value_name = "PREFIX", requires = "site")]
+    pub install_hook: Option<PathBuf>,
+    /// Remove the hook from the installation under PREFIX.
+    #[arg(long, value_name = "PREFIX", conflicts_with_all = ["site", "install_hook"])]
+    pub remove_hook: Option<PathBuf>,
+    /// With --site: an SVG of the most used distributions' processes per day.
+    #[arg(long, value_name = "FILE.svg", requires = "site")]
+    pub plot: Option<PathBuf>,
 }
 
 const PLOT_EXAMPLES: &str = "\

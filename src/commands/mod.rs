@@ -6,5 +6,6 @@ pub mod plot;
 pub mod run;
 pub mod serve;
 pub mod simulate;
+pub mod site_usage;
 pub mod sizing;
 pub mod usage;

@@ -18,6 +18,9 @@ pub fn usage(args: UsageArgs) -> i32 {
             return EXIT_USAGE;
         }
     };
+    if super::site_usage::wanted(&args.site) {
+        return super::site_usage::site_usage(&args, since);
+    }
     let filter = Filter {
         category: args.category.clone(),
         since,
@@ -79,7 +82,7 @@ fn parse_date(text: &str) -> Option<f64> {
 }
 
 /// `2026-11-23 10:40Z`: Unix time as a UTC minute.
-fn utc(time: f64) -> String {
+pub(crate) fn utc(time: f64) -> String {
     match jiff::Timestamp::from_second(time.floor() as i64) {
         Ok(at) => at.strftime("%Y-%m-%d %H:%MZ").to_string(),
         Err(_) => format!("{time} (Unix time)"),

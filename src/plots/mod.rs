@@ -5,6 +5,7 @@ pub mod history;
 pub mod node;
 pub mod run;
 mod simulate;
+pub mod site_usage;
 
 use plotters::prelude::*;
 
