@@ -6,6 +6,7 @@ use std::io::Write;
 use lfm_usage::aggregate::{SiteUsage, Used};
 use lfm_usage::{hook, Filter};
 
+use super::usage::{list_or_none, utc};
 use crate::cli::{HistoryFormat, SiteUsageArgs, UsageArgs};
 
 const EXIT_FAILED: i32 = 1;
@@ -81,7 +82,7 @@ fn percent(share: f64) -> String {
 
 fn write_table(out: &mut impl Write, usage: &SiteUsage) -> std::io::Result<()> {
     let since = usage.since.map_or(String::new(), |s| {
-        format!(" since {}", super::usage::utc(s))
+        format!(" since {}", utc(s))
     });
     writeln!(
         out,
@@ -99,7 +100,7 @@ fn write_table(out: &mut impl Write, usage: &SiteUsage) -> std::io::Result<()> {
         .iter()
         .map(|(python, n)| format!("{python} ({n})"))
         .collect();
-    writeln!(out, "Python versions: {}", none_or(&pythons))?;
+    writeln!(out, "Python versions: {}", list_or_none(&pythons))?;
     writeln!(out)?;
     write_used(out, "distribution", &usage.distributions, false)?;
     writeln!(out)?;
@@ -111,21 +112,13 @@ fn write_table(out: &mut impl Write, usage: &SiteUsage) -> std::io::Result<()> {
     )?;
     for unused in &usage.never_imported {
         let listed = if unused.listed {
-            none_or(&unused.distributions)
+            list_or_none(&unused.distributions)
         } else {
             "(not readable from this host)".into()
         };
         writeln!(out, "  {}: {listed}", unused.installation)?;
     }
     Ok(())
-}
-
-fn none_or(items: &[String]) -> String {
-    if items.is_empty() {
-        "none".into()
-    } else {
-        items.join(", ")
-    }
 }
 
 fn write_used(
@@ -165,7 +158,7 @@ fn write_used(
             u.processes,
             u.hosts,
             percent(u.batch_share),
-            super::usage::utc(u.last_seen),
+            utc(u.last_seen),
             u.pythons.join(","),
             u.versions.join(",")
         );

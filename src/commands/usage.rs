@@ -147,7 +147,7 @@ fn write_table(out: &mut impl Write, usage: &Usage) -> std::io::Result<()> {
     Ok(())
 }
 
-fn list_or_none(items: &[String]) -> String {
+pub(crate) fn list_or_none(items: &[String]) -> String {
     if items.is_empty() {
         "none".into()
     } else {
