@@ -23,6 +23,10 @@ const SKIPPED: &[(&str, &str)] = &[
         "needs a GPU (tests/gpu.rs runs them on a simulated NVML)",
     ),
     (
+        "/shared/lfm-usage",
+        "an admin's installation and shared log directory (tests/site_usage_doc.rs runs docs/usage.md's example on a copied installation)",
+    ),
+    (
         "--socket",
         "serves on a socket until stopped (tests/serve.rs covers it)",
     ),

@@ -73,7 +73,11 @@ fn bad_traces_and_strategies_are_named() {
         "best",
     ]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("known: fixed, max-seen"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("[possible values: fixed, max-seen"),
+        "{stderr}"
+    );
     let output = lfm(&[
         "simulate",
         "--trace",

@@ -81,9 +81,9 @@ fn percent(share: f64) -> String {
 }
 
 fn write_table(out: &mut impl Write, usage: &SiteUsage) -> std::io::Result<()> {
-    let since = usage.since.map_or(String::new(), |s| {
-        format!(" since {}", utc(s))
-    });
+    let since = usage
+        .since
+        .map_or(String::new(), |s| format!(" since {}", utc(s)));
     writeln!(
         out,
         "{} processes of {} users on {} hosts{since} ({} batch), {} lines in {} files under {}",
