@@ -13,6 +13,20 @@ use serde_json::{json, Value};
 
 use common::assert_succeeded_with;
 
+/// `lfm call --python PYTHON` with its history and caches under `dir`; the target comes next.
+fn lfm_call(python: &Path, dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lfm"));
+    command
+        .args(["call", "--quiet", "--python"])
+        .arg(python)
+        .arg("--history")
+        .arg(dir.join("history.sqlite"))
+        .arg("--cache-dir")
+        .arg(dir.join("cache"))
+        .stdin(Stdio::null());
+    command
+}
+
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/imports")
 }
@@ -81,18 +95,11 @@ fn every_form_of_import_sees_under_lfm_call_what_it_sees_under_python() {
     let (dir, python) = fixture_venv();
     let plain = plain(&python);
     let report = dir.path().join("report.json");
-    let output = Command::new(env!("CARGO_BIN_EXE_lfm"))
-        .args(["call", "--quiet", "--python"])
-        .arg(&python)
-        .arg("--history")
-        .arg(dir.path().join("history.sqlite"))
-        .arg("--cache-dir")
-        .arg(dir.path().join("cache"))
+    let output = lfm_call(&python, dir.path())
         .arg("--report")
         .arg(&report)
         .arg("forms.py:observe")
         .current_dir(fixtures())
-        .stdin(Stdio::null())
         .output()
         .unwrap();
     assert_succeeded_with(&output, "lfm call forms.py:observe");
@@ -270,16 +277,9 @@ fn a_seeded_torch_training_step_returns_under_lfm_call_what_it_returns_under_pyt
         .unwrap();
     assert_succeeded_with(&plain, "plain python train_step");
     let dir = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_lfm"))
-        .args(["call", "--quiet", "--python"])
-        .arg(&python)
-        .arg("--history")
-        .arg(dir.path().join("history.sqlite"))
-        .arg("--cache-dir")
-        .arg(dir.path().join("cache"))
+    let output = lfm_call(&python, dir.path())
         .arg("torch_fns.py:train_step")
         .current_dir(&bench)
-        .stdin(Stdio::null())
         .output()
         .unwrap();
     assert_succeeded_with(&output, "lfm call torch_fns.py:train_step");
