@@ -299,6 +299,10 @@ pub struct ServeArgs {
     /// "Admission"). A call without a memory limit is allocated the node's memory / slots.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub slots: u32,
+    /// How many zygotes fork the calls, each started alike, so that forks run on several
+    /// cores (default: one per 4 slots, at most one per core).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub zygotes: Option<u32>,
     /// The node's memory calls are admitted against (default: the machine's, or the limit of
     /// the cgroup lfm runs in when lower).
     #[arg(long, value_name = "SIZE")]

@@ -1194,6 +1194,62 @@ fn a_status_request_says_what_runs_what_is_held_and_what_the_zygote_learned() {
     assert!(server.child.wait().unwrap().success());
 }
 
+/// Each call's [zygote pid, colorsys loaded at its start, start, end], from its reply.
+fn zygote_run(reply: &Value) -> (i64, bool, f64, f64) {
+    let r = &reply["result"];
+    assert!(r.is_array(), "{reply}");
+    let number = |v: &Value| v.as_f64().unwrap();
+    (
+        r[0].as_i64().unwrap(),
+        r[1].as_bool().unwrap(),
+        number(&r[2]),
+        number(&r[3]),
+    )
+}
+
+#[test]
+fn two_zygotes_serve_at_once_and_both_learn() {
+    let setup = setups().remove(0);
+    let mut server = setup.start(&["--slots", "2", "--zygotes", "2"]);
+    let run = |id: &str, seconds: f64| call(id, "zygote_and_colorsys", json!([seconds]), json!({}));
+    // A first call imports colorsys: every zygote is sent it before its reply is out, so
+    // every call forked after finds it loaded, whichever zygote forks it.
+    server.send(&run("teach", 0.0));
+    let (_, loaded, _, _) = zygote_run(&server.reply());
+    assert!(!loaded, "colorsys was loaded before any call imported it");
+    let mut zygotes = std::collections::BTreeSet::new();
+    for round in 0..3 {
+        let (a, b) = (format!("a{round}"), format!("b{round}"));
+        server.send(&run(&a, 1.0));
+        server.send(&run(&b, 1.0));
+        let replies = [server.reply(), server.reply()];
+        let runs: Vec<_> = replies.iter().map(zygote_run).collect();
+        for (reply, (_, loaded, _, _)) in replies.iter().zip(&runs) {
+            assert!(
+                loaded,
+                "a call forked by a zygote that did not learn colorsys: {reply}"
+            );
+        }
+        let (first, second) = (runs[0], runs[1]);
+        assert!(
+            first.2 < second.3 && second.2 < first.3,
+            "the two calls did not run at once: {runs:?}"
+        );
+        assert_ne!(
+            first.0, second.0,
+            "both calls of a round came from one zygote: {runs:?}"
+        );
+        zygotes.extend([first.0, second.0]);
+    }
+    assert_eq!(
+        zygotes.len(),
+        2,
+        "calls came from more zygotes than two: {zygotes:?}"
+    );
+    drop(server.child.stdin.take());
+    assert!(server.child.wait().unwrap().success());
+}
+
 #[test]
 fn sizing_in_a_serve_counts_its_node_budget_as_the_whole_node() {
     let setup = setups().remove(0);

@@ -66,6 +66,7 @@ fn config(args: ServeArgs) -> Result<ServeConfig, (i32, String)> {
         preload: args.preload,
         cores_per_slot: args.cores_per_slot,
         slots: args.slots as usize,
+        zygotes: args.zygotes.unwrap_or(0) as usize,
         node: NodeBudget::detect(node_memory, node_cores),
         gpus_per_slot: args.gpus_per_slot,
         gpu: GpuPolicy {

@@ -33,6 +33,8 @@ pub struct ServeConfig {
     pub preload: Vec<String>,
     pub cores_per_slot: u32,
     pub slots: usize,
+    /// How many zygotes fork the calls (0: one per 4 slots, no more than the node's cores).
+    pub zygotes: usize,
     /// What the node has for calls: they start when their allocations fit in it.
     pub node: NodeBudget,
     pub gpus_per_slot: u64,
@@ -96,6 +98,7 @@ fn start(
         zygote,
         backend: config.backend,
         slots: config.slots,
+        zygotes: zygote_count(config.zygotes, config.slots, config.node.cores),
         node: config.node,
         preloaded: config.preload.clone(),
         history: config.history.clone(),
@@ -104,6 +107,17 @@ fn start(
         learn_budget: config.learn_budget,
     })
     .map_err(|e| CallError::failed_chain(&e))
+}
+
+/// The zygotes a serve starts: as asked, else one per 4 slots (a fork of a big address space
+/// takes a core for milliseconds; one zygote forking every call in turn caps the serve's rate
+/// whatever the node), never more than the node has cores or the serve has slots.
+fn zygote_count(asked: usize, slots: usize, cores: f64) -> usize {
+    if asked > 0 {
+        return asked;
+    }
+    let cores = (cores.floor() as usize).max(1);
+    slots.div_ceil(4).min(cores).clamp(1, slots.max(1))
 }
 
 /// The loop's own state besides the engine's.

@@ -174,8 +174,13 @@ impl Server {
     /// calls get.
     pub(super) fn serve_resident_bytes(&self) -> u64 {
         const STEP: u64 = 16 << 20;
-        let zygote = self.zygote.as_ref().and_then(|z| resident_bytes(z.pid));
-        let bytes = resident_bytes(std::process::id() as i32).unwrap_or(0) + zygote.unwrap_or(0);
+        let zygotes: u64 = self
+            .zygotes
+            .pids()
+            .into_iter()
+            .filter_map(resident_bytes)
+            .sum();
+        let bytes = resident_bytes(std::process::id() as i32).unwrap_or(0) + zygotes;
         bytes.div_ceil(STEP) * STEP
     }
 }

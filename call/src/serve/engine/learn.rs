@@ -1,5 +1,6 @@
 //! What calls import stays in the zygote: after a call, the modules it imported that the
-//! zygote does not have yet go to it ([`Zygote::learn`]); it imports those of the standard
+//! zygote does not have yet go to it, to every zygote of the serve alike ([`Zygotes::learn`]);
+//! each imports those of the standard
 //! library and of installed distributions, so the next calls fork with them loaded. The
 //! zygote's growth is bounded: past the budget, learning stops and the zygote is replaced by
 //! a fresh one (with the configured preloads only) once no call runs under it.
@@ -10,7 +11,8 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use super::zygote::{Learned, Zygote};
+use super::zygote::Learned;
+use super::zygotes::Zygotes;
 use lfm_monitor::report::ImportedModule;
 
 pub struct Learner {
@@ -28,7 +30,7 @@ pub struct Learner {
     pub must_shed: bool,
     /// Modules gathered while the zygote works on the batches sent.
     pending: Vec<(String, Option<String>)>,
-    /// Batches sent and not answered yet.
+    /// Answers not received yet (a batch sent to N zygotes is answered N times).
     in_flight: usize,
 }
 
@@ -53,7 +55,7 @@ impl Learner {
     /// Gather what calls imported (a running call's new log lines, or a finished call's
     /// whole log) that the zygote was not sent before, and send it unless a batch is in flight.
     /// True when something went (the spares forked before lack it).
-    pub fn offer(&mut self, zygote: &Zygote, modules: &[ImportedModule]) -> bool {
+    pub fn offer(&mut self, zygotes: &Zygotes, modules: &[ImportedModule]) -> bool {
         if self.budget.is_none() {
             return false;
         }
@@ -63,12 +65,12 @@ impl Learner {
                     .push((module.name.clone(), module.file.clone()));
             }
         }
-        self.flush(zygote)
+        self.flush(zygotes)
     }
 
     /// Send now, ahead of the call about to be forked, the modules a client said its call
     /// will import that the zygote was not sent before. True when something went.
-    pub fn warm(&mut self, zygote: &Zygote, modules: &[(String, Option<String>)]) -> bool {
+    pub fn warm(&mut self, zygotes: &Zygotes, modules: &[(String, Option<String>)]) -> bool {
         if self.budget.is_none() {
             return false;
         }
@@ -80,8 +82,8 @@ impl Learner {
         if new.is_empty() {
             return false;
         }
-        match zygote.learn(&new) {
-            Ok(batches) => self.in_flight += batches,
+        match zygotes.learn(&new) {
+            Ok(answers) => self.in_flight += answers,
             Err(error) => {
                 eprintln!("lfm serve: warning: {error:#}");
                 return false;
@@ -92,12 +94,12 @@ impl Learner {
     }
 
     /// Send what was gathered once the zygote has answered every batch.
-    pub fn flush(&mut self, zygote: &Zygote) -> bool {
+    pub fn flush(&mut self, zygotes: &Zygotes) -> bool {
         if self.in_flight > 0 || self.pending.is_empty() || self.budget.is_none() {
             return false;
         }
-        match zygote.learn(&std::mem::take(&mut self.pending)) {
-            Ok(batches) => self.in_flight = batches,
+        match zygotes.learn(&std::mem::take(&mut self.pending)) {
+            Ok(answers) => self.in_flight = answers,
             Err(error) => eprintln!("lfm serve: warning: {error:#}"),
         }
         true
@@ -107,12 +109,12 @@ impl Learner {
     /// forked must find it imported, and the zygote handles its messages in order. Between
     /// forks, gathering waits for answers (one message per batch); here it cannot. True when
     /// something went (the spares forked before lack it).
-    pub fn send_before_fork(&mut self, zygote: &Zygote) -> bool {
+    pub fn send_before_fork(&mut self, zygotes: &Zygotes) -> bool {
         if self.pending.is_empty() || self.budget.is_none() {
             return false;
         }
-        match zygote.learn(&std::mem::take(&mut self.pending)) {
-            Ok(batches) => self.in_flight += batches,
+        match zygotes.learn(&std::mem::take(&mut self.pending)) {
+            Ok(answers) => self.in_flight += answers,
             Err(error) => eprintln!("lfm serve: warning: {error:#}"),
         }
         true
@@ -145,7 +147,7 @@ impl Learner {
         }
     }
 
-    /// The zygote was replaced: it has learned nothing.
+    /// A zygote was replaced: it has learned nothing (what is sent again, the others skip).
     pub fn forget(&mut self) {
         self.sent.clear();
         self.hinted.clear();

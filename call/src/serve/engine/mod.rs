@@ -1,4 +1,4 @@
-//! The engine of `lfm serve`: one zygote, one [`RunMonitor`] per call.
+//! The engine of `lfm serve`: its zygotes (zygotes.rs), one [`RunMonitor`] per call.
 //!
 //! Each call gets a fresh backend (its own cgroup where one is writable), whose `cgroup.procs`
 //! descriptors travel to the zygote with the call; the forked child joins them before any user
@@ -14,6 +14,7 @@ mod sizing;
 mod spare;
 mod status;
 pub mod zygote;
+mod zygotes;
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -33,7 +34,8 @@ use crate::protocol::{Message, Reply};
 use crate::runner::request::{Arguments, Outputs, Request, ResultFormat, Target};
 pub use sizing::Auto;
 pub use status::{Status, ZygoteStatus};
-use zygote::{Event, Zygote, ZygoteConfig};
+use zygote::{Event, ZygoteConfig};
+use zygotes::Zygotes;
 
 /// How long a call handed to its child is "starting": the CPU is left to it meanwhile.
 const STARTING: Duration = Duration::from_millis(5);
@@ -71,6 +73,8 @@ pub struct CallSpec {
 
 pub struct ServerOptions {
     pub zygote: ZygoteConfig,
+    /// How many zygotes fork the calls (at least one): forks then run on as many cores.
+    pub zygotes: usize,
     pub backend: BackendChoice,
     /// The most calls running at once; how many do is up to their allocations and `node`.
     pub slots: usize,
@@ -110,6 +114,8 @@ struct Leftover {
 
 struct Running {
     spec: CallSpec,
+    /// The place of the zygote that forked it.
+    zygote: usize,
     monitor: RunMonitor,
     dir: PathBuf,
     pid: Option<i32>,
@@ -128,7 +134,7 @@ struct Running {
 
 pub struct Server {
     options: ServerOptions,
-    zygote: Option<Zygote>,
+    zygotes: Zygotes,
     next_id: u64,
     admission: admission::Admission,
     running: HashMap<u64, Running>,
@@ -170,11 +176,11 @@ impl Server {
         supervisor::become_subreaper();
         std::fs::create_dir_all(&options.zygote.work_dir)
             .with_context(|| format!("creating {}", options.zygote.work_dir.display()))?;
-        let zygote = Zygote::start(&options.zygote)?;
+        let zygotes = Zygotes::start(&options.zygote, options.zygotes)?;
         let learner = learn::Learner::new(options.learn_budget);
         Ok(Server {
             options,
-            zygote: Some(zygote),
+            zygotes,
             next_id: 0,
             admission: admission::Admission::default(),
             running: HashMap::new(),
@@ -197,12 +203,10 @@ impl Server {
 
     /// The descriptors to poll: the zygote's messages, and each running call's end.
     pub fn fds(&self) -> Vec<RawFd> {
-        let zygote = self.zygote.as_ref().map(Zygote::fd);
         let dones = self.running.values().filter_map(|r| r.done.as_ref());
-        zygote
-            .into_iter()
-            .chain(dones.map(AsRawFd::as_raw_fd))
-            .collect()
+        let mut fds = self.zygotes.fds();
+        fds.extend(dones.map(AsRawFd::as_raw_fd));
+        fds
     }
 
     /// How long the caller may sleep before [`Server::step`] has sampling to do.
@@ -235,13 +239,12 @@ impl Server {
     /// Handle the zygote's messages, sample the running calls, start queued ones; return the
     /// replies that are ready.
     pub fn step(&mut self) -> Vec<Reply> {
-        let events = self.zygote.as_mut().map(Zygote::events).unwrap_or_default();
-        for event in events {
-            self.handle(event);
+        for (at, event) in self.zygotes.events() {
+            self.handle(at, event);
         }
         self.hear_dones();
         self.sample_due();
-        reap_orphans(self.zygote.as_ref().map(|z| z.pid));
+        reap_orphans(&self.zygotes.pids());
         self.dispatch();
         std::mem::take(&mut self.replies)
     }
@@ -293,9 +296,7 @@ impl Server {
         }
         replies.extend(std::mem::take(&mut self.replies));
         self.after_delivery(false);
-        if let Some(zygote) = self.zygote.take() {
-            zygote.stop();
-        }
+        self.zygotes.stop_all();
         replies
     }
 
@@ -317,8 +318,8 @@ impl Server {
                     continue;
                 }
             };
-            if self.zygote.is_none() {
-                self.restart_zygote();
+            if self.zygotes.any_missing() {
+                self.restart_zygotes();
             }
             self.last_limits = Some(spec.limits.clone());
             self.last_start = Some(Instant::now());
@@ -371,7 +372,13 @@ impl Server {
             monitor.attach_gpus(meter);
         }
         let rlimits = supervisor::child_rlimits(&spec.limits, monitor.backend());
-        let zygote = self.zygote.as_ref().expect("dispatch restarts the zygote");
+        let Some((at, zygote)) = self.least_loaded_zygote() else {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(Reply::refused(
+                &spec,
+                "no zygote could be started: see the serve's stderr",
+            ));
+        };
         if let Err(error) = zygote.call_with_rlimits(
             id,
             &request,
@@ -387,6 +394,7 @@ impl Server {
             id,
             Running {
                 spec,
+                zygote: at,
                 monitor,
                 dir,
                 pid: None,
@@ -432,7 +440,8 @@ impl Server {
         }
     }
 
-    fn handle(&mut self, event: Event) {
+    /// A message of the zygote at place `at`.
+    fn handle(&mut self, at: usize, event: Event) {
         match event {
             Event::Started { id, pid, done, go } => {
                 let Some(running) = self.running.get_mut(&id) else {
@@ -470,7 +479,7 @@ impl Server {
                 self.learner.learned(learned);
                 self.learn_from(&[]);
             }
-            Event::Died => self.zygote_died(),
+            Event::Died => self.zygote_died(at),
         }
     }
 
@@ -662,13 +671,14 @@ impl Server {
         self.last_wall.is_some_and(|wall| wall < 2 * STARTING)
     }
 
-    /// Every in-flight call fails with the reason; the next call starts a fresh zygote.
-    fn zygote_died(&mut self) {
-        if let Some(zygote) = self.zygote.take() {
-            zygote.reap();
-        }
+    /// Every in-flight call of the zygote at `at` fails with the reason; the next call starts
+    /// a fresh zygote in its place. The spares go too (they are replaced from the live ones),
+    /// and what was learned is sent again: the fresh one has none of it.
+    fn zygote_died(&mut self, at: usize) {
+        self.zygotes.remove_dead(at);
         self.drop_spares();
-        for id in self.running.keys().copied().collect::<Vec<_>>() {
+        let forked_there = self.running.iter().filter(|(_, r)| r.zygote == at);
+        for id in forked_there.map(|(&id, _)| id).collect::<Vec<_>>() {
             self.fail(id, "the zygote died during the call; it was restarted");
         }
     }
@@ -701,8 +711,7 @@ impl Server {
 
     /// The zygote learns what a call imported; the spares forked before it did lack it.
     fn learn_from(&mut self, modules: &[lfm_monitor::report::ImportedModule]) {
-        let Some(zygote) = &self.zygote else { return };
-        if self.learner.offer(zygote, modules) {
+        if self.learner.offer(&self.zygotes, modules) {
             for spare in std::mem::take(&mut self.spares) {
                 self.drop_spare(spare);
             }
@@ -712,8 +721,7 @@ impl Server {
     /// What earlier calls imported and the zygote was not sent yet (gathered while it answered
     /// a batch) goes before the next fork; the spares forked before lack it.
     fn send_learned_before_fork(&mut self) {
-        let Some(zygote) = &self.zygote else { return };
-        if self.learner.send_before_fork(zygote) {
+        if self.learner.send_before_fork(&self.zygotes) {
             for spare in std::mem::take(&mut self.spares) {
                 self.drop_spare(spare);
             }
@@ -723,24 +731,21 @@ impl Server {
     /// The zygote imports what the call's client said it will import before it forks the
     /// call (its messages are handled in order); the spares forked before lack it.
     fn warm_zygote_for(&mut self, spec: &CallSpec) {
-        let Some(zygote) = &self.zygote else { return };
-        if !spec.warm.is_empty() && self.learner.warm(zygote, &spec.warm) {
+        if !spec.warm.is_empty() && self.learner.warm(&self.zygotes, &spec.warm) {
             for spare in std::mem::take(&mut self.spares) {
                 self.drop_spare(spare);
             }
         }
     }
 
-    /// A zygote past its budget goes once no call runs under it; the next call starts a
-    /// fresh one (with the configured preloads).
+    /// Zygotes past their budget go once no call runs under them; the next call starts
+    /// fresh ones (with the configured preloads).
     fn shed_zygote(&mut self) {
         if !self.learner.must_shed || !self.running.is_empty() {
             return;
         }
         self.drop_spares();
-        if let Some(zygote) = self.zygote.take() {
-            zygote.stop();
-        }
+        self.zygotes.stop_all();
         self.learner.forget();
     }
 
@@ -760,15 +765,21 @@ impl Server {
         Some(imports)
     }
 
-    fn restart_zygote(&mut self) {
+    fn restart_zygotes(&mut self) {
         self.learner.forget();
-        match Zygote::start(&self.options.zygote) {
-            Ok(zygote) => {
-                self.zygote = Some(zygote);
-                self.restarts += 1;
-            }
-            Err(error) => eprintln!("lfm serve: restarting the zygote failed: {error:#}"),
-        }
+        self.restarts += self.zygotes.start_missing(&self.options.zygote);
+    }
+
+    /// The live zygote with the fewest calls and spares on it, and its place.
+    fn least_loaded_zygote(&self) -> Option<(usize, &zygote::Zygote)> {
+        let at = self.zygotes.least_loaded(|at| self.load_of(at))?;
+        Some((at, self.zygotes.get(at)?))
+    }
+
+    /// The calls running on the zygote at `at` and the spares it forked.
+    fn load_of(&self, at: usize) -> usize {
+        let calls = self.running.values().filter(|r| r.zygote == at).count();
+        calls + self.spares.iter().filter(|s| s.zygote == at).count()
     }
 }
 
@@ -834,7 +845,7 @@ fn call_request(
 
 /// Processes the calls left behind are reparented to lfm (a subreaper): reap them, but never
 /// the zygote, whose end is noticed on its socket.
-fn reap_orphans(zygote: Option<i32>) {
+fn reap_orphans(zygotes: &[i32]) {
     loop {
         let mut status = 0;
         // SAFETY: zeroed siginfo_t is a valid value for this plain C struct.
@@ -850,7 +861,7 @@ fn reap_orphans(zygote: Option<i32>) {
         };
         // SAFETY: reading the pid field of a siginfo filled by waitid.
         let pid = unsafe { info.si_pid() };
-        if peeked != 0 || pid == 0 || Some(pid) == zygote {
+        if peeked != 0 || pid == 0 || zygotes.contains(&pid) {
             return;
         }
         // SAFETY: waitpid on a known exited child.

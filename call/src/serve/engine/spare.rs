@@ -18,6 +18,8 @@ use super::{call_request, label, CallSpec, Running, Server};
 
 pub(super) struct Spare {
     id: u64,
+    /// The place of the zygote that forks it.
+    pub(super) zygote: usize,
     limits: Limits,
     monitor: RunMonitor,
     dir: PathBuf,
@@ -46,7 +48,10 @@ impl Server {
             .filter(|next| next.allocation.is_some())
             .map(|next| &next.spec.limits)
             .or(self.last_limits.as_ref());
-        let (Some(limits), Some(zygote), true) = (expected, &self.zygote, ready) else {
+        let (Some(limits), true) = (expected, ready) else {
+            return;
+        };
+        let Some(at) = self.zygotes.least_loaded(|at| self.load_of(at)) else {
             return;
         };
         self.next_id += 1;
@@ -63,6 +68,7 @@ impl Server {
             }
         };
         let rlimits = supervisor::child_rlimits(limits, monitor.backend());
+        let zygote = self.zygotes.get(at).expect("a live zygote's place");
         if zygote
             .spare(id, &dir, &monitor.join_fds(), &rlimits)
             .is_err()
@@ -72,6 +78,7 @@ impl Server {
         }
         self.spares.push(Spare {
             id,
+            zygote: at,
             limits: limits.clone(),
             monitor,
             dir,
@@ -127,7 +134,7 @@ impl Server {
     pub(super) fn drop_spare(&mut self, mut spare: Spare) {
         spare.go = None;
         spare.done = None;
-        match &self.zygote {
+        match self.zygotes.get(spare.zygote) {
             Some(_) => self.retired.push(spare),
             None => discard(spare.monitor, spare.pid, &spare.dir),
         }
@@ -142,10 +149,13 @@ impl Server {
         allocated: &lfm_monitor::report::Allocated,
     ) -> Option<(CallSpec, Option<GpuMeter>)> {
         let ready = |s: &Spare| s.pid.is_some() && s.go.is_some();
-        let Some(at) = self
-            .spares
-            .iter()
-            .position(|s| ready(s) && s.limits == spec.limits)
+        // Of the fitting spares, one of the zygote running the fewest calls: the calls'
+        // exits (and the next forks) are then spread over the zygotes.
+        let running_on =
+            |zygote: usize| self.running.values().filter(|r| r.zygote == zygote).count();
+        let Some(at) = (0..self.spares.len())
+            .filter(|&at| ready(&self.spares[at]) && self.spares[at].limits == spec.limits)
+            .min_by_key(|&at| running_on(self.spares[at].zygote))
         else {
             // Ready spares made for other limits would wait for calls like the last one: the
             // calls have changed, make them again.
@@ -166,7 +176,7 @@ impl Server {
             self.drop_spare(spare);
             return Some((spec, gpus));
         }
-        if let Some(zygote) = &self.zygote {
+        if let Some(zygote) = self.zygotes.get(spare.zygote) {
             zygote.remember(&spec.target);
         }
         let pid = spare.pid.expect("checked above");
@@ -180,6 +190,7 @@ impl Server {
             spare.id,
             Running {
                 spec,
+                zygote: spare.zygote,
                 monitor: spare.monitor,
                 dir: spare.dir,
                 pid: Some(pid),

@@ -48,7 +48,8 @@ impl Server {
                 .values()
                 .map(|r| super::admission::allocation(&r.allocated)),
         );
-        let zygote = self.zygote.as_ref().map(|zygote| ZygoteStatus {
+        // The first live zygote: every one preloaded and learned the same.
+        let zygote = self.zygotes.alive().next().map(|(_, zygote)| ZygoteStatus {
             pid: zygote.pid,
             rss_bytes: resident_bytes(zygote.pid),
             preloaded: self.options.preloaded.clone(),

@@ -83,6 +83,32 @@ const MAX_MESSAGE: usize = 1 << 16;
 impl Zygote {
     /// Start the zygote and wait until it has imported everything (or failed to).
     pub fn start(config: &ZygoteConfig) -> Result<Zygote> {
+        let mut one = Zygote::start_many(config, 1)?;
+        Ok(one.remove(0))
+    }
+
+    /// Start `count` zygotes at once (each imports its preloads on its own core, where there
+    /// are as many) and wait until every one is ready; one that fails stops the others.
+    pub fn start_many(config: &ZygoteConfig, count: usize) -> Result<Vec<Zygote>> {
+        let mut file_config = config.config.clone();
+        file_config["control_fd"] = CONTROL_FD.into();
+        let config_path = config.work_dir.join("zygote.json");
+        std::fs::write(&config_path, file_config.to_string())
+            .with_context(|| format!("writing {}", config_path.display()))?;
+        let mut zygotes = Vec::with_capacity(count);
+        for _ in 0..count {
+            zygotes.push(Zygote::spawn_one(config, &config_path)?);
+        }
+        for at in 0..zygotes.len() {
+            if let Err(error) = zygotes[at].wait_ready() {
+                zygotes.into_iter().for_each(Zygote::reap);
+                return Err(error);
+            }
+        }
+        Ok(zygotes)
+    }
+
+    fn spawn_one(config: &ZygoteConfig, config_path: &Path) -> Result<Zygote> {
         let (ours, theirs) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -90,20 +116,13 @@ impl Zygote {
             SockFlag::SOCK_CLOEXEC,
         )
         .context("creating the zygote's control socket")?;
-        let mut file_config = config.config.clone();
-        file_config["control_fd"] = CONTROL_FD.into();
-        let config_path = config.work_dir.join("zygote.json");
-        std::fs::write(&config_path, file_config.to_string())
-            .with_context(|| format!("writing {}", config_path.display()))?;
-        let child = spawn(config, &config_path, theirs.as_raw_fd())?;
+        let child = spawn(config, config_path, theirs.as_raw_fd())?;
         drop(theirs);
-        let mut zygote = Zygote {
+        Ok(Zygote {
             pid: child.id() as i32,
             child,
             control: ours,
-        };
-        zygote.wait_ready()?;
-        Ok(zygote)
+        })
     }
 
     fn wait_ready(&mut self) -> Result<()> {
@@ -243,35 +262,10 @@ impl Zygote {
         }
     }
 
-    /// Modules calls imported (name, file): the zygote imports those of the standard library
-    /// and installed distributions, and answers [`Event::Learned`] for each message sent.
-    /// Returns how many messages went (a long list goes in several, each under the zygote's
-    /// message size).
-    pub fn learn(&self, modules: &[(String, Option<String>)]) -> Result<usize> {
-        let mut sent = 0;
-        let mut batch: Vec<&(String, Option<String>)> = Vec::new();
-        let mut size = 0;
-        for module in modules {
-            let entry = module.0.len() + module.1.as_ref().map_or(4, |f| f.len()) + 8;
-            if size + entry > MAX_MESSAGE / 2 && !batch.is_empty() {
-                self.send_learn(&std::mem::take(&mut batch))?;
-                sent += 1;
-                size = 0;
-            }
-            batch.push(module);
-            size += entry;
-        }
-        if !batch.is_empty() {
-            self.send_learn(&batch)?;
-            sent += 1;
-        }
-        Ok(sent)
-    }
-
-    fn send_learn(&self, modules: &[&(String, Option<String>)]) -> Result<()> {
-        let message = serde_json::json!({"op": "learn", "modules": modules});
-        self.send(&message, &[])
-            .context("sending modules to learn to the zygote")
+    /// A message without descriptors (those every zygote gets: [`super::zygotes::Zygotes::broadcast`]).
+    pub fn send_message(&self, message: &serde_json::Value) -> Result<()> {
+        self.send(message, &[])
+            .with_context(|| format!("sending {} to the zygote", message["op"]))
     }
 
     fn send(&self, message: &serde_json::Value, fds: &[RawFd]) -> Result<()> {
@@ -303,6 +297,29 @@ impl Zygote {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Modules calls imported (name, file) as `learn` messages: the zygote imports those of the
+/// standard library and installed distributions, and answers [`Event::Learned`] for each
+/// message. A long list goes in several, each under the zygote's message size.
+pub fn learn_messages(modules: &[(String, Option<String>)]) -> Vec<serde_json::Value> {
+    let mut messages = Vec::new();
+    let mut batch: Vec<&(String, Option<String>)> = Vec::new();
+    let mut size = 0;
+    for module in modules {
+        let entry = module.0.len() + module.1.as_ref().map_or(4, |f| f.len()) + 8;
+        if size + entry > MAX_MESSAGE / 2 && !batch.is_empty() {
+            messages
+                .push(serde_json::json!({"op": "learn", "modules": std::mem::take(&mut batch)}));
+            size = 0;
+        }
+        batch.push(module);
+        size += entry;
+    }
+    if !batch.is_empty() {
+        messages.push(serde_json::json!({"op": "learn", "modules": batch}));
+    }
+    messages
 }
 
 /// Hand a spare its request through its go pipe (`go`, closed after): inline when the pipe
