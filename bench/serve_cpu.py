@@ -1,6 +1,7 @@
 """Where a served call's CPU goes, against a bare fork loop, in turns (bench/serve.sh's venv).
 
-Usage: python bench/serve_cpu.py VENV_PYTHON TURNS LFM [LFM...]   (CALLS=N, default 1000)
+Usage: python bench/serve_cpu.py VENV_PYTHON TURNS LFM [LFM...]   (CALLS=N, default 1000;
+SERVE_ARGS="--zygotes 2": more `lfm serve` arguments, for every binary given)
 Each turn runs the bare loop (2 children at a time), the same loop giving each call a v1
 memory and cpuacct cgroup of its own (made before the fork, joined by the child, read and
 removed after it, as lfm does; where this process may make them), and, for each lfm binary given, `lfm serve
@@ -108,6 +109,12 @@ def ticks(pid):
     return int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
 
 
+def zygote_ticks(pids):
+    """(own, reaped children's) CPU ticks of every zygote (SERVE_ARGS may ask for several)."""
+    each = [ticks(pid) for pid in pids]
+    return sum(own for own, _ in each), sum(children for _, children in each)
+
+
 def thread_ticks(pid):
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
@@ -120,7 +127,7 @@ def thread_ticks(pid):
 
 def serve(lfm, backend):
     command = [lfm, "serve", "--python", PYTHON, "--preload", "pandas,sklearn,serve_fns", "--slots", "2",
-               "--backend", backend]
+               "--backend", backend, *os.environ.get("SERVE_ARGS", "").split()]
     server = subprocess.Popen(command, cwd=HERE, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
 
     def request(n):
@@ -130,8 +137,8 @@ def serve(lfm, backend):
         server.stdin.write(request(-1))
         server.stdin.flush()
         assert json.loads(server.stdout.readline())["ok"]
-    zygote = next(int(line.split()[0]) for line in subprocess.check_output(["ps", "-o", "pid=,args=", "--ppid", str(server.pid)], text=True).splitlines() if "zygote" in line)
-    zygote_before, threads_before = ticks(zygote), thread_ticks(server.pid)
+    zygotes = [int(line.split()[0]) for line in subprocess.check_output(["ps", "-o", "pid=,args=", "--ppid", str(server.pid)], text=True).splitlines() if "zygote" in line]
+    zygote_before, threads_before = zygote_ticks(zygotes), thread_ticks(server.pid)
     start = time.perf_counter()
 
     def write_all():
@@ -144,7 +151,7 @@ def serve(lfm, backend):
     for _ in range(CALLS):
         assert json.loads(server.stdout.readline())["ok"]
     total = time.perf_counter() - start
-    zygote_after, threads_after = ticks(zygote), thread_ticks(server.pid)
+    zygote_after, threads_after = zygote_ticks(zygotes), thread_ticks(server.pid)
     writer.join()
     server.stdin.close()
     server.wait()
