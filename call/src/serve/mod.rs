@@ -253,3 +253,17 @@ fn submit(server: &mut Server, targets: &mut Targets, client: u64, line: &str) {
         Err(reply) => server.push_reply(reply),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::zygote_count;
+
+    #[test]
+    fn one_zygote_per_four_slots_within_the_cores_unless_asked() {
+        assert_eq!(zygote_count(0, 2, 2.0), 1);
+        assert_eq!(zygote_count(0, 16, 16.0), 4);
+        assert_eq!(zygote_count(0, 16, 2.0), 2, "no more than the node's cores");
+        assert_eq!(zygote_count(0, 1, 0.5), 1, "at least one");
+        assert_eq!(zygote_count(3, 2, 1.0), 3, "as asked");
+    }
+}
