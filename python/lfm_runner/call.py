@@ -203,15 +203,15 @@ def call_function(request, log=None):
         except BaseException as error:  # the initialiser is user code
             stop(log)
             return failure("context", error), None, error
-    outcome, data, error = call_loaded(request, log)
+    outcome, data, error = call_loaded(request, log, reuse_loaded=context is not None)
     if context is not None:
         outcome["context"] = context
     return outcome, data, error
 
 
-def call_loaded(request, log):
+def call_loaded(request, log, reuse_loaded=False):
     try:
-        function = targets.load(request["target"])
+        function = targets.load(request["target"], reuse_loaded)
         args, kwargs = read_arguments(request.get("args", {}))
     except BaseException as error:  # the user's module may raise anything, SystemExit too
         stop(log)

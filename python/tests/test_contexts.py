@@ -132,3 +132,15 @@ def test_a_preload_that_initialises_a_device_stops_the_zygote_with_why(tmp_path,
         assert "GPU driver was initialised in the zygote" in failed["error"]["message"]
     finally:
         process.wait(timeout=30)
+
+
+def test_a_sliced_function_sees_the_state_its_context_left(fresh):
+    from lfm_runner import target as targets
+
+    contexts.ensure("model:load")
+    sliced = {"mode": "slice", "module": "model", "root": None, "qualname": "use",
+              "file": os.path.join(os.path.abspath(STATE), "model.py"), "statements": [[1, 10_000]]}
+    assert targets.load(sliced, reuse_loaded=True)() == 1
+    # Without a context a slice runs in a fresh module: the global is the file's own None.
+    with pytest.raises(TypeError):
+        targets.load(sliced)()
