@@ -202,7 +202,9 @@ def call_function(request, log=None):
             context = contexts.ensure(request["context"])
         except BaseException as error:  # the initialiser is user code
             stop(log)
-            return failure("context", error), None, error
+            outcome = failure("context", error)
+            outcome["context"] = {"name": request["context"], "loaded": "call"}
+            return outcome, None, error
     outcome, data, error = call_loaded(request, log, reuse_loaded=context is not None)
     if context is not None:
         outcome["context"] = context

@@ -7,6 +7,7 @@
 //! into one reply. It knows nothing of transports (stdin, sockets) or of how targets are found.
 
 mod admission;
+pub mod context;
 mod done;
 mod janitor;
 mod learn;
@@ -67,6 +68,9 @@ pub struct CallSpec {
     /// Modules the client says the call will import (the request's `warm`): the zygote
     /// imports those it may before it forks the call (learn.rs).
     pub warm: Vec<(String, Option<String>)>,
+    /// The request's `context`: an initialiser the zygote runs once for the calls after
+    /// (context.rs).
+    pub context: Option<String>,
 }
 
 pub struct ServerOptions {
@@ -150,6 +154,7 @@ pub struct Server {
     leftovers: Vec<Leftover>,
     janitor: janitor::Janitor,
     learner: learn::Learner,
+    contexts: context::Contexts,
     /// How often a call ended or went to the history: queued calls are sized again after.
     history_changes: u64,
     /// The history rows sizing read since the history last changed, by category.
@@ -186,6 +191,7 @@ impl Server {
             leftovers: Vec::new(),
             janitor,
             learner,
+            contexts: context::Contexts::default(),
             retired: Vec::new(),
             last_limits: None,
             last_start: None,
@@ -301,6 +307,9 @@ impl Server {
 
     fn dispatch(&mut self) {
         while self.running.len() < self.options.slots.max(1) {
+            if self.replace_spoilt_zygote() {
+                return;
+            }
             let Some((mut spec, allocated)) = self.admit() else {
                 return;
             };
@@ -324,12 +333,13 @@ impl Server {
             self.last_start = Some(Instant::now());
             self.send_learned_before_fork();
             self.warm_zygote_for(&spec);
-            let Some((spec, gpus)) = self.start_in_spare(spec, gpus, &allocated) else {
-                continue;
-            };
-            if let Err(error) = self.start_call(spec, gpus, allocated) {
-                self.replies.push(error);
+            let context = spec.context.clone();
+            if let Some((spec, gpus)) = self.start_in_spare(spec, gpus, &allocated) {
+                if let Err(error) = self.start_call(spec, gpus, allocated) {
+                    self.replies.push(error);
+                }
             }
+            self.load_context_after_fork(context.as_deref());
         }
     }
 
@@ -467,9 +477,13 @@ impl Server {
             }
             Event::Exited { id: None, .. } => {}
             Event::Learned(learned) => {
+                if let Some(seen) = &learned.device {
+                    self.contexts.learned_device(seen);
+                }
                 self.learner.learned(learned);
                 self.learn_from(&[]);
             }
+            Event::Context(answer) => self.contexts.answered(answer),
             Event::Died => self.zygote_died(),
         }
     }
@@ -571,6 +585,8 @@ impl Server {
         if let Some(imports) = &report.imports {
             self.learn_from(&imports.modules);
         }
+        self.contexts
+            .annotate(&mut report, &running.spec, outcome.as_ref());
         let applied = lfm_monitor::outcome::apply(&mut report, outcome.as_ref());
         let sized = Server::mark_sized(&running.spec, &mut report);
         self.aftermath.push(Aftermath {
@@ -762,6 +778,7 @@ impl Server {
 
     fn restart_zygote(&mut self) {
         self.learner.forget();
+        self.contexts.forget();
         match Zygote::start(&self.options.zygote) {
             Ok(zygote) => {
                 self.zygote = Some(zygote);
@@ -829,6 +846,7 @@ fn call_request(
     }
     request.env =
         visible_devices.map(|visible| [("CUDA_VISIBLE_DEVICES".to_string(), visible)].into());
+    request.context = spec.context.clone();
     request
 }
 

@@ -50,6 +50,8 @@ pub enum Event {
     },
     /// It imported modules calls had imported ([`Zygote::learn`]).
     Learned(Learned),
+    /// It ran a context's initialiser, or could not ([`Zygote::load_context`]).
+    Context(super::context::Answer),
     /// The zygote is gone (its socket closed).
     Died,
 }
@@ -68,6 +70,10 @@ pub struct Learned {
     pub seconds: f64,
     /// Its resident size after the imports.
     pub rss: u64,
+    /// A module whose import initialised a GPU driver: the zygote stopped there and must
+    /// be replaced (context.rs).
+    #[serde(default)]
+    pub device: Option<super::context::DeviceSeen>,
 }
 
 pub struct Zygote {
@@ -268,6 +274,14 @@ impl Zygote {
         Ok(sent)
     }
 
+    /// Run a context's initialiser (`module:qualname`) once, for the calls forked after; the
+    /// zygote answers [`Event::Context`].
+    pub fn load_context(&self, name: &str) -> Result<()> {
+        let message = serde_json::json!({"op": "context", "name": name});
+        self.send(&message, &[])
+            .context("sending a context to the zygote")
+    }
+
     fn send_learn(&self, modules: &[&(String, Option<String>)]) -> Result<()> {
         let message = serde_json::json!({"op": "learn", "modules": modules});
         self.send(&message, &[])
@@ -332,6 +346,11 @@ pub fn go(go: OwnedFd, request: &Request, request_file: &Path) -> Result<()> {
 }
 
 fn parse_event(message: &serde_json::Value, fds: Vec<OwnedFd>) -> Option<Event> {
+    if message["op"] == "context" {
+        return serde_json::from_value(message.clone())
+            .ok()
+            .map(Event::Context);
+    }
     if message["op"] == "learned" {
         return serde_json::from_value(message.clone())
             .ok()
