@@ -144,3 +144,39 @@ def test_a_sliced_function_sees_the_state_its_context_left(fresh):
     # Without a context a slice runs in a fresh module: the global is the file's own None.
     with pytest.raises(TypeError):
         targets.load(sliced)()
+
+
+def test_the_client_names_a_context_by_reference_and_refuses_what_a_node_cannot_import():
+    from lfm import calls
+
+    import client_functions
+
+    options = calls.Options(context=client_functions.double)
+    assert options.context == "client_functions:double"
+    assert calls.Options(context="pkg.mod:Loader.load").context == "pkg.mod:Loader.load"
+    with pytest.raises(ValueError, match="top level of an importable module"):
+        calls.Options(context=lambda: None)
+    main_function = type(client_functions.double)(client_functions.double.__code__, {})
+    main_function.__module__ = "__main__"
+    with pytest.raises(ValueError, match="top level of an importable module"):
+        calls.Options(context=main_function)
+    for bad in ("load", "m:", "a:b:c"):
+        with pytest.raises(ValueError, match="module:qualname"):
+            calls.Options(context=bad)
+    fields = calls.call_fields(client_functions.double, (1,), {}, options)
+    assert fields["context"] == "client_functions:double"
+    assert "context" not in calls.call_fields(client_functions.double, (1,), {}, calls.Options())
+
+
+def test_parsl_and_dask_take_the_context_option():
+    pytest.importorskip("parsl")
+    pytest.importorskip("distributed")
+    from lfm import dask as lfm_dask
+    from lfm import parsl as lfm_parsl
+
+    import client_functions
+
+    options = lfm_parsl.options_from_spec(client_functions.double, {"context": "m:load"})
+    assert options.context == "m:load"
+    plugin = lfm_dask.LfmPlugin(context=client_functions.double)
+    assert plugin.context == "client_functions:double"
