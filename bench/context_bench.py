@@ -16,8 +16,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")]))
 sys.path.insert(0, HERE)
-LOADS = tempfile.mktemp(prefix="context-loads-")
-os.environ["CONTEXT_LOADS"] = LOADS
+# Set once: Dask's spawned workers run this module's top level again (as __mp_main__), and
+# must append to the same file.
+LOADS = os.environ.setdefault("CONTEXT_LOADS", tempfile.mktemp(prefix="context-loads-"))
 
 import context_model  # noqa: E402
 
