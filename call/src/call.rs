@@ -118,6 +118,7 @@ fn annotation<'a>(
     let function = FunctionCall {
         target: prepared.asked.clone(),
         mode: prepared.target.mode().into(),
+        context: None,
     };
     let closure = prepared.closure(interpreter);
     move |report: &mut Report| {

@@ -129,6 +129,25 @@ pub struct FunctionCall {
     pub target: String,
     /// How it was loaded: `slice`, `import` or `pickle`.
     pub mode: String,
+    /// `lfm serve`: the context the call ran with (docs/serve.md "Contexts").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<ContextUse>,
+}
+
+/// A context a call ran with: where its initialiser ran for this call.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ContextUse {
+    /// The initialiser, `module:qualname`.
+    pub name: String,
+    /// `zygote`: the call was forked with it loaded, and pays nothing for it; `call`: the
+    /// call ran the initialiser itself (its figures include the load).
+    pub loaded: String,
+    /// With `call`: the seconds the initialiser took in the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+    /// With `call`, when the zygote will never hold it: why (it initialised a GPU driver).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 /// docs/report.md's example Report (its second JSON block): what the crates above the monitor

@@ -121,8 +121,13 @@ class Options:
     pack: Union[bool, str] = False
     auto: bool = False
     max_retries: Optional[int] = None
+    # An initialiser (a function, or its "module:qualname") run once per node's zygote: the
+    # calls fork with the state it made (docs/python.md "Contexts"). Kept as the name.
+    context: Union[str, Callable[[], Any], None] = None
 
     def __post_init__(self) -> None:
+        if self.context is not None:
+            object.__setattr__(self, "context", context_name(self.context))
         for key in LIMIT_KEYS:
             value = getattr(self, key)
             if value is None:
@@ -163,6 +168,26 @@ class Options:
         values = {k: getattr(self, k) for k in self.__dataclass_fields__}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return Options(**values)
+
+
+def context_name(context: Union[str, Callable[[], Any]]) -> str:
+    """`module:qualname` of a context's initialiser: the serve's zygote imports it by that
+    name, so it must be a module-level function of an importable module."""
+    if isinstance(context, str):
+        module, _, qualname = context.partition(":")
+        if not module or not qualname or ":" in qualname:
+            raise ValueError(f"context: 'module:qualname' or a function, not {context!r}")
+        return context
+    if not callable(context):
+        raise TypeError(f"context: a function or 'module:qualname', not {context!r}")
+    module = getattr(context, "__module__", None)
+    qualname = getattr(context, "__qualname__", None)
+    if not module or not qualname or module == "__main__" or "<" in qualname:
+        raise ValueError(
+            f"context: {qualname or context!r} of {module or 'no module'} cannot be imported by "
+            "name on the node: define the initialiser at the top level of an importable module"
+        )
+    return f"{module}:{qualname}"
 
 
 def options_of(fn: Callable) -> Options:
@@ -276,6 +301,8 @@ def call_fields(
     fields.update(limits=options.limits(), result="pickle", result_by_file=True)
     if options.category is not None:
         fields["category"] = options.category
+    if options.context is not None:
+        fields["context"] = options.context
     if options.auto:
         fields["auto"] = True
         if options.max_retries is not None:

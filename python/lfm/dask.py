@@ -29,7 +29,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from . import calls, node
 from .calls import Options
 from .engine_events import DASK_TOPIC as TOPIC
-from .executor import call
+from .executor import call, options_dict
 from .shipped_calls import ShippedFunction, shipped  # noqa: F401  (lfm.dask.shipped: bare workers)
 
 METADATA_KEY = "lfm-report"
@@ -38,12 +38,15 @@ METADATA_KEY = "lfm-report"
 PRELOAD = ("dask._task_spec",)
 
 
-def options_for(worker: Any, run_spec: Any) -> Options:
-    """The lfm options of one task, from its annotations and resource restrictions."""
+def options_for(worker: Any, run_spec: Any, defaults: Optional[Options] = None) -> Options:
+    """The lfm options of one task, from its annotations and resource restrictions, over an
+    @lfm.task's own, over the plugin's (`defaults`)."""
     key = getattr(run_spec, "key", None)
     state = worker.state.tasks.get(key)
     func = getattr(run_spec, "func", None)
-    options = calls.options_of(func) if func is not None else Options()
+    options = defaults or Options()
+    if func is not None:
+        options = options.merged(**options_dict(calls.options_of(func)))
     overrides: Dict[str, Any] = {}
     resources = {k.lower(): v for k, v in (getattr(state, "resource_restrictions", None) or {}).items()}
     if resources.get("memory") is not None:
@@ -89,8 +92,9 @@ class LfmWorkerExecutor(cf.Executor):
     """The worker's "lfm" executor. Dask hands it (_run_task_simple, run_spec, data, delay);
     it runs that in a thread of its own with the run_spec swapped for an LfmTask."""
 
-    def __init__(self, worker: Any, threads: int):
+    def __init__(self, worker: Any, threads: int, defaults: Optional[Options] = None):
         self.worker = worker
+        self.defaults = defaults
         self._threads = cf.ThreadPoolExecutor(threads, thread_name_prefix="lfm-task")
 
     def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> cf.Future:  # type: ignore[override]
@@ -98,7 +102,7 @@ class LfmWorkerExecutor(cf.Executor):
         if isinstance(getattr(run_spec, "func", None), ShippedFunction):
             return self._threads.submit(fn, run_spec, *rest, **kwargs)  # it runs in lfm itself
         try:
-            task = LfmTask(self.worker, run_spec, options_for(self.worker, run_spec))
+            task = LfmTask(self.worker, run_spec, options_for(self.worker, run_spec, self.defaults))
         except (TypeError, ValueError) as error:
             failed: cf.Future = cf.Future()
             failed.set_exception(error)
@@ -116,11 +120,15 @@ class LfmPlugin(WorkerPlugin):
     idempotent = True
     name = "lfm"
 
-    def __init__(self, default: bool = False):
+    def __init__(self, default: bool = False, context: Any = None):
+        """`context`: an initialiser (a function, or "module:qualname") every task this
+        plugin runs gets: the node's zygote runs it once (docs/python.md "Contexts")."""
         self.default = default
+        self.context = calls.context_name(context) if context is not None else None
 
     def setup(self, worker: Any) -> None:
-        executor = LfmWorkerExecutor(worker, worker.state.nthreads)
+        defaults = Options(context=self.context)
+        executor = LfmWorkerExecutor(worker, worker.state.nthreads, defaults)
         worker.executors["lfm"] = executor
         if self.default:
             worker.executors["default"] = executor

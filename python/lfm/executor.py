@@ -84,7 +84,8 @@ class Executor(cf.Executor):
 
     At most `max_workers` calls (default: one per core) are in flight from this executor;
     the rest wait here. The limits given here apply to every call; an @lfm.task function's
-    own options take precedence over them."""
+    own options take precedence over them. `context`: an initialiser the node's zygote runs
+    once for every call (docs/python.md "Contexts")."""
 
     def __init__(
         self,
@@ -98,13 +99,14 @@ class Executor(cf.Executor):
         max_retries: Optional[int] = None,
         gpus: Optional[int] = None,
         gpu_memory: Size = None,
+        context: Union[str, Callable[[], Any], None] = None,
     ):
         if max_workers is not None and (not isinstance(max_workers, int) or max_workers < 1):
             raise ValueError(f"max_workers: a positive integer, not {max_workers!r}")
         self.max_workers = max_workers or os.cpu_count() or 1
         self.options = Options(
             memory=memory, cores=cores, wall=wall, category=category, pack=pack, auto=auto,
-            max_retries=max_retries, gpus=gpus, gpu_memory=gpu_memory,
+            max_retries=max_retries, gpus=gpus, gpu_memory=gpu_memory, context=context,
         )
         self._lock = threading.Lock()
         self._running = 0

@@ -26,6 +26,7 @@ def task(
     processes: Size = ..., disk: Size = ..., gpus: Optional[int] = ...,
     gpu_memory: Size = ..., category: Optional[str] = ...,
     pack: Union[bool, str] = ..., auto: bool = ..., max_retries: Optional[int] = ...,
+    context: Union[str, Callable[[], Any], None] = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -43,15 +44,20 @@ def task(
     pack: Union[bool, str] = False,
     auto: bool = False,
     max_retries: Optional[int] = None,
+    context: Union[str, Callable[[], Any], None] = None,
 ) -> Any:
     """Run each call of the function in the node's `lfm serve` under these limits.
 
     The call returns the function's value; it raises lfm.LimitExceeded (with `.report`) when
     a limit was hit, or the function's own exception with the remote traceback as its cause.
-    Parsl's `parsl_resource_specification` keyword, if an engine passes one, is dropped."""
+    Parsl's `parsl_resource_specification` keyword, if an engine passes one, is dropped.
+    `context`: an initialiser (a module-level function taking no arguments, or its
+    "module:qualname") that fills module globals the function reads: the node's zygote runs
+    it once and calls fork with its state (docs/python.md "Contexts")."""
     options = Options(
         memory=memory, cores=cores, wall=wall, processes=processes, disk=disk, gpus=gpus,
         gpu_memory=gpu_memory, category=category, pack=pack, auto=auto, max_retries=max_retries,
+        context=context,
     )
 
     def decorate(function: F) -> F:

@@ -192,9 +192,28 @@ def status_bytes(field):
 def call_function(request, log=None):
     """The outcome of the call, the value's bytes when it returned, the exception if it raised.
     The import log stops when the function returns or raises: what the runner imports to
-    describe the outcome is not the call's."""
+    describe the outcome is not the call's. A context the zygote did not load for the call is
+    loaded here first, as the call's own work (contexts.py)."""
+    context = None
+    if request.get("context"):
+        from . import contexts
+
+        try:
+            context = contexts.ensure(request["context"])
+        except BaseException as error:  # the initialiser is user code
+            stop(log)
+            outcome = failure("context", error)
+            outcome["context"] = {"name": request["context"], "loaded": "call"}
+            return outcome, None, error
+    outcome, data, error = call_loaded(request, log, reuse_loaded=context is not None)
+    if context is not None:
+        outcome["context"] = context
+    return outcome, data, error
+
+
+def call_loaded(request, log, reuse_loaded=False):
     try:
-        function = targets.load(request["target"])
+        function = targets.load(request["target"], reuse_loaded)
         args, kwargs = read_arguments(request.get("args", {}))
     except BaseException as error:  # the user's module may raise anything, SystemExit too
         stop(log)

@@ -31,7 +31,10 @@ class TargetError(Exception):
     """The function could not be loaded: names the file, line or attribute."""
 
 
-def load(target):
+def load(target, reuse_loaded=False):
+    """The function `target` names. `reuse_loaded`: a slice's module that this process has
+    loaded already from the same file (a context's initialiser imported it) is used as it is,
+    so the function sees the state the initialiser left in its globals."""
     mode = target.get("mode")
     if mode == "registered":
         try:
@@ -49,7 +52,9 @@ def load(target):
     if mode == "import":
         module = importlib.import_module(target["module"])
     elif mode == "slice":
-        module = load_slice(target)
+        module = loaded_module(target) if reuse_loaded else None
+        if module is None:
+            module = load_slice(target)
     else:
         raise TargetError(f"unknown target mode {mode!r}")
     return resolve(module, target["qualname"])
@@ -144,6 +149,15 @@ def remember(target):
         COMPILED[key] = compile_slice(target)
     except Exception:  # noqa: BLE001 - the call itself reports a broken file
         pass
+
+
+def loaded_module(target):
+    """The module a slice target names, when this process loaded it from the target's file."""
+    module = sys.modules.get(target["module"])
+    file = getattr(module, "__file__", None) if module is not None else None
+    if file and os.path.realpath(file) == os.path.realpath(target["file"]):
+        return module
+    return None
 
 
 def load_slice(target):

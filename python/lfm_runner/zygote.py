@@ -31,6 +31,14 @@ loaded, and answers `{"op": "learned", "imported", "packages", "installed", "fai
 "seconds", "rss"}` (counts, the top-level names it imported and those of them from installed
 distributions, its resident size after).
 
+`{"op": "context", "name": "module:qualname"}` runs a context's initialiser once, so that the
+calls forked after inherit its state (contexts.py), and answers `{"op": "context", "name",
+"ok", "seconds"}`, or with `ok` false its `error` (the traceback; the modules it imported are
+forgotten) or `device` (it initialised a GPU driver here: the zygote is spoilt and must be
+replaced). A learned module that initialises a device ends its `learned` answer early with
+`device: {"module", "seen"}`; the serve replaces the zygote and names the module in the next
+one's config (`device_modules`), which never learns it again.
+
 A child puts itself into the call's cgroups before any user code runs (writing its pid to each
 descriptor lfm opened, checking every write), leaves the zygote's state behind (signals, fds,
 random seeds, stdio), runs the call as `lfm call` does, and `os._exit`s.
@@ -51,6 +59,7 @@ import sys
 from lfm_shared.installed import installed_dirs, is_installed
 
 from . import call as calls
+from . import contexts
 from . import imports
 from . import target as targets
 
@@ -59,6 +68,9 @@ MAX_MESSAGE = 1 << 16
 MAX_DONE = 60_000
 EXIT_CGROUP_JOIN_FAILED = 97
 EXIT_CHILD_SETUP_FAILED = 98
+# Top-level modules that initialised a GPU driver when this serve's zygote learned them
+# (the config's `device_modules`): a zygote never imports them again, calls do.
+DEVICE_MODULES = set()
 
 
 def send(sock, message):
@@ -99,12 +111,22 @@ def preload(config):
         importlib.import_module(name)
     for name, spec in config.get("functions", {}).items():
         targets.REGISTERED[name] = targets.load(spec)
+    DEVICE_MODULES.update(config.get("device_modules", []))
+    device = contexts.device_initialised()
+    if device is not None:
+        raise RuntimeError(
+            f"a GPU driver was initialised in the zygote while it preloaded ({device}): every "
+            "forked call would inherit an unusable device context; preload no module that "
+            "initialises a device at import"
+        )
 
 
 def learnable(name, file, prefixes):
     """A module the zygote may import for later calls: loaded from the standard library or an
     installed distribution (or built in), under a parent that is loaded already."""
     if name.startswith(("lfm_runner", "__main__")):
+        return False
+    if name.partition(".")[0] in DEVICE_MODULES:
         return False
     parent = name.rpartition(".")[0]
     if parent and parent not in sys.modules:
@@ -137,6 +159,13 @@ def learn(modules):
             importlib.import_module(name)
         except BaseException:  # noqa: BLE001 - an import may raise anything; the call had it
             failed += 1
+        device = contexts.device_initialised()
+        if device is not None:
+            # This zygote is spoilt for every fork: the serve replaces it, without the module.
+            return {"op": "learned", "imported": 0, "failed": failed, "skipped": skipped,
+                    "packages": [], "installed": [], "seconds": time.perf_counter() - started,
+                    "rss": resident_bytes(),
+                    "device": {"module": name.partition(".")[0], "seen": device}}
     gc.freeze()
     new = set(sys.modules) - before
     packages = sorted({name.partition(".")[0] for name in new})
@@ -332,6 +361,10 @@ def serve(control):
                 continue
             if message.get("op") == "learn":
                 send(control, learn(message.get("modules", [])))
+                continue
+            if message.get("op") == "context":
+                send(control, contexts.load_in_zygote(message.get("name")))
+                gc.freeze()
                 continue
             pid = fork_call(message, fds, control, selector, (wakeup_read, wakeup_write))
             running[pid] = message["id"]

@@ -59,6 +59,10 @@ pub struct Request {
     /// imports those of the interpreter's and installed ones before it forks the call.
     #[serde(default)]
     pub warm: Option<Vec<(String, Option<String>)>>,
+    /// A context's initialiser, `module:qualname`: the zygote runs it once and later calls
+    /// fork with its state (docs/serve.md "Contexts").
+    #[serde(default)]
+    pub context: Option<String>,
     /// `true`: no call; the reply says what the serve holds and runs (docs/serve.md "Status").
     #[serde(default)]
     pub status: Option<bool>,
@@ -112,10 +116,14 @@ impl Request {
             && self.limits.is_none()
             && self.input_bytes.is_none()
             && self.warm.is_none()
+            && self.context.is_none()
     }
 
     fn into_call(self, targets: &mut Targets, client: u64) -> Result<CallSpec, String> {
         let (target, function, closure) = self.function(targets)?;
+        if let Some(name) = &self.context {
+            crate::serve::engine::context::check_name(name)?;
+        }
         let limits = self.limits.unwrap_or_default();
         let limits = limits.parse(Written::Json).map_err(|e| e.to_string())?;
         let args = match (self.args_pickle, self.args_file) {
@@ -152,6 +160,7 @@ impl Request {
             closure,
             input_bytes: Some(input_bytes),
             warm: self.warm.unwrap_or_default(),
+            context: self.context,
         })
     }
 
@@ -175,6 +184,7 @@ impl Request {
                 let call = FunctionCall {
                     target: name.clone(),
                     mode: resolved.target.mode().into(),
+                    context: None,
                 };
                 Ok((resolved.target, call, resolved.closure))
             }
@@ -185,6 +195,7 @@ impl Request {
                         .as_deref()
                         .map_or("pickle".into(), |n| format!("pickle:{n}")),
                     mode: "pickle".into(),
+                    context: None,
                 };
                 let target = Target::Pickle {
                     pickle: pickle.clone(),

@@ -73,6 +73,10 @@ const FILES: &[(&str, &str)] = &[
         "lfm_runner/zygote.py",
         include_str!("../../../python/lfm_runner/zygote.py"),
     ),
+    (
+        "lfm_runner/contexts.py",
+        include_str!("../../../python/lfm_runner/contexts.py"),
+    ),
 ];
 
 /// The runner's entry script under `cache`, written there if it is not yet.

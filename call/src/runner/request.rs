@@ -100,6 +100,10 @@ pub struct Request {
     /// Set by the child before user code runs (a call's CUDA_VISIBLE_DEVICES).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<BTreeMap<String, String>>,
+    /// A context's initialiser (`module:qualname`) the call runs itself unless the zygote
+    /// forked it with the context loaded (python/lfm_runner/contexts.py).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
 }
 
 /// Where a call's runner writes what it produced.
@@ -121,6 +125,7 @@ impl Request {
             import_log: outputs.import_log,
             exception_file: None,
             env: None,
+            context: None,
         }
     }
 

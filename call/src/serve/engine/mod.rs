@@ -7,6 +7,7 @@
 //! into one reply. It knows nothing of transports (stdin, sockets) or of how targets are found.
 
 mod admission;
+pub mod context;
 mod done;
 mod janitor;
 mod learn;
@@ -69,6 +70,9 @@ pub struct CallSpec {
     /// Modules the client says the call will import (the request's `warm`): the zygote
     /// imports those it may before it forks the call (learn.rs).
     pub warm: Vec<(String, Option<String>)>,
+    /// The request's `context`: an initialiser the zygote runs once for the calls after
+    /// (context.rs).
+    pub context: Option<String>,
 }
 
 pub struct ServerOptions {
@@ -156,6 +160,7 @@ pub struct Server {
     leftovers: Vec<Leftover>,
     janitor: janitor::Janitor,
     learner: learn::Learner,
+    contexts: context::Contexts,
     /// How often a call ended or went to the history: queued calls are sized again after.
     history_changes: u64,
     /// The history rows sizing read since the history last changed, by category.
@@ -192,6 +197,7 @@ impl Server {
             leftovers: Vec::new(),
             janitor,
             learner,
+            contexts: context::Contexts::default(),
             retired: Vec::new(),
             last_limits: None,
             last_start: None,
@@ -302,6 +308,9 @@ impl Server {
 
     fn dispatch(&mut self) {
         while self.running.len() < self.options.slots.max(1) {
+            if self.replace_spoilt_zygote() {
+                return;
+            }
             let Some((mut spec, allocated)) = self.admit() else {
                 return;
             };
@@ -325,12 +334,13 @@ impl Server {
             self.last_start = Some(Instant::now());
             self.send_learned_before_fork();
             self.warm_zygote_for(&spec);
-            let Some((spec, gpus)) = self.start_in_spare(spec, gpus, &allocated) else {
-                continue;
-            };
-            if let Err(error) = self.start_call(spec, gpus, allocated) {
-                self.replies.push(error);
+            let context = spec.context.clone();
+            if let Some((spec, gpus)) = self.start_in_spare(spec, gpus, &allocated) {
+                if let Err(error) = self.start_call(spec, gpus, allocated) {
+                    self.replies.push(error);
+                }
             }
+            self.load_context_after_fork(context.as_deref());
         }
     }
 
@@ -476,9 +486,13 @@ impl Server {
             }
             Event::Exited { id: None, .. } => {}
             Event::Learned(learned) => {
+                if let Some(seen) = &learned.device {
+                    self.contexts.learned_device(seen);
+                }
                 self.learner.learned(learned);
                 self.learn_from(&[]);
             }
+            Event::Context(answer) => self.contexts.answered(answer),
             Event::Died => self.zygote_died(at),
         }
     }
@@ -580,6 +594,8 @@ impl Server {
         if let Some(imports) = &report.imports {
             self.learn_from(&imports.modules);
         }
+        self.contexts
+            .annotate(&mut report, &running.spec, outcome.as_ref());
         let applied = lfm_monitor::outcome::apply(&mut report, outcome.as_ref());
         let sized = Server::mark_sized(&running.spec, &mut report);
         self.aftermath.push(Aftermath {
@@ -767,6 +783,7 @@ impl Server {
 
     fn restart_zygotes(&mut self) {
         self.learner.forget();
+        self.contexts.forget();
         self.restarts += self.zygotes.start_missing(&self.options.zygote);
     }
 
@@ -840,6 +857,7 @@ fn call_request(
     }
     request.env =
         visible_devices.map(|visible| [("CUDA_VISIBLE_DEVICES".to_string(), visible)].into());
+    request.context = spec.context.clone();
     request
 }
 

@@ -50,6 +50,8 @@ pub enum Event {
     },
     /// It imported modules calls had imported ([`Zygote::learn`]).
     Learned(Learned),
+    /// It ran a context's initialiser, or could not ([`Zygote::load_context`]).
+    Context(super::context::Answer),
     /// The zygote is gone (its socket closed).
     Died,
 }
@@ -68,6 +70,10 @@ pub struct Learned {
     pub seconds: f64,
     /// Its resident size after the imports.
     pub rss: u64,
+    /// A module whose import initialised a GPU driver: the zygote stopped there and must
+    /// be replaced (context.rs).
+    #[serde(default)]
+    pub device: Option<super::context::DeviceSeen>,
 }
 
 pub struct Zygote {
@@ -325,6 +331,12 @@ pub fn learn_messages(modules: &[(String, Option<String>)]) -> Vec<serde_json::V
 /// Hand a spare its request through its go pipe (`go`, closed after): inline when the pipe
 /// holds it whole, else by the path of `request_file`, written for it. The pipe is empty and
 /// non-blocking here, so a write either fits or fails; never does the server wait on it.
+/// The message that has a zygote run a context's initialiser (`module:qualname`) once, for
+/// the calls forked after; it answers [`Event::Context`].
+pub fn context_message(name: &str) -> serde_json::Value {
+    serde_json::json!({"op": "context", "name": name})
+}
+
 pub fn go(go: OwnedFd, request: &Request, request_file: &Path) -> Result<()> {
     let inline = serde_json::json!({ "request": request }).to_string();
     let capacity = fcntl(go.as_raw_fd(), FcntlArg::F_GETPIPE_SZ).unwrap_or(4096) as usize;
@@ -349,6 +361,11 @@ pub fn go(go: OwnedFd, request: &Request, request_file: &Path) -> Result<()> {
 }
 
 fn parse_event(message: &serde_json::Value, fds: Vec<OwnedFd>) -> Option<Event> {
+    if message["op"] == "context" {
+        return serde_json::from_value(message.clone())
+            .ok()
+            .map(Event::Context);
+    }
     if message["op"] == "learned" {
         return serde_json::from_value(message.clone())
             .ok()

@@ -4,7 +4,7 @@
 //! Each is started alike (same interpreter, preloads and functions) and all at once, so a
 //! serve of N zygotes is ready as soon as one of one would be on N free cores. A call is
 //! forked by the zygote with the fewest calls and spares on it; what is sent to "the zygote"
-//! (learning, and later contexts) goes to every one through [`Zygotes::broadcast`]. A zygote
+//! (learning, contexts) goes to every one through [`Zygotes::broadcast`]. A zygote
 //! that dies or is shed leaves its place empty; [`Zygotes::start_missing`] fills it.
 
 use std::os::fd::RawFd;

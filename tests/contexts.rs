@@ -1,0 +1,375 @@
+//! Contexts in `lfm serve` (docs/serve.md "Contexts"): an initialiser the zygote runs once,
+//! whose state every later call inherits, with each call's Report its own; on cgroup v1 (as
+//! root, where the machine has it) and on the rlimit backend as nobody. Fixtures:
+//! tests/fixtures/state (model.py keeps a 200 MiB model that takes 0.3 s of CPU to make).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+const MIB: f64 = 1_048_576.0;
+const CONTEXT: &str = "model:load";
+
+/// A serve's world: lfm and the fixtures in a directory anyone may read and write.
+struct Setup {
+    name: &'static str,
+    dir: tempfile::TempDir,
+    backend: &'static str,
+    as_nobody: bool,
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state")
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn cgroup1_available() -> bool {
+    common::lfm_in(
+        "/",
+        &["run", "--quiet", "--backend", "cgroup1", "--", "true"],
+    )
+    .status
+    .success()
+}
+
+fn setup(name: &'static str, backend: &'static str, as_nobody: bool) -> Setup {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("lfm-contexts")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_lfm"), dir.path().join("lfm")).unwrap();
+    for file in ["model.py", "uses_device.py"] {
+        std::fs::copy(fixtures().join(file), dir.path().join(file)).unwrap();
+    }
+    let torch = dir.path().join("site-packages/torch");
+    std::fs::create_dir_all(&torch).unwrap();
+    std::fs::copy(
+        fixtures().join("site-packages/torch/__init__.py"),
+        torch.join("__init__.py"),
+    )
+    .unwrap();
+    for path in [dir.path().join("site-packages"), torch] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    Setup {
+        name,
+        dir,
+        backend,
+        as_nobody,
+    }
+}
+
+/// Every setup this machine offers, each missing one said.
+fn setups() -> Vec<Setup> {
+    let mut out = Vec::new();
+    if cgroup1_available() {
+        out.push(setup("cgroup1", "cgroup1", false));
+    } else {
+        eprintln!("SKIPPED cgroup1: no writable cgroup v1 hierarchy here");
+    }
+    if is_root() && Path::new("/usr/bin/python3").exists() {
+        out.push(setup("rlimit-as-nobody", "rlimit", true));
+    } else {
+        eprintln!("SKIPPED rlimit as nobody: needs root (to setpriv) and /usr/bin/python3");
+        out.push(setup("rlimit", "rlimit", false));
+    }
+    out
+}
+
+struct Server {
+    child: Child,
+    stdout: BufReader<std::process::ChildStdout>,
+    /// The serve's log, line by line as it comes.
+    log: mpsc::Receiver<String>,
+}
+
+impl Setup {
+    fn loads_file(&self) -> PathBuf {
+        self.dir.path().join("loads")
+    }
+
+    /// A serve whose zygote finds the fixtures (`model`, and with `device` the fake torch).
+    fn start(&self, device: bool) -> Server {
+        let lfm = self.dir.path().join("lfm");
+        let mut command = if self.as_nobody {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+            c.arg(&lfm);
+            c
+        } else {
+            Command::new(&lfm)
+        };
+        let python = if self.as_nobody {
+            "/usr/bin/python3"
+        } else {
+            "python3"
+        };
+        let mut path = self.dir.path().to_string_lossy().into_owned();
+        if device {
+            path = format!("{}:{path}", self.dir.path().join("site-packages").display());
+        }
+        command
+            .args(["serve", "--python", python, "--backend", self.backend])
+            .args(["--no-history", "--cache-dir"])
+            .arg(self.dir.path().join("cache"))
+            .env("PYTHONPATH", path)
+            .env("MODEL_LOADS", self.loads_file())
+            .current_dir(self.dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("start lfm serve");
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let (sender, log) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                eprintln!("serve: {line}");
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Server { child, stdout, log }
+    }
+
+    fn loads(&self) -> usize {
+        std::fs::read_to_string(self.loads_file())
+            .map(|text| text.lines().count())
+            .unwrap_or(0)
+    }
+}
+
+impl Server {
+    fn ask(&mut self, request: &Value) -> Value {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{request}").unwrap();
+        stdin.flush().unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    }
+
+    /// Wait (at most 30 s) for a log line containing `text`.
+    fn wait_for_log(&self, text: &str) -> String {
+        loop {
+            match self.log.recv_timeout(Duration::from_secs(30)) {
+                Ok(line) if line.contains(text) => return line,
+                Ok(_) => continue,
+                Err(_) => panic!("the serve never logged {text:?}"),
+            }
+        }
+    }
+
+    fn end(mut self) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "serve exited with {status}");
+    }
+}
+
+fn call(id: &str, function: &str, args: Value, context: &str, limits: Value) -> Value {
+    json!({"id": id, "function": format!("model.py:{function}"), "import_module": true,
+           "args": args, "limits": limits, "context": context})
+}
+
+fn peak_mib(reply: &Value) -> f64 {
+    reply["report"]["memory"]["peak_bytes"].as_f64().unwrap() / MIB
+}
+
+fn cpu(reply: &Value) -> f64 {
+    reply["report"]["cpu_time"]["total"].as_f64().unwrap()
+}
+
+fn context_of(reply: &Value) -> &Value {
+    &reply["report"]["function"]["context"]
+}
+
+#[test]
+fn the_first_call_pays_the_load_later_calls_share_it_and_pay_nothing() {
+    for setup in setups() {
+        let mut server = setup.start(false);
+        let first = server.ask(&call("first", "use", json!([]), CONTEXT, json!({})));
+        assert_eq!(first["result"], 1, "{}: {first}", setup.name);
+        assert_eq!(context_of(&first)["loaded"], "call", "{}", setup.name);
+        assert!(context_of(&first)["seconds"].as_f64().unwrap() >= 0.3);
+        assert!(
+            peak_mib(&first) >= 150.0 && cpu(&first) >= 0.3,
+            "{}: the first call ran the initialiser and must show it: {:.0} MiB, {:.2} s",
+            setup.name,
+            peak_mib(&first),
+            cpu(&first)
+        );
+        server.wait_for_log("the zygote loaded context model:load");
+        // Sliced (no import_module) as well as imported: the same module, filled.
+        let mut sliced = call("second", "use", json!([]), CONTEXT, json!({}));
+        sliced["import_module"] = json!(false);
+        let second = server.ask(&sliced);
+        assert_eq!(second["result"], 1, "{}: {second}", setup.name);
+        assert_eq!(
+            context_of(&second),
+            &json!({"name": CONTEXT, "loaded": "zygote"})
+        );
+        assert!(
+            peak_mib(&second) < 30.0 && cpu(&second) < 0.2,
+            "{}: a call forked with the context is charged for it: {:.0} MiB, {:.2} s",
+            setup.name,
+            peak_mib(&second),
+            cpu(&second)
+        );
+        server.end();
+        assert_eq!(
+            setup.loads(),
+            2,
+            "{}: the first call's and the zygote's",
+            setup.name
+        );
+    }
+}
+
+#[test]
+fn a_call_over_its_memory_fails_alone_and_its_writes_stay_its_own() {
+    for setup in setups() {
+        let mut server = setup.start(false);
+        server.ask(&call("first", "use", json!([]), CONTEXT, json!({})));
+        server.wait_for_log("the zygote loaded context model:load");
+        let wrote = server.ask(&call("write", "overwrite", json!([]), CONTEXT, json!({})));
+        assert_eq!(wrote["result"], 99, "{}: {wrote}", setup.name);
+        let over = server.ask(&call(
+            "over",
+            "grow",
+            json!([300]),
+            CONTEXT,
+            json!({"memory": "100M"}),
+        ));
+        assert_eq!(over["ok"], false, "{}: {over}", setup.name);
+        assert!(
+            over["report"]["limits_exceeded"].get("memory").is_some(),
+            "{}: {over}",
+            setup.name
+        );
+        let after = server.ask(&call("after", "use", json!([]), CONTEXT, json!({})));
+        assert_eq!(
+            after["result"], 1,
+            "{}: another call's write leaked",
+            setup.name
+        );
+        assert_eq!(context_of(&after)["loaded"], "zygote", "{}", setup.name);
+        server.end();
+        assert_eq!(setup.loads(), 2, "{}", setup.name);
+    }
+}
+
+#[test]
+fn a_failing_initialiser_fails_its_calls_with_its_traceback_and_the_zygote_stays_clean() {
+    let setup = setups().pop().unwrap();
+    let mut server = setup.start(false);
+    for id in ["broken-1", "broken-2"] {
+        let reply = server.ask(&call(id, "use", json!([]), "model:broken", json!({})));
+        assert_eq!(reply["ok"], false, "{reply}");
+        let traceback = reply["error"]["traceback"].as_str().unwrap();
+        assert!(traceback.contains("no model here"), "{traceback}");
+        assert_eq!(
+            context_of(&reply)["loaded"],
+            "call",
+            "the call ran it: {reply}"
+        );
+        if id == "broken-1" {
+            server.wait_for_log("context model:broken failed in the zygote");
+        }
+    }
+    let fine = server.ask(&call("fine", "use", json!([]), CONTEXT, json!({})));
+    assert_eq!(fine["result"], 1, "{fine}");
+    server.end();
+}
+
+#[test]
+fn a_context_that_initialises_a_gpu_driver_is_never_kept_in_a_zygote() {
+    let setup = setups().pop().unwrap();
+    let mut server = setup.start(true);
+    let context = "model:with_device";
+    let first = server.ask(&call("first", "value", json!([]), context, json!({})));
+    assert_eq!(first["result"], true, "{first}");
+    server.wait_for_log("context model:with_device initialised a GPU driver in the zygote");
+    for id in ["second", "third"] {
+        let reply = server.ask(&call(id, "value", json!([]), context, json!({})));
+        assert_eq!(reply["result"], true, "{reply}");
+        let used = context_of(&reply);
+        assert_eq!(used["loaded"], "call", "{reply}");
+        assert!(
+            used["why"].as_str().unwrap().contains("GPU driver"),
+            "{reply}"
+        );
+    }
+    server.end();
+}
+
+#[test]
+fn a_module_that_initialises_a_gpu_driver_is_not_learned_again_and_reports_say_so() {
+    let setup = setups().pop().unwrap();
+    let mut server = setup.start(true);
+    let request = json!({"id": "1", "function": "uses_device.py:run", "import_module": true});
+    let first = server.ask(&request);
+    assert_eq!(first["result"], true, "{first}");
+    server.wait_for_log("importing torch initialised a GPU driver in the zygote");
+    for id in ["2", "3"] {
+        let mut again = request.clone();
+        again["id"] = json!(id);
+        let reply = server.ask(&again);
+        assert_eq!(reply["result"], true, "{reply}");
+        let notes = reply["report"]["notes"].to_string();
+        assert!(notes.contains("the call imported torch itself"), "{reply}");
+    }
+    server.end();
+}
+
+/// docs/serve.md "Contexts": the example's `report.function`, as a real second call has it.
+#[test]
+fn the_documented_context_example_is_what_a_serve_replies() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/serve.md"))
+        .unwrap();
+    let section = &doc[doc.find("## Contexts").unwrap()..];
+    let request_line = section
+        .lines()
+        .map(str::trim)
+        .find(|line| line.starts_with("{\"id\": 2"))
+        .expect("the example's request");
+    let block = section.split("```json").nth(1).unwrap();
+    let block = &block[..block.find("```").unwrap()];
+    let documented: Value = serde_json::from_str(block).expect("the example's JSON");
+    let setup = setups().pop().unwrap();
+    let mut server = setup.start(false);
+    let mut first: Value = serde_json::from_str(request_line).unwrap();
+    first["id"] = json!(1);
+    server.ask(&first);
+    server.wait_for_log("the zygote loaded context model:load");
+    let second = server.ask(&serde_json::from_str(request_line).unwrap());
+    assert_eq!(second["report"]["function"], documented, "{second}");
+    server.end();
+}
+
+#[test]
+fn a_context_not_named_module_colon_qualname_is_malformed_and_says_so() {
+    let setup = setups().pop().unwrap();
+    let mut server = setup.start(false);
+    let reply = server.ask(&call("bad", "use", json!([]), "load", json!({})));
+    assert_eq!(reply["error"]["reason"], "malformed", "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("'module:qualname'") && message.contains("\"load\""),
+        "{message}"
+    );
+    server.end();
+}
