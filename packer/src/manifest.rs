@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub const MANIFEST_FORMAT: &str = "lfm-pack/2";
+pub const MANIFEST_FORMAT: &str = "lfm-pack/3";
 pub const MANIFEST_NAME: &str = "lfm-manifest.json";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -44,6 +44,21 @@ pub struct PackDistribution {
     /// the closure lies in them; docs/pack.md "What a pack holds"). Absent when none was.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tests_left_out: u64,
+    /// Where the packing interpreter found it, when not in the environment's own site
+    /// directories (docs/pack.md, "Where files come from"); absent for those.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+}
+
+/// Where a distribution outside the environment's own site directories came from.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    /// A site directory outside the prefix: a base Python's site-packages under a venv made
+    /// with `--system-site-packages`, the user site, a `.pth` or `PYTHONPATH` directory.
+    OutsidePrefix,
+    /// An editable install: the project's own files were copied in.
+    Editable,
 }
 
 fn is_zero(n: &u64) -> bool {
