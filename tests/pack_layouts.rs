@@ -140,48 +140,63 @@ impl Layout {
     }
 }
 
-/// Analyse, pack and run the job of `layout`, checking each step (see the module's doc).
+/// Analyse, pack and run the job of `layout`, checking each step (see the module's doc): its
+/// distribution is found, packed with `expected_origin`, and the function runs from the pack.
 fn pack_and_run(layout: &Layout, expected_origin: &str) {
+    let (spec, root, manifest) = analyse_and_pack(layout);
+    let dists = spec["targets"][0]["distributions"].to_string();
+    let normal = |name: &str| name.to_lowercase().replace('-', "_");
+    assert!(
+        normal(&dists).contains(&format!("\"{}\"", layout.module)),
+        "lfm analyze did not find {}: {dists}",
+        layout.module
+    );
+    let packed_dist = manifest["distributions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"].as_str().map(normal) == Some(layout.module.into()))
+        .unwrap_or_else(|| panic!("{} is not in the pack: {manifest}", layout.module));
+    assert_eq!(packed_dist["origin"], expected_origin, "{manifest}");
+    assert_runs_from_the_pack(layout, &root, &manifest);
+}
+
+/// `lfm analyze` (its Spec), then `lfm pack` without a warning that something was not packed,
+/// unpacked: the Spec, the pack's root and its manifest.
+fn analyse_and_pack(layout: &Layout) -> (serde_json::Value, PathBuf, serde_json::Value) {
     let dir = &layout.work;
     let target = layout.job();
     let venv = layout.venv.to_str().unwrap();
     let analysed = layout.lfm(&["analyze", "--format", "json", "--env", venv, &target]);
     assert_succeeded(&analysed);
     let spec: serde_json::Value = serde_json::from_slice(&analysed.stdout).unwrap();
-    let dists = spec["targets"][0]["distributions"].to_string();
-    assert!(
-        dists.contains(&format!("\"{}\"", layout.module)),
-        "lfm analyze did not find {}: {dists}",
-        layout.module
-    );
     let pack = dir.path().join("job.tar.zst");
     let packed = layout.lfm(&["pack", "--env", venv, "-o", pack.to_str().unwrap(), &target]);
     assert_succeeded(&packed);
     let stderr = String::from_utf8_lossy(&packed.stderr);
     assert!(!stderr.contains("not packed"), "{stderr}");
     let cache = dir.path().join("cache");
-    let unpacked = layout.lfm(&[
+    let unpack = [
         "unpack",
         "--cache",
         cache.to_str().unwrap(),
         pack.to_str().unwrap(),
-    ]);
+    ];
+    let unpacked = layout.lfm(&unpack);
     assert_succeeded(&unpacked);
     let root = PathBuf::from(String::from_utf8(unpacked.stdout).unwrap().trim());
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(root.join("lfm-manifest.json")).unwrap())
             .unwrap();
-    let packed_dist = manifest["distributions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["name"].as_str().map(|n| n.replace('-', "_")) == Some(layout.module.into()))
-        .unwrap_or_else(|| panic!("{} is not in the pack: {manifest}", layout.module));
-    assert_eq!(packed_dist["origin"], expected_origin, "{manifest}");
-    let expected = &layout.expected;
-    for output in [run_isolated(&root, &manifest), run_through_pack(&root)] {
+    (spec, root, manifest)
+}
+
+/// The packed function gives the expected result, its module loaded from the pack, both with
+/// `python3 -I -S` and the pack's directories and through the pack's `run`.
+fn assert_runs_from_the_pack(layout: &Layout, root: &Path, manifest: &serde_json::Value) {
+    for output in [run_isolated(root, manifest), run_through_pack(root)] {
         let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(stdout.starts_with(expected.as_str()), "{stdout}");
+        assert!(stdout.starts_with(layout.expected.as_str()), "{stdout}");
         assert!(
             stdout.contains(&format!("'{}/", root.display())),
             "{} did not come from the pack: {stdout}",
@@ -444,4 +459,34 @@ fn a_setup_py_develop_install_is_packed() {
     .unwrap();
     let layout = Layout::new(dir.join("venv"), "layout_develop", Vec::new());
     pack_and_run(&layout, "editable");
+}
+
+#[test]
+fn plain_modules_on_pythonpath_that_no_distribution_lists_are_packed() {
+    // A PYTHONPATH directory of a lab's shared code: a package with a data file, no dist-info.
+    let dir = layout("pythonpath-plain", |dir| {
+        let package = dir.join("shared/labcode");
+        std::fs::create_dir_all(&package).unwrap();
+        let init = "from pathlib import Path\n\nSCALE = int((Path(__file__).parent / 'scale.txt').read_text())\n";
+        std::fs::write(package.join("__init__.py"), init).unwrap();
+        std::fs::write(package.join("scale.txt"), "3\n").unwrap();
+        venv(&dir.join("venv"), false);
+        true
+    })
+    .unwrap();
+    let mut layout = Layout::new(
+        dir.join("venv"),
+        "labcode",
+        vec![("PYTHONPATH", dir.join("shared"))],
+    );
+    layout.job_source = "import labcode\n\n\ndef compute(x):\n    return labcode.SCALE * x, 'labcode 1.0', labcode.__file__\n".into();
+    let (spec, root, manifest) = analyse_and_pack(&layout);
+    let modules = spec["targets"][0]["modules"].to_string();
+    assert!(modules.contains("\"labcode\""), "{modules}");
+    let loose = manifest["loose_files"].to_string();
+    assert!(
+        loose.contains("site-packages/labcode/__init__.py") && loose.contains("labcode/scale.txt"),
+        "{manifest}"
+    );
+    assert_runs_from_the_pack(&layout, &root, &manifest);
 }

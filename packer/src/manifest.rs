@@ -15,6 +15,11 @@ pub struct Manifest {
     pub distributions: Vec<PackDistribution>,
     /// Local source files, as stored under `app/`.
     pub local_files: Vec<String>,
+    /// Files of the closure's modules that no distribution lists, found in a directory on the
+    /// interpreter's sys.path (a `PYTHONPATH` directory of plain modules), at their archive
+    /// paths in the pack's site directory. Absent when there were none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loose_files: Vec<String>,
     /// Distributions only the targets' engine (Parsl, Dask, lfm) brings, left out: the worker
     /// has them, and `run` sees its site-packages (docs/pack.md). Absent when none was.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

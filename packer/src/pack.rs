@@ -104,6 +104,7 @@ pub fn pack(
     let (distributions, dist_files) =
         add_distributions(&index, &selected, &placement, &mut entries, &mut warnings)?;
     let local_files = add_local_files(selected.local_sources, &mut entries)?;
+    let loose_files = add_loose_files(&selected.loose_modules, &index, &placement, &mut entries)?;
     let interpreter_entry = if options.self_contained {
         Some(add_interpreter(
             interpreter,
@@ -137,6 +138,7 @@ pub fn pack(
         },
         distributions,
         local_files,
+        loose_files,
         engine_left_out: selected.engine_left_out,
         run: run_info(
             &selected.targets,
@@ -198,6 +200,8 @@ struct Selected {
     spec_hash: Option<String>,
     targets: Vec<PackTarget>,
     local_sources: Vec<(String, PathBuf)>,
+    /// Files of third-party modules of the closure that no distribution lists.
+    loose_modules: Vec<PathBuf>,
 }
 
 impl Selected {
@@ -217,6 +221,7 @@ impl Selected {
                     spec_hash: None,
                     targets: Vec::new(),
                     local_sources: Vec::new(),
+                    loose_modules: Vec::new(),
                 })
             }
             Selection::Spec(spec) => spec,
@@ -268,6 +273,7 @@ impl Selected {
             spec_hash: Some(hash),
             targets: pack_targets(spec),
             local_sources: local_files(spec),
+            loose_modules: loose_modules(spec),
         })
     }
 }
@@ -409,6 +415,63 @@ fn dist_entry(
         }
     };
     Ok(Some(entry))
+}
+
+/// The files of third-party modules of the Spec that no distribution lists (found on sys.path
+/// by the analyzer: a `PYTHONPATH` directory of plain modules).
+fn loose_modules(spec: &Spec) -> Vec<PathBuf> {
+    let files = (spec.targets.iter().flat_map(|t| t.modules.iter()))
+        .filter(|m| m.kind == ModuleKind::ThirdParty && m.distribution.is_none())
+        .filter_map(|m| m.file.as_deref())
+        .map(|file| std::path::absolute(file).unwrap_or_else(|_| PathBuf::from(file)));
+    let unique: BTreeSet<PathBuf> = files.collect();
+    unique.into_iter().collect()
+}
+
+/// Each loose module's whole top-level package (its data files too) or module file, placed
+/// as the site directory it was found in; their archive paths. Files a distribution installed
+/// (a namespace package shared with one) are that distribution's to pack.
+fn add_loose_files(
+    modules: &[PathBuf],
+    index: &DistIndex,
+    placement: &Placement,
+    entries: &mut BTreeMap<String, Entry>,
+) -> Result<Vec<String>> {
+    let tops: BTreeSet<PathBuf> = (modules.iter())
+        .filter_map(|file| placement.top_level_entry(file))
+        .collect();
+    let mut archive_paths = Vec::new();
+    for top in tops {
+        let root = lfm_analyzer::dists::EditableRoot {
+            name: String::new(),
+            path: top,
+        };
+        for file in lfm_analyzer::dists::editable::root_files(&root) {
+            if index.installer_of(&file).is_some() || is_bytecode(&file) {
+                continue;
+            }
+            let Some(archive_path) = placement.place(&file) else {
+                bail!(
+                    "{} cannot be packed: no distribution lists it and it lies outside every \
+                     directory on the interpreter's sys.path",
+                    file.display()
+                );
+            };
+            if entries.contains_key(&archive_path) {
+                continue;
+            }
+            let executable = fs::metadata(&file).is_ok_and(|m| m.permissions().mode() & 0o111 != 0);
+            archive_paths.push(archive_path.clone());
+            entries.insert(
+                archive_path,
+                Entry {
+                    source: Source::File(file),
+                    executable,
+                },
+            );
+        }
+    }
+    Ok(archive_paths)
 }
 
 /// The closure's local modules, under `app/`; their archive paths.

@@ -18,6 +18,8 @@ pub(crate) struct Placement {
     /// The pack's own site directory, e.g. `env/lib/python3.11/site-packages`.
     pub(crate) site: String,
     prefix: PathBuf,
+    /// The interpreter's site directories, the longest first.
+    site_dirs: Vec<PathBuf>,
 }
 
 impl Placement {
@@ -39,11 +41,30 @@ impl Placement {
             }
         }
         roots.sort_by_key(|(source, _)| std::cmp::Reverse(source.as_os_str().len()));
+        let mut site_dirs = site_dirs.to_vec();
+        site_dirs.sort_by_key(|dir| std::cmp::Reverse(dir.as_os_str().len()));
         Placement {
             roots,
             site,
             prefix: prefix.to_path_buf(),
+            site_dirs,
         }
+    }
+
+    /// The archive path of `file` by where it lies; None when the pack has no place for it.
+    pub(crate) fn place(&self, file: &Path) -> Option<String> {
+        self.roots.iter().find_map(|(source, archive)| {
+            let relative = file.strip_prefix(source).ok()?;
+            Some(format!("{archive}/{}", relative.display()))
+        })
+    }
+
+    /// The top-level package directory (or module file) that `file` belongs to in the site
+    /// directory it was found in.
+    pub(crate) fn top_level_entry(&self, file: &Path) -> Option<PathBuf> {
+        let site_dir = self.site_dirs.iter().find(|dir| file.starts_with(dir))?;
+        let first = file.strip_prefix(site_dir).ok()?.components().next()?;
+        Some(site_dir.join(first))
     }
 
     /// The archive path of an installed `file` of `dist`; an error naming the file when the
@@ -59,10 +80,8 @@ impl Placement {
             };
             return Ok(format!("{}/{}", self.site, top.join(inside).display()));
         }
-        for (source, archive) in &self.roots {
-            if let Ok(relative) = file.strip_prefix(source) {
-                return Ok(format!("{archive}/{}", relative.display()));
-            }
+        if let Some(archive_path) = self.place(file) {
+            return Ok(archive_path);
         }
         bail!(
             "{} {}: {} cannot be packed: it lies outside the environment {} and outside every \
