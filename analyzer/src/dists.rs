@@ -39,11 +39,11 @@ pub struct Distribution {
     pub conda_name: Option<String>,
     /// For an editable install, the project's importable names and where they are (their
     /// files are among `files`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub editable: Vec<EditableRoot>,
     /// Installed files of an editable install that only point at the project (its `.pth`,
     /// setuptools' finder): what a copy of the project's files replaces.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub editable_launchers: Vec<PathBuf>,
 }
 
