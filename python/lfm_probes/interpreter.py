@@ -34,9 +34,12 @@ def editable_finder_dirs():
             continue
         mapping = getattr(sys.modules.get(module_name), "MAPPING", None) or {}
         for name, path in sorted(mapping.items()):
-            # A package mapped under another directory name is not found by a path search.
-            if os.path.basename(path) in (name, name + ".py"):
-                dirs.append(os.path.dirname(path))
+            # `ns.pkg` at /src/ns/pkg is found from /src; a package mapped under another
+            # directory name is not found by a path search at all.
+            relative = os.sep + name.replace(".", os.sep)
+            for suffix in (relative, relative + ".py"):
+                if path.endswith(suffix):
+                    dirs.append(path[:-len(suffix)])
     return [d for d in dict.fromkeys(dirs) if d not in sys.path]
 
 
