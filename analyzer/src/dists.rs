@@ -37,6 +37,14 @@ pub struct Distribution {
     pub files: Vec<PathBuf>,
     /// The conda package that installed it, when the prefix is a conda env.
     pub conda_name: Option<String>,
+    /// For an editable install, the project's importable names and where they are (their
+    /// files are among `files`).
+    #[serde(default)]
+    pub editable: Vec<EditableRoot>,
+    /// Installed files of an editable install that only point at the project (its `.pth`,
+    /// setuptools' finder): what a copy of the project's files replaces.
+    #[serde(default)]
+    pub editable_launchers: Vec<PathBuf>,
 }
 
 /// Owners of files and directories in the environment.
@@ -62,7 +70,9 @@ pub struct DistIndex {
     empty_closure: std::sync::OnceLock<std::sync::Arc<RequirementClosure>>,
 }
 
+pub mod editable;
 mod stored;
+pub use editable::EditableRoot;
 pub use stored::StoredIndex;
 
 /// Who owns a module file.
@@ -161,7 +171,8 @@ impl DistIndex {
                 end = slash;
             }
         }
-        for top in top_level_names(&dist) {
+        let editable_names = dist.editable.iter().map(|root| root.name.clone());
+        for top in top_level_names(&dist).into_iter().chain(editable_names) {
             self.by_top_level.entry(top).or_default().insert(id);
         }
         self.by_name.insert(key.clone(), id);
@@ -231,6 +242,8 @@ impl DistIndex {
                 requires,
                 files,
                 conda_name: Some(name.to_string()),
+                editable: Vec::new(),
+                editable_launchers: Vec::new(),
             });
         }
     }
@@ -550,6 +563,8 @@ fn dist_from_metadata(
         requires,
         files: Vec::new(),
         conda_name: None,
+        editable: Vec::new(),
+        editable_launchers: Vec::new(),
     })
 }
 
@@ -569,7 +584,28 @@ fn read_dist_info(site: &Path, dir: &Path) -> Result<Distribution, String> {
             dist.files.push(normalize_path(&site.join(path)));
         }
     }
+    let editable = editable::from_record(&dist.files)?;
+    add_editable_files(&mut dist, editable.roots);
+    dist.editable_launchers = editable.launchers;
     Ok(dist)
+}
+
+/// Make an editable install own its project's files (where the analyzer finds its modules).
+fn add_editable_files(dist: &mut Distribution, roots: Vec<EditableRoot>) {
+    for root in &roots {
+        let files = editable::root_files(root);
+        dist.files.extend(files.iter().map(|f| normalize_path(f)));
+    }
+    dist.editable = roots;
+}
+
+/// An egg-info outside any site-packages without installed-files.txt: `setup.py develop`
+/// (or `pip install -e` of old) left it in the project directory, which is on sys.path.
+fn is_develop_egg(site: &Path, egg_info: &Path) -> bool {
+    let in_site_packages = site
+        .file_name()
+        .is_some_and(|n| n == "site-packages" || n == "dist-packages");
+    egg_info.is_dir() && !in_site_packages && !egg_info.join("installed-files.txt").exists()
 }
 
 /// The first field of each row of a RECORD (CSV: a path with a comma, a quote or a newline
@@ -608,6 +644,15 @@ fn read_egg_info(site: &Path, path: &Path) -> Result<Distribution, String> {
                 dist.files.push(normalize_path(&path.join(line.trim())));
             }
         }
+    }
+    if is_develop_egg(site, path) {
+        let metadata = EditableRoot {
+            name: String::new(),
+            path: path.to_path_buf(),
+        };
+        dist.files.extend(editable::root_files(&metadata));
+        add_editable_files(&mut dist, editable::from_develop_egg(site, path));
+        return Ok(dist);
     }
     dist.files.push(normalize_path(
         &site.join(path.file_name().unwrap_or_default()),

@@ -80,8 +80,9 @@ impl Interpreter {
     }
 
     fn ask(python: &Path) -> Result<Interpreter> {
+        // Not `-E`: PYTHONPATH and PYTHONUSERBASE decide where the code's imports come from
+        // when it runs, so they decide what is analysed and packed too.
         let output = Command::new(python)
-            .arg("-E")
             .arg("-c")
             .arg(QUERY)
             .output()

@@ -59,6 +59,16 @@ pub fn store(dir: &Path, python: &Path, query: &str, interpreter: &Interpreter) 
     crate::kept_files::keep_newest(dir, ".json", KEPT);
 }
 
+/// The environment variables that change an interpreter's sys.path or user site.
+const PATH_VARIABLES: [&str; 6] = [
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "PYTHONNOUSERSITE",
+    "PYTHONSAFEPATH",
+    "PYTHONPLATLIBDIR",
+];
+
 /// The file name of `python`'s answer: None where it must not be cached (not found, or not a
 /// binary).
 fn key(python: &Path, query: &str) -> Option<String> {
@@ -81,6 +91,13 @@ fn key(python: &Path, query: &str) -> Option<String> {
     }
     hasher.update(&meta.mtime().to_le_bytes());
     hasher.update(&meta.mtime_nsec().to_le_bytes());
+    // The interpreter is asked with the environment's variables, and these change its sys.path.
+    for variable in PATH_VARIABLES {
+        let value = std::env::var_os(variable);
+        hasher.update(&[u8::from(value.is_some())]);
+        hasher.update(value.unwrap_or_default().as_encoded_bytes());
+        hasher.update(&[0]);
+    }
     Some(format!("{}.json", &hasher.finalize().to_hex()[..32]))
 }
 

@@ -1099,7 +1099,13 @@ fn ask_interpreter(options: &Options, cache_root: Option<&Path>) -> anyhow::Resu
     };
     let extra = options.extra_site_dirs.iter();
     let extra = extra.map(|dir| dir.canonicalize().unwrap_or_else(|_| dir.clone()));
+    // A `--root` holds the user's own source, even where PYTHONPATH also names it (as a
+    // test suite run from a checkout does): not installed distributions (an sdist's egg-info).
+    let roots: Vec<PathBuf> = (options.roots.iter())
+        .map(|root| root.canonicalize().unwrap_or_else(|_| root.clone()))
+        .collect();
     let own = std::mem::take(&mut interpreter.path);
+    let own = own.into_iter().filter(|dir| !roots.contains(dir));
     interpreter.path = extra.chain(own).collect();
     Ok(interpreter)
 }

@@ -11,6 +11,7 @@ pub mod cache;
 pub mod manifest;
 pub mod pack;
 pub mod parts;
+mod placement;
 pub mod stdlib;
 pub mod unpack;
 pub mod verify;

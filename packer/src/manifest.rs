@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub const MANIFEST_FORMAT: &str = "lfm-pack/2";
+pub const MANIFEST_FORMAT: &str = "lfm-pack/3";
 pub const MANIFEST_NAME: &str = "lfm-manifest.json";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -15,6 +15,11 @@ pub struct Manifest {
     pub distributions: Vec<PackDistribution>,
     /// Local source files, as stored under `app/`.
     pub local_files: Vec<String>,
+    /// Files of the closure's modules that no distribution lists, found in a directory on the
+    /// interpreter's sys.path (a `PYTHONPATH` directory of plain modules), at their archive
+    /// paths in the pack's site directory. Absent when there were none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loose_files: Vec<String>,
     /// Distributions only the targets' engine (Parsl, Dask, lfm) brings, left out: the worker
     /// has them, and `run` sees its site-packages (docs/pack.md). Absent when none was.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -44,6 +49,21 @@ pub struct PackDistribution {
     /// the closure lies in them; docs/pack.md "What a pack holds"). Absent when none was.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tests_left_out: u64,
+    /// Where the packing interpreter found it, when not in the environment's own site
+    /// directories (docs/pack.md, "Where files come from"); absent for those.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+}
+
+/// Where a distribution outside the environment's own site directories came from.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    /// A site directory outside the prefix: a base Python's site-packages under a venv made
+    /// with `--system-site-packages`, the user site, a `.pth` or `PYTHONPATH` directory.
+    OutsidePrefix,
+    /// An editable install: the project's own files were copied in.
+    Editable,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use lfm_analyzer::dists::{normalize_name, DistIndex};
+use lfm_analyzer::dists::{normalize_name, DistIndex, Distribution};
 use lfm_analyzer::interpreter::Interpreter;
 use lfm_analyzer::spec::{ModuleKind, Spec};
 
@@ -16,6 +16,7 @@ use crate::manifest::{
     EngineLeftOut, Manifest, PackDistribution, PackPython, PackTarget, RunInfo, Totals,
     MANIFEST_FORMAT, MANIFEST_NAME,
 };
+use crate::placement::Placement;
 
 /// Every entry gets this mtime: packs of the same inputs must be byte-identical. (Not 0: some
 /// tools treat a zero mtime as "unset".)
@@ -95,13 +96,15 @@ pub fn pack(
     let index = DistIndex::build(&site_dirs, Some(&prefix));
     let mut warnings: Vec<String> = index.problems.clone();
     let selected = Selected::of(selection, &index, &prefix, options)?;
+    let placement = Placement::of(interpreter, &prefix, &site_dirs);
     // The engine left out is found where the worker has it: the node's site-packages.
     let inherit_site_packages =
         options.inherit_site_packages || !selected.engine_left_out.is_empty();
     let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
     let (distributions, dist_files) =
-        add_distributions(&index, &selected, &prefix, &mut entries, &mut warnings)?;
+        add_distributions(&index, &selected, &placement, &mut entries, &mut warnings)?;
     let local_files = add_local_files(selected.local_sources, &mut entries)?;
+    let loose_files = add_loose_files(&selected.loose_modules, &index, &placement, &mut entries)?;
     let interpreter_entry = if options.self_contained {
         Some(add_interpreter(
             interpreter,
@@ -112,13 +115,7 @@ pub fn pack(
     } else {
         None
     };
-    let pythonpath: Vec<String> = std::iter::once("app".to_string())
-        .chain(site_dirs.iter().filter_map(|dir| {
-            dir.strip_prefix(&prefix)
-                .ok()
-                .map(|relative| format!("env/{}", relative.display()))
-        }))
-        .collect();
+    let pythonpath = pack_pythonpath(&site_dirs, &prefix, &placement);
     let script = run_script(
         &pythonpath,
         interpreter_entry.is_some(),
@@ -141,6 +138,7 @@ pub fn pack(
         },
         distributions,
         local_files,
+        loose_files,
         engine_left_out: selected.engine_left_out,
         run: run_info(
             &selected.targets,
@@ -174,6 +172,22 @@ pub fn pack(
     })
 }
 
+/// `app`, then the environment's site directories, then the pack's own site directory when
+/// none of those is it (what files from outside the prefix were placed in).
+fn pack_pythonpath(site_dirs: &[PathBuf], prefix: &Path, placement: &Placement) -> Vec<String> {
+    let mut pythonpath: Vec<String> = std::iter::once("app".to_string())
+        .chain(site_dirs.iter().filter_map(|dir| {
+            dir.strip_prefix(prefix)
+                .ok()
+                .map(|relative| format!("env/{}", relative.display()))
+        }))
+        .collect();
+    if !pythonpath.contains(&placement.site) {
+        pythonpath.push(placement.site.clone());
+    }
+    pythonpath
+}
+
 /// What a selection packs: distributions, local files, the stdlib modules a self-contained
 /// pack needs, and the targets the manifest names.
 struct Selected {
@@ -186,6 +200,8 @@ struct Selected {
     spec_hash: Option<String>,
     targets: Vec<PackTarget>,
     local_sources: Vec<(String, PathBuf)>,
+    /// Files of third-party modules of the closure that no distribution lists.
+    loose_modules: Vec<PathBuf>,
 }
 
 impl Selected {
@@ -205,6 +221,7 @@ impl Selected {
                     spec_hash: None,
                     targets: Vec::new(),
                     local_sources: Vec::new(),
+                    loose_modules: Vec::new(),
                 })
             }
             Selection::Spec(spec) => spec,
@@ -256,6 +273,7 @@ impl Selected {
             spec_hash: Some(hash),
             targets: pack_targets(spec),
             local_sources: local_files(spec),
+            loose_modules: loose_modules(spec),
         })
     }
 }
@@ -274,13 +292,12 @@ fn tests_directories_of(spec: &Spec) -> BTreeSet<String> {
         .collect()
 }
 
-/// Is `file` in a `tests` directory of site-packages that no closure module lies in? Test
-/// suites are a third of numpy, pandas, scipy and scikit-learn, and no import of the library
-/// reaches them.
-fn is_unneeded_test_file(file: &Path, tests_kept: &BTreeSet<String>) -> bool {
-    let components: Vec<&str> = file
-        .iter()
-        .filter_map(|c| c.to_str())
+/// Is the file at `archive_path` in a `tests` directory of site-packages that no closure
+/// module lies in? Test suites are a third of numpy, pandas, scipy and scikit-learn, and no
+/// import of the library reaches them.
+fn is_unneeded_test_file(archive_path: &str, tests_kept: &BTreeSet<String>) -> bool {
+    let components: Vec<&str> = archive_path
+        .split('/')
         .skip_while(|c| *c != "site-packages" && *c != "dist-packages")
         .skip(1)
         .collect();
@@ -292,28 +309,44 @@ fn is_unneeded_test_file(file: &Path, tests_kept: &BTreeSet<String>) -> bool {
 }
 
 /// Every file the selected distributions' records list (no bytecode, and for a closure pack
-/// none of their unneeded test directories), under `env/`.
+/// none of their unneeded test directories), placed by `placement`. Distributions are taken in
+/// sys.path order, so where two hold the same path the one Python imports is packed.
 fn add_distributions(
     index: &DistIndex,
     selected: &Selected,
-    prefix: &Path,
+    placement: &Placement,
     entries: &mut BTreeMap<String, Entry>,
     warnings: &mut Vec<String>,
 ) -> Result<(Vec<PackDistribution>, Vec<DistFiles>)> {
     let mut distributions = Vec::new();
     let mut dist_files = Vec::new();
-    for &id in &selected.dist_ids {
+    let mut dist_ids = selected.dist_ids.clone();
+    dist_ids.sort_unstable();
+    dist_ids.dedup();
+    for id in dist_ids {
         let dist = &index.dists[id as usize];
+        check_editable_roots(dist)?;
         let mut paths = Vec::new();
         let mut tests_left_out = 0;
-        for file in dist.files.iter().filter(|f| !is_bytecode(f)) {
+        let packed_files =
+            (dist.files.iter()).filter(|f| !is_bytecode(f) && !dist.editable_launchers.contains(f));
+        for file in packed_files {
+            let archive_path = placement.archive_path(dist, file)?;
             if let Some(kept) = &selected.tests_kept {
-                if is_unneeded_test_file(file, kept) {
+                if is_unneeded_test_file(&archive_path, kept) {
                     tests_left_out += 1;
                     continue;
                 }
             }
-            if let Some((archive_path, entry)) = dist_entry(&dist.name, file, prefix, warnings)? {
+            if entries.contains_key(&archive_path) {
+                warnings.push(format!(
+                    "{}: {} is shadowed by another distribution's {archive_path}; not packed",
+                    dist.name,
+                    file.display()
+                ));
+                continue;
+            }
+            if let Some(entry) = dist_entry(&dist.name, file, &archive_path, warnings)? {
                 paths.push(archive_path.clone());
                 entries.insert(archive_path, entry);
             }
@@ -323,6 +356,7 @@ fn add_distributions(
             version: dist.version.clone(),
             files: paths.len() as u64,
             tests_left_out,
+            origin: placement.origin(dist),
         });
         dist_files.push(DistFiles {
             name: dist.name.clone(),
@@ -334,21 +368,29 @@ fn add_distributions(
     Ok((distributions, dist_files))
 }
 
-/// One distribution file's entry; none (with a warning) when it is outside the environment or
-/// missing. Scripts in `bin/` are made relocatable.
+/// An editable install whose project files are gone would be packed as metadata alone.
+fn check_editable_roots(dist: &Distribution) -> Result<()> {
+    match dist.editable.iter().find(|root| !root.path.exists()) {
+        Some(root) => bail!(
+            "{} {} is an editable install, but its project's {} ({}) is missing, so the pack \
+             cannot carry it",
+            dist.name,
+            dist.version,
+            root.name,
+            root.path.display()
+        ),
+        None => Ok(()),
+    }
+}
+
+/// One distribution file's entry at `archive_path`; none (with a warning) when its RECORD
+/// lists it but it is missing. Scripts in `bin/` are made relocatable.
 fn dist_entry(
     dist: &str,
     file: &Path,
-    prefix: &Path,
+    archive_path: &str,
     warnings: &mut Vec<String>,
-) -> Result<Option<(String, Entry)>> {
-    let Ok(relative) = file.strip_prefix(prefix) else {
-        warnings.push(format!(
-            "{dist}: {} lies outside the environment; not packed",
-            file.display()
-        ));
-        return Ok(None);
-    };
+) -> Result<Option<Entry>> {
     let Ok(meta) = fs::symlink_metadata(file) else {
         warnings.push(format!(
             "{dist}: {} is listed in its RECORD but missing",
@@ -356,13 +398,12 @@ fn dist_entry(
         ));
         return Ok(None);
     };
-    let archive_path = format!("env/{}", relative.display());
     let entry = if meta.file_type().is_symlink() {
         Entry {
             source: Source::Symlink(fs::read_link(file)?),
             executable: false,
         }
-    } else if relative.starts_with("bin") {
+    } else if archive_path.starts_with("env/bin/") {
         Entry {
             source: Source::Bytes(relocatable_script(&fs::read(file)?)),
             executable: true,
@@ -373,7 +414,64 @@ fn dist_entry(
             executable: meta.permissions().mode() & 0o111 != 0,
         }
     };
-    Ok(Some((archive_path, entry)))
+    Ok(Some(entry))
+}
+
+/// The files of third-party modules of the Spec that no distribution lists (found on sys.path
+/// by the analyzer: a `PYTHONPATH` directory of plain modules).
+fn loose_modules(spec: &Spec) -> Vec<PathBuf> {
+    let files = (spec.targets.iter().flat_map(|t| t.modules.iter()))
+        .filter(|m| m.kind == ModuleKind::ThirdParty && m.distribution.is_none())
+        .filter_map(|m| m.file.as_deref())
+        .map(|file| std::path::absolute(file).unwrap_or_else(|_| PathBuf::from(file)));
+    let unique: BTreeSet<PathBuf> = files.collect();
+    unique.into_iter().collect()
+}
+
+/// Each loose module's whole top-level package (its data files too) or module file, placed
+/// as the site directory it was found in; their archive paths. Files a distribution installed
+/// (a namespace package shared with one) are that distribution's to pack.
+fn add_loose_files(
+    modules: &[PathBuf],
+    index: &DistIndex,
+    placement: &Placement,
+    entries: &mut BTreeMap<String, Entry>,
+) -> Result<Vec<String>> {
+    let tops: BTreeSet<PathBuf> = (modules.iter())
+        .filter_map(|file| placement.top_level_entry(file))
+        .collect();
+    let mut archive_paths = Vec::new();
+    for top in tops {
+        let root = lfm_analyzer::dists::EditableRoot {
+            name: String::new(),
+            path: top,
+        };
+        for file in lfm_analyzer::dists::editable::root_files(&root) {
+            if index.installer_of(&file).is_some() || is_bytecode(&file) {
+                continue;
+            }
+            let Some(archive_path) = placement.place(&file) else {
+                bail!(
+                    "{} cannot be packed: no distribution lists it and it lies outside every \
+                     directory on the interpreter's sys.path",
+                    file.display()
+                );
+            };
+            if entries.contains_key(&archive_path) {
+                continue;
+            }
+            let executable = fs::metadata(&file).is_ok_and(|m| m.permissions().mode() & 0o111 != 0);
+            archive_paths.push(archive_path.clone());
+            entries.insert(
+                archive_path,
+                Entry {
+                    source: Source::File(file),
+                    executable,
+                },
+            );
+        }
+    }
+    Ok(archive_paths)
 }
 
 /// The closure's local modules, under `app/`; their archive paths.
@@ -863,8 +961,8 @@ mod tests {
 
     #[test]
     fn test_directories_are_left_out_unless_a_closure_module_lies_in_them() {
-        let site = "/venv/lib/python3.11/site-packages";
-        let file = |rest: &str| PathBuf::from(format!("{site}/{rest}"));
+        let site = "env/lib/python3.11/site-packages";
+        let file = |rest: &str| format!("{site}/{rest}");
         let none = kept(&[]);
         assert!(is_unneeded_test_file(
             &file("scipy/stats/tests/test_x.py"),
@@ -886,10 +984,7 @@ mod tests {
             &none
         ));
         // Outside site-packages (scripts, data) nothing is left out.
-        assert!(!is_unneeded_test_file(
-            &PathBuf::from("/venv/share/tests/x"),
-            &none
-        ));
+        assert!(!is_unneeded_test_file("env/share/tests/x", &none));
         let stats = kept(&["scipy/stats/tests"]);
         assert!(!is_unneeded_test_file(
             &file("scipy/stats/tests/test_x.py"),

@@ -22,12 +22,33 @@ if names is None:
         base = entry.split(".")[0]
         if base.isidentifier() and base != "site-packages":
             names.add(base)
+
+
+def editable_finder_dirs():
+    """The directories setuptools' editable finders import packages from (their MAPPING):
+    searched after sys.path, as the finders come after the path finder on sys.meta_path."""
+    dirs = []
+    for finder in sys.meta_path:
+        module_name = getattr(finder, "__module__", None) or ""
+        if not module_name.startswith("__editable___"):
+            continue
+        mapping = getattr(sys.modules.get(module_name), "MAPPING", None) or {}
+        for name, path in sorted(mapping.items()):
+            # `ns.pkg` at /src/ns/pkg is found from /src; a package mapped under another
+            # directory name is not found by a path search at all.
+            relative = os.sep + name.replace(".", os.sep)
+            for suffix in (relative, relative + ".py"):
+                if path.endswith(suffix):
+                    dirs.append(path[:-len(suffix)])
+    return [d for d in dict.fromkeys(dirs) if d not in sys.path]
+
+
 print(json.dumps({
     "executable": sys.executable,
     "prefix": sys.prefix,
     "base_prefix": sys.base_prefix,
     "version": platform.python_version(),
-    "path": [p for p in sys.path if p],
+    "path": [p for p in sys.path if p] + editable_finder_dirs(),
     "stdlib_dirs": [d for d in dict.fromkeys(stdlib_dirs) if os.path.isdir(d)],
     "stdlib_module_names": sorted(names),
     "builtin_module_names": sorted(sys.builtin_module_names),
