@@ -12,7 +12,9 @@ after it, less what the interpreter loaded at start-up) against `lfm analyze --c
 MODULE`'s distributions. lfm run has no import log (it runs any command), so it is no path here.
 
 Environment: LFM, PY (the corpus venv's interpreter); PATHS (comma-separated, default
-call,serve,pack), ONLY (comma-separated modules), JOBS (default 2), OUT (the JSON report).
+call,serve,pack), ONLY (comma-separated modules), JOBS (default 2), OUT (the JSON report),
+PACK_MAX_GB (default 1.5: a module whose import loads more is not packed, and is listed so),
+RECALL=0 (no closure recall), REUSE (an earlier OUT: its imports again, the recall anew).
 Never imports the corpus in this interpreter: only PY does.
 """
 
@@ -29,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from closure_truth import closures, run_json  # noqa: E402
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
-TIMEOUT = 600
+TIMEOUT = 300
 # Loaded by every interpreter of the venv before any code runs (site, .pth files).
 STARTUP = r"""
 import json, sys
@@ -45,6 +47,9 @@ class Bench:
         os.makedirs(self.probe_dir)
         shutil.copy(os.path.join(BENCH, "ecosystem_probe.py"), self.probe_dir)
         self.probe = os.path.join(self.probe_dir, "ecosystem_probe.py")
+        self.owners, self.sizes = {}, {}
+        # Modules whose imports load more than this are not packed (disk on a 2-core VM).
+        self.pack_max = float(os.environ.get("PACK_MAX_GB", "1.5")) * 2**30
 
     def run(self, command, **kwargs):
         try:
@@ -93,24 +98,48 @@ class Bench:
 
         request = {"function": "ecosystem_probe.py:observe", "args": [module]}
         first = ask({"id": "first", **request})
-        top = module.partition(".")[0]
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline:
-            zygote = ask({"id": "status", "status": True})["status"].get("zygote") or {}
-            if top in (zygote.get("learned") or []) or not zygote.get("learning", True):
-                break
-            time.sleep(0.2)
+        self.wait_for_learning(ask, module)
         warm = ask({"id": "warm", **request})
         return served(first), served(warm)
 
+    @staticmethod
+    def wait_for_learning(ask, module, settled=3.0, longest=120.0):
+        """Until the zygote has learned `module`, or what it learned has not changed for
+        `settled` seconds (the serve learns only some modules: installed ones a call loaded)."""
+        started = last_change = time.monotonic()
+        learned = None
+        while time.monotonic() - started < longest:
+            zygote = ask({"id": "status", "status": True})["status"].get("zygote") or {}
+            if module in (zygote.get("learned") or []):
+                return
+            if zygote.get("learned") != learned:
+                learned, last_change = zygote.get("learned"), time.monotonic()
+            elif time.monotonic() - last_change > settled:
+                return
+            time.sleep(0.5)
+
+    def loaded_bytes(self, files):
+        """Installed bytes of the distributions an import loaded (what its pack would hold)."""
+        owners = {self.owners.get(os.path.realpath(f)) for f in files.values()}
+        return sum(self.sizes.get(owner, 0) for owner in owners if owner)
+
     def pack(self, module):
-        parts = os.path.join(self.scratch, "parts")
+        """The module's face from its pack, each pack's parts and unpacked copy removed after
+        (the corpus whole would need its size twice more on disk)."""
+        where = os.path.join(self.scratch, "packed", module)
+        try:
+            return self.pack_into(where, module)
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+
+    def pack_into(self, where, module):
+        parts = os.path.join(where, "parts")
         packed = self.run([self.lfm, "pack", "--quiet", "--python", self.python, "--level", "1",
                            "--parts", parts, self.importer(module)])
         if packed.returncode != 0:
             return {"ok": False, "error": "lfm pack: " + last_line(packed.stderr)}
         manifest = packed.stdout.strip().splitlines()[-1]
-        unpacked = self.run([self.lfm, "unpack", "--cache", os.path.join(self.scratch, "packs"),
+        unpacked = self.run([self.lfm, "unpack", "--cache", os.path.join(where, "packs"),
                              manifest])
         if unpacked.returncode != 0:
             return {"ok": False, "error": "lfm unpack: " + last_line(unpacked.stderr)}
@@ -197,7 +226,11 @@ def measure_module(bench, module, paths):
     if "serve" in paths:
         row["paths"]["serve, first call"], row["paths"]["serve, warm call"] = bench.serve(module)
     if "pack" in paths:
-        row["paths"]["pack"] = bench.pack(module)
+        loaded = bench.loaded_bytes(plain["files"])
+        if loaded <= bench.pack_max:
+            row["paths"]["pack"] = bench.pack(module)
+        else:
+            row["not_packed"] = f"loads {loaded / 2**30:.1f} GiB of distributions"
     return row
 
 
@@ -245,21 +278,24 @@ def print_table(rows, dists, paths_run, closure_recall):
     print("|---|---|---|")
     print(f"| plain python | {len(imported)} | - |")
     for path in paths_run:
-        differing = [m for m in imported if differs(rows[m]["plain"], rows[m]["paths"][path])]
-        print(f"| {path} | {len(imported)} | {len(differing)} |")
+        ran = [m for m in imported if path in rows[m]["paths"]]
+        differing = [m for m in ran if differs(rows[m]["plain"], rows[m]["paths"][path])]
+        print(f"| {path} | {len(ran)} | {len(differing)} |")
     if closure_recall:
         r = closure_recall
         print(f"| closure recall (`lfm analyze --closure import`) | {len(imported)} | "
               f"{100 * r['recall']:.2f}% of {r['truth_distributions']} distributions loaded, "
               f"{len(r['misses'])} missed |")
     for path in paths_run:
-        for module in imported:
+        for module in (m for m in imported if path in rows[m]["paths"]):
             why = differs(rows[module]["plain"], rows[module]["paths"][path])
             if why:
                 print(f"  {path}: {module}: {why}")
     for miss in (closure_recall or {}).get("misses", []):
         print(f"  closure miss: {miss['module']} loads {miss['distribution']} "
               f"(first module {miss['via']})")
+    for module in sorted(m for m in imported if "not_packed" in rows[m]):
+        print(f"  not packed: {module} ({rows[module]['not_packed']})")
     for module in sorted(set(rows) - set(imported)):
         print(f"  not importable under plain python: {module} ({rows[module]['plain']['error']})")
 
@@ -272,10 +308,15 @@ def main():
         bench = Bench(lfm, python, scratch)
         index = run_json([python, bench.probe, "--index"])
         owners = index["owners"]
+        bench.owners, bench.sizes = owners, index["sizes"]
         modules = top_level_modules(index)
         if os.environ.get("ONLY"):
             modules = {m: modules.get(m, "?") for m in os.environ["ONLY"].split(",")}
-        rows = measure(bench, sorted(modules), paths, jobs)
+        if os.environ.get("REUSE"):
+            with open(os.environ["REUSE"]) as earlier:
+                rows = json.load(earlier)["rows"]
+        else:
+            rows = measure(bench, sorted(modules), paths, jobs)
         closure_recall = None
         if os.environ.get("RECALL", "1") == "1":
             closure_recall = recall(bench, rows, owners, startup_dists(python, owners))

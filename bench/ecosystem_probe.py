@@ -9,7 +9,7 @@ import brought into `sys.modules` (the truth the closure recall is measured agai
 
 Run by the environment's interpreter: `python ecosystem_probe.py NAME` prints observe(NAME) and
 the loaded files as one JSON object; `python ecosystem_probe.py --index` prints each installed
-file's distribution and each distribution's top-level modules.
+file's distribution, each distribution's top-level modules and its installed bytes.
 """
 
 import hashlib
@@ -84,15 +84,17 @@ def top_level(parts):
 
 
 def index():
-    owners, tops = {}, {}
+    owners, tops, sizes = {}, {}, {}
     for dist in importlib.metadata.distributions():
         name = re.sub(r"[-_.]+", "-", dist.metadata["Name"] or "").lower()
         for file in dist.files or []:
             owners[os.path.realpath(str(file.locate()))] = name
+            sizes[name] = sizes.get(name, 0) + (file.size or 0)
             top = top_level(file.parts)
             if top and top != "__pycache__":
                 tops.setdefault(name, set()).add(top)
-    return {"owners": owners, "tops": {k: sorted(v) for k, v in tops.items()}}
+    return {"owners": owners, "sizes": sizes,
+            "tops": {k: sorted(v) for k, v in tops.items()}}
 
 
 def main():
