@@ -1129,16 +1129,20 @@ impl<'a> Extractor<'a> {
         }
     }
 
-    /// A package's own import helper: a function called `import_module` that is not
-    /// importlib's (sympy's `sympy.external.import_module('matplotlib')`, which returns None
-    /// when the module is not installed). Its module name is read as importlib's; the import
-    /// is optional, since such helpers exist to do without the module.
+    /// A package's own import helper, known by its name: a function called `import_module`
+    /// that is not importlib's (sympy's `sympy.external.import_module('matplotlib')`, which
+    /// returns None when the module is not installed), or pandas'
+    /// `import_optional_dependency('bottleneck', errors='warn')`. Its module name is read as
+    /// importlib's; the import is optional, since such helpers exist to do without the module.
+    /// (Helpers are known by name: the call and the helper's body are in different files,
+    /// and each file is summarised alone.)
     fn is_import_helper(&self, callee: &Expr) -> bool {
-        match callee {
-            Expr::Name(name) => name.id.as_str() == "import_module",
-            Expr::Attribute(attribute) => attribute.attr.id.as_str() == "import_module",
-            _ => false,
-        }
+        let name = match callee {
+            Expr::Name(name) => name.id.as_str(),
+            Expr::Attribute(attribute) => attribute.attr.id.as_str(),
+            _ => return false,
+        };
+        IMPORT_HELPERS.contains(&name)
     }
 
     /// The import edge of an import call with a literal module name (and of its literal
@@ -1764,6 +1768,9 @@ fn capture_named_targets(stmt: &Stmt) -> Vec<&str> {
     walrus.0
 }
 
+/// Names of packages' own import helpers ([`Extractor::is_import_helper`]).
+const IMPORT_HELPERS: [&str; 2] = ["import_module", "import_optional_dependency"];
+
 /// The literal names of an import helper's `import_kwargs={'fromlist': [...]}` (what it passes
 /// on to `__import__`, which imports each as a submodule when there is one).
 fn helper_fromlist<'c>(call: &'c ast::ExprCall) -> impl Iterator<Item = &'c str> {
@@ -1868,11 +1875,12 @@ mod tests {
     }
 
     /// Issue 53: sympy imports matplotlib, numpy and scipy through its own
-    /// `sympy.external.import_module`, which returns None where they are not installed.
+    /// `sympy.external.import_module`, which returns None where they are not installed, and
+    /// pandas bottleneck and pytz through `import_optional_dependency`.
     #[test]
     fn a_package_s_own_import_module_helper_imports_optionally() {
         let summary = summarize(
-            "from sympy.external import import_module\nfrom sympy import external\nimport importlib\n\nmpl = import_module('matplotlib', import_kwargs={'fromlist': ['pyplot']}, catch=(RuntimeError,))\nnp = external.import_module(module='numpy')\nx = import_module(name_of_it)\ny = importlib.import_module('json')\n",
+            "from sympy.external import import_module\nfrom sympy import external\nimport importlib\nfrom pandas.compat._optional import import_optional_dependency\n\nmpl = import_module('matplotlib', import_kwargs={'fromlist': ['pyplot']}, catch=(RuntimeError,))\nnp = external.import_module(module='numpy')\nx = import_module(name_of_it)\ny = importlib.import_module('json')\nbn = import_optional_dependency('bottleneck', errors='warn')\n",
         );
         let edges: Vec<(String, bool, bool)> = (summary.imports.iter())
             .filter(|edge| edge.context.dynamic)
@@ -1888,6 +1896,7 @@ mod tests {
                 ("matplotlib.pyplot".to_string(), true, true),
                 ("numpy".to_string(), true, true),
                 ("json".to_string(), false, true),
+                ("bottleneck".to_string(), true, true),
             ]
         );
         // A helper may be given anything: a computed name is no problem of the module's.
