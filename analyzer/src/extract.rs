@@ -1773,7 +1773,7 @@ const IMPORT_HELPERS: [&str; 2] = ["import_module", "import_optional_dependency"
 
 /// The literal names of an import helper's `import_kwargs={'fromlist': [...]}` (what it passes
 /// on to `__import__`, which imports each as a submodule when there is one).
-fn helper_fromlist<'c>(call: &'c ast::ExprCall) -> impl Iterator<Item = &'c str> {
+fn helper_fromlist(call: &ast::ExprCall) -> impl Iterator<Item = &str> {
     let kwargs = call
         .arguments
         .find_keyword("import_kwargs")
