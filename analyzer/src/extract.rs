@@ -1123,33 +1123,64 @@ impl<'a> Extractor<'a> {
             _ => false,
         };
         if is_import_call {
-            let line = self.line(call.start());
-            match call.arguments.args.first().or_else(|| {
-                call.arguments
-                    .find_keyword("name")
-                    .map(|keyword| &keyword.value)
-            }) {
-                Some(Expr::StringLiteral(literal)) => {
-                    let written = literal.value.to_str();
-                    let level = written.chars().take_while(|&c| c == '.').count() as u32;
-                    let mut module = written[level as usize..].to_string();
-                    if level > 0 {
-                        // importlib.import_module(".sub", "pkg") is absolute once the package is known.
-                        if let Some(Expr::StringLiteral(package)) =
-                            call.arguments.args.get(1).or_else(|| {
-                                call.arguments.find_keyword("package").map(|k| &k.value)
-                            })
-                        {
-                            module = join_relative(package.value.to_str(), level, &module);
-                        }
+            self.record_import_call(call, false);
+        } else if self.is_import_helper(&call.func) {
+            self.record_import_call(call, true);
+        }
+    }
+
+    /// A package's own import helper, known by its name: a function called `import_module`
+    /// that is not importlib's (sympy's `sympy.external.import_module('matplotlib')`, which
+    /// returns None when the module is not installed), or pandas'
+    /// `import_optional_dependency('bottleneck', errors='warn')`. Its module name is read as
+    /// importlib's; the import is optional, since such helpers exist to do without the module.
+    /// (Helpers are known by name: the call and the helper's body are in different files,
+    /// and each file is summarised alone.)
+    fn is_import_helper(&self, callee: &Expr) -> bool {
+        let name = match callee {
+            Expr::Name(name) => name.id.as_str(),
+            Expr::Attribute(attribute) => attribute.attr.id.as_str(),
+            _ => return false,
+        };
+        IMPORT_HELPERS.contains(&name)
+    }
+
+    /// The import edge of an import call with a literal module name (and of its literal
+    /// `import_kwargs={'fromlist': [...]}`, a helper's way to ask `__import__` for submodules),
+    /// or a problem for a computed name (not for a helper's: it may take anything).
+    fn record_import_call(&mut self, call: &'a ast::ExprCall, helper: bool) {
+        let line = self.line(call.start());
+        match call.arguments.args.first().or_else(|| {
+            call.arguments
+                .find_keyword("name")
+                .or_else(|| call.arguments.find_keyword("module"))
+                .map(|keyword| &keyword.value)
+        }) {
+            Some(Expr::StringLiteral(literal)) => {
+                let written = literal.value.to_str();
+                let level = written.chars().take_while(|&c| c == '.').count() as u32;
+                let mut module = written[level as usize..].to_string();
+                if level > 0 {
+                    // importlib.import_module(".sub", "pkg") is absolute once the package is known.
+                    if let Some(Expr::StringLiteral(package)) = call
+                        .arguments
+                        .args
+                        .get(1)
+                        .or_else(|| call.arguments.find_keyword("package").map(|k| &k.value))
+                    {
+                        module = join_relative(package.value.to_str(), level, &module);
                     }
-                    let level = if module.contains('.') || level == 0 {
-                        0
-                    } else {
-                        level
-                    };
-                    let mut context = self.context();
-                    context.dynamic = true;
+                }
+                let level = if module.contains('.') || level == 0 {
+                    0
+                } else {
+                    level
+                };
+                let mut context = self.context();
+                context.dynamic = true;
+                context.optional |= helper;
+                let submodules = helper_fromlist(call).map(|sub| format!("{module}.{sub}"));
+                for module in std::iter::once(module.clone()).chain(submodules) {
                     let module = self.import_span(&module);
                     self.add_edge(ImportEdge {
                         module,
@@ -1161,13 +1192,13 @@ impl<'a> Extractor<'a> {
                         aliased: false,
                     });
                 }
-                Some(_) => self.problems.push(Problem {
-                    line,
-                    message: "dynamic import with a computed module name; its target is unknown"
-                        .into(),
-                }),
-                None => {}
             }
+            Some(_) if helper => {}
+            Some(_) => self.problems.push(Problem {
+                line,
+                message: "dynamic import with a computed module name; its target is unknown".into(),
+            }),
+            None => {}
         }
     }
 
@@ -1737,6 +1768,34 @@ fn capture_named_targets(stmt: &Stmt) -> Vec<&str> {
     walrus.0
 }
 
+/// Names of packages' own import helpers ([`Extractor::is_import_helper`]).
+const IMPORT_HELPERS: [&str; 2] = ["import_module", "import_optional_dependency"];
+
+/// The literal names of an import helper's `import_kwargs={'fromlist': [...]}` (what it passes
+/// on to `__import__`, which imports each as a submodule when there is one).
+fn helper_fromlist(call: &ast::ExprCall) -> impl Iterator<Item = &str> {
+    let kwargs = call
+        .arguments
+        .find_keyword("import_kwargs")
+        .map(|k| &k.value);
+    let fromlist = match kwargs {
+        Some(Expr::Dict(dict)) => dict.items.iter().find_map(|item| match &item.key {
+            Some(Expr::StringLiteral(key)) if key.value.to_str() == "fromlist" => Some(&item.value),
+            _ => None,
+        }),
+        _ => None,
+    };
+    let names: &[Expr] = match fromlist {
+        Some(Expr::List(list)) => &list.elts,
+        Some(Expr::Tuple(tuple)) => &tuple.elts,
+        _ => &[],
+    };
+    names.iter().filter_map(|name| match name {
+        Expr::StringLiteral(literal) => Some(literal.value.to_str()),
+        _ => None,
+    })
+}
+
 /// `importlib.import_module(".b", "pkg.a")` with level 1 -> `pkg.a.b`.
 pub(crate) fn join_relative(package: &str, level: u32, module: &str) -> String {
     let mut parts: Vec<&str> = package.split('.').filter(|p| !p.is_empty()).collect();
@@ -1813,6 +1872,35 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Issue 53: sympy imports matplotlib, numpy and scipy through its own
+    /// `sympy.external.import_module`, which returns None where they are not installed, and
+    /// pandas bottleneck and pytz through `import_optional_dependency`.
+    #[test]
+    fn a_package_s_own_import_module_helper_imports_optionally() {
+        let summary = summarize(
+            "from sympy.external import import_module\nfrom sympy import external\nimport importlib\nfrom pandas.compat._optional import import_optional_dependency\n\nmpl = import_module('matplotlib', import_kwargs={'fromlist': ['pyplot']}, catch=(RuntimeError,))\nnp = external.import_module(module='numpy')\nx = import_module(name_of_it)\ny = importlib.import_module('json')\nbn = import_optional_dependency('bottleneck', errors='warn')\n",
+        );
+        let edges: Vec<(String, bool, bool)> = (summary.imports.iter())
+            .filter(|edge| edge.context.dynamic)
+            .map(|edge| {
+                let module = summary.edge_module(edge).to_string();
+                (module, edge.context.optional, edge.level == 0)
+            })
+            .collect();
+        assert_eq!(
+            edges,
+            [
+                ("matplotlib".to_string(), true, true),
+                ("matplotlib.pyplot".to_string(), true, true),
+                ("numpy".to_string(), true, true),
+                ("json".to_string(), false, true),
+                ("bottleneck".to_string(), true, true),
+            ]
+        );
+        // A helper may be given anything: a computed name is no problem of the module's.
+        assert!(summary.problems.is_empty(), "{:?}", summary.problems);
     }
 
     #[test]

@@ -43,10 +43,19 @@ class ImportLog:
         # wrapper back (0: the wrapper is in place, or left for good).
         self.statements = 0
         self.quiet_until = 0
+        # Names only asked for (importlib.util.find_spec), in order.
+        self.asked = []
         prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
         self.installed = tuple(os.path.join(p, "") for p in prefixes if p)
 
     def find_spec(self, name, path=None, target=None):
+        if not _importing():
+            # `importlib.util.find_spec(name)` asks whether a module is there without loading
+            # it (torch asks so for dill, transformers for dozens): not an import, so logged
+            # only if it was loaded by the call's end (the LazyLoader recipe loads from such a
+            # spec); a serve would otherwise learn, that is import, every module so asked.
+            self.asked.append(name)
+            return None
         for finder in sys.meta_path:
             if finder is self:
                 continue
@@ -133,6 +142,12 @@ class ImportLog:
             builtins.__import__ = self.original_import
 
     def stop(self):
+        for name in dict.fromkeys(self.asked):
+            module = sys.modules.get(name)
+            if module is not None and name not in self.earlier:
+                spec = stored_attribute(module, "__spec__")
+                self.write(name, getattr(spec, "origin", None) or "")
+        self.asked = []
         self.earlier = frozenset()
         self.logged = set()
         if builtins.__import__ == self.import_:
@@ -142,6 +157,17 @@ class ImportLog:
 
 
 _IMPORT_CODE = ImportLog.import_.__code__
+
+
+def _importing():
+    """Whether the finder was asked by an import that loads what it finds (the import system's
+    `_find_and_load`), not by a question such as `importlib.util.find_spec`."""
+    frame = sys._getframe(2)  # the import system's frame that asked the finder
+    while frame is not None and frame.f_code.co_filename.startswith(_BOOTSTRAP):
+        if frame.f_code.co_name == "_find_and_load_unlocked":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def stored_attribute(module, name):

@@ -146,3 +146,26 @@ def test_the_zygote_learning_a_lazily_loaded_module_leaves_it_lazy():
     kind, installed = json.loads(python("-c", LEARN, FIXTURES))
     assert kind == "_LazyModule"
     assert installed == ["ff_lazy", "ff_lazy_target"], "both named as installed all the same"
+
+
+def test_a_module_only_asked_for_is_not_logged_as_imported(tmp_path):
+    """`importlib.util.find_spec` loads nothing: torch asks it for dill, transformers for dozens
+    of packages; logged, a serve's zygote would import each of them (issue 53)."""
+    log = tmp_path / "imports.log"
+    code = (
+        "import importlib.util, sys; from lfm_runner import imports; "
+        f"log = imports.start({str(log)!r}); "
+        "assert importlib.util.find_spec('wave') is not None; "
+        "assert importlib.util.find_spec('ff_no_such_module') is None; "
+        "import colorsys; "
+        # The LazyLoader recipe loads from a spec it asked for: that module is logged.
+        "spec = importlib.util.find_spec('quopri'); "
+        "spec.loader = importlib.util.LazyLoader(spec.loader); "
+        "m = importlib.util.module_from_spec(spec); sys.modules['quopri'] = m; "
+        "spec.loader.exec_module(m); "
+        "log.stop(); print('wave' in sys.modules)"
+    )
+    assert python("-c", code).strip() == "False"
+    logged = [fields[0] for fields in log_lines(log)]
+    assert "colorsys" in logged and "quopri" in logged, logged
+    assert "wave" not in logged and "ff_no_such_module" not in logged, logged
