@@ -333,6 +333,35 @@ fn a_function_runs_from_the_unpacked_pack_alone() {
 }
 
 #[test]
+fn an_installed_module_packed_as_the_target_travels_whole_with_its_distribution() {
+    let Some(fixture) = Fixture::new() else {
+        return;
+    };
+    // yaml/__init__.py imports its own submodules: alone under app/, first on the path, it
+    // hid the distribution's package ("No module named 'yaml.error'").
+    let pack = fixture.pack(&["yaml"], &[], "yaml.tar.zst");
+    let root = fixture.unpack(&pack);
+    assert!(!root.join("app/yaml").exists(), "yaml was packed as local code");
+    let output = Command::new(root.join("run"))
+        .args([
+            "python3",
+            "-S",
+            "-c",
+            "import yaml; print(yaml.safe_load('a: 1'), yaml.__file__)",
+        ])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    assert_succeeded(&output);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.starts_with("{'a': 1} "), "{stdout}");
+    assert!(
+        stdout.contains(&site(&root).display().to_string()),
+        "yaml did not come from the pack's site-packages: {stdout}"
+    );
+}
+
+#[test]
 fn a_self_contained_pack_runs_without_any_python_on_path() {
     let Some(fixture) = Fixture::new() else {
         return;

@@ -262,6 +262,13 @@ impl Selected {
                 ),
             }
         }
+        let local_sources = local_files(spec, |file| {
+            index
+                .installer_of(&lfm_analyzer::dists::normalize_path(
+                    &std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf()),
+                ))
+                .is_some_and(|id| dist_ids.contains(&id))
+        });
         let hash = blake3::hash(serde_json::to_string(spec)?.as_bytes())
             .to_hex()
             .to_string();
@@ -272,7 +279,7 @@ impl Selected {
             engine_left_out,
             spec_hash: Some(hash),
             targets: pack_targets(spec),
-            local_sources: local_files(spec),
+            local_sources,
             loose_modules: loose_modules(spec),
         })
     }
@@ -571,10 +578,13 @@ fn pack_targets(spec: &Spec) -> Vec<PackTarget> {
 }
 
 /// Local modules of the closure (and the targets' own modules): archive path -> source file.
-fn local_files(spec: &Spec) -> Vec<(String, PathBuf)> {
+/// A target that is an installed module (`lfm pack joblib`) travels with its distribution:
+/// its file alone under `app/`, first on the path, would hide the rest of its package.
+fn local_files(spec: &Spec, packed_file: impl Fn(&Path) -> bool) -> Vec<(String, PathBuf)> {
     let mut out: BTreeMap<String, PathBuf> = BTreeMap::new();
     for target in &spec.targets {
-        let own = std::iter::once((target.module.as_str(), target.file.as_str()));
+        let own = std::iter::once((target.module.as_str(), target.file.as_str()))
+            .filter(|(_, file)| !packed_file(Path::new(file)));
         let locals = target
             .modules
             .iter()
