@@ -1101,8 +1101,18 @@ fn ask_interpreter(options: &Options, cache_root: Option<&Path>) -> anyhow::Resu
     let extra = extra.map(|dir| dir.canonicalize().unwrap_or_else(|_| dir.clone()));
     // A `--root` holds the user's own source, even where PYTHONPATH also names it (as a
     // test suite run from a checkout does): not installed distributions (an sdist's egg-info).
+    // A root that is one of the interpreter's own site directories stays one.
+    let canonical = |dir: &Path| dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let on_pythonpath: Vec<PathBuf> = std::env::var_os("PYTHONPATH")
+        .map(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| canonical(&d))
+                .collect()
+        })
+        .unwrap_or_default();
     let roots: Vec<PathBuf> = (options.roots.iter())
-        .map(|root| root.canonicalize().unwrap_or_else(|_| root.clone()))
+        .map(|root| canonical(root))
+        .filter(|root| on_pythonpath.contains(root))
         .collect();
     let own = std::mem::take(&mut interpreter.path);
     let own = own.into_iter().filter(|dir| !roots.contains(dir));
