@@ -28,20 +28,6 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state")
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn cgroup1_available() -> bool {
-    common::lfm_in(
-        "/",
-        &["run", "--quiet", "--backend", "cgroup1", "--", "true"],
-    )
-    .status
-    .success()
-}
-
 fn setup(name: &'static str, backend: &'static str, as_nobody: bool) -> Setup {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::Builder::new()
@@ -74,12 +60,12 @@ fn setup(name: &'static str, backend: &'static str, as_nobody: bool) -> Setup {
 /// Every setup this machine offers, each missing one said.
 fn setups() -> Vec<Setup> {
     let mut out = Vec::new();
-    if cgroup1_available() {
+    if common::cgroup1_available() {
         out.push(setup("cgroup1", "cgroup1", false));
     } else {
         eprintln!("SKIPPED cgroup1: no writable cgroup v1 hierarchy here");
     }
-    if is_root() && Path::new("/usr/bin/python3").exists() {
+    if common::is_root() && Path::new("/usr/bin/python3").exists() {
         out.push(setup("rlimit-as-nobody", "rlimit", true));
     } else {
         eprintln!("SKIPPED rlimit as nobody: needs root (to setpriv) and /usr/bin/python3");

@@ -341,7 +341,10 @@ fn an_installed_module_packed_as_the_target_travels_whole_with_its_distribution(
     // hid the distribution's package ("No module named 'yaml.error'").
     let pack = fixture.pack(&["yaml"], &[], "yaml.tar.zst");
     let root = fixture.unpack(&pack);
-    assert!(!root.join("app/yaml").exists(), "yaml was packed as local code");
+    assert!(
+        !root.join("app/yaml").exists(),
+        "yaml was packed as local code"
+    );
     let output = Command::new(root.join("run"))
         .args([
             "python3",

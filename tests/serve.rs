@@ -26,20 +26,6 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/serve")
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn cgroup1_available() -> bool {
-    common::lfm_in(
-        "/",
-        &["run", "--quiet", "--backend", "cgroup1", "--", "true"],
-    )
-    .status
-    .success()
-}
-
 /// A world-readable directory holding lfm and the fixtures, so nobody can run them too.
 fn setup(name: &'static str, backend: &'static str, as_nobody: bool) -> Setup {
     use std::os::unix::fs::PermissionsExt;
@@ -70,12 +56,12 @@ fn setup(name: &'static str, backend: &'static str, as_nobody: bool) -> Setup {
 /// Every setup this machine offers, each with why one is missing.
 fn setups() -> Vec<Setup> {
     let mut out = Vec::new();
-    if cgroup1_available() {
+    if common::cgroup1_available() {
         out.push(setup("cgroup1", "cgroup1", false));
     } else {
         eprintln!("SKIPPED cgroup1: no writable cgroup v1 hierarchy here");
     }
-    if is_root() && Path::new("/usr/bin/python3").exists() {
+    if common::is_root() && Path::new("/usr/bin/python3").exists() {
         out.push(setup("rlimit-as-nobody", "rlimit", true));
     } else {
         eprintln!("SKIPPED rlimit as nobody: needs root (to setpriv) and /usr/bin/python3");
@@ -304,7 +290,7 @@ fn assert_no_leftovers(setup: &Setup) {
 
 #[test]
 fn a_call_is_measured_by_what_it_allocates_not_by_the_zygote() {
-    if !cgroup1_available() {
+    if !common::cgroup1_available() {
         eprintln!("SKIPPED: needs a cgroup v1 memory hierarchy (a fresh cgroup per call)");
         return;
     }
@@ -756,7 +742,7 @@ fn walkdir(dir: &Path, depth: usize) -> Vec<String> {
 
 #[test]
 fn ten_thousand_calls_leave_no_process_cgroup_or_descriptor_behind() {
-    let backend = if cgroup1_available() {
+    let backend = if common::cgroup1_available() {
         "cgroup1"
     } else {
         "rlimit"
@@ -1322,7 +1308,7 @@ impl Drop for NodeCgroup {
 
 #[test]
 fn the_node_is_never_oom_killed_only_a_call_that_outgrows_its_allocation() {
-    if !is_root() || !cgroup1_available() {
+    if !common::is_root() || !common::cgroup1_available() {
         eprintln!("SKIPPED: needs root and a cgroup v1 memory hierarchy (a cgroup for the node)");
         return;
     }

@@ -296,3 +296,18 @@ pub fn pid_written_to(path: &std::path::Path, timeout: std::time::Duration) -> O
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether `lfm run --backend cgroup1` works here (root on a host with cgroup v1 mounted).
+pub fn cgroup1_available() -> bool {
+    lfm_in(
+        "/",
+        &["run", "--quiet", "--backend", "cgroup1", "--", "true"],
+    )
+    .status
+    .success()
+}
