@@ -76,6 +76,19 @@ fn wheel(module: &str, dir: &Path) -> PathBuf {
 }
 
 /// `pip install` (offline: the fixture wheel has no requirements) with `args`.
+/// `module`'s wheel installed by pip into `dir/extra`, a directory outside any environment.
+fn installed_into_extra(module: &str, dir: &Path) -> PathBuf {
+    let wheel = wheel(module, dir);
+    let extra = dir.join("extra");
+    pip_install(
+        Path::new("python3"),
+        &["--target", extra.to_str().unwrap()],
+        &wheel,
+        &[],
+    );
+    extra
+}
+
 fn pip_install(python: &Path, args: &[&str], wheel: &Path, env: &[(&str, &Path)]) {
     let mut command = Command::new(python);
     command
@@ -234,14 +247,7 @@ fn run_through_pack(root: &Path) -> Output {
 #[test]
 fn a_distribution_from_a_pth_directory_is_packed() {
     let dir = layout("pth-dir", |dir| {
-        let wheel = wheel("layout_pth", dir);
-        let extra = dir.join("extra");
-        pip_install(
-            Path::new("python3"),
-            &["--target", extra.to_str().unwrap()],
-            &wheel,
-            &[],
-        );
+        let extra = installed_into_extra("layout_pth", dir);
         venv(&dir.join("venv"), false);
         let line = format!("{}\n", extra.display());
         std::fs::write(site_packages(&dir.join("venv")).join("extra.pth"), line).unwrap();
@@ -255,14 +261,7 @@ fn a_distribution_from_a_pth_directory_is_packed() {
 #[test]
 fn a_distribution_on_pythonpath_is_packed() {
     let dir = layout("pythonpath", |dir| {
-        let wheel = wheel("layout_pythonpath", dir);
-        let extra = dir.join("extra");
-        pip_install(
-            Path::new("python3"),
-            &["--target", extra.to_str().unwrap()],
-            &wheel,
-            &[],
-        );
+        installed_into_extra("layout_pythonpath", dir);
         venv(&dir.join("venv"), false);
         true
     })
@@ -311,14 +310,7 @@ fn a_file_that_cannot_be_placed_fails_the_pack_naming_it() {
     // A RECORD that lists a file outside the environment and outside every sys.path directory
     // (here beside the .pth directory): the pack refuses rather than leaving it out.
     let dir = tempfile::tempdir().unwrap();
-    let wheel = wheel("layout_stray", dir.path());
-    let extra = dir.path().join("extra");
-    pip_install(
-        Path::new("python3"),
-        &["--target", extra.to_str().unwrap()],
-        &wheel,
-        &[],
-    );
+    let extra = installed_into_extra("layout_stray", dir.path());
     let stray = dir.path().join("elsewhere/stray.txt");
     std::fs::create_dir_all(stray.parent().unwrap()).unwrap();
     std::fs::write(&stray, "x").unwrap();
