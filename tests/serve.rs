@@ -796,15 +796,21 @@ fn ten_thousand_calls_leave_no_process_cgroup_or_descriptor_behind() {
     // Between calls a spare child per slot waits, set up in its own cgroup, for the next call.
     let waiting = children_of(zygote);
     assert!(waiting.len() <= 2, "calls still running: {waiting:?}");
+    // And the slot cgroups kept for the next calls: two a slot (its call's and its spare's).
     let cgroups = run_cgroups_of(server_pid);
     assert!(
-        cgroups.len() <= waiting.len() * cgroup_hierarchies(backend),
+        cgroups.len() <= (waiting.len() + 2 * 2) * cgroup_hierarchies(backend),
         "call cgroups left: {cgroups:?}"
     );
     stdin.flush().unwrap();
     drop(stdin);
     assert!(server.child.wait().unwrap().success());
     assert_no_leftovers(&setup);
+    let cgroups = run_cgroups_of(server_pid);
+    assert!(
+        cgroups.is_empty(),
+        "cgroups left after the serve: {cgroups:?}"
+    );
 }
 
 /// How many cgroup directories one call has (v1: one per joined hierarchy, memory and cpuacct).

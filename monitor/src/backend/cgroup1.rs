@@ -289,6 +289,11 @@ impl Cgroup1 {
     }
 }
 
+/// Whether nothing is charged to the memory cgroup in `dir` now.
+fn counters_say_empty(counters: &Counters, dir: &Path) -> bool {
+    counters.u64(&dir.join("memory.usage_in_bytes")) == Some(0)
+}
+
 impl Backend for Cgroup1 {
     fn kind(&self) -> BackendKind {
         BackendKind::Cgroup1
@@ -320,6 +325,14 @@ impl Backend for Cgroup1 {
         }
         self.start = self.read_since_made();
         Ok(())
+    }
+
+    fn reclaim(&self) -> Result<()> {
+        let dir = self.dir("memory").context("memory hierarchy")?;
+        if counters_say_empty(&self.counters, dir) {
+            return Ok(());
+        }
+        write(&dir.join("memory.force_empty"), "0")
     }
 
     fn pids(&self) -> Option<Vec<i32>> {

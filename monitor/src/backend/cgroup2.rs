@@ -253,6 +253,16 @@ impl Backend for Cgroup2 {
         Ok(())
     }
 
+    fn reclaim(&self) -> Result<()> {
+        if !self.has("memory") {
+            return Ok(());
+        }
+        match self.counters.u64(&self.dir.join("memory.current")) {
+            Some(0) | None => Ok(()),
+            Some(charged) => write(&self.dir.join("memory.reclaim"), &charged.to_string()),
+        }
+    }
+
     fn pids(&self) -> Option<Vec<i32>> {
         Some(self.counters.pids(&self.dir.join("cgroup.procs")))
     }

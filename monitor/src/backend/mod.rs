@@ -102,6 +102,11 @@ pub trait Backend: Send {
     /// `limits` (a v1 hierarchy it did not join, a limit the kernel refused): the caller then
     /// creates a fresh backend, and this one is as it was or has no limits.
     fn open_window(&mut self, limits: &Limits) -> Result<()>;
+    /// With no process left in it, make the kernel give back what it still charges this cgroup
+    /// (the page cache of files its runs read or wrote), so the next run's window starts
+    /// empty: v1 `memory.force_empty`, v2 `memory.reclaim` (Linux 5.19+). An error says what
+    /// could not be given back; the caller then makes a fresh cgroup rather than reuse it.
+    fn reclaim(&self) -> Result<()>;
 }
 
 /// Whether two runs' limits write the same cgroup files (the others are the supervisor's).
@@ -213,6 +218,9 @@ impl Backend for Noted {
     }
     fn open_window(&mut self, limits: &Limits) -> Result<()> {
         self.inner.open_window(limits)
+    }
+    fn reclaim(&self) -> Result<()> {
+        self.inner.reclaim()
     }
 }
 

@@ -25,6 +25,7 @@ use super::{now_seconds, sampling_interval, tree};
 const CORES_TOLERANCE: f64 = 0.25;
 
 /// What a run is and how it is held.
+#[derive(Clone)]
 pub struct MonitorOptions {
     /// What ran, as the Report shows it (argv, or the function call).
     pub command: Vec<String>,
