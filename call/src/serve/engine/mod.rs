@@ -455,8 +455,9 @@ impl Server {
         if !pooled {
             return RunMonitor::create(options, 0);
         }
-        // A cgroup for each slot and for its spare.
-        let keep = 2 * self.options.slots.max(1);
+        // A slot's call and its spare hold theirs, its last call's is on its way back: one idle
+        // cgroup a slot is enough for the next spare or call.
+        let keep = self.options.slots.max(1);
         let janitor = &self.janitor;
         self.pool
             .monitor(options, keep, |cgroup| janitor.discard(cgroup))

@@ -78,3 +78,54 @@ impl Pool {
 pub(super) fn poolable(kind: BackendKind) -> bool {
     kind != BackendKind::Rlimit
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lfm_monitor::backend::rlimit::Rlimit;
+
+    fn pooled(memory: Option<u64>) -> Pooled {
+        let limits = Limits {
+            memory_bytes: memory,
+            ..Limits::default()
+        };
+        Pooled {
+            cgroup: Box::new(Rlimit::new(&limits)),
+            limits,
+        }
+    }
+
+    fn returned(pool: &Pool, memories: &[Option<u64>]) {
+        let mut returns = pool.returns.lock().unwrap();
+        returns.extend(memories.iter().map(|&m| pooled(m)));
+    }
+
+    #[test]
+    fn a_call_takes_a_cgroup_of_its_limits_else_the_longest_idle_one() {
+        let mut pool = Pool::default();
+        returned(&pool, &[Some(1), Some(2), Some(3)]);
+        pool.collect_returns(8, |_| panic!("nothing over the cap"));
+        let two = Limits {
+            memory_bytes: Some(2),
+            // Not a cgroup's limit: any wall time shares the cgroup.
+            wall_seconds: Some(9.0),
+            ..Limits::default()
+        };
+        assert_eq!(pool.take(&two).unwrap().limits.memory_bytes, Some(2));
+        assert_eq!(pool.take(&two).unwrap().limits.memory_bytes, Some(1));
+        assert_eq!(pool.take(&two).unwrap().limits.memory_bytes, Some(3));
+        assert!(pool.take(&two).is_none());
+    }
+
+    #[test]
+    fn cgroups_over_what_the_slots_need_are_discarded_and_the_rest_go_at_the_end() {
+        let mut pool = Pool::default();
+        returned(&pool, &[None, None, None]);
+        let mut discarded = 0;
+        pool.collect_returns(2, |_| discarded += 1);
+        assert_eq!((discarded, pool.idle.len()), (1, 2));
+        returned(&pool, &[None]);
+        assert_eq!(pool.drain().len(), 3);
+        assert!(pool.take(&Limits::default()).is_none());
+    }
+}
