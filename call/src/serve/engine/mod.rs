@@ -378,7 +378,7 @@ impl Server {
         let id = self.next_id;
         let dir = self.options.zygote.work_dir.join(format!("call-{id}"));
         let visible = gpus.as_ref().map(GpuMeter::visible_devices);
-        let prepared = prepare_call_dir(&dir, &spec, visible)
+        let prepared = prepare_call_dir(&dir, &spec, visible, self.options.backend)
             .and_then(|request| self.create_monitor(&spec, &dir).map(|m| (request, m)));
         let (request, mut monitor) = match prepared {
             Ok(prepared) => prepared,
@@ -847,11 +847,15 @@ fn prepare_call_dir(
     dir: &std::path::Path,
     spec: &CallSpec,
     visible_devices: Option<String>,
+    backend: BackendChoice,
 ) -> Result<PathBuf> {
     make_call_dirs(dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join("request.json");
-    std::fs::write(&path, call_request(dir, spec, visible_devices).to_json())
-        .with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(
+        &path,
+        call_request(dir, spec, visible_devices, backend).to_json(),
+    )
+    .with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
 }
 
@@ -872,6 +876,7 @@ fn call_request(
     dir: &std::path::Path,
     spec: &CallSpec,
     visible_devices: Option<String>,
+    backend: BackendChoice,
 ) -> Request {
     let outputs = Outputs {
         result_file: dir.join("result"),
@@ -891,6 +896,11 @@ fn call_request(
     request.env =
         visible_devices.map(|visible| [("CUDA_VISIBLE_DEVICES".to_string(), visible)].into());
     request.context = spec.context.clone();
+    // A cgroup v1 always keeps the kernel's peak (max_usage_in_bytes), which a forked call's
+    // Report takes instead of the call's own growth (run_monitor.rs, MemoryFigures).
+    if backend == BackendChoice::Cgroup1 {
+        request.memory_growth = Some(false);
+    }
     request
 }
 

@@ -171,7 +171,7 @@ impl Server {
         };
         let mut spare = self.spares.swap_remove(at);
         let visible = gpus.as_ref().map(GpuMeter::visible_devices);
-        let request = call_request(&spare.dir, &spec, visible);
+        let request = call_request(&spare.dir, &spec, visible, self.options.backend);
         let go = spare.go.take().expect("checked above");
         if zygote::go(go, &request, &spare.dir.join("request.json")).is_err() {
             self.drop_spare(spare);
