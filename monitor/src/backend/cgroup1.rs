@@ -289,9 +289,11 @@ impl Cgroup1 {
     }
 }
 
-/// Whether nothing is charged to the memory cgroup in `dir` now.
-fn counters_say_empty(counters: &Counters, dir: &Path) -> bool {
-    counters.u64(&dir.join("memory.usage_in_bytes")) == Some(0)
+/// Whether what is charged to the memory cgroup in `dir` now may stay.
+fn charge_may_stay(counters: &Counters, dir: &Path) -> bool {
+    counters
+        .u64(&dir.join("memory.usage_in_bytes"))
+        .is_some_and(|charged| charged <= super::RECLAIM_ABOVE)
 }
 
 impl Backend for Cgroup1 {
@@ -329,7 +331,7 @@ impl Backend for Cgroup1 {
 
     fn reclaim(&self) -> Result<()> {
         let dir = self.dir("memory").context("memory hierarchy")?;
-        if counters_say_empty(&self.counters, dir) {
+        if charge_may_stay(&self.counters, dir) {
             return Ok(());
         }
         write(&dir.join("memory.force_empty"), "0")

@@ -258,7 +258,8 @@ impl Backend for Cgroup2 {
             return Ok(());
         }
         match self.counters.u64(&self.dir.join("memory.current")) {
-            Some(0) | None => Ok(()),
+            None => Ok(()),
+            Some(charged) if charged <= super::RECLAIM_ABOVE => Ok(()),
             Some(charged) => write(&self.dir.join("memory.reclaim"), &charged.to_string()),
         }
     }

@@ -103,11 +103,16 @@ pub trait Backend: Send {
     /// creates a fresh backend, and this one is as it was or has no limits.
     fn open_window(&mut self, limits: &Limits) -> Result<()>;
     /// With no process left in it, make the kernel give back what it still charges this cgroup
-    /// (the page cache of files its runs read or wrote), so the next run's window starts
-    /// empty: v1 `memory.force_empty`, v2 `memory.reclaim` (Linux 5.19+). An error says what
-    /// could not be given back; the caller then makes a fresh cgroup rather than reuse it.
+    /// when that passes [`RECLAIM_ABOVE`] (the page cache of files its runs read or wrote):
+    /// v1 `memory.force_empty`, v2 `memory.reclaim` (Linux 5.19+). Below it, nothing: a window
+    /// counts only what is charged above its start anyway, and a forced reclaim costs ~4 ms
+    /// (v1, measured here) where a call costs a few. An error says what could not be given
+    /// back; the caller then makes a fresh cgroup rather than reuse it.
     fn reclaim(&self) -> Result<()>;
 }
+
+/// The charge a cgroup between runs may keep ([`Backend::reclaim`]).
+pub const RECLAIM_ABOVE: u64 = 16 << 20;
 
 /// Whether two runs' limits write the same cgroup files (the others are the supervisor's).
 pub fn same_cgroup_limits(a: &Limits, b: &Limits) -> bool {
@@ -115,8 +120,10 @@ pub fn same_cgroup_limits(a: &Limits, b: &Limits) -> bool {
 }
 
 impl Reading {
-    /// This reading's counters less those of `start` (the window's start): what a run that
-    /// began at `start` did. Gauges (memory now, its peak, page cache, swap) are kept as read.
+    /// This reading less `start` (the window's start): what a run that began at `start` did.
+    /// Counters are differences; memory is what was charged above the charge at `start` (what
+    /// earlier runs left: kernel memory, page cache of their files), and the peak how far the
+    /// charge rose above it (the kernel's peak was reset to the charge at `start`).
     pub fn since(mut self, start: &Reading) -> Reading {
         let less = |now: Option<u64>, then: Option<u64>| match (now, then) {
             (Some(now), Some(then)) => Some(now.saturating_sub(then)),
@@ -127,6 +134,12 @@ impl Reading {
         self.cpu_total_us = less(self.cpu_total_us, start.cpu_total_us);
         self.oom_kills = self.oom_kills.saturating_sub(start.oom_kills);
         self.pids_limit_hits = self.pids_limit_hits.saturating_sub(start.pids_limit_hits);
+        self.memory_peak = less(self.memory_peak, start.memory_current);
+        self.memory_current = less(self.memory_current, start.memory_current);
+        self.unreclaimable_bytes = less(self.unreclaimable_bytes, start.unreclaimable_bytes);
+        self.anon_bytes = less(self.anon_bytes, start.anon_bytes);
+        self.file_bytes = less(self.file_bytes, start.file_bytes);
+        self.swap_bytes = less(self.swap_bytes, start.swap_bytes);
         if let (Some(now), Some(then)) = (self.throttling.as_mut(), start.throttling) {
             now.periods = now.periods.saturating_sub(then.periods);
             now.throttled_periods = now.throttled_periods.saturating_sub(then.throttled_periods);
@@ -259,7 +272,7 @@ mod tests {
             }),
             ..Reading::default()
         };
-        let window = now.since(&start);
+        let window = now.clone().since(&start);
         assert_eq!(window.cpu_total_us, Some(20_000));
         assert_eq!(window.cpu_user_us, Some(10_000));
         assert_eq!(window.cpu_system_us, Some(7_000));
@@ -274,6 +287,21 @@ mod tests {
                 throttled_us: 500
             })
         );
+        // What earlier runs left charged (kernel memory, page cache) is not this run's.
+        let left = Reading {
+            memory_current: Some(3 << 20),
+            file_bytes: Some(2 << 20),
+            ..Reading::default()
+        };
+        let own = Reading {
+            memory_current: Some(5 << 20),
+            file_bytes: Some(2 << 20),
+            ..now
+        }
+        .since(&left);
+        assert_eq!(own.memory_peak, Some(7 << 20));
+        assert_eq!(own.memory_current, Some(2 << 20));
+        assert_eq!(own.file_bytes, Some(0));
         // A counter that went backwards (a cgroup recreated under the same name) is 0, never
         // a wrapped figure.
         let behind = Reading::default().since(&start);
