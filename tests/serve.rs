@@ -778,10 +778,13 @@ fn ten_thousand_calls_leave_no_process_cgroup_or_descriptor_behind() {
         rss_kib(zygote),
     );
     round(&mut server, 200, 10_000);
-    assert_eq!(
-        settled_fd_count(server_pid),
-        server_fds,
-        "the server's descriptors grew"
+    // Idle slot cgroups keep their files open (two joins and ~6 counters on v1), so the count
+    // moves with how many are idle now (at most 2 a slot); a descriptor left by each call
+    // would add thousands.
+    let settled = settled_fd_count(server_pid);
+    assert!(
+        settled <= server_fds + 2 * 2 * 8,
+        "the server's descriptors grew from {server_fds} to {settled}"
     );
     assert_eq!(
         fd_count(zygote),
