@@ -778,10 +778,13 @@ fn ten_thousand_calls_leave_no_process_cgroup_or_descriptor_behind() {
         rss_kib(zygote),
     );
     round(&mut server, 200, 10_000);
-    assert_eq!(
-        settled_fd_count(server_pid),
-        server_fds,
-        "the server's descriptors grew"
+    // Idle slot cgroups keep their files open (two joins and ~6 counters on v1), so the count
+    // moves with how many are idle now (at most 2 a slot); a descriptor left by each call
+    // would add thousands.
+    let settled = settled_fd_count(server_pid);
+    assert!(
+        settled <= server_fds + 2 * 2 * 8,
+        "the server's descriptors grew from {server_fds} to {settled}"
     );
     assert_eq!(
         fd_count(zygote),
@@ -796,15 +799,22 @@ fn ten_thousand_calls_leave_no_process_cgroup_or_descriptor_behind() {
     // Between calls a spare child per slot waits, set up in its own cgroup, for the next call.
     let waiting = children_of(zygote);
     assert!(waiting.len() <= 2, "calls still running: {waiting:?}");
+    // And the slot cgroups kept for the next calls: up to two idle a slot, and one a slot that
+    // the last calls left and the cleanup thread hands back.
     let cgroups = run_cgroups_of(server_pid);
     assert!(
-        cgroups.len() <= waiting.len() * cgroup_hierarchies(backend),
+        cgroups.len() <= (waiting.len() + 3 * 2) * cgroup_hierarchies(backend),
         "call cgroups left: {cgroups:?}"
     );
     stdin.flush().unwrap();
     drop(stdin);
     assert!(server.child.wait().unwrap().success());
     assert_no_leftovers(&setup);
+    let cgroups = run_cgroups_of(server_pid);
+    assert!(
+        cgroups.is_empty(),
+        "cgroups left after the serve: {cgroups:?}"
+    );
 }
 
 /// How many cgroup directories one call has (v1: one per joined hierarchy, memory and cpuacct).

@@ -145,3 +145,7 @@ def test_a_forked_calls_own_memory_peak_is_counted_even_when_freed_before_it_ret
     assert outcome["ok"] and outcome["memory_growth"] < 32 << 20
     # A call in a process of its own leaves its VmHWM whole (its monitor reads it).
     assert call.execute(request(tmp_path, text, "spike", ([1], {})))[0]["memory_growth"] is None
+    # A forked call whose cgroup keeps the kernel's peak is told not to measure its own.
+    told = dict(request(tmp_path, text, "spike", ([1], {})), memory_growth=False)
+    outcome, _ = call.execute(told, forked=True)
+    assert outcome["ok"] and outcome["memory_growth"] is None

@@ -104,6 +104,10 @@ pub struct Request {
     /// forked it with the context loaded (python/lfm_runner/contexts.py).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// `false`: a forked call does not measure its own rise in resident size (its cgroup keeps
+    /// the kernel's peak, which the Report takes instead); absent: it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_growth: Option<bool>,
 }
 
 /// Where a call's runner writes what it produced.
@@ -125,6 +129,7 @@ impl Request {
             import_log: outputs.import_log,
             exception_file: None,
             env: None,
+            memory_growth: None,
             context: None,
         }
     }

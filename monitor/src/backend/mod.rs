@@ -3,6 +3,11 @@
 //! `cgroup2` and `cgroup1` put the command in a fresh cgroup that lfm creates under its own
 //! subtree and always removes; the kernel enforces limits and keeps peak counters. `rlimit` needs
 //! no privilege: rlimits in the child, and the supervisor measures and enforces from /proc.
+//!
+//! A cgroup can also outlive its run and hold the next one (`lfm serve`'s pooled slot cgroups,
+//! a reused call process): [`Backend::open_window`] begins each later run, after which
+//! [`Backend::read`] gives that run's own figures only (counters as differences from the
+//! window's start, the kernel's memory peak reset at it).
 
 pub mod cgroup1;
 pub mod cgroup2;
@@ -90,6 +95,58 @@ pub trait Backend: Send {
     fn remove(&mut self) -> Result<()>;
     /// What the backend could not do as asked (e.g. no memory controller delegated).
     fn notes(&self) -> Vec<String>;
+    /// Begin a new run in this live cgroup, which earlier runs used: write `limits` where they
+    /// differ from the last run's, reset the kernel's memory peak (where it cannot be reset,
+    /// [`Reading::memory_peak`] is `None` for the window and a note says why), and count CPU,
+    /// OOM kills, pids events and throttling from now on. Fails where this cgroup cannot hold
+    /// `limits` (a v1 hierarchy it did not join, a limit the kernel refused): the caller then
+    /// creates a fresh backend, and this one is as it was or has no limits.
+    fn open_window(&mut self, limits: &Limits) -> Result<()>;
+    /// With no process left in it, make the kernel give back what it still charges this cgroup
+    /// when that passes [`RECLAIM_ABOVE`] (the page cache of files its runs read or wrote):
+    /// v1 `memory.force_empty`, v2 `memory.reclaim` (Linux 5.19+). Below it, nothing: a window
+    /// counts only what is charged above its start anyway, and a forced reclaim costs ~4 ms
+    /// (v1, measured here) where a call costs a few. An error says what could not be given
+    /// back; the caller then makes a fresh cgroup rather than reuse it.
+    fn reclaim(&self) -> Result<()>;
+}
+
+/// The charge a cgroup between runs may keep ([`Backend::reclaim`]).
+pub const RECLAIM_ABOVE: u64 = 16 << 20;
+
+/// Whether two runs' limits write the same cgroup files (the others are the supervisor's).
+pub fn same_cgroup_limits(a: &Limits, b: &Limits) -> bool {
+    (a.memory_bytes, a.cores, a.processes) == (b.memory_bytes, b.cores, b.processes)
+}
+
+impl Reading {
+    /// This reading less `start` (the window's start): what a run that began at `start` did.
+    /// Counters are differences; memory is what was charged above the charge at `start` (what
+    /// earlier runs left: kernel memory, page cache of their files), and the peak how far the
+    /// charge rose above it (the kernel's peak was reset to the charge at `start`).
+    pub fn since(mut self, start: &Reading) -> Reading {
+        let less = |now: Option<u64>, then: Option<u64>| match (now, then) {
+            (Some(now), Some(then)) => Some(now.saturating_sub(then)),
+            (now, _) => now,
+        };
+        self.cpu_user_us = less(self.cpu_user_us, start.cpu_user_us);
+        self.cpu_system_us = less(self.cpu_system_us, start.cpu_system_us);
+        self.cpu_total_us = less(self.cpu_total_us, start.cpu_total_us);
+        self.oom_kills = self.oom_kills.saturating_sub(start.oom_kills);
+        self.pids_limit_hits = self.pids_limit_hits.saturating_sub(start.pids_limit_hits);
+        self.memory_peak = less(self.memory_peak, start.memory_current);
+        self.memory_current = less(self.memory_current, start.memory_current);
+        self.unreclaimable_bytes = less(self.unreclaimable_bytes, start.unreclaimable_bytes);
+        self.anon_bytes = less(self.anon_bytes, start.anon_bytes);
+        self.file_bytes = less(self.file_bytes, start.file_bytes);
+        self.swap_bytes = less(self.swap_bytes, start.swap_bytes);
+        if let (Some(now), Some(then)) = (self.throttling.as_mut(), start.throttling) {
+            now.periods = now.periods.saturating_sub(then.periods);
+            now.throttled_periods = now.throttled_periods.saturating_sub(then.throttled_periods);
+            now.throttled_us = now.throttled_us.saturating_sub(then.throttled_us);
+        }
+        self
+    }
 }
 
 /// `--backend` choices.
@@ -171,5 +228,83 @@ impl Backend for Noted {
         let mut notes = vec![self.note.clone()];
         notes.extend(self.inner.notes());
         notes
+    }
+    fn open_window(&mut self, limits: &Limits) -> Result<()> {
+        self.inner.open_window(limits)
+    }
+    fn reclaim(&self) -> Result<()> {
+        self.inner.reclaim()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_windows_counters_are_differences_and_its_gauges_are_as_read() {
+        let start = Reading {
+            cpu_total_us: Some(5_000_000),
+            cpu_user_us: Some(4_000_000),
+            cpu_system_us: None,
+            oom_kills: 2,
+            pids_limit_hits: 1,
+            memory_peak: Some(300 << 20),
+            throttling: Some(Throttling {
+                periods: 10,
+                throttled_periods: 4,
+                throttled_us: 1000,
+            }),
+            ..Reading::default()
+        };
+        let now = Reading {
+            cpu_total_us: Some(5_020_000),
+            cpu_user_us: Some(4_010_000),
+            cpu_system_us: Some(7_000),
+            oom_kills: 2,
+            pids_limit_hits: 3,
+            memory_peak: Some(10 << 20),
+            file_bytes: Some(1 << 20),
+            throttling: Some(Throttling {
+                periods: 12,
+                throttled_periods: 5,
+                throttled_us: 1500,
+            }),
+            ..Reading::default()
+        };
+        let window = now.clone().since(&start);
+        assert_eq!(window.cpu_total_us, Some(20_000));
+        assert_eq!(window.cpu_user_us, Some(10_000));
+        assert_eq!(window.cpu_system_us, Some(7_000));
+        assert_eq!((window.oom_kills, window.pids_limit_hits), (0, 2));
+        assert_eq!(window.memory_peak, Some(10 << 20));
+        assert_eq!(window.file_bytes, Some(1 << 20));
+        assert_eq!(
+            window.throttling,
+            Some(Throttling {
+                periods: 2,
+                throttled_periods: 1,
+                throttled_us: 500
+            })
+        );
+        // What earlier runs left charged (kernel memory, page cache) is not this run's.
+        let left = Reading {
+            memory_current: Some(3 << 20),
+            file_bytes: Some(2 << 20),
+            ..Reading::default()
+        };
+        let own = Reading {
+            memory_current: Some(5 << 20),
+            file_bytes: Some(2 << 20),
+            ..now
+        }
+        .since(&left);
+        assert_eq!(own.memory_peak, Some(7 << 20));
+        assert_eq!(own.memory_current, Some(2 << 20));
+        assert_eq!(own.file_bytes, Some(0));
+        // A counter that went backwards (a cgroup recreated under the same name) is 0, never
+        // a wrapped figure.
+        let behind = Reading::default().since(&start);
+        assert_eq!((behind.oom_kills, behind.cpu_total_us), (0, None));
     }
 }

@@ -11,6 +11,7 @@ pub mod context;
 mod done;
 mod janitor;
 mod learn;
+mod pool;
 mod sizing;
 mod spare;
 mod status;
@@ -112,6 +113,8 @@ struct Leftover {
     remains: supervisor::Remains,
     done: Option<OwnedFd>,
     cgroup: Box<dyn lfm_monitor::backend::Backend>,
+    /// The call's limits, which its cgroup keeps when pooled.
+    limits: Limits,
     dir: PathBuf,
     since: Instant,
 }
@@ -159,6 +162,8 @@ pub struct Server {
     aftermath: Vec<Aftermath>,
     leftovers: Vec<Leftover>,
     janitor: janitor::Janitor,
+    /// Slot cgroups no call holds now (pool.rs).
+    pool: pool::Pool,
     learner: learn::Learner,
     contexts: context::Contexts,
     /// How often a call ended or went to the history: queued calls are sized again after.
@@ -176,8 +181,9 @@ impl Server {
             .map(lfm_sizing::history::History::open)
             .transpose()
             .map_err(anyhow::Error::msg)?;
-        let janitor =
-            janitor::Janitor::start(options.history.as_deref()).map_err(anyhow::Error::msg)?;
+        let pool = pool::Pool::default();
+        let janitor = janitor::Janitor::start(options.history.as_deref(), pool.returns())
+            .map_err(anyhow::Error::msg)?;
         supervisor::become_subreaper();
         std::fs::create_dir_all(&options.zygote.work_dir)
             .with_context(|| format!("creating {}", options.zygote.work_dir.display()))?;
@@ -196,6 +202,7 @@ impl Server {
             aftermath: Vec::new(),
             leftovers: Vec::new(),
             janitor,
+            pool,
             learner,
             contexts: context::Contexts::default(),
             retired: Vec::new(),
@@ -302,6 +309,9 @@ impl Server {
         }
         replies.extend(std::mem::take(&mut self.replies));
         self.after_delivery(false);
+        for cgroup in self.pool.drain() {
+            self.janitor.discard(cgroup);
+        }
         self.zygotes.stop_all();
         replies
     }
@@ -368,7 +378,7 @@ impl Server {
         let id = self.next_id;
         let dir = self.options.zygote.work_dir.join(format!("call-{id}"));
         let visible = gpus.as_ref().map(GpuMeter::visible_devices);
-        let prepared = prepare_call_dir(&dir, &spec, visible)
+        let prepared = prepare_call_dir(&dir, &spec, visible, self.options.backend)
             .and_then(|request| self.create_monitor(&spec, &dir).map(|m| (request, m)));
         let (request, mut monitor) = match prepared {
             Ok(prepared) => prepared,
@@ -419,14 +429,15 @@ impl Server {
         Ok(())
     }
 
-    fn create_monitor(&self, spec: &CallSpec, dir: &std::path::Path) -> Result<RunMonitor> {
+    fn create_monitor(&mut self, spec: &CallSpec, dir: &std::path::Path) -> Result<RunMonitor> {
         let mut monitor = self.monitor_for(&spec.limits, dir)?;
         label(&mut monitor, spec);
         Ok(monitor)
     }
 
-    /// A call's monitor (and backend: its fresh cgroup) for these limits, its sandbox in `dir`.
-    fn monitor_for(&self, limits: &Limits, dir: &std::path::Path) -> Result<RunMonitor> {
+    /// A call's monitor (and backend: a pooled cgroup, else a fresh one) for these limits, its
+    /// sandbox in `dir`.
+    fn monitor_for(&mut self, limits: &Limits, dir: &std::path::Path) -> Result<RunMonitor> {
         let options = MonitorOptions {
             command: Vec::new(),
             category: None,
@@ -436,7 +447,21 @@ impl Server {
             series: None,
             forked: true,
         };
-        RunMonitor::create(options, 0)
+        let pooled = match self.options.backend {
+            BackendChoice::Cgroup1 | BackendChoice::Cgroup2 => true,
+            // Which backend `auto` gives is known after the first call (settle_backend).
+            BackendChoice::Auto | BackendChoice::Rlimit => false,
+        };
+        if !pooled {
+            return RunMonitor::create(options, 0);
+        }
+        // Two idle a slot: with one, calls ending in bursts found the pool empty and made a
+        // fresh cgroup for one call in six (tests/serve.rs's 10,000 calls at 2 slots made
+        // 1,800; with two, 250).
+        let keep = 2 * self.options.slots.max(1);
+        let janitor = &self.janitor;
+        self.pool
+            .monitor(options, keep, |cgroup| janitor.discard(cgroup))
     }
 
     /// `auto` probes every backend in turn: once one worked, later calls go straight to it.
@@ -604,6 +629,7 @@ impl Server {
                 remains,
                 done: running.done,
                 cgroup,
+                limits: running.spec.limits.clone(),
                 dir: running.dir.clone(),
                 since: Instant::now(),
             },
@@ -657,7 +683,15 @@ impl Server {
         for left in due {
             left.remains.kill(left.cgroup.as_ref());
             drop(left.done);
-            self.janitor.remove(Some(left.cgroup), left.dir);
+            if pool::poolable(left.cgroup.kind()) {
+                let pooled = pool::Pooled {
+                    limits: left.limits,
+                    cgroup: left.cgroup,
+                };
+                self.janitor.release(pooled, left.dir);
+            } else {
+                self.janitor.remove(Some(left.cgroup), left.dir);
+            }
         }
         if more && !starting {
             self.prepare_spare();
@@ -814,11 +848,15 @@ fn prepare_call_dir(
     dir: &std::path::Path,
     spec: &CallSpec,
     visible_devices: Option<String>,
+    backend: BackendChoice,
 ) -> Result<PathBuf> {
     make_call_dirs(dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join("request.json");
-    std::fs::write(&path, call_request(dir, spec, visible_devices).to_json())
-        .with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(
+        &path,
+        call_request(dir, spec, visible_devices, backend).to_json(),
+    )
+    .with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
 }
 
@@ -839,6 +877,7 @@ fn call_request(
     dir: &std::path::Path,
     spec: &CallSpec,
     visible_devices: Option<String>,
+    backend: BackendChoice,
 ) -> Request {
     let outputs = Outputs {
         result_file: dir.join("result"),
@@ -858,6 +897,11 @@ fn call_request(
     request.env =
         visible_devices.map(|visible| [("CUDA_VISIBLE_DEVICES".to_string(), visible)].into());
     request.context = spec.context.clone();
+    // A cgroup v1 always keeps the kernel's peak (max_usage_in_bytes), which a forked call's
+    // Report takes instead of the call's own growth (run_monitor.rs, MemoryFigures).
+    if backend == BackendChoice::Cgroup1 {
+        request.memory_growth = Some(false);
+    }
     request
 }
 

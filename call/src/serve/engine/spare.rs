@@ -47,7 +47,8 @@ impl Server {
             .front()
             .filter(|next| next.allocation.is_some())
             .map(|next| &next.spec.limits)
-            .or(self.last_limits.as_ref());
+            .or(self.last_limits.as_ref())
+            .cloned();
         let (Some(limits), true) = (expected, ready) else {
             return;
         };
@@ -59,7 +60,7 @@ impl Server {
         let dir = self.options.zygote.work_dir.join(format!("call-{id}"));
         let made = super::make_call_dirs(&dir)
             .map_err(anyhow::Error::from)
-            .and_then(|()| self.monitor_for(limits, &dir));
+            .and_then(|()| self.monitor_for(&limits, &dir));
         let monitor = match made {
             Ok(monitor) => monitor,
             Err(_) => {
@@ -67,7 +68,7 @@ impl Server {
                 return;
             }
         };
-        let rlimits = supervisor::child_rlimits(limits, monitor.backend());
+        let rlimits = supervisor::child_rlimits(&limits, monitor.backend());
         let zygote = self.zygotes.get(at).expect("a live zygote's place");
         if zygote
             .spare(id, &dir, &monitor.join_fds(), &rlimits)
@@ -79,7 +80,7 @@ impl Server {
         self.spares.push(Spare {
             id,
             zygote: at,
-            limits: limits.clone(),
+            limits,
             monitor,
             dir,
             pid: None,
@@ -170,7 +171,7 @@ impl Server {
         };
         let mut spare = self.spares.swap_remove(at);
         let visible = gpus.as_ref().map(GpuMeter::visible_devices);
-        let request = call_request(&spare.dir, &spec, visible);
+        let request = call_request(&spare.dir, &spec, visible, self.options.backend);
         let go = spare.go.take().expect("checked above");
         if zygote::go(go, &request, &spare.dir.join("request.json")).is_err() {
             self.drop_spare(spare);

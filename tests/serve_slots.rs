@@ -1,0 +1,230 @@
+//! `lfm serve`'s slot cgroups, made once and reused by later calls (issue 54): a call that ran
+//! in a cgroup an earlier call used is measured as itself, never with the earlier call's peak,
+//! CPU or page cache. On cgroup v1 as root (where this machine offers it) and on the rlimit
+//! backend as nobody (setpriv); cgroup v2 is checked in the QEMU guest (tests/cgroup2.rs).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+
+const MIB: f64 = 1_048_576.0;
+
+/// What the calls run: one large in memory, CPU and page cache, one small, and what cgroup
+/// each ran in.
+const FUNCTIONS: &str = r#"
+import time
+
+def cgroup():
+    with open("/proc/self/cgroup") as f:
+        return [line.split(":", 2)[2].strip() for line in f if ":memory:" in line or line.startswith("0::")][0]
+
+def large(mib, cpu_seconds, cache_file):
+    data = bytearray(b"\x01") * (mib << 20)
+    with open(cache_file, "wb") as f:
+        f.write(b"\x02" * (64 << 20))
+    start = time.process_time()
+    while time.process_time() - start < cpu_seconds:
+        pass
+    return cgroup()
+
+def small(mib):
+    data = bytearray(b"\x01") * (mib << 20)
+    return cgroup()
+"#;
+
+/// One copy of lfm or start of a serve at a time: a copy's descriptor inherited by another
+/// test's fork would make its exec fail (ETXTBSY).
+static SPAWN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+struct Setup {
+    dir: tempfile::TempDir,
+    lfm: PathBuf,
+    backend: &'static str,
+    as_nobody: bool,
+}
+
+/// A world-writable directory holding lfm and the functions, so nobody can run them too.
+fn setup(backend: &'static str, as_nobody: bool) -> Setup {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("lfm-slots")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let lfm = dir.path().join("lfm");
+    {
+        let _copying = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+        std::fs::copy(env!("CARGO_BIN_EXE_lfm"), &lfm).unwrap();
+    }
+    std::fs::write(dir.path().join("slots.py"), FUNCTIONS).unwrap();
+    Setup {
+        dir,
+        lfm,
+        backend,
+        as_nobody,
+    }
+}
+
+impl Setup {
+    /// Serve `requests` one at a time (each sent once the previous one's reply is in, and a
+    /// second after the first's: its cgroup is back in the pool by then) on one slot, and
+    /// return the replies in order.
+    fn serve_in_turn(&self, requests: &[Value]) -> Vec<Value> {
+        let spawning = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+        let mut command = if self.as_nobody {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+            c.arg(&self.lfm);
+            c
+        } else {
+            Command::new(&self.lfm)
+        };
+        let python = if self.as_nobody {
+            "/usr/bin/python3"
+        } else {
+            "python3"
+        };
+        let mut child = command
+            .args(["serve", "--python", python, "--backend", self.backend])
+            .args(["--slots", "1", "--no-history", "--cache-dir"])
+            .arg(self.dir.path().join("cache"))
+            .current_dir(self.dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start lfm serve");
+        drop(spawning);
+        let mut stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut replies = Vec::new();
+        for request in requests {
+            writeln!(stdin, "{request}").unwrap();
+            stdin.flush().unwrap();
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            let reply: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+            assert_eq!(reply["ok"], true, "{}: {reply}", self.backend);
+            if replies.is_empty() {
+                // Releasing a cgroup that 64 MiB were written from waits for their writeback.
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+            replies.push(reply);
+        }
+        drop(stdin);
+        assert!(child.wait().unwrap().success());
+        replies
+    }
+
+    fn cache_file(&self) -> String {
+        self.dir.path().join("cache.bin").display().to_string()
+    }
+}
+
+fn call(id: usize, function: &str, args: Value) -> Value {
+    json!({"id": id.to_string(), "function": format!("slots.py:{function}"),
+           "import_module": true, "args": args})
+}
+
+/// A large call (300 MiB, 0.3 s of CPU, 64 MiB written to a file outside its sandbox, whose
+/// page cache stays charged where it was written), then small calls (10 MiB) after it.
+fn large_then_small(setup: &Setup) -> Vec<Value> {
+    let mut requests = vec![call(0, "large", json!([300, 0.3, setup.cache_file()]))];
+    requests.extend((1..5).map(|n| call(n, "small", json!([10]))));
+    setup.serve_in_turn(&requests)
+}
+
+fn mib(report: &Value, figure: &str) -> f64 {
+    report["memory"][figure].as_f64().unwrap_or(0.0) / MIB
+}
+
+/// Every small call's Report is its own: peak, cgroup peak, page cache and CPU.
+fn assert_small_calls_measured_alone(replies: &[Value], backend: &str) {
+    let large = &replies[0]["report"];
+    assert!(mib(large, "peak_bytes") > 290.0, "{backend}: {large}");
+    for reply in &replies[1..] {
+        let report = &reply["report"];
+        let id = &reply["id"];
+        assert!(
+            mib(report, "peak_bytes") < 100.0,
+            "{backend}: call {id} measured {:.1} MiB after the 300 MiB call: {report}",
+            mib(report, "peak_bytes")
+        );
+        assert!(
+            mib(report, "cgroup_peak_bytes") < 100.0,
+            "{backend}: call {id}'s cgroup peak {:.1} MiB",
+            mib(report, "cgroup_peak_bytes")
+        );
+        assert!(
+            mib(report, "file_bytes") < 32.0,
+            "{backend}: call {id} counts {:.1} MiB of page cache (the large call wrote 64)",
+            mib(report, "file_bytes")
+        );
+        let cpu = report["cpu_time"]["total"].as_f64().unwrap();
+        assert!(
+            cpu < 0.2,
+            "{backend}: call {id} used {cpu} s of CPU, the large call's 0.3 s counted"
+        );
+    }
+}
+
+#[test]
+fn on_cgroup_v1_a_call_after_a_large_one_in_its_cgroup_is_measured_alone() {
+    if !common::cgroup1_available() {
+        eprintln!("SKIPPED: needs a writable cgroup v1 hierarchy (root)");
+        return;
+    }
+    let setup = setup("cgroup1", false);
+    let replies = large_then_small(&setup);
+    assert_small_calls_measured_alone(&replies, "cgroup1");
+    // Some small call ran where the large one had: else this tested fresh cgroups only.
+    let large_cgroup = &replies[0]["result"];
+    assert!(
+        replies[1..].iter().any(|r| &r["result"] == large_cgroup),
+        "no small call ran in the large call's cgroup {large_cgroup}: {:?}",
+        replies.iter().map(|r| &r["result"]).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn on_rlimit_as_nobody_a_call_after_a_large_one_is_measured_alone() {
+    if !common::is_root() || !Path::new("/usr/bin/python3").exists() {
+        eprintln!("SKIPPED: needs root (to setpriv to nobody) and /usr/bin/python3");
+        return;
+    }
+    let setup = setup("rlimit", true);
+    let replies = large_then_small(&setup);
+    assert_small_calls_measured_alone(&replies, "rlimit");
+}
+
+#[test]
+fn a_serve_keeps_its_slot_cgroups_rather_than_making_one_per_call() {
+    if !common::cgroup1_available() {
+        eprintln!("SKIPPED: needs a writable cgroup v1 hierarchy (root)");
+        return;
+    }
+    let setup = setup("cgroup1", false);
+    let requests: Vec<Value> = (0..12).map(|n| call(n, "small", json!([1]))).collect();
+    let replies = setup.serve_in_turn(&requests);
+    let mut cgroups: Vec<&str> = replies
+        .iter()
+        .map(|r| r["result"].as_str().unwrap())
+        .collect();
+    assert!(
+        cgroups.iter().all(|c| c.contains("/lfm/run-")),
+        "{cgroups:?}"
+    );
+    cgroups.sort();
+    cgroups.dedup();
+    // One slot: its call's cgroup, its spare's, and those the janitor is still releasing (a
+    // fresh cgroup per call would be 12).
+    assert!(
+        cgroups.len() <= 6,
+        "12 calls in turn on one slot used {} cgroups: {cgroups:?}",
+        cgroups.len()
+    );
+}
