@@ -104,6 +104,10 @@ pub struct Request {
     /// forked it with the context loaded (python/lfm_runner/contexts.py).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// The call's process is kept for the next calls of its function (lfm serve's `reuse`,
+    /// python/lfm_runner/reuse.py).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reuse: bool,
 }
 
 /// Where a call's runner writes what it produced.
@@ -126,6 +130,7 @@ impl Request {
             exception_file: None,
             env: None,
             context: None,
+            reuse: false,
         }
     }
 

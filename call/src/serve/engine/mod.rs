@@ -11,6 +11,7 @@ pub mod context;
 mod done;
 mod janitor;
 mod learn;
+mod reuse;
 mod sizing;
 mod spare;
 mod status;
@@ -73,6 +74,9 @@ pub struct CallSpec {
     /// The request's `context`: an initialiser the zygote runs once for the calls after
     /// (context.rs).
     pub context: Option<String>,
+    /// The request's `reuse`: the call may run in a kept process of its function, and its
+    /// own is kept after it (reuse.rs).
+    pub reuse: bool,
 }
 
 pub struct ServerOptions {
@@ -101,7 +105,8 @@ pub struct ServerOptions {
 /// history row, and what is left of it ([`Leftover`]).
 struct Aftermath {
     record: Option<(lfm_monitor::report::Report, bool)>,
-    leftover: Leftover,
+    /// None: a reused process kept it all (reuse.rs).
+    leftover: Option<Leftover>,
 }
 
 /// A finished call's processes to kill (its child waits on `done` until then), then its cgroup
@@ -134,6 +139,8 @@ struct Running {
     import_log_read: u64,
     /// What it holds of the node's budget, and how long it waited for that.
     allocated: lfm_monitor::report::Allocated,
+    /// A reuse call's process (reuse.rs); none for other calls.
+    process: Option<reuse::InProcess>,
 }
 
 pub struct Server {
@@ -161,6 +168,7 @@ pub struct Server {
     janitor: janitor::Janitor,
     learner: learn::Learner,
     contexts: context::Contexts,
+    reuse: reuse::Reuse,
     /// How often a call ended or went to the history: queued calls are sized again after.
     history_changes: u64,
     /// The history rows sizing read since the history last changed, by category.
@@ -198,6 +206,7 @@ impl Server {
             janitor,
             learner,
             contexts: context::Contexts::default(),
+            reuse: reuse::Reuse::default(),
             retired: Vec::new(),
             last_limits: None,
             last_start: None,
@@ -302,6 +311,7 @@ impl Server {
         }
         replies.extend(std::mem::take(&mut self.replies));
         self.after_delivery(false);
+        self.end_all_idle();
         self.zygotes.stop_all();
         replies
     }
@@ -334,6 +344,10 @@ impl Server {
             self.last_start = Some(Instant::now());
             self.send_learned_before_fork();
             self.warm_zygote_for(&spec);
+            let Some((spec, gpus)) = self.run_in_kept(spec, gpus, &allocated) else {
+                continue;
+            };
+            self.make_room_for_fork();
             let context = spec.context.clone();
             if let Some((spec, gpus)) = self.start_in_spare(spec, gpus, &allocated) {
                 if let Err(error) = self.start_call(spec, gpus, allocated) {
@@ -400,6 +414,7 @@ impl Server {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(Reply::refused(&spec, &format!("{error:#}")));
         }
+        let spec_reuse = spec.reuse;
         self.running.insert(
             id,
             Running {
@@ -414,6 +429,7 @@ impl Server {
                 delivered: None,
                 import_log_read: 0,
                 allocated,
+                process: spec_reuse.then(reuse::InProcess::fresh),
             },
         );
         Ok(())
@@ -473,8 +489,10 @@ impl Server {
                 status,
                 user,
                 system,
+                pid,
                 ..
             } => {
+                let id = self.call_in_process(id, pid);
                 // A child that said it was done and was then killed (a limit, in the same
                 // instant) ended as it said, as if its word had been read first.
                 let early = self.hear_done(id);
@@ -561,10 +579,11 @@ impl Server {
         self.learn_from(&imported);
     }
 
-    fn finish(&mut self, id: u64, status: i32, cpu: (f64, f64)) {
-        let Some(running) = self.running.remove(&id) else {
+    fn finish(&mut self, id: u64, status: i32, total_cpu: (f64, f64)) {
+        let Some(mut running) = self.running.remove(&id) else {
             return;
         };
+        let cpu = Server::own_cpu(&running, total_cpu);
         self.history_changed();
         // Nothing the call started outlives it: killed once the reply is out, and waited for
         // (before its cgroup is removed) by the janitor. A call's devices are free for the
@@ -574,7 +593,7 @@ impl Server {
         }
         let remains = running.monitor.remains();
         self.last_wall = Some(running.monitor.elapsed());
-        let delivered = running.delivered.unwrap_or_default();
+        let delivered = running.delivered.take().unwrap_or_default();
         let outcome = delivered
             .outcome
             .or_else(|| lfm_monitor::outcome::read(&running.dir.join("outcome.json")));
@@ -588,6 +607,7 @@ impl Server {
         };
         let (mut report, cgroup) = running.monitor.finish_keeping_cgroup(ending);
         report.function = Some(running.spec.function.clone());
+        Server::name_process(running.process.as_ref(), running.pid, &mut report);
         report.input_bytes = running.spec.input_bytes;
         report.allocation = Some(running.allocated.clone());
         report.imports = self.imports_of(&running.dir, &running.spec);
@@ -598,15 +618,30 @@ impl Server {
             .annotate(&mut report, &running.spec, outcome.as_ref());
         let applied = lfm_monitor::outcome::apply(&mut report, outcome.as_ref());
         let sized = Server::mark_sized(&running.spec, &mut report);
+        let leftover = Leftover {
+            remains,
+            done: running.done.take(),
+            cgroup,
+            dir: running.dir.clone(),
+            since: Instant::now(),
+        };
+        let leftover = self.keep_process(
+            reuse::Kept {
+                spec: &running.spec,
+                zygote: running.zygote,
+                pid: running.pid,
+                abandoned: running.abandoned,
+                process: running.process.as_ref(),
+            },
+            delivered.reuse,
+            status,
+            total_cpu,
+            &report,
+            leftover,
+        );
         self.aftermath.push(Aftermath {
             record: self.record_now_or_later(&running.spec, &report, sized),
-            leftover: Leftover {
-                remains,
-                done: running.done,
-                cgroup,
-                dir: running.dir.clone(),
-                since: Instant::now(),
-            },
+            leftover,
         });
         let again = if running.abandoned {
             None
@@ -635,8 +670,9 @@ impl Server {
                 self.janitor.record(report, sized);
                 self.history_changed();
             }
-            self.leftovers.push(done.leftover);
+            self.leftovers.extend(done.leftover);
         }
+        self.remove_reuse_dirs();
         self.shed_zygote();
         let starting = more && self.call_starting();
         let (mut due, mut wait): (Vec<Leftover>, Vec<Leftover>) =
@@ -693,6 +729,7 @@ impl Server {
     fn zygote_died(&mut self, at: usize) {
         self.zygotes.remove_dead(at);
         self.drop_spares();
+        self.end_all_idle();
         let forked_there = self.running.iter().filter(|(_, r)| r.zygote == at);
         for id in forked_there.map(|(&id, _)| id).collect::<Vec<_>>() {
             self.fail(id, "the zygote died during the call; it was restarted");
@@ -761,6 +798,7 @@ impl Server {
             return;
         }
         self.drop_spares();
+        self.end_all_idle();
         self.zygotes.stop_all();
         self.learner.forget();
     }
@@ -858,6 +896,7 @@ fn call_request(
     request.env =
         visible_devices.map(|visible| [("CUDA_VISIBLE_DEVICES".to_string(), visible)].into());
     request.context = spec.context.clone();
+    request.reuse = spec.reuse;
     request
 }
 

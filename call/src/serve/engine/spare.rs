@@ -186,6 +186,7 @@ impl Server {
         }
         spare.monitor.started(Some(pid));
         let next_sample = Instant::now() + spare.monitor.interval();
+        let spec_reuse = spec.reuse;
         self.running.insert(
             spare.id,
             Running {
@@ -200,6 +201,7 @@ impl Server {
                 delivered: None,
                 import_log_read: 0,
                 allocated: allocated.clone(),
+                process: spec_reuse.then(super::reuse::InProcess::fresh),
             },
         );
         None
