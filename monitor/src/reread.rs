@@ -56,6 +56,20 @@ impl KeptFiles {
         }
     }
 
+    /// Write `text` to `path` through a new descriptor, kept for its later reads: cgroup v2's
+    /// `memory.peak` takes a write as a reset of the peak that descriptor reads (Linux 6.12+).
+    pub fn write_and_keep(&self, path: &Path, text: &str) -> io::Result<()> {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)?;
+        file.write_all(text.as_bytes())?;
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.insert(path.to_path_buf(), Some(file));
+        Ok(())
+    }
+
     /// Close every descriptor (before the directory holding the files is removed).
     pub fn close_all(&self) {
         self.open.lock().unwrap_or_else(|p| p.into_inner()).clear();
@@ -76,6 +90,20 @@ mod tests {
         std::fs::write(&path, "20000\n").unwrap();
         assert_eq!(kept.read(&path).as_deref(), Some("20000\n"));
         assert_eq!(kept.read(&dir.path().join("absent")), None);
+    }
+
+    #[test]
+    fn a_file_written_and_kept_is_read_through_the_new_descriptor() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("peak");
+        std::fs::write(&path, "").unwrap();
+        let kept = KeptFiles::default();
+        assert_eq!(kept.read(&path).as_deref(), Some(""));
+        kept.write_and_keep(&path, "7\n").unwrap();
+        assert_eq!(kept.read(&path).as_deref(), Some("7\n"));
+        assert!(kept
+            .write_and_keep(&dir.path().join("absent"), "1")
+            .is_err());
     }
 
     #[test]

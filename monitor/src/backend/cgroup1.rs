@@ -82,6 +82,10 @@ pub struct Cgroup1 {
     enforced: Enforced,
     notes: Vec<String>,
     removed: bool,
+    /// The limits written to the cgroup now.
+    limits: Limits,
+    /// The counters when the current run's window opened ([`Backend::open_window`]).
+    start: Reading,
 }
 
 impl Cgroup1 {
@@ -117,6 +121,8 @@ impl Cgroup1 {
             enforced: Enforced::default(),
             notes: Vec::new(),
             removed: false,
+            limits: Limits::default(),
+            start: Reading::default(),
         };
         cgroup.resolved = READ_CONTROLLERS
             .iter()
@@ -155,6 +161,7 @@ impl Cgroup1 {
     }
 
     fn apply(&mut self, limits: &Limits) -> Result<()> {
+        self.limits = limits.clone();
         if let Some(bytes) = limits.memory_bytes {
             let dir = self
                 .dir("memory")
@@ -197,22 +204,42 @@ impl Cgroup1 {
         }
         Ok(())
     }
-}
 
-impl Backend for Cgroup1 {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Cgroup1
+    /// Whether every hierarchy `limits` need (and this host has) was joined.
+    fn can_hold(&self, limits: &Limits) -> bool {
+        controllers_for(limits)
+            .into_iter()
+            .all(|c| hierarchy(c).is_none() || self.dir(c).is_some())
     }
 
-    fn join_fds(&self) -> Vec<RawFd> {
-        self.join.iter().map(|f| f.as_raw_fd()).collect()
+    /// Back to no limits: memsw first, as the kernel keeps it at or above the memory limit.
+    fn clear_limits(&mut self) -> Result<()> {
+        let previous = std::mem::take(&mut self.limits);
+        if previous.memory_bytes.is_some() {
+            let dir = self.dir("memory").context("memory hierarchy")?;
+            let memsw = dir.join("memory.memsw.limit_in_bytes");
+            if memsw.exists() {
+                write(&memsw, "-1")?;
+            }
+            write(&dir.join("memory.limit_in_bytes"), "-1")?;
+        }
+        if previous.cores.is_some() && self.enforced.cores {
+            if let Some(dir) = self.dir("cpu") {
+                write(&dir.join("cpu.cfs_quota_us"), "-1")?;
+            }
+        }
+        if previous.processes.is_some() && self.enforced.processes {
+            if let Some(dir) = self.dir("pids") {
+                write(&dir.join("pids.max"), "max")?;
+            }
+        }
+        self.enforced = Enforced::default();
+        self.notes.clear();
+        Ok(())
     }
 
-    fn enforced(&self) -> Enforced {
-        self.enforced
-    }
-
-    fn read(&self) -> Reading {
+    /// Every counter as the kernel has it, since the cgroup was made.
+    fn read_since_made(&self) -> Reading {
         let counters = &self.counters;
         let mut reading = Reading::default();
         if let Some(dir) = self.dir("memory") {
@@ -259,6 +286,40 @@ impl Backend for Cgroup1 {
                 .unwrap_or(0);
         }
         reading
+    }
+}
+
+impl Backend for Cgroup1 {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cgroup1
+    }
+
+    fn join_fds(&self) -> Vec<RawFd> {
+        self.join.iter().map(|f| f.as_raw_fd()).collect()
+    }
+
+    fn enforced(&self) -> Enforced {
+        self.enforced
+    }
+
+    fn read(&self) -> Reading {
+        self.read_since_made().since(&self.start)
+    }
+
+    fn open_window(&mut self, limits: &Limits) -> Result<()> {
+        if !self.can_hold(limits) {
+            bail!("this cgroup did not join every cgroup v1 hierarchy the new limits need");
+        }
+        if !super::same_cgroup_limits(limits, &self.limits) {
+            self.clear_limits()?;
+            self.apply(limits)?;
+        }
+        if let Some(dir) = self.dir("memory") {
+            // The kernel sets the high-water mark to the charge now.
+            write(&dir.join("memory.max_usage_in_bytes"), "0")?;
+        }
+        self.start = self.read_since_made();
+        Ok(())
     }
 
     fn pids(&self) -> Option<Vec<i32>> {
@@ -335,5 +396,96 @@ impl Drop for Cgroup1 {
         }
         self.kill_all();
         let _ = self.remove();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+
+    const MIB: u64 = 1 << 20;
+
+    /// Run `script` in Python inside `cgroup`, as a call in it would.
+    fn run_inside(cgroup: &Cgroup1, script: &str) {
+        let fds = cgroup.join_fds();
+        let mut command = std::process::Command::new("python3");
+        command.args(["-c", script]);
+        // SAFETY: only write(2) between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                for &fd in &fds {
+                    libc::write(fd, b"0".as_ptr().cast(), 1);
+                }
+                Ok(())
+            });
+        }
+        assert!(command.status().unwrap().success());
+    }
+
+    /// Root on a cgroup v1 host (this project's CI VM); elsewhere there is nothing to test.
+    fn cgroup() -> Option<Cgroup1> {
+        match Cgroup1::create(&Limits::default()) {
+            Ok(cgroup) => Some(cgroup),
+            Err(error) => {
+                eprintln!("skipped: {error:#}");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn a_window_after_a_large_run_has_its_own_peak_and_cpu() {
+        let Some(mut cgroup) = cgroup() else { return };
+        run_inside(
+            &cgroup,
+            "import time\nb = bytearray(300 << 20)\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass",
+        );
+        let first = cgroup.read();
+        assert!(first.memory_peak.unwrap() > 290 * MIB, "{first:?}");
+        assert!(first.cpu_total_us.unwrap() > 250_000, "{first:?}");
+        cgroup.open_window(&Limits::default()).unwrap();
+        run_inside(&cgroup, "b = bytearray(10 << 20)");
+        let second = cgroup.read();
+        assert!(second.memory_peak.unwrap() < 100 * MIB, "{second:?}");
+        assert!(second.cpu_total_us.unwrap() < 250_000, "{second:?}");
+        cgroup.remove().unwrap();
+    }
+
+    #[test]
+    fn a_window_writes_new_limits_and_lifts_those_no_longer_asked() {
+        let Some(mut cgroup) = cgroup() else { return };
+        let memory = cgroup.dir("memory").unwrap().join("memory.limit_in_bytes");
+        let unlimited = fs::read_to_string(&memory).unwrap();
+        cgroup
+            .open_window(&Limits {
+                memory_bytes: Some(64 * MIB),
+                ..Limits::default()
+            })
+            .unwrap();
+        assert_eq!(
+            fs::read_to_string(&memory).unwrap().trim(),
+            (64 * MIB).to_string()
+        );
+        cgroup
+            .open_window(&Limits {
+                memory_bytes: Some(128 * MIB),
+                ..Limits::default()
+            })
+            .unwrap();
+        assert_eq!(
+            fs::read_to_string(&memory).unwrap().trim(),
+            (128 * MIB).to_string()
+        );
+        cgroup.open_window(&Limits::default()).unwrap();
+        assert_eq!(fs::read_to_string(&memory).unwrap(), unlimited);
+        assert!(!cgroup.enforced().memory);
+        // --processes needs the pids hierarchy, which a cgroup made without it did not join.
+        let processes = Limits {
+            processes: Some(4),
+            ..Limits::default()
+        };
+        assert!(hierarchy("pids").is_none() || cgroup.open_window(&processes).is_err());
+        cgroup.remove().unwrap();
     }
 }

@@ -27,6 +27,14 @@ pub struct Cgroup2 {
     enforced: Enforced,
     notes: Vec<String>,
     removed: bool,
+    /// Notes of the cgroup's placement, which every run in it keeps.
+    placement_notes: Vec<String>,
+    /// The limits written to the cgroup now.
+    limits: Limits,
+    /// The counters when the current run's window opened ([`Backend::open_window`]).
+    start: Reading,
+    /// The kernel did not take a reset of memory.peak (before 6.12): the window has no peak.
+    peak_not_reset: bool,
 }
 
 impl Cgroup2 {
@@ -67,8 +75,12 @@ impl Cgroup2 {
             counters: Counters::default(),
             controllers,
             enforced: Enforced::default(),
-            notes: placement.note.into_iter().collect(),
+            notes: placement.note.clone().into_iter().collect(),
             removed: false,
+            placement_notes: placement.note.into_iter().collect(),
+            limits: Limits::default(),
+            start: Reading::default(),
+            peak_not_reset: false,
         };
         if let Err(error) = cgroup.apply(limits) {
             let _ = cgroup.remove();
@@ -93,6 +105,7 @@ impl Cgroup2 {
     }
 
     fn apply(&mut self, limits: &Limits) -> Result<()> {
+        self.limits = limits.clone();
         if let Some(bytes) = limits.memory_bytes {
             if self.has("memory") {
                 write(&self.dir.join("memory.max"), &bytes.to_string())?;
@@ -128,26 +141,27 @@ impl Cgroup2 {
         Ok(())
     }
 
-    /// `populated` from cgroup.events: whether any process is left in the run.
-    pub fn populated(&self) -> Option<bool> {
-        read_keyed(&self.dir.join("cgroup.events"), "populated").map(|v| v == 1)
+    /// Back to no limits, and the notes of this cgroup's placement only.
+    fn clear_limits(&mut self) -> Result<()> {
+        let previous = std::mem::take(&mut self.limits);
+        let dir = self.dir.clone();
+        if previous.memory_bytes.is_some() && self.enforced.memory {
+            write(&dir.join("memory.max"), "max")?;
+        }
+        if previous.cores.is_some() && self.enforced.cores {
+            write(&dir.join("cpu.max"), &format!("max {CPU_PERIOD_US}"))?;
+        }
+        if previous.processes.is_some() && self.enforced.processes {
+            write(&dir.join("pids.max"), "max")?;
+        }
+        self.enforced = Enforced::default();
+        self.notes = self.placement_notes.clone();
+        Ok(())
     }
-}
 
-impl Backend for Cgroup2 {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Cgroup2
-    }
-
-    fn join_fds(&self) -> Vec<RawFd> {
-        self.join.iter().map(|f| f.as_raw_fd()).collect()
-    }
-
-    fn enforced(&self) -> Enforced {
-        self.enforced
-    }
-
-    fn read(&self) -> Reading {
+    /// Every counter as the kernel has it, since the cgroup was made (memory.peak since the
+    /// last reset through the kept descriptor).
+    fn read_since_made(&self) -> Reading {
         let dir = &self.dir;
         let counters = &self.counters;
         let cpu = counters.keyed(&dir.join("cpu.stat"));
@@ -194,6 +208,49 @@ impl Backend for Cgroup2 {
                 .unwrap_or(0);
         }
         reading
+    }
+
+    /// `populated` from cgroup.events: whether any process is left in the run.
+    pub fn populated(&self) -> Option<bool> {
+        read_keyed(&self.dir.join("cgroup.events"), "populated").map(|v| v == 1)
+    }
+}
+
+impl Backend for Cgroup2 {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cgroup2
+    }
+
+    fn join_fds(&self) -> Vec<RawFd> {
+        self.join.iter().map(|f| f.as_raw_fd()).collect()
+    }
+
+    fn enforced(&self) -> Enforced {
+        self.enforced
+    }
+
+    fn read(&self) -> Reading {
+        let mut reading = self.read_since_made().since(&self.start);
+        if self.peak_not_reset {
+            reading.memory_peak = None;
+        }
+        reading
+    }
+
+    fn open_window(&mut self, limits: &Limits) -> Result<()> {
+        if !super::same_cgroup_limits(limits, &self.limits) {
+            self.clear_limits()?;
+            self.apply(limits)?;
+        }
+        if self.has("memory") {
+            let peak = self.dir.join("memory.peak");
+            self.peak_not_reset = self.counters.write_and_keep(&peak, "reset\n").is_err();
+            if self.peak_not_reset {
+                self.notes.push("memory.peak could not be reset (Linux before 6.12): this run's cgroup held earlier runs, so its peak comes from samples and its own growth".into());
+            }
+        }
+        self.start = self.read_since_made();
+        Ok(())
     }
 
     fn pids(&self) -> Option<Vec<i32>> {
@@ -277,7 +334,67 @@ mod tests {
             },
             notes: Vec::new(),
             removed: true,
+            placement_notes: Vec::new(),
+            limits: Limits::default(),
+            start: Reading::default(),
+            peak_not_reset: false,
         }
+    }
+
+    #[test]
+    fn a_window_counts_cpu_from_its_start_and_without_a_peak_reset_has_no_peak() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cgroup = scripted(dir.path());
+        fs::write(dir.path().join("memory.peak"), "").unwrap();
+        // A directory where the peak file is: the kernel's refusal of the write, as before 6.12.
+        fs::remove_file(dir.path().join("memory.peak")).unwrap();
+        fs::create_dir(dir.path().join("memory.peak")).unwrap();
+        cgroup.open_window(&Limits::default()).unwrap();
+        assert_eq!(cgroup.read().memory_peak, None);
+        assert!(cgroup.notes().iter().any(|n| n.contains("memory.peak")));
+        fs::write(
+            dir.path().join("cpu.stat"),
+            "usage_usec 2030000\nuser_usec 1520000\nsystem_usec 510000\nnr_periods 21\nnr_throttled 15\nthrottled_usec 750000\n",
+        )
+        .unwrap();
+        let reading = cgroup.read();
+        assert_eq!(reading.cpu_total_us, Some(30000));
+        assert_eq!(reading.cpu_user_us, Some(20000));
+        assert_eq!(reading.throttling.unwrap().periods, 1);
+    }
+
+    #[test]
+    fn a_window_of_other_limits_rewrites_them_and_of_the_same_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cgroup = scripted(dir.path());
+        fs::write(dir.path().join("memory.max"), "max\n").unwrap();
+        let limits = Limits {
+            memory_bytes: Some(1 << 30),
+            wall_seconds: Some(5.0),
+            ..Limits::default()
+        };
+        cgroup.open_window(&limits).unwrap();
+        assert_eq!(
+            fs::read_to_string(dir.path().join("memory.max")).unwrap(),
+            "1073741824"
+        );
+        assert!(cgroup.enforced().memory);
+        fs::write(dir.path().join("memory.max"), "untouched").unwrap();
+        let other_wall = Limits {
+            wall_seconds: Some(9.0),
+            ..limits.clone()
+        };
+        cgroup.open_window(&other_wall).unwrap();
+        assert_eq!(
+            fs::read_to_string(dir.path().join("memory.max")).unwrap(),
+            "untouched"
+        );
+        cgroup.open_window(&Limits::default()).unwrap();
+        assert_eq!(
+            fs::read_to_string(dir.path().join("memory.max")).unwrap(),
+            "max"
+        );
+        assert!(!cgroup.enforced().memory);
     }
 
     #[test]

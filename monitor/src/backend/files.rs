@@ -77,6 +77,11 @@ impl Counters {
             .unwrap_or_default()
     }
 
+    /// See [`KeptFiles::write_and_keep`].
+    pub fn write_and_keep(&self, path: &Path, text: &str) -> std::io::Result<()> {
+        self.0.write_and_keep(path, text)
+    }
+
     /// Close the descriptors: the cgroup is about to be removed.
     pub fn close_all(&self) {
         self.0.close_all();

@@ -3,6 +3,11 @@
 //! `cgroup2` and `cgroup1` put the command in a fresh cgroup that lfm creates under its own
 //! subtree and always removes; the kernel enforces limits and keeps peak counters. `rlimit` needs
 //! no privilege: rlimits in the child, and the supervisor measures and enforces from /proc.
+//!
+//! A cgroup can also outlive its run and hold the next one (`lfm serve`'s pooled slot cgroups,
+//! a reused call process): [`Backend::open_window`] begins each later run, after which
+//! [`Backend::read`] gives that run's own figures only (counters as differences from the
+//! window's start, the kernel's memory peak reset at it).
 
 pub mod cgroup1;
 pub mod cgroup2;
@@ -90,6 +95,40 @@ pub trait Backend: Send {
     fn remove(&mut self) -> Result<()>;
     /// What the backend could not do as asked (e.g. no memory controller delegated).
     fn notes(&self) -> Vec<String>;
+    /// Begin a new run in this live cgroup, which earlier runs used: write `limits` where they
+    /// differ from the last run's, reset the kernel's memory peak (where it cannot be reset,
+    /// [`Reading::memory_peak`] is `None` for the window and a note says why), and count CPU,
+    /// OOM kills, pids events and throttling from now on. Fails where this cgroup cannot hold
+    /// `limits` (a v1 hierarchy it did not join, a limit the kernel refused): the caller then
+    /// creates a fresh backend, and this one is as it was or has no limits.
+    fn open_window(&mut self, limits: &Limits) -> Result<()>;
+}
+
+/// Whether two runs' limits write the same cgroup files (the others are the supervisor's).
+pub fn same_cgroup_limits(a: &Limits, b: &Limits) -> bool {
+    (a.memory_bytes, a.cores, a.processes) == (b.memory_bytes, b.cores, b.processes)
+}
+
+impl Reading {
+    /// This reading's counters less those of `start` (the window's start): what a run that
+    /// began at `start` did. Gauges (memory now, its peak, page cache, swap) are kept as read.
+    pub fn since(mut self, start: &Reading) -> Reading {
+        let less = |now: Option<u64>, then: Option<u64>| match (now, then) {
+            (Some(now), Some(then)) => Some(now.saturating_sub(then)),
+            (now, _) => now,
+        };
+        self.cpu_user_us = less(self.cpu_user_us, start.cpu_user_us);
+        self.cpu_system_us = less(self.cpu_system_us, start.cpu_system_us);
+        self.cpu_total_us = less(self.cpu_total_us, start.cpu_total_us);
+        self.oom_kills = self.oom_kills.saturating_sub(start.oom_kills);
+        self.pids_limit_hits = self.pids_limit_hits.saturating_sub(start.pids_limit_hits);
+        if let (Some(now), Some(then)) = (self.throttling.as_mut(), start.throttling) {
+            now.periods = now.periods.saturating_sub(then.periods);
+            now.throttled_periods = now.throttled_periods.saturating_sub(then.throttled_periods);
+            now.throttled_us = now.throttled_us.saturating_sub(then.throttled_us);
+        }
+        self
+    }
 }
 
 /// `--backend` choices.
@@ -171,5 +210,65 @@ impl Backend for Noted {
         let mut notes = vec![self.note.clone()];
         notes.extend(self.inner.notes());
         notes
+    }
+    fn open_window(&mut self, limits: &Limits) -> Result<()> {
+        self.inner.open_window(limits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_windows_counters_are_differences_and_its_gauges_are_as_read() {
+        let start = Reading {
+            cpu_total_us: Some(5_000_000),
+            cpu_user_us: Some(4_000_000),
+            cpu_system_us: None,
+            oom_kills: 2,
+            pids_limit_hits: 1,
+            memory_peak: Some(300 << 20),
+            throttling: Some(Throttling {
+                periods: 10,
+                throttled_periods: 4,
+                throttled_us: 1000,
+            }),
+            ..Reading::default()
+        };
+        let now = Reading {
+            cpu_total_us: Some(5_020_000),
+            cpu_user_us: Some(4_010_000),
+            cpu_system_us: Some(7_000),
+            oom_kills: 2,
+            pids_limit_hits: 3,
+            memory_peak: Some(10 << 20),
+            file_bytes: Some(1 << 20),
+            throttling: Some(Throttling {
+                periods: 12,
+                throttled_periods: 5,
+                throttled_us: 1500,
+            }),
+            ..Reading::default()
+        };
+        let window = now.since(&start);
+        assert_eq!(window.cpu_total_us, Some(20_000));
+        assert_eq!(window.cpu_user_us, Some(10_000));
+        assert_eq!(window.cpu_system_us, Some(7_000));
+        assert_eq!((window.oom_kills, window.pids_limit_hits), (0, 2));
+        assert_eq!(window.memory_peak, Some(10 << 20));
+        assert_eq!(window.file_bytes, Some(1 << 20));
+        assert_eq!(
+            window.throttling,
+            Some(Throttling {
+                periods: 2,
+                throttled_periods: 1,
+                throttled_us: 500
+            })
+        );
+        // A counter that went backwards (a cgroup recreated under the same name) is 0, never
+        // a wrapped figure.
+        let behind = Reading::default().since(&start);
+        assert_eq!((behind.oom_kills, behind.cpu_total_us), (0, None));
     }
 }

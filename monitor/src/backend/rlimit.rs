@@ -13,16 +13,23 @@ pub struct Rlimit {
 
 impl Rlimit {
     pub fn new(limits: &Limits) -> Rlimit {
-        let mut notes = Vec::new();
-        if limits.memory_bytes.is_some() {
-            notes.push("rlimit backend: --memory is enforced by the supervisor polling /proc (RSS of the tree)".into());
+        Rlimit {
+            notes: notes_for(limits),
         }
-        // SAFETY: geteuid has no preconditions.
-        if limits.processes.is_some() && unsafe { libc::geteuid() } == 0 {
-            notes.push("rlimit backend as root: RLIMIT_NPROC does not apply to root, so --processes is enforced by polling and a process-group kill".into());
-        }
-        Rlimit { notes }
     }
+}
+
+/// What the supervisor enforces itself under `limits`.
+fn notes_for(limits: &Limits) -> Vec<String> {
+    let mut notes = Vec::new();
+    if limits.memory_bytes.is_some() {
+        notes.push("rlimit backend: --memory is enforced by the supervisor polling /proc (RSS of the tree)".into());
+    }
+    // SAFETY: geteuid has no preconditions.
+    if limits.processes.is_some() && unsafe { libc::geteuid() } == 0 {
+        notes.push("rlimit backend as root: RLIMIT_NPROC does not apply to root, so --processes is enforced by polling and a process-group kill".into());
+    }
+    notes
 }
 
 impl Backend for Rlimit {
@@ -54,5 +61,12 @@ impl Backend for Rlimit {
 
     fn notes(&self) -> Vec<String> {
         self.notes.clone()
+    }
+
+    /// Nothing is kept between runs: the rlimits are the child's, the figures the
+    /// supervisor's samples of the run's own processes.
+    fn open_window(&mut self, limits: &Limits) -> Result<()> {
+        self.notes = notes_for(limits);
+        Ok(())
     }
 }

@@ -108,11 +108,36 @@ impl RunMonitor {
     /// [`RunMonitor::started`].
     pub fn create(options: MonitorOptions, tree_root: i32) -> anyhow::Result<RunMonitor> {
         let backend = backend::create(options.backend, &options.limits)?;
+        RunMonitor::assemble(options, backend, tree_root).map_err(|(_, error)| error)
+    }
+
+    /// [`RunMonitor::create`] in a live cgroup that earlier runs used (a serve's pooled slot
+    /// cgroup, a reused call process's): a new window is opened on it
+    /// ([`Backend::open_window`]), so no figure of this run's Report is an earlier run's.
+    /// On failure the backend comes back as it was, for the caller to keep or drop.
+    pub fn reusing(
+        options: MonitorOptions,
+        mut backend: Box<dyn Backend>,
+        tree_root: i32,
+    ) -> Result<RunMonitor, (Box<dyn Backend>, anyhow::Error)> {
+        if let Err(error) = backend.open_window(&options.limits) {
+            return Err((backend, error));
+        }
+        RunMonitor::assemble(options, backend, tree_root)
+    }
+
+    fn assemble(
+        options: MonitorOptions,
+        backend: Box<dyn Backend>,
+        tree_root: i32,
+    ) -> Result<RunMonitor, (Box<dyn Backend>, anyhow::Error)> {
         let series = match &options.series {
-            Some(path) => Some(std::io::BufWriter::new(
-                std::fs::File::create(path)
-                    .map_err(|e| anyhow::anyhow!("creating {}: {e}", path.display()))?,
-            )),
+            Some(path) => match std::fs::File::create(path) {
+                Ok(file) => Some(std::io::BufWriter::new(file)),
+                Err(e) => {
+                    return Err((backend, anyhow::anyhow!("creating {}: {e}", path.display())))
+                }
+            },
             None => None,
         };
         let disk = options.sandbox.clone().map(DiskMeter::new);
