@@ -4,10 +4,11 @@
 //! done socket (python/lfm_runner/reuse.py) and holds its slot. The next call of the same
 //! function, context and limits runs in it: module globals, loaded models and a GPU driver's
 //! context are there. Each call still has its own call directory, monitor and Report:
-//! - the process joins the new call's fresh cgroup before the call is handed over (the writes
-//!   the child makes itself after a fork, made here), so the cgroup's CPU, memory peak and
-//!   limits are the call's alone; what earlier calls left charged stays with their cgroup,
-//!   which goes to the janitor;
+//! - the process stays in its cgroup, on which each call opens a new window
+//!   ([`RunMonitor::reusing`]): the call's limits written, the kernel's memory peak reset, CPU
+//!   and the other counters read as differences from the call's start. Memory that earlier
+//!   calls left (a model in a global) stays charged: it counts towards each call's memory
+//!   limit and peak, as it would in a long-lived worker;
 //! - the child resets its VmHWM and counts its I/O from the call's start; its CPU totals are
 //!   counted here as the rise over the previous call's (its exit's totals too, when it dies);
 //! - a call that does not end as it should (a limit, a signal, a crash) takes the process with
@@ -27,6 +28,7 @@ use lfm_monitor::backend::Backend;
 use lfm_monitor::gpu::meter::GpuMeter;
 use lfm_monitor::limits::Limits;
 use lfm_monitor::report::{Allocated, ProcessUse, Report};
+use lfm_monitor::supervisor::{MonitorOptions, RunMonitor};
 
 use super::{prepare_call_dir, CallSpec, Running, Server};
 
@@ -105,55 +107,58 @@ impl Server {
             return Some((spec, gpus));
         };
         let idle = self.reuse.idle.swap_remove(at);
-        match self.hand_over(&spec, &idle, allocated) {
-            Ok(running) => {
-                self.janitor.remove(Some(idle.cgroup), PathBuf::new());
-                let (id, running) = running;
+        let pid = idle.pid;
+        match self.hand_over(&spec, idle, allocated) {
+            Ok((id, running)) => {
                 self.running.insert(id, running);
                 None
             }
             Err(error) => {
                 eprintln!(
-                    "lfm serve: warning: the kept process {} could not take a call, a fresh one does: {error:#}",
-                    idle.pid
+                    "lfm serve: warning: the kept process {pid} could not take a call, a fresh one does: {error:#}"
                 );
-                self.end_idle(idle);
                 Some((spec, gpus))
             }
         }
     }
 
-    /// The call's directory and monitor (its fresh cgroup, which the process joins), then the
-    /// call written on the process's done socket.
+    /// The call's directory and monitor (a new window on the process's cgroup: the call's
+    /// limits, its peak and counters from now), then the call written on the process's done
+    /// socket. On failure the process is ended.
     fn hand_over(
         &mut self,
         spec: &CallSpec,
-        idle: &Idle,
+        idle: Idle,
         allocated: &Allocated,
     ) -> Result<(u64, Running)> {
         self.next_id += 1;
         let id = self.next_id;
         let dir = self.options.zygote.work_dir.join(format!("call-{id}"));
-        let handed = prepare_call_dir(&dir, spec, None)
-            .and_then(|request| Ok((request, self.create_monitor(spec, &dir)?)))
-            .and_then(|(request, monitor)| {
-                join_cgroup(monitor.join_fds(), idle.pid)?;
-                send_next_call(&idle.done, &dir, &request)?;
-                Ok(monitor)
-            });
-        let mut monitor = match handed {
-            Ok(monitor) => monitor,
+        let request = match prepare_call_dir(&dir, spec, None) {
+            Ok(request) => request,
             Err(error) => {
-                let _ = std::fs::remove_dir_all(&dir);
+                self.end_idle(idle);
                 return Err(error);
             }
         };
+        let options = self.window_options(spec, &dir);
+        let mut monitor = match RunMonitor::reusing(options, idle.cgroup, idle.pid) {
+            Ok(monitor) => monitor,
+            Err((cgroup, error)) => {
+                drop(idle.done);
+                self.janitor.remove(Some(cgroup), dir);
+                return Err(error);
+            }
+        };
+        if let Err(error) = send_next_call(&idle.done, &dir, &request) {
+            monitor.kill();
+            let (_, cgroup) = monitor.finish_keeping_cgroup(Default::default());
+            self.janitor.remove(Some(cgroup), dir);
+            return Err(error);
+        }
+        super::label(&mut monitor, spec);
         monitor.set_process(idle.pid);
         monitor.started(Some(idle.pid));
-        let done = idle
-            .done
-            .try_clone()
-            .context("keeping the process's done socket")?;
         let running = Running {
             spec: spec.clone(),
             zygote: idle.zygote,
@@ -162,7 +167,7 @@ impl Server {
             dir,
             pid: Some(idle.pid),
             abandoned: false,
-            done: Some(done),
+            done: Some(idle.done),
             delivered: None,
             import_log_read: 0,
             allocated: allocated.clone(),
@@ -172,6 +177,20 @@ impl Server {
             }),
         };
         Ok((id, running))
+    }
+
+    /// What a call's monitor is, as [`Server::monitor_for`] makes it, for a window on a kept
+    /// process's cgroup.
+    fn window_options(&self, spec: &CallSpec, dir: &Path) -> MonitorOptions {
+        MonitorOptions {
+            command: Vec::new(),
+            category: None,
+            limits: spec.limits.clone(),
+            backend: self.options.backend,
+            sandbox: Some(dir.join("sandbox")),
+            series: None,
+            forked: true,
+        }
     }
 
     /// Before a fresh process is forked: idle ones hold slots, the longest idle goes first
@@ -288,21 +307,6 @@ pub(super) struct Kept<'a> {
     pub pid: Option<i32>,
     pub abandoned: bool,
     pub process: Option<&'a InProcess>,
-}
-
-/// Move `pid` (all its threads) into the cgroups whose `cgroup.procs` these are: what a forked
-/// child does itself before its first call.
-fn join_cgroup(fds: Vec<std::os::fd::RawFd>, pid: i32) -> Result<()> {
-    let text = pid.to_string();
-    for fd in fds {
-        // SAFETY: the descriptor stays open in the monitor for this whole call.
-        let written = unsafe { libc::write(fd, text.as_ptr().cast(), text.len()) };
-        if written != text.len() as isize {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("moving process {pid} into its call's cgroup"));
-        }
-    }
-    Ok(())
 }
 
 /// The next call, on the process's done socket (python/lfm_runner/reuse.py reads it).
