@@ -121,3 +121,48 @@ def test_a_done_socket_closed_by_lfm_ends_the_loop():
     ours.close()
     assert reuse.next_call(theirs) is None
     theirs.close()
+
+
+def test_the_client_sends_reuse_only_when_asked_and_refuses_what_is_not_a_bool():
+    import pytest
+
+    from lfm import calls
+
+    import client_functions
+
+    fields = calls.call_fields(client_functions.double, (1,), {}, calls.Options(reuse=True))
+    assert fields["reuse"] is True
+    assert "reuse" not in calls.call_fields(client_functions.double, (1,), {}, calls.Options())
+    with pytest.raises(TypeError, match="reuse"):
+        calls.Options(reuse="yes")
+    # An executor's reuse holds for an @lfm.task function that did not say.
+    assert calls.Options(reuse=True).merged(memory="1G").reuse is True
+
+
+def test_task_and_executor_take_the_reuse_option():
+    import lfm
+
+    @lfm.task(reuse=True)
+    def kept():
+        return 1
+
+    assert kept.lfm_options.reuse is True
+    with lfm.Executor(max_workers=1, reuse=True) as executor:
+        assert executor.options.reuse is True
+
+
+def test_parsl_and_dask_take_the_reuse_option():
+    import pytest
+
+    pytest.importorskip("parsl")
+    pytest.importorskip("distributed")
+    from lfm import dask as lfm_dask
+    from lfm import parsl as lfm_parsl
+
+    import client_functions
+
+    assert lfm_parsl.options_from_spec(client_functions.double, {"reuse": True}).reuse is True
+    assert lfm_parsl.options_from_spec(client_functions.double, {}).reuse is False
+    assert lfm_dask.LfmPlugin(reuse=True).reuse is True
+    with pytest.raises(TypeError, match="reuse"):
+        lfm_dask.LfmPlugin(reuse=1)
