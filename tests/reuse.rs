@@ -262,10 +262,18 @@ fn an_idle_process_gives_its_slot_to_a_call_of_another_function() {
     for setup in setups() {
         let mut server = setup.start(1);
         let kept = server.ask(&call("kept", 0, true, json!({})));
-        // Other limits: another process; the one slot is the idle process's until it ends.
-        let other = server.ask(&call("other", 0, true, json!({"memory": "500M"})));
+        // Another function: another process; the one slot is the idle process's until it ends.
+        let mut request = call("other", 0, true, json!({}));
+        request["function"] = json!("work.py:other");
+        request["args"] = json!([]);
+        let other = server.ask(&request);
         assert_eq!(other["ok"], true, "{}: {other}", setup.name);
         assert_ne!(pid(&other), pid(&kept), "{}", setup.name);
+        assert!(
+            ends_soon(pid(&kept)),
+            "{}: the idle process still lives",
+            setup.name
+        );
         let again = server.ask(&call("again", 0, true, json!({})));
         assert_eq!(process(&again)["reused"], false, "{}: {again}", setup.name);
         server.end();
@@ -298,4 +306,24 @@ fn the_documented_reuse_example_is_what_a_serve_replies() {
     documented["process"]["pid"] = json!(pid(&reply));
     assert_eq!(reply["report"]["function"], documented, "{reply}");
     server.end();
+}
+
+#[test]
+fn each_call_in_a_kept_process_is_held_to_its_own_memory_limit() {
+    for setup in setups() {
+        let mut server = setup.start(1);
+        let roomy = server.ask(&call("roomy", 300, true, json!({"memory": "600M"})));
+        assert_eq!(roomy["ok"], true, "{}: {roomy}", setup.name);
+        // The same process takes a call of a smaller memory limit, and holds it to that one.
+        let tight = server.ask(&call("tight", 300, true, json!({"memory": "200M"})));
+        assert_eq!(process(&tight)["reused"], true, "{}: {tight}", setup.name);
+        assert_eq!(process(&tight)["pid"], json!(pid(&roomy)), "{}", setup.name);
+        assert_eq!(tight["ok"], false, "{}: {tight}", setup.name);
+        assert!(
+            tight["report"]["limits_exceeded"].get("memory").is_some(),
+            "{}: {tight}",
+            setup.name
+        );
+        server.end();
+    }
 }

@@ -125,8 +125,8 @@ class Options:
     # calls fork with the state it made (docs/python.md "Contexts"). Kept as the name.
     context: Union[str, Callable[[], Any], None] = None
     # True: the node's serve keeps the process of a call for the next calls of the function
-    # (same context, same limits), so module globals and a GPU context persist (docs/python.md
-    # "Reused processes"). Opt-in only.
+    # (same context, same limits but memory), so module globals and a GPU context persist
+    # (docs/python.md "Reused processes"). Opt-in only.
     reuse: bool = False
 
     def __post_init__(self) -> None:

@@ -16,9 +16,9 @@ CPU time is sent as the process's total so far (the reaped children's included),
 one-call child sends it: lfm keeps the previous call's total and counts the difference, which
 also holds when the process dies mid-call and only its exit's totals remain.
 
-Limits stay the process's: lfm reuses a process only for calls of the same limits, so the
-rlimits the zygote set at the fork hold for every call (an unprivileged process could not raise
-them again anyway). A call that dies (a limit, a signal) takes the process with it; lfm forks
+Rlimits stay the process's: lfm reuses a process only for calls of the same limits but memory
+(which is the call's cgroup's, or lfm's sampler's), so the rlimits the zygote set at the fork
+hold for every call (an unprivileged process could not raise them again anyway). A call that dies (a limit, a signal) takes the process with it; lfm forks
 a fresh one for the next call.
 """
 

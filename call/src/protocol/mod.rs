@@ -64,7 +64,7 @@ pub struct Request {
     #[serde(default)]
     pub context: Option<String>,
     /// `true`: the call may run in a process an earlier call of the same function (same
-    /// context, same limits) ran in, and its process is kept for the next one (docs/serve.md
+    /// context, same limits but memory) ran in, and its process is kept for the next one (docs/serve.md
     /// "Reused processes"). Absent, null or false: a fresh process, as always.
     #[serde(default)]
     pub reuse: Option<bool>,

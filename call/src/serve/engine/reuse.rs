@@ -32,8 +32,12 @@ use lfm_monitor::supervisor::{MonitorOptions, RunMonitor};
 
 use super::{prepare_call_dir, CallSpec, Running, Server};
 
-/// What makes two calls share a process: the same function, context and limits (the
-/// process's rlimits, set at its fork, are the limits').
+/// What makes two calls share a process: the same function, context and limits but their
+/// memory. The rlimits set at the process's fork come from the others (CPU time, file size,
+/// processes, address space) and an unprivileged process cannot raise them again; memory
+/// limits are the call window's (written for each call) or the sampler's. Admission gives a
+/// call without a memory limit its share of the node, which moves as the zygote grows: that
+/// must not cost a process.
 #[derive(Clone, PartialEq, Debug)]
 struct Key {
     target: String,
@@ -43,10 +47,15 @@ struct Key {
 
 impl Key {
     fn of(spec: &CallSpec) -> Key {
+        let limits = Limits {
+            memory_bytes: None,
+            gpu_memory_bytes: None,
+            ..spec.limits.clone()
+        };
         Key {
             target: spec.function.target.clone(),
             context: spec.context.clone(),
-            limits: spec.limits.clone(),
+            limits,
         }
     }
 }
