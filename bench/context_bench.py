@@ -1,10 +1,14 @@
 """Issue 55's app: a Parsl (and Dask) app whose helper module keeps a model loaded on first
 use in a module global (bench/context_model.py: 0.5 s to load, 20 ms of work a call), 40 calls
-on 2 workers after 2 to warm up. Plain engine against lfm with the model as a context (and,
-once, lfm without it: loaded in every call), in one run; model loads counted per way.
+on 2 workers after 2 to warm up. Plain engine against lfm with reused call processes
+(`reuse`: the app's own load on first use, once per kept process) and with the model as a
+context (and, once, lfm with neither: loaded in every call), in one run; model loads counted
+per way.
 
-Figures: each way's makespan for the 40 calls, best and median of ROUNDS (plain and lfm with
-the context interleaved); loads: lines context_model.py appended during that way's runs."""
+Figures: each way's makespan for the 40 calls, best and median of ROUNDS (plain interleaved
+with each lfm way in turn: reuse first, before any zygote holds the context, whose model
+fresh processes would inherit); loads: lines context_model.py appended during that way's runs
+(warm-ups included)."""
 
 import contextlib
 import os
@@ -57,9 +61,11 @@ def parsl_ways():
             apps = {label: parsl.python_app(context_model.infer, executors=[label])
                     for label in ("plain", "lfm")}
             context = {"context": CONTEXT}
+            reuse = {"reuse": True}
             yield {
                 "plain": lambda i: apps["plain"](i),
                 "lfm, no context": lambda i: apps["lfm"](i),
+                "lfm, reuse": lambda i: apps["lfm"](i, parsl_resource_specification=reuse),
                 "lfm, context": lambda i: apps["lfm"](i, parsl_resource_specification=context),
             }
 
@@ -74,14 +80,17 @@ def dask_ways():
     cluster = LocalCluster(n_workers=WORKERS, threads_per_worker=1, processes=True,
                            dashboard_address=":0")
     with cluster, Client(cluster) as client:
-        client.register_plugin(LfmPlugin(context=context_model.load_model))
+        client.register_plugin(LfmPlugin())
 
-        def lfm_submit(i):
-            with dask.annotate(executor="lfm"):
-                return client.submit(context_model.infer, i, pure=False)
+        def lfm_submit(options):
+            def submit(i):
+                with dask.annotate(executor="lfm", lfm=options):
+                    return client.submit(context_model.infer, i, pure=False)
+            return submit
 
         yield {"plain": lambda i: client.submit(context_model.infer, i, pure=False),
-               "lfm, context": lfm_submit}
+               "lfm, reuse": lfm_submit({"reuse": True}),
+               "lfm, context": lfm_submit({"context": CONTEXT})}
 
 
 def makespan(submit, calls):
@@ -93,14 +102,24 @@ def makespan(submit, calls):
 
 
 def measure(ways):
-    """{way: (makespans, loads)}: the way without a context first (once: before any zygote
-    holds the model), then the others interleaved, each warmed with WARM calls first."""
+    """{way: (makespans, loads)}: the way with neither first (once: before any zygote holds
+    the model), then plain interleaved with reuse, then with the context (the zygote holds
+    the model from the context's first call on), each warmed with WARM calls first."""
     results = {}
     for way in [w for w in ways if "no context" in w]:
         before = loads()
         makespan(ways[way], WARM)
         results[way] = ([makespan(ways[way], CALLS)], loads() - before)
-    others = [w for w in ways if "no context" not in w]
+    for group in (["plain", "lfm, reuse"], ["plain", "lfm, context"]):
+        timed = interleaved(ways, [way for way in group if way in ways])
+        for way, (times, counted) in timed.items():
+            earlier, earlier_loads = results.get(way, ([], 0))
+            results[way] = (earlier + times, earlier_loads + counted)
+    return results
+
+
+def interleaved(ways, others):
+    """{way: (makespans, loads)} of ROUNDS rounds of `others`, one after the other."""
     counted = {way: 0 for way in others}
     for way in others:
         before = loads()
@@ -112,8 +131,7 @@ def measure(ways):
             before = loads()
             times[way].append(makespan(ways[way], CALLS))
             counted[way] += loads() - before
-    results.update({way: (times[way], counted[way]) for way in others})
-    return results
+    return {way: (times[way], counted[way]) for way in others}
 
 
 def load_average():

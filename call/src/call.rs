@@ -119,6 +119,7 @@ fn annotation<'a>(
         target: prepared.asked.clone(),
         mode: prepared.target.mode().into(),
         context: None,
+        process: None,
     };
     let closure = prepared.closure(interpreter);
     move |report: &mut Report| {

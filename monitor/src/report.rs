@@ -132,6 +132,20 @@ pub struct FunctionCall {
     /// `lfm serve`: the context the call ran with (docs/serve.md "Contexts").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<ContextUse>,
+    /// `lfm serve`, calls of a function with `reuse`: the process the call ran in (docs/serve.md
+    /// "Reused processes").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessUse>,
+}
+
+/// The process a call of a reused function ran in.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProcessUse {
+    pub pid: i32,
+    /// How many calls the process has run, this one included (1: its first).
+    pub calls: u64,
+    /// True: an earlier call ran in it (warm; its state is there); false: forked for this call.
+    pub reused: bool,
 }
 
 /// A context a call ran with: where its initialiser ran for this call.

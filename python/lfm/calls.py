@@ -124,8 +124,14 @@ class Options:
     # An initialiser (a function, or its "module:qualname") run once per node's zygote: the
     # calls fork with the state it made (docs/python.md "Contexts"). Kept as the name.
     context: Union[str, Callable[[], Any], None] = None
+    # True: the node's serve keeps the process of a call for the next calls of the function
+    # (same context, same limits but memory), so module globals and a GPU context persist
+    # (docs/python.md "Reused processes"). Opt-in only.
+    reuse: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.reuse, bool):
+            raise TypeError(f"reuse: True or False, not {self.reuse!r}")
         if self.context is not None:
             object.__setattr__(self, "context", context_name(self.context))
         for key in LIMIT_KEYS:
@@ -303,6 +309,8 @@ def call_fields(
         fields["category"] = options.category
     if options.context is not None:
         fields["context"] = options.context
+    if options.reuse:
+        fields["reuse"] = True
     if options.auto:
         fields["auto"] = True
         if options.max_retries is not None:

@@ -120,14 +120,19 @@ class LfmPlugin(WorkerPlugin):
     idempotent = True
     name = "lfm"
 
-    def __init__(self, default: bool = False, context: Any = None):
+    def __init__(self, default: bool = False, context: Any = None, reuse: bool = False):
         """`context`: an initialiser (a function, or "module:qualname") every task this
-        plugin runs gets: the node's zygote runs it once (docs/python.md "Contexts")."""
+        plugin runs gets: the node's zygote runs it once (docs/python.md "Contexts").
+        `reuse`: every task's function runs in a process kept from task to task
+        (docs/python.md "Reused processes")."""
+        if not isinstance(reuse, bool):
+            raise TypeError(f"reuse: True or False, not {reuse!r}")
         self.default = default
         self.context = calls.context_name(context) if context is not None else None
+        self.reuse = reuse
 
     def setup(self, worker: Any) -> None:
-        defaults = Options(context=self.context)
+        defaults = Options(context=self.context, reuse=self.reuse)
         executor = LfmWorkerExecutor(worker, worker.state.nthreads, defaults)
         worker.executors["lfm"] = executor
         if self.default:

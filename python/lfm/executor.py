@@ -85,7 +85,8 @@ class Executor(cf.Executor):
     At most `max_workers` calls (default: one per core) are in flight from this executor;
     the rest wait here. The limits given here apply to every call; an @lfm.task function's
     own options take precedence over them. `context`: an initialiser the node's zygote runs
-    once for every call (docs/python.md "Contexts")."""
+    once for every call (docs/python.md "Contexts"); `reuse`: calls of one function run in a
+    process kept from call to call (docs/python.md "Reused processes")."""
 
     def __init__(
         self,
@@ -100,6 +101,7 @@ class Executor(cf.Executor):
         gpus: Optional[int] = None,
         gpu_memory: Size = None,
         context: Union[str, Callable[[], Any], None] = None,
+        reuse: bool = False,
     ):
         if max_workers is not None and (not isinstance(max_workers, int) or max_workers < 1):
             raise ValueError(f"max_workers: a positive integer, not {max_workers!r}")
@@ -107,6 +109,7 @@ class Executor(cf.Executor):
         self.options = Options(
             memory=memory, cores=cores, wall=wall, category=category, pack=pack, auto=auto,
             max_retries=max_retries, gpus=gpus, gpu_memory=gpu_memory, context=context,
+            reuse=reuse,
         )
         self._lock = threading.Lock()
         self._running = 0

@@ -37,7 +37,7 @@ from .executor import call
 
 LFM_KEYS = {
     "cores", "memory", "disk", "running_time_min", "wall", "processes", "category", "pack",
-    "auto", "max_retries", "gpus", "gpu_memory", "context",
+    "auto", "max_retries", "gpus", "gpu_memory", "context", "reuse",
 }
 MB_KEYS = ("memory", "disk", "gpu_memory")
 # Every app's module imports parsl (its decorators), and HTEX's worker has it imported: the
@@ -57,7 +57,7 @@ def options_from_spec(func: Callable, spec: Dict[str, Any]) -> Options:
     """lfm options for one app: an @lfm.task's own, under the resource specification's."""
     overrides: Dict[str, Any] = {}
     for key in ("cores", "wall", "processes", "category", "pack", "auto", "max_retries", "gpus",
-                "context"):
+                "context", "reuse"):
         if spec.get(key) is not None:
             overrides[key] = spec[key]
     for key in MB_KEYS:

@@ -26,7 +26,7 @@ def task(
     processes: Size = ..., disk: Size = ..., gpus: Optional[int] = ...,
     gpu_memory: Size = ..., category: Optional[str] = ...,
     pack: Union[bool, str] = ..., auto: bool = ..., max_retries: Optional[int] = ...,
-    context: Union[str, Callable[[], Any], None] = ...,
+    context: Union[str, Callable[[], Any], None] = ..., reuse: bool = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -45,6 +45,7 @@ def task(
     auto: bool = False,
     max_retries: Optional[int] = None,
     context: Union[str, Callable[[], Any], None] = None,
+    reuse: bool = False,
 ) -> Any:
     """Run each call of the function in the node's `lfm serve` under these limits.
 
@@ -53,11 +54,13 @@ def task(
     Parsl's `parsl_resource_specification` keyword, if an engine passes one, is dropped.
     `context`: an initialiser (a module-level function taking no arguments, or its
     "module:qualname") that fills module globals the function reads: the node's zygote runs
-    it once and calls fork with its state (docs/python.md "Contexts")."""
+    it once and calls fork with its state (docs/python.md "Contexts"). `reuse`: each call
+    may run in the process an earlier call of the function ran in, its globals as that call
+    left them (docs/python.md "Reused processes")."""
     options = Options(
         memory=memory, cores=cores, wall=wall, processes=processes, disk=disk, gpus=gpus,
         gpu_memory=gpu_memory, category=category, pack=pack, auto=auto, max_retries=max_retries,
-        context=context,
+        context=context, reuse=reuse,
     )
 
     def decorate(function: F) -> F:

@@ -205,7 +205,10 @@ def call_function(request, log=None):
             outcome = failure("context", error)
             outcome["context"] = {"name": request["context"], "loaded": "call"}
             return outcome, None, error
-    outcome, data, error = call_loaded(request, log, reuse_loaded=context is not None)
+    # A reused process (reuse.py) keeps the module its first call loaded: later calls see
+    # its globals as the first call left them.
+    reused = context is not None or bool(request.get("reuse"))
+    outcome, data, error = call_loaded(request, log, reuse_loaded=reused)
     if context is not None:
         outcome["context"] = context
     return outcome, data, error

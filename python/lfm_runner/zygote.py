@@ -61,6 +61,7 @@ from lfm_shared.installed import installed_dirs, is_installed
 from . import call as calls
 from . import contexts
 from . import imports
+from . import reuse
 from . import target as targets
 
 MAX_MESSAGE = 1 << 16
@@ -253,7 +254,10 @@ def child(message, fds, control, done, go=None):
         outcome, data = calls.execute(request, log_fd, forked=True)
         sys.stdout.flush()
         sys.stderr.flush()
-        say_done(done, request, outcome, data)
+        if reuse.wants_reuse(request):
+            reuse.serve_calls(done, request, outcome, data, say_done)
+        else:
+            say_done(done, request, outcome, data)
         code = 0
     except BaseException as error:  # noqa: BLE001 - report anything, then leave
         # A spare whose directory is gone was dropped by the serve (it ends) while it was
@@ -272,12 +276,15 @@ def child(message, fds, control, done, go=None):
             os._exit(code)
 
 
-def say_done(done, request, outcome, data):
+def say_done(done, request, outcome, data, extra=None, wait=True):
     """The call is over: its CPU time (its own and its reaped children's, as wait4 would count
-    it), with the outcome and value when they fit in the message (else in their files)."""
+    it), with the outcome and value when they fit in the message (else in their files).
+    `extra`: more fields (a reused process's, reuse.py); `wait`: wait for lfm to close its end
+    (a reused process waits for its next call instead)."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     usage = {"user": own.ru_utime + children.ru_utime, "system": own.ru_stime + children.ru_stime}
+    usage.update(extra or {})
     message = None
     if data is None or len(data) < MAX_DONE:
         whole = dict(usage, outcome=outcome)
@@ -293,7 +300,8 @@ def say_done(done, request, outcome, data):
         done.send(message)
         # Exit once lfm has it (it closes its end): exiting at once would keep this CPU
         # until the exit is over, with lfm woken on it and waiting.
-        done.recv(1)
+        if wait:
+            done.recv(1)
     except OSError:
         pass  # lfm is gone: nobody waits for the call
 

@@ -63,6 +63,11 @@ pub struct Request {
     /// fork with its state (docs/serve.md "Contexts").
     #[serde(default)]
     pub context: Option<String>,
+    /// `true`: the call may run in a process an earlier call of the same function (same
+    /// context, same limits but memory) ran in, and its process is kept for the next one (docs/serve.md
+    /// "Reused processes"). Absent, null or false: a fresh process, as always.
+    #[serde(default)]
+    pub reuse: Option<bool>,
     /// `true`: no call; the reply says what the serve holds and runs (docs/serve.md "Status").
     #[serde(default)]
     pub status: Option<bool>,
@@ -117,6 +122,7 @@ impl Request {
             && self.input_bytes.is_none()
             && self.warm.is_none()
             && self.context.is_none()
+            && self.reuse.is_none()
     }
 
     fn into_call(self, targets: &mut Targets, client: u64) -> Result<CallSpec, String> {
@@ -161,6 +167,7 @@ impl Request {
             input_bytes: Some(input_bytes),
             warm: self.warm.unwrap_or_default(),
             context: self.context,
+            reuse: self.reuse.unwrap_or(false),
         })
     }
 
@@ -185,6 +192,7 @@ impl Request {
                     target: name.clone(),
                     mode: resolved.target.mode().into(),
                     context: None,
+                    process: None,
                 };
                 Ok((resolved.target, call, resolved.closure))
             }
@@ -196,6 +204,7 @@ impl Request {
                         .map_or("pickle".into(), |n| format!("pickle:{n}")),
                     mode: "pickle".into(),
                     context: None,
+                    process: None,
                 };
                 let target = Target::Pickle {
                     pickle: pickle.clone(),

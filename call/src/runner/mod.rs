@@ -77,6 +77,10 @@ const FILES: &[(&str, &str)] = &[
         "lfm_runner/contexts.py",
         include_str!("../../../python/lfm_runner/contexts.py"),
     ),
+    (
+        "lfm_runner/reuse.py",
+        include_str!("../../../python/lfm_runner/reuse.py"),
+    ),
 ];
 
 /// The runner's entry script under `cache`, written there if it is not yet.

@@ -108,6 +108,10 @@ pub struct Request {
     /// the kernel's peak, which the Report takes instead); absent: it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_growth: Option<bool>,
+    /// The call's process is kept for the next calls of its function (lfm serve's `reuse`,
+    /// python/lfm_runner/reuse.py).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reuse: bool,
 }
 
 /// Where a call's runner writes what it produced.
@@ -131,6 +135,7 @@ impl Request {
             env: None,
             memory_growth: None,
             context: None,
+            reuse: false,
         }
     }
 

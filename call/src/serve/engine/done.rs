@@ -16,6 +16,8 @@ pub(super) struct Delivered {
     pub outcome: Option<serde_json::Value>,
     /// The value's bytes (the `result` file's) when they came in the message.
     pub result: Option<Vec<u8>>,
+    /// The child waits for a next call on its done socket (a reused process, reuse.rs).
+    pub reuse: bool,
 }
 
 pub(super) enum Heard {
@@ -80,6 +82,7 @@ fn parse(bytes: &[u8]) -> Option<Delivered> {
         system: message["system"].as_f64().unwrap_or(0.0),
         outcome: message.get("outcome").filter(|o| o.is_object()).cloned(),
         result,
+        reuse: message["reuse"].as_bool().unwrap_or(false),
     })
 }
 

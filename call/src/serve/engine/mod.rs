@@ -12,6 +12,7 @@ mod done;
 mod janitor;
 mod learn;
 mod pool;
+mod reuse;
 mod sizing;
 mod spare;
 mod status;
@@ -74,6 +75,9 @@ pub struct CallSpec {
     /// The request's `context`: an initialiser the zygote runs once for the calls after
     /// (context.rs).
     pub context: Option<String>,
+    /// The request's `reuse`: the call may run in a kept process of its function, and its
+    /// own is kept after it (reuse.rs).
+    pub reuse: bool,
 }
 
 pub struct ServerOptions {
@@ -102,7 +106,8 @@ pub struct ServerOptions {
 /// history row, and what is left of it ([`Leftover`]).
 struct Aftermath {
     record: Option<(lfm_monitor::report::Report, bool)>,
-    leftover: Leftover,
+    /// None: a reused process kept it all (reuse.rs).
+    leftover: Option<Leftover>,
 }
 
 /// A finished call's processes to kill (its child waits on `done` until then), then its cgroup
@@ -137,6 +142,8 @@ struct Running {
     import_log_read: u64,
     /// What it holds of the node's budget, and how long it waited for that.
     allocated: lfm_monitor::report::Allocated,
+    /// A reuse call's process (reuse.rs); none for other calls.
+    process: Option<reuse::InProcess>,
 }
 
 pub struct Server {
@@ -166,6 +173,7 @@ pub struct Server {
     pool: pool::Pool,
     learner: learn::Learner,
     contexts: context::Contexts,
+    reuse: reuse::Reuse,
     /// How often a call ended or went to the history: queued calls are sized again after.
     history_changes: u64,
     /// The history rows sizing read since the history last changed, by category.
@@ -205,6 +213,7 @@ impl Server {
             pool,
             learner,
             contexts: context::Contexts::default(),
+            reuse: reuse::Reuse::default(),
             retired: Vec::new(),
             last_limits: None,
             last_start: None,
@@ -309,6 +318,7 @@ impl Server {
         }
         replies.extend(std::mem::take(&mut self.replies));
         self.after_delivery(false);
+        self.end_all_idle();
         for cgroup in self.pool.drain() {
             self.janitor.discard(cgroup);
         }
@@ -344,6 +354,10 @@ impl Server {
             self.last_start = Some(Instant::now());
             self.send_learned_before_fork();
             self.warm_zygote_for(&spec);
+            let Some((spec, gpus)) = self.run_in_kept(spec, gpus, &allocated) else {
+                continue;
+            };
+            self.make_room_for_fork();
             let context = spec.context.clone();
             if let Some((spec, gpus)) = self.start_in_spare(spec, gpus, &allocated) {
                 if let Err(error) = self.start_call(spec, gpus, allocated) {
@@ -410,6 +424,7 @@ impl Server {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(Reply::refused(&spec, &format!("{error:#}")));
         }
+        let spec_reuse = spec.reuse;
         self.running.insert(
             id,
             Running {
@@ -424,6 +439,7 @@ impl Server {
                 delivered: None,
                 import_log_read: 0,
                 allocated,
+                process: spec_reuse.then(reuse::InProcess::fresh),
             },
         );
         Ok(())
@@ -498,8 +514,10 @@ impl Server {
                 status,
                 user,
                 system,
+                pid,
                 ..
             } => {
+                let id = self.call_in_process(id, pid);
                 // A child that said it was done and was then killed (a limit, in the same
                 // instant) ended as it said, as if its word had been read first.
                 let early = self.hear_done(id);
@@ -586,10 +604,11 @@ impl Server {
         self.learn_from(&imported);
     }
 
-    fn finish(&mut self, id: u64, status: i32, cpu: (f64, f64)) {
-        let Some(running) = self.running.remove(&id) else {
+    fn finish(&mut self, id: u64, status: i32, total_cpu: (f64, f64)) {
+        let Some(mut running) = self.running.remove(&id) else {
             return;
         };
+        let cpu = Server::own_cpu(&running, total_cpu);
         self.history_changed();
         // Nothing the call started outlives it: killed once the reply is out, and waited for
         // (before its cgroup is removed) by the janitor. A call's devices are free for the
@@ -599,7 +618,7 @@ impl Server {
         }
         let remains = running.monitor.remains();
         self.last_wall = Some(running.monitor.elapsed());
-        let delivered = running.delivered.unwrap_or_default();
+        let delivered = running.delivered.take().unwrap_or_default();
         let outcome = delivered
             .outcome
             .or_else(|| lfm_monitor::outcome::read(&running.dir.join("outcome.json")));
@@ -613,6 +632,7 @@ impl Server {
         };
         let (mut report, cgroup) = running.monitor.finish_keeping_cgroup(ending);
         report.function = Some(running.spec.function.clone());
+        Server::name_process(running.process.as_ref(), running.pid, &mut report);
         report.input_bytes = running.spec.input_bytes;
         report.allocation = Some(running.allocated.clone());
         report.imports = self.imports_of(&running.dir, &running.spec);
@@ -623,16 +643,31 @@ impl Server {
             .annotate(&mut report, &running.spec, outcome.as_ref());
         let applied = lfm_monitor::outcome::apply(&mut report, outcome.as_ref());
         let sized = Server::mark_sized(&running.spec, &mut report);
+        let leftover = Leftover {
+            remains,
+            done: running.done.take(),
+            cgroup,
+            limits: running.spec.limits.clone(),
+            dir: running.dir.clone(),
+            since: Instant::now(),
+        };
+        let leftover = self.keep_process(
+            reuse::Kept {
+                spec: &running.spec,
+                zygote: running.zygote,
+                pid: running.pid,
+                abandoned: running.abandoned,
+                process: running.process.as_ref(),
+            },
+            delivered.reuse,
+            status,
+            total_cpu,
+            &report,
+            leftover,
+        );
         self.aftermath.push(Aftermath {
             record: self.record_now_or_later(&running.spec, &report, sized),
-            leftover: Leftover {
-                remains,
-                done: running.done,
-                cgroup,
-                limits: running.spec.limits.clone(),
-                dir: running.dir.clone(),
-                since: Instant::now(),
-            },
+            leftover,
         });
         let again = if running.abandoned {
             None
@@ -661,8 +696,9 @@ impl Server {
                 self.janitor.record(report, sized);
                 self.history_changed();
             }
-            self.leftovers.push(done.leftover);
+            self.leftovers.extend(done.leftover);
         }
+        self.remove_reuse_dirs();
         self.shed_zygote();
         let starting = more && self.call_starting();
         let (mut due, mut wait): (Vec<Leftover>, Vec<Leftover>) =
@@ -727,6 +763,7 @@ impl Server {
     fn zygote_died(&mut self, at: usize) {
         self.zygotes.remove_dead(at);
         self.drop_spares();
+        self.end_all_idle();
         let forked_there = self.running.iter().filter(|(_, r)| r.zygote == at);
         for id in forked_there.map(|(&id, _)| id).collect::<Vec<_>>() {
             self.fail(id, "the zygote died during the call; it was restarted");
@@ -795,6 +832,7 @@ impl Server {
             return;
         }
         self.drop_spares();
+        self.end_all_idle();
         self.zygotes.stop_all();
         self.learner.forget();
     }
@@ -898,10 +936,13 @@ fn call_request(
         visible_devices.map(|visible| [("CUDA_VISIBLE_DEVICES".to_string(), visible)].into());
     request.context = spec.context.clone();
     // A cgroup v1 always keeps the kernel's peak (max_usage_in_bytes), which a forked call's
-    // Report takes instead of the call's own growth (run_monitor.rs, MemoryFigures).
-    if backend == BackendChoice::Cgroup1 {
+    // Report takes instead of the call's own growth (run_monitor.rs, MemoryFigures). A reused
+    // process's later calls still measure theirs: their window's peak counts what the process
+    // kept from earlier calls.
+    if backend == BackendChoice::Cgroup1 && !spec.reuse {
         request.memory_growth = Some(false);
     }
+    request.reuse = spec.reuse;
     request
 }
 

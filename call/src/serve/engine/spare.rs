@@ -187,6 +187,7 @@ impl Server {
         }
         spare.monitor.started(Some(pid));
         let next_sample = Instant::now() + spare.monitor.interval();
+        let spec_reuse = spec.reuse;
         self.running.insert(
             spare.id,
             Running {
@@ -201,6 +202,7 @@ impl Server {
                 delivered: None,
                 import_log_read: 0,
                 allocated: allocated.clone(),
+                process: spec_reuse.then(super::reuse::InProcess::fresh),
             },
         );
         None

@@ -1,0 +1,329 @@
+//! Reused call processes in `lfm serve` (docs/serve.md "Reused processes"): the calls of a
+//! `reuse` function run in one process that keeps its state, each with its own Report and
+//! limits; on cgroup v1 (as root, where the machine has it) and on the rlimit backend as
+//! nobody. Fixture: tests/fixtures/reuse/work.py (a module global that remembers its calls).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{json, Value};
+
+const MIB: f64 = 1_048_576.0;
+
+/// A serve's world: lfm and the fixture in a directory anyone may read and write.
+struct Setup {
+    name: &'static str,
+    dir: tempfile::TempDir,
+    backend: &'static str,
+    as_nobody: bool,
+}
+
+fn setup(name: &'static str, backend: &'static str, as_nobody: bool) -> Setup {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("lfm-reuse")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_lfm"), dir.path().join("lfm")).unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reuse/work.py");
+    std::fs::copy(fixture, dir.path().join("work.py")).unwrap();
+    Setup {
+        name,
+        dir,
+        backend,
+        as_nobody,
+    }
+}
+
+/// Every setup this machine offers, each missing one said.
+fn setups() -> Vec<Setup> {
+    let mut out = Vec::new();
+    if common::cgroup1_available() {
+        out.push(setup("cgroup1", "cgroup1", false));
+    } else {
+        eprintln!("SKIPPED cgroup1: no writable cgroup v1 hierarchy here");
+    }
+    if common::is_root() && Path::new("/usr/bin/python3").exists() {
+        out.push(setup("rlimit-as-nobody", "rlimit", true));
+    } else {
+        eprintln!("SKIPPED rlimit as nobody: needs root (to setpriv) and /usr/bin/python3");
+        out.push(setup("rlimit", "rlimit", false));
+    }
+    out
+}
+
+struct Server {
+    child: Child,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Setup {
+    fn start(&self, slots: usize) -> Server {
+        let lfm = self.dir.path().join("lfm");
+        let mut command = if self.as_nobody {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+            c.arg(&lfm);
+            c
+        } else {
+            Command::new(&lfm)
+        };
+        let python = if self.as_nobody {
+            "/usr/bin/python3"
+        } else {
+            "python3"
+        };
+        command
+            .args(["serve", "--python", python, "--backend", self.backend])
+            .args(["--slots", &slots.to_string(), "--no-history", "--cache-dir"])
+            .arg(self.dir.path().join("cache"))
+            .env("PYTHONPATH", self.dir.path())
+            .current_dir(self.dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        let mut child = command.spawn().expect("start lfm serve");
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Server { child, stdout }
+    }
+}
+
+impl Server {
+    fn ask(&mut self, request: &Value) -> Value {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{request}").unwrap();
+        stdin.flush().unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    }
+
+    fn end(mut self) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "serve exited with {status}");
+    }
+}
+
+fn call(label: &str, megabytes: u64, reuse: bool, limits: Value) -> Value {
+    json!({"id": label, "function": "work.py:remember", "import_module": true,
+           "args": [label, megabytes], "limits": limits, "reuse": reuse})
+}
+
+fn process(reply: &Value) -> &Value {
+    &reply["report"]["function"]["process"]
+}
+
+fn peak_mib(reply: &Value) -> f64 {
+    reply["report"]["memory"]["peak_bytes"].as_f64().unwrap() / MIB
+}
+
+/// Whether process `pid` is gone (or a zombie) within 10 s.
+fn ends_soon(pid: i64) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return true,
+            Ok(stat)
+                if stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z') =>
+            {
+                return true
+            }
+            Ok(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    }
+    false
+}
+
+fn pid(reply: &Value) -> i64 {
+    reply["result"]["pid"].as_i64().unwrap()
+}
+
+#[test]
+fn two_calls_of_a_reuse_function_share_a_process_and_its_globals() {
+    for setup in setups() {
+        let mut server = setup.start(1);
+        let first = server.ask(&call("a", 0, true, json!({})));
+        assert_eq!(first["ok"], true, "{}: {first}", setup.name);
+        assert_eq!(
+            process(&first),
+            &json!({"pid": pid(&first), "calls": 1, "reused": false}),
+            "{}",
+            setup.name
+        );
+        let second = server.ask(&call("b", 0, true, json!({})));
+        assert_eq!(second["ok"], true, "{}: {second}", setup.name);
+        assert_eq!(pid(&second), pid(&first), "{}: {second}", setup.name);
+        assert_eq!(
+            second["result"]["seen"],
+            json!(["a", "b"]),
+            "{}",
+            setup.name
+        );
+        assert_eq!(
+            process(&second),
+            &json!({"pid": pid(&first), "calls": 2, "reused": true}),
+            "{}",
+            setup.name
+        );
+        server.end();
+        assert!(
+            ends_soon(pid(&first)),
+            "{}: the serve's end ends its kept process",
+            setup.name
+        );
+    }
+}
+
+#[test]
+fn a_reused_call_has_its_own_memory_peak_and_cpu() {
+    for setup in setups() {
+        let mut server = setup.start(1);
+        let big = server.ask(&call("big", 300, true, json!({})));
+        assert_eq!(big["ok"], true, "{}: {big}", setup.name);
+        assert!(peak_mib(&big) > 250.0, "{}: {big}", setup.name);
+        let small = server.ask(&call("small", 10, true, json!({})));
+        assert_eq!(pid(&small), pid(&big), "{}: {small}", setup.name);
+        assert!(
+            peak_mib(&small) < 100.0,
+            "{}: the second call's peak holds the first's: {:.0} MiB",
+            setup.name,
+            peak_mib(&small)
+        );
+        // The kernel's own peak too, where the cgroup keeps one: reset as the call began.
+        if let Some(kernel) = small["report"]["memory"]["cgroup_peak_bytes"].as_f64() {
+            assert!(kernel / MIB < 100.0, "{}: {small}", setup.name);
+        }
+        let cpu = |reply: &Value| reply["report"]["cpu_time"]["total"].as_f64().unwrap();
+        assert!(
+            cpu(&small) < cpu(&big),
+            "{}: the second call's CPU holds the first's: {} >= {}",
+            setup.name,
+            cpu(&small),
+            cpu(&big)
+        );
+        server.end();
+    }
+}
+
+#[test]
+fn a_call_over_its_memory_fails_alone_and_the_next_starts_a_fresh_process() {
+    for setup in setups() {
+        let mut server = setup.start(1);
+        let limits = json!({"memory": "200M"});
+        let first = server.ask(&call("first", 0, true, limits.clone()));
+        assert_eq!(first["ok"], true, "{}: {first}", setup.name);
+        let over = server.ask(&call("over", 400, true, limits.clone()));
+        assert_eq!(over["ok"], false, "{}: {over}", setup.name);
+        assert!(
+            over["report"]["limits_exceeded"].get("memory").is_some(),
+            "{}: {over}",
+            setup.name
+        );
+        assert_eq!(process(&over)["reused"], true, "{}: {over}", setup.name);
+        let after = server.ask(&call("after", 0, true, limits));
+        assert_eq!(after["ok"], true, "{}: {after}", setup.name);
+        assert_ne!(pid(&after), pid(&first), "{}: {after}", setup.name);
+        assert_eq!(after["result"]["seen"], json!(["after"]), "{}", setup.name);
+        assert_eq!(
+            process(&after),
+            &json!({"pid": pid(&after), "calls": 1, "reused": false}),
+            "{}",
+            setup.name
+        );
+        server.end();
+    }
+}
+
+#[test]
+fn a_function_without_reuse_never_reuses_a_process() {
+    for setup in setups() {
+        let mut server = setup.start(1);
+        let first = server.ask(&call("a", 0, false, json!({})));
+        let second = server.ask(&call("b", 0, false, json!({})));
+        assert_eq!(second["ok"], true, "{}: {second}", setup.name);
+        assert_ne!(pid(&second), pid(&first), "{}", setup.name);
+        assert_eq!(second["result"]["seen"], json!(["b"]), "{}", setup.name);
+        assert!(process(&second).is_null(), "{}: {second}", setup.name);
+        server.end();
+    }
+}
+
+#[test]
+fn an_idle_process_gives_its_slot_to_a_call_of_another_function() {
+    for setup in setups() {
+        let mut server = setup.start(1);
+        let kept = server.ask(&call("kept", 0, true, json!({})));
+        // Another function: another process; the one slot is the idle process's until it ends.
+        let mut request = call("other", 0, true, json!({}));
+        request["function"] = json!("work.py:other");
+        request["args"] = json!([]);
+        let other = server.ask(&request);
+        assert_eq!(other["ok"], true, "{}: {other}", setup.name);
+        assert_ne!(pid(&other), pid(&kept), "{}", setup.name);
+        assert!(
+            ends_soon(pid(&kept)),
+            "{}: the idle process still lives",
+            setup.name
+        );
+        let again = server.ask(&call("again", 0, true, json!({})));
+        assert_eq!(process(&again)["reused"], false, "{}: {again}", setup.name);
+        server.end();
+    }
+}
+
+/// docs/serve.md "Reused processes": the example's `report.function`, as a real second call
+/// has it (its pid aside).
+#[test]
+fn the_documented_reuse_example_is_what_a_serve_replies() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/serve.md"))
+        .unwrap();
+    let section = &doc[doc.find("## Reused processes").unwrap()..];
+    let request_line = section
+        .lines()
+        .map(str::trim)
+        .find(|line| line.starts_with("{\"id\": 2"))
+        .expect("the example's request");
+    let block = section.split("```json").nth(1).unwrap();
+    let block = &block[..block.find("```").unwrap()];
+    let mut documented: Value = serde_json::from_str(block).expect("the example's JSON");
+    let setup = setups().pop().unwrap();
+    let mut server = setup.start(1);
+    let second: Value = serde_json::from_str(request_line).unwrap();
+    let mut first = second.clone();
+    first["id"] = json!(1);
+    first["args"] = json!(["a", 0]);
+    server.ask(&first);
+    let reply = server.ask(&second);
+    documented["process"]["pid"] = json!(pid(&reply));
+    assert_eq!(reply["report"]["function"], documented, "{reply}");
+    server.end();
+}
+
+#[test]
+fn each_call_in_a_kept_process_is_held_to_its_own_memory_limit() {
+    for setup in setups() {
+        let mut server = setup.start(1);
+        let roomy = server.ask(&call("roomy", 300, true, json!({"memory": "600M"})));
+        assert_eq!(roomy["ok"], true, "{}: {roomy}", setup.name);
+        // The same process takes a call of a smaller memory limit, and holds it to that one.
+        let tight = server.ask(&call("tight", 300, true, json!({"memory": "200M"})));
+        assert_eq!(process(&tight)["reused"], true, "{}: {tight}", setup.name);
+        assert_eq!(process(&tight)["pid"], json!(pid(&roomy)), "{}", setup.name);
+        assert_eq!(tight["ok"], false, "{}: {tight}", setup.name);
+        assert!(
+            tight["report"]["limits_exceeded"].get("memory").is_some(),
+            "{}: {tight}",
+            setup.name
+        );
+        server.end();
+    }
+}
