@@ -39,7 +39,15 @@ struct RawEdge {
     line: u32,
     /// Inside `try` or under a condition: the module can import without it.
     optional: bool,
+    /// A call, at import time, of function `member` of `module`: what its body imports runs
+    /// too (see [`FUNCTION`]).
+    #[serde(default)]
+    call: bool,
 }
+
+/// Joins a module's name and one of its top-level functions in the name of the function's
+/// node (`torch.utils._import_utils:import_dill`): its edges are the imports its body runs.
+const FUNCTION: char = ':';
 
 /// A distribution's modules, each with its import-time edges.
 type DistEdges = HashMap<String, Vec<RawEdge>>;
@@ -345,7 +353,8 @@ impl Builder<'_, '_> {
         if self.absent.contains(name) {
             return None;
         }
-        let Some((dist, path)) = self.locate(name) else {
+        let module = name.split_once(FUNCTION).map_or(name, |(module, _)| module);
+        let Some((dist, path)) = self.locate(module) else {
             self.absent.insert(name.to_string());
             return None;
         };
@@ -416,7 +425,11 @@ impl Builder<'_, '_> {
     fn edges_of(&mut self, id: u32, raw: Vec<RawEdge>, queue: &mut VecDeque<u32>) -> Vec<Edge> {
         let name = self.graph.nodes[id as usize].name.clone();
         let mut edges = Vec::new();
-        if let Some((parent, _)) = name.rsplit_once('.') {
+        // A function's module is imported by whoever calls it: its node has no parent.
+        let parent = (!name.contains(FUNCTION))
+            .then(|| name.rsplit_once('.'))
+            .flatten();
+        if let Some((parent, _)) = parent {
             if let Some(to) = self.longest_installed(parent, queue) {
                 edges.push(Edge {
                     to,
@@ -444,8 +457,35 @@ impl Builder<'_, '_> {
                     optional: edge.optional,
                 });
             }
+            let called = match (&edge.member, edge.call && whole.is_none()) {
+                (Some(function), true) => self.function_node(target, &edge.module, function, queue),
+                _ => None,
+            };
+            if let Some(to) = called {
+                edges.push(Edge {
+                    to,
+                    line: edge.line,
+                    optional: true,
+                });
+            }
         }
         edges
+    }
+
+    /// The node of `function` of installed module `module`, where `target` (the node the
+    /// call's import reached) is that module itself, and the function imports anything.
+    fn function_node(
+        &mut self,
+        target: Option<u32>,
+        module: &str,
+        function: &str,
+        queue: &mut VecDeque<u32>,
+    ) -> Option<u32> {
+        let target = target?;
+        if self.graph.nodes[target as usize].name != module {
+            return None;
+        }
+        self.node(&format!("{module}{FUNCTION}{function}"), queue)
     }
 
     fn longest_installed(&mut self, name: &str, queue: &mut VecDeque<u32>) -> Option<u32> {
@@ -642,8 +682,8 @@ fn load_dist_edges(
     };
     let edges: DistEdges = files
         .par_iter()
-        .map(|(name, path, is_package)| {
-            (name.clone(), module_edges(sources, path, name, *is_package))
+        .flat_map_iter(|(name, path, is_package)| {
+            module_entries(&summary_of(sources, path), name, *is_package)
         })
         .collect();
     if let Some((dir, name)) = entry.filter(|_| settled(&stamps, stamped_at)) {
@@ -652,21 +692,23 @@ fn load_dist_edges(
     (edges, stamps)
 }
 
-/// The import-time edges of installed module `name` (file `path`), from the summary this run
-/// made of it if any.
-/// The import-time edges `node`'s file writes (none for an extension module).
+/// The import-time edges `node`'s file writes (none for an extension module), or for a
+/// function's node, those its body runs.
 fn node_edges(sources: &Sources, node: &Node) -> Vec<RawEdge> {
     let is_package = node.path.ends_with("__init__.py");
-    match node.path.extension().is_some_and(|e| e == "py") {
-        true => module_edges(sources, &node.path, &node.name, is_package),
-        false => Vec::new(), // an extension module: no Python to read
+    if node.path.extension().is_none_or(|e| e != "py") {
+        return Vec::new(); // an extension module: no Python to read
+    }
+    let summary = summary_of(sources, &node.path);
+    match node.name.split_once(FUNCTION) {
+        Some((module, function)) => function_edges(&summary, module, is_package, function),
+        None => import_time_edges(&summary, &node.name, is_package),
     }
 }
 
-fn module_edges(sources: &Sources, path: &Path, name: &str, is_package: bool) -> Vec<RawEdge> {
-    let summary =
-        (sources.loaded)(path).unwrap_or_else(|| crate::project::read_and_summarize(path, None).0);
-    import_time_edges(&summary, name, is_package)
+/// The summary of installed file `path`: the one this run made of it, if any.
+fn summary_of(sources: &Sources, path: &Path) -> Arc<ModuleSummary> {
+    (sources.loaded)(path).unwrap_or_else(|| crate::project::read_and_summarize(path, None).0)
 }
 
 /// The entry's file name: the lfm executable, the extractor's version and the distribution's
@@ -711,30 +753,186 @@ fn is_identifier(text: &str) -> bool {
         && chars.all(|c| c == '_' || c.is_alphanumeric())
 }
 
-/// The imports module `name` runs when it is imported, absolute.
+/// The imports module `name` runs when it is imported, absolute: its module level and class
+/// bodies (not `TYPE_CHECKING`), and the functions it calls there (see [`calls_at_import`]).
+///
+/// A module that answers attribute reads itself (PEP 562's module `__getattr__`, as
+/// huggingface_hub's lazy `_attach` or scientific Python's lazy_loader make one) imports on
+/// demand what its `TYPE_CHECKING` block names for type checkers: those imports are kept too,
+/// optional (`from huggingface_hub import HfApi` runs `huggingface_hub.hf_api`).
 fn import_time_edges(summary: &ModuleSummary, name: &str, is_package: bool) -> Vec<RawEdge> {
-    let package = match (is_package, name.rsplit_once('.')) {
+    let package = package_of(name, is_package);
+    let lazy = (summary.name_id("__getattr__"))
+        .and_then(|id| summary.bindings_of(id))
+        .is_some();
+    let mut edges: Vec<RawEdge> = (summary.imports.iter())
+        .filter(|edge| !edge.context.in_function && (lazy || !edge.context.type_checking))
+        .map(|edge| raw_edge(summary, edge, package))
+        .filter(|edge| !edge.module.is_empty())
+        .collect();
+    edges.extend(calls_at_import(summary, name, package));
+    edges
+}
+
+/// The package relative imports of module `name` start from.
+fn package_of(name: &str, is_package: bool) -> &str {
+    match (is_package, name.rsplit_once('.')) {
         (true, _) => name,
         (false, Some((parent, _))) => parent,
         (false, None) => "",
+    }
+}
+
+/// Import `edge` of a module of package `package`, made absolute.
+fn raw_edge(summary: &ModuleSummary, edge: &crate::extract::ImportEdge, package: &str) -> RawEdge {
+    let written = summary.edge_module(edge);
+    let module = match edge.level {
+        0 => written.to_string(),
+        level => join_relative(package, level, written),
     };
-    (summary.imports.iter())
-        .filter(|edge| !edge.context.in_function && !edge.context.type_checking)
-        .map(|edge| {
-            let written = summary.edge_module(edge);
-            let module = match edge.level {
-                0 => written.to_string(),
-                level => join_relative(package, level, written),
+    let context = edge.context;
+    RawEdge {
+        module,
+        member: summary.edge_member(edge).map(str::to_string),
+        line: edge.line,
+        optional: context.optional || context.conditional || context.type_checking,
+        call: false,
+    }
+}
+
+/// Functions module `name` may call when it is imported, as call edges: the names its
+/// module-level statements read (a call, a decorator, or a function passed on: a read is all a
+/// summary keeps) that a top-level `def` of its own binds, or a module-level `from m import f`
+/// (`f`), `from m import sub` read as `sub.f`, or `import m` read as `m.f`. What such a function's body imports runs at import
+/// (torch's `dill = import_dill()`, flatbuffers' `np = import_numpy()`); optional, since what
+/// a body runs depends on what it is given and finds.
+fn calls_at_import(summary: &ModuleSummary, name: &str, package: &str) -> Vec<RawEdge> {
+    use crate::extract::{Binding, ScopeKind};
+    let mut calls = Vec::new();
+    for read in summary.definition_uses(0) {
+        let Some(bindings) = summary.bindings_of(read.name) else {
+            continue;
+        };
+        let path = read.path.map(|path| summary.name(path));
+        for binding in bindings {
+            let (module, function, line) = match *binding {
+                Binding::Definition { scope } if path.is_none() => {
+                    let defined = &summary.scopes[scope as usize];
+                    if defined.kind != ScopeKind::Function {
+                        continue;
+                    }
+                    let function = summary.name(read.name).to_string();
+                    (name.to_string(), function, defined.line)
+                }
+                Binding::Import { edge } => {
+                    let edge = &summary.imports[edge as usize];
+                    let Some(called) = called_through_import(summary, edge, path, package) else {
+                        continue;
+                    };
+                    (called.0, called.1, edge.line)
+                }
+                _ => continue,
             };
-            RawEdge {
+            calls.push(RawEdge {
                 module,
-                member: summary.edge_member(edge).map(str::to_string),
-                line: edge.line,
-                optional: edge.context.optional || edge.context.conditional,
-            }
+                member: Some(function),
+                line,
+                optional: true,
+                call: true,
+            });
+        }
+    }
+    calls
+}
+
+/// The module and function a module-level read calls through import `edge` (that bound the
+/// name read, `path` the attributes read from it): `from m import f` read as `f`, or `import
+/// m.sub` read as `m.sub.f`, or `from m import sub` read as `sub.f`. None for anything else.
+fn called_through_import(
+    summary: &ModuleSummary,
+    edge: &crate::extract::ImportEdge,
+    path: Option<&str>,
+    package: &str,
+) -> Option<(String, String)> {
+    if edge.context.in_function || edge.context.type_checking {
+        return None;
+    }
+    let imported = raw_edge(summary, edge, package);
+    match (imported.member, path) {
+        (Some(member), None) if member != "*" => Some((imported.module, member)),
+        // `from m import sub` read as `sub.f`: a function of submodule `m.sub`, if it is one.
+        (Some(member), Some(path)) if member != "*" => {
+            let dotted = format!("{}.{member}.{path}", imported.module);
+            let (module, function) = dotted.rsplit_once('.')?;
+            Some((module.to_string(), function.to_string()))
+        }
+        (None, Some(path)) => {
+            // `import a.b` binds `a` (read as `a.b.f`); `import a.b as c` binds `a.b`.
+            let bound = match edge.aliased {
+                true => imported.module.as_str(),
+                false => imported.module.split('.').next().unwrap_or_default(),
+            };
+            let dotted = format!("{bound}.{path}");
+            let (module, function) = dotted.rsplit_once('.')?;
+            Some((module.to_string(), function.to_string()))
+        }
+        _ => None,
+    }
+}
+
+/// The imports the body of top-level function `function` of module `name` runs (not those
+/// of the defs nested in it), absolute and optional; empty where there is no such function.
+fn function_edges(
+    summary: &ModuleSummary,
+    name: &str,
+    is_package: bool,
+    function: &str,
+) -> Vec<RawEdge> {
+    let package = package_of(name, is_package);
+    (top_level_functions(summary))
+        .find(|&scope| summary.scope_name(scope) == function)
+        .map(|scope| scope_edges(summary, scope, package))
+        .unwrap_or_default()
+}
+
+fn top_level_functions(summary: &ModuleSummary) -> impl Iterator<Item = u32> + '_ {
+    (1..summary.scopes.len() as u32).filter(|&scope| {
+        let scope = &summary.scopes[scope as usize];
+        scope.parent == 0 && scope.kind == crate::extract::ScopeKind::Function
+    })
+}
+
+fn scope_edges(summary: &ModuleSummary, scope: u32, package: &str) -> Vec<RawEdge> {
+    (summary.scope_imports(scope).iter())
+        .map(|&edge| &summary.imports[edge as usize])
+        .filter(|edge| !edge.context.type_checking)
+        .map(|edge| RawEdge {
+            optional: true,
+            ..raw_edge(summary, edge, package)
         })
         .filter(|edge| !edge.module.is_empty())
         .collect()
+}
+
+/// Module `name`'s import-time edges, and those of each of its top-level functions that
+/// imports anything (by its function node's name): a distribution's entries.
+fn module_entries(
+    summary: &ModuleSummary,
+    name: &str,
+    is_package: bool,
+) -> Vec<(String, Vec<RawEdge>)> {
+    let package = package_of(name, is_package);
+    let functions = top_level_functions(summary).filter_map(|scope| {
+        let edges = scope_edges(summary, scope, package);
+        let function = summary.scope_name(scope);
+        (!edges.is_empty()).then(|| (format!("{name}{FUNCTION}{function}"), edges))
+    });
+    std::iter::once((
+        name.to_string(),
+        import_time_edges(summary, name, is_package),
+    ))
+    .chain(functions)
+    .collect()
 }
 
 /// Per node, the distributions reachable from it over the edges `follow` keeps (its own
@@ -1208,6 +1406,119 @@ class C:
         assert_eq!(reached(&site, &cache), edited);
     }
 
+    /// The distributions importing `root` reaches (all, then through required imports only),
+    /// by a graph read ahead without kept edges and by one made in waves from kept edges:
+    /// both must say the same.
+    fn reached_from(site: &Path, root: &str) -> (Vec<String>, Vec<String>) {
+        let dists = DistIndex::build(&[site.to_path_buf()], None);
+        let loaded = |_: &Path| None;
+        let cache = tempfile::tempdir().unwrap();
+        let answers: Vec<(Vec<String>, Vec<String>)> = [None, Some(cache.path())]
+            .into_iter()
+            .map(|cache_dir| {
+                let sources = Sources {
+                    dists: &dists,
+                    site_dirs: &[site.to_path_buf()],
+                    extension_suffixes: &[],
+                    loaded: &loaded,
+                    cache_dir,
+                };
+                let graph = InstalledImports::build(&sources, [root.to_string()]);
+                let (_, any, required) = graph.reached([(root, true)]);
+                let names = |set: DistSet| -> Vec<String> {
+                    let mut names: Vec<String> = (set.ids())
+                        .map(|id| dists.dists[id as usize].name.clone())
+                        .collect();
+                    names.sort();
+                    names
+                };
+                (names(any), names(required))
+            })
+            .collect();
+        assert_eq!(answers[0], answers[1], "read ahead, then in waves");
+        answers[0].clone()
+    }
+
+    fn leaf_dists(site: &Path, names: &[&str]) {
+        for name in names {
+            let file = format!("{name}.py");
+            crate::test_site::dist(site, name, "1.0", &[(&file, "import os\n")]);
+        }
+    }
+
+    #[test]
+    fn a_function_called_at_import_time_brings_what_its_body_imports() {
+        let root = tempfile::tempdir().unwrap();
+        let site = root.path().join("site-packages");
+        let init = "\
+from alpha.util import import_extra
+from alpha import util
+import alpha.util as aliased
+extra = import_extra()
+def load():
+    import eta
+    def later():
+        import theta
+load()
+util.by_attribute()
+aliased.by_alias()
+";
+        let util = "\
+def import_extra():
+    if not wanted():
+        return None
+    import epsilon
+    return epsilon
+def by_attribute():
+    from iota import x
+def by_alias():
+    import kappa
+def never_called():
+    import zeta
+";
+        crate::test_site::dist(
+            &site,
+            "alpha",
+            "1.0",
+            &[("alpha/__init__.py", init), ("alpha/util.py", util)],
+        );
+        leaf_dists(&site, &["epsilon", "eta", "theta", "iota", "kappa", "zeta"]);
+        let (any, required) = reached_from(&site, "alpha");
+        assert_eq!(any, ["alpha", "epsilon", "eta", "iota", "kappa"]);
+        assert_eq!(required, ["alpha"]);
+    }
+
+    #[test]
+    fn a_module_with_getattr_imports_its_type_checking_names_on_demand() {
+        let root = tempfile::tempdir().unwrap();
+        let site = root.path().join("site-packages");
+        let lazy = "\
+from typing import TYPE_CHECKING
+import importlib
+def __getattr__(name):
+    return getattr(importlib.import_module('.api', __name__), name)
+if TYPE_CHECKING:
+    from .api import Api
+";
+        let eager = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import mu\n";
+        crate::test_site::dist(
+            &site,
+            "omega",
+            "1.0",
+            &[
+                ("omega/__init__.py", lazy),
+                ("omega/api.py", "import lambda_\nclass Api: pass\n"),
+                ("typed.py", eager),
+            ],
+        );
+        leaf_dists(&site, &["lambda_", "mu"]);
+        let (any, required) = reached_from(&site, "omega");
+        assert_eq!(any, ["lambda_", "omega"]);
+        assert_eq!(required, ["omega"]);
+        // Without a module __getattr__, TYPE_CHECKING imports stay for type checkers alone.
+        assert_eq!(reached_from(&site, "typed").0, ["omega"]);
+    }
+
     #[test]
     fn the_distutils_shim_serves_distutils_from_setuptools() {
         let edge = |module: &str| RawEdge {
@@ -1215,6 +1526,7 @@ class C:
             member: None,
             line: 1,
             optional: false,
+            call: false,
         };
         for (written, served) in [
             ("distutils", "setuptools._distutils"),
