@@ -153,6 +153,7 @@ impl InstalledImports {
                 ..InstalledImports::default()
             },
             absent: Default::default(),
+            functions: HashMap::default(),
         };
         let mut queue = VecDeque::new();
         for root in roots {
@@ -342,6 +343,10 @@ struct Builder<'s, 'a> {
     distutils_shim: bool,
     /// Names that are no installed module (stdlib, not installed, namespace directories).
     absent: rustc_hash::FxHashSet<String>,
+    /// Without kept edges: the edges of the functions of the modules read so far that import
+    /// anything, by function node name, taken when such a node is made's turn comes (its
+    /// module's node is always older: the call's edge made it first).
+    functions: HashMap<String, Vec<RawEdge>>,
 }
 
 impl Builder<'_, '_> {
@@ -516,9 +521,27 @@ impl Builder<'_, '_> {
                 .collect();
         }
         let (nodes, sources) = (&self.graph.nodes, self.sources);
-        wave.par_iter()
+        let read: Vec<Vec<(String, Vec<RawEdge>)>> = wave
+            .par_iter()
             .map(|&id| node_edges(sources, &nodes[id as usize]))
-            .collect()
+            .collect();
+        let mut own: Vec<Vec<RawEdge>> = read.into_iter().map(|e| self.keep_functions(e)).collect();
+        // A function's module may be in this very wave: its entries are kept by now.
+        for (&id, edges) in wave.iter().zip(own.iter_mut()) {
+            let name = &self.graph.nodes[id as usize].name;
+            if name.contains(FUNCTION) {
+                *edges = self.functions.remove(name).unwrap_or_default();
+            }
+        }
+        own
+    }
+
+    /// A module's entries ([`module_entries`]): its functions' kept, its own returned.
+    fn keep_functions(&mut self, entries: Vec<(String, Vec<RawEdge>)>) -> Vec<RawEdge> {
+        let mut entries = entries.into_iter();
+        let own = entries.next().map(|(_, edges)| edges).unwrap_or_default();
+        self.functions.extend(entries);
+        own
     }
 
     /// What the waves of [`InstalledImports::build`] do without kept edges, without waiting
@@ -530,11 +553,14 @@ impl Builder<'_, '_> {
         let sources = self.sources;
         let (sender, receiver) = std::sync::mpsc::channel();
         rayon::in_place_scope(|scope| {
-            let mut read: HashMap<u32, Vec<RawEdge>> = HashMap::default();
+            let mut read: HashMap<u32, Vec<(String, Vec<RawEdge>)>> = HashMap::default();
             let mut next = 0u32;
             loop {
                 while let Some(id) = queue.pop_front() {
                     let node = &self.graph.nodes[id as usize];
+                    if node.name.contains(FUNCTION) {
+                        continue; // its edges come with its module's (see `functions`)
+                    }
                     let (name, path) = (node.name.clone(), node.path.clone());
                     let sender = sender.clone();
                     scope.spawn(move |_| {
@@ -555,9 +581,13 @@ impl Builder<'_, '_> {
                 if next as usize == self.graph.nodes.len() {
                     break;
                 }
+                let name = &self.graph.nodes[next as usize].name;
                 let raw = loop {
+                    if name.contains(FUNCTION) {
+                        break self.functions.remove(name).unwrap_or_default();
+                    }
                     if let Some(raw) = read.remove(&next) {
-                        break raw;
+                        break self.keep_functions(raw);
                     }
                     // This thread holds a sender: a receive fails only if that is dropped.
                     let Ok((id, edges)) = receiver.recv() else {
@@ -692,18 +722,14 @@ fn load_dist_edges(
     (edges, stamps)
 }
 
-/// The import-time edges `node`'s file writes (none for an extension module), or for a
-/// function's node, those its body runs.
-fn node_edges(sources: &Sources, node: &Node) -> Vec<RawEdge> {
+/// The entries ([`module_entries`]) of module node `node`'s file: none for an extension
+/// module, nor for a function's node (its module's entries hold its edges).
+fn node_edges(sources: &Sources, node: &Node) -> Vec<(String, Vec<RawEdge>)> {
     let is_package = node.path.ends_with("__init__.py");
-    if node.path.extension().is_none_or(|e| e != "py") {
-        return Vec::new(); // an extension module: no Python to read
+    if node.path.extension().is_none_or(|e| e != "py") || node.name.contains(FUNCTION) {
+        return Vec::new();
     }
-    let summary = summary_of(sources, &node.path);
-    match node.name.split_once(FUNCTION) {
-        Some((module, function)) => function_edges(&summary, module, is_package, function),
-        None => import_time_edges(&summary, &node.name, is_package),
-    }
+    module_entries(&summary_of(sources, &node.path), &node.name, is_package)
 }
 
 /// The summary of installed file `path`: the one this run made of it, if any.
@@ -878,21 +904,6 @@ fn called_through_import(
         }
         _ => None,
     }
-}
-
-/// The imports the body of top-level function `function` of module `name` runs (not those
-/// of the defs nested in it), absolute and optional; empty where there is no such function.
-fn function_edges(
-    summary: &ModuleSummary,
-    name: &str,
-    is_package: bool,
-    function: &str,
-) -> Vec<RawEdge> {
-    let package = package_of(name, is_package);
-    (top_level_functions(summary))
-        .find(|&scope| summary.scope_name(scope) == function)
-        .map(|scope| scope_edges(summary, scope, package))
-        .unwrap_or_default()
 }
 
 fn top_level_functions(summary: &ModuleSummary) -> impl Iterator<Item = u32> + '_ {
@@ -1282,8 +1293,10 @@ class C:
 ";
         let summary = crate::extract::summarize(source);
         let edges = import_time_edges(&summary, "pkg.mod", false);
+        // Calls of functions (none here reach one that imports) are another test's.
         let shown: Vec<(String, Option<String>, bool)> = edges
             .into_iter()
+            .filter(|e| !e.call)
             .map(|e| (e.module, e.member, e.optional))
             .collect();
         let expected = [

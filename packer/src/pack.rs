@@ -1031,6 +1031,29 @@ mod tests {
     }
 
     #[test]
+    fn a_tests_directory_its_own_modules_import_at_import_time_is_library_code() {
+        // astropy/__init__.py, and what else a package's modules may write.
+        let init = "\
+from .tests.runner import TestRunner
+import pkg.tests.helpers
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:
+    from .tests import typed
+def test():
+    from .other.tests import run
+";
+        assert_eq!(
+            tests_imported(init, &["astropy"]),
+            ["astropy/tests", "pkg/tests"]
+        );
+        // From a submodule, `from .. import tests` is the package's own tests directory.
+        let sub = "from .. import tests\nfrom . import testing\n";
+        assert_eq!(tests_imported(sub, &["pkg", "sub"]), ["pkg/tests"]);
+        // A relative import above the site directory names nothing.
+        assert!(tests_imported("from ... import tests\n", &["pkg"]).is_empty());
+    }
+
+    #[test]
     fn test_directories_are_left_out_unless_a_closure_module_lies_in_them() {
         let site = "env/lib/python3.11/site-packages";
         let file = |rest: &str| format!("{site}/{rest}");
