@@ -4,10 +4,11 @@
 //! installed code also imports what it finds installed (`try: import pandas` in scikit-learn,
 //! numpy in joblib): Python runs those imports because the distribution is there, and a pack
 //! without it behaves otherwise. This module follows the import-time edges of installed modules
-//! (module level and class bodies; not function bodies, not `TYPE_CHECKING`) through installed
-//! code, and says for each installed module which distributions importing it reaches, and which
-//! of them through imports that cannot fail over to doing without (not inside `try`, not under
-//! a condition).
+//! (module level and class bodies, and the bodies of the functions the module level calls; not
+//! `TYPE_CHECKING` but where a module `__getattr__` serves those names) through installed code,
+//! and says for each installed module which distributions importing it reaches, and which of
+//! them through imports that cannot fail over to doing without (not inside `try`, not under a
+//! condition).
 //!
 //! A distribution's edges come from parsing its Python files once (or from the summaries the
 //! run already made of them), and are kept between runs ([`DIR`], one file a distribution)
@@ -48,6 +49,15 @@ struct RawEdge {
 /// Joins a module's name and one of its top-level functions in the name of the function's
 /// node (`torch.utils._import_utils:import_dill`): its edges are the imports its body runs.
 const FUNCTION: char = ':';
+/// Joins a module's name and a name its PEP 562 `__getattr__` serves in the name of that
+/// name's node (`huggingface_hub;HfApi`): its edges are the imports `TYPE_CHECKING` names
+/// for it (see [`lazy_names`]).
+const LAZY: char = ';';
+
+/// Whether node `name` is a function's or a lazily served name's (no module of its own).
+fn is_member_node(name: &str) -> bool {
+    name.contains([FUNCTION, LAZY])
+}
 
 /// A distribution's modules, each with its import-time edges.
 type DistEdges = HashMap<String, Vec<RawEdge>>;
@@ -358,7 +368,9 @@ impl Builder<'_, '_> {
         if self.absent.contains(name) {
             return None;
         }
-        let module = name.split_once(FUNCTION).map_or(name, |(module, _)| module);
+        let module = name
+            .split_once([FUNCTION, LAZY])
+            .map_or(name, |(module, _)| module);
         let Some((dist, path)) = self.locate(module) else {
             self.absent.insert(name.to_string());
             return None;
@@ -431,7 +443,7 @@ impl Builder<'_, '_> {
         let name = self.graph.nodes[id as usize].name.clone();
         let mut edges = Vec::new();
         // A function's module is imported by whoever calls it: its node has no parent.
-        let parent = (!name.contains(FUNCTION))
+        let parent = (!is_member_node(&name))
             .then(|| name.rsplit_once('.'))
             .flatten();
         if let Some((parent, _)) = parent {
@@ -462,8 +474,11 @@ impl Builder<'_, '_> {
                     optional: edge.optional,
                 });
             }
-            let called = match (&edge.member, edge.call && whole.is_none()) {
-                (Some(function), true) => self.function_node(target, &edge.module, function, queue),
+            let joint = if edge.call { FUNCTION } else { LAZY };
+            let called = match (&edge.member, whole.is_none()) {
+                (Some(member), true) if member != "*" => {
+                    self.member_node(target, &edge.module, joint, member, queue)
+                }
                 _ => None,
             };
             if let Some(to) = called {
@@ -477,20 +492,23 @@ impl Builder<'_, '_> {
         edges
     }
 
-    /// The node of `function` of installed module `module`, where `target` (the node the
-    /// call's import reached) is that module itself, and the function imports anything.
-    fn function_node(
+    /// The node of `member` of installed module `module` (a function called, `joint`
+    /// [`FUNCTION`], or a name imported from it, [`LAZY`]), where `target` (the node the
+    /// edge reached) is that module itself. Its edges are empty unless the function imports
+    /// anything, or the module serves the name lazily.
+    fn member_node(
         &mut self,
         target: Option<u32>,
         module: &str,
-        function: &str,
+        joint: char,
+        member: &str,
         queue: &mut VecDeque<u32>,
     ) -> Option<u32> {
         let target = target?;
         if self.graph.nodes[target as usize].name != module {
             return None;
         }
-        self.node(&format!("{module}{FUNCTION}{function}"), queue)
+        self.node(&format!("{module}{joint}{member}"), queue)
     }
 
     fn longest_installed(&mut self, name: &str, queue: &mut VecDeque<u32>) -> Option<u32> {
@@ -529,7 +547,7 @@ impl Builder<'_, '_> {
         // A function's module may be in this very wave: its entries are kept by now.
         for (&id, edges) in wave.iter().zip(own.iter_mut()) {
             let name = &self.graph.nodes[id as usize].name;
-            if name.contains(FUNCTION) {
+            if is_member_node(name) {
                 *edges = self.functions.remove(name).unwrap_or_default();
             }
         }
@@ -558,7 +576,7 @@ impl Builder<'_, '_> {
             loop {
                 while let Some(id) = queue.pop_front() {
                     let node = &self.graph.nodes[id as usize];
-                    if node.name.contains(FUNCTION) {
+                    if is_member_node(&node.name) {
                         continue; // its edges come with its module's (see `functions`)
                     }
                     let (name, path) = (node.name.clone(), node.path.clone());
@@ -583,7 +601,7 @@ impl Builder<'_, '_> {
                 }
                 let name = &self.graph.nodes[next as usize].name;
                 let raw = loop {
-                    if name.contains(FUNCTION) {
+                    if is_member_node(name) {
                         break self.functions.remove(name).unwrap_or_default();
                     }
                     if let Some(raw) = read.remove(&next) {
@@ -726,7 +744,7 @@ fn load_dist_edges(
 /// module, nor for a function's node (its module's entries hold its edges).
 fn node_edges(sources: &Sources, node: &Node) -> Vec<(String, Vec<RawEdge>)> {
     let is_package = node.path.ends_with("__init__.py");
-    if node.path.extension().is_none_or(|e| e != "py") || node.name.contains(FUNCTION) {
+    if node.path.extension().is_none_or(|e| e != "py") || is_member_node(&node.name) {
         return Vec::new();
     }
     module_entries(&summary_of(sources, &node.path), &node.name, is_package)
@@ -781,18 +799,10 @@ fn is_identifier(text: &str) -> bool {
 
 /// The imports module `name` runs when it is imported, absolute: its module level and class
 /// bodies (not `TYPE_CHECKING`), and the functions it calls there (see [`calls_at_import`]).
-///
-/// A module that answers attribute reads itself (PEP 562's module `__getattr__`, as
-/// huggingface_hub's lazy `_attach` or scientific Python's lazy_loader make one) imports on
-/// demand what its `TYPE_CHECKING` block names for type checkers: those imports are kept too,
-/// optional (`from huggingface_hub import HfApi` runs `huggingface_hub.hf_api`).
 fn import_time_edges(summary: &ModuleSummary, name: &str, is_package: bool) -> Vec<RawEdge> {
     let package = package_of(name, is_package);
-    let lazy = (summary.name_id("__getattr__"))
-        .and_then(|id| summary.bindings_of(id))
-        .is_some();
     let mut edges: Vec<RawEdge> = (summary.imports.iter())
-        .filter(|edge| !edge.context.in_function && (lazy || !edge.context.type_checking))
+        .filter(|edge| !edge.context.in_function && !edge.context.type_checking)
         .map(|edge| raw_edge(summary, edge, package))
         .filter(|edge| !edge.module.is_empty())
         .collect();
@@ -826,16 +836,15 @@ fn raw_edge(summary: &ModuleSummary, edge: &crate::extract::ImportEdge, package:
     }
 }
 
-/// Functions module `name` may call when it is imported, as call edges: the names its
-/// module-level statements read (a call, a decorator, or a function passed on: a read is all a
-/// summary keeps) that a top-level `def` of its own binds, or a module-level `from m import f`
+/// Functions module `name` calls when it is imported, as call edges: the callees of its
+/// module-level calls and of its top-level decorators that a top-level `def` of its own binds, or a module-level `from m import f`
 /// (`f`), `from m import sub` read as `sub.f`, or `import m` read as `m.f`. What such a function's body imports runs at import
 /// (torch's `dill = import_dill()`, flatbuffers' `np = import_numpy()`); optional, since what
 /// a body runs depends on what it is given and finds.
 fn calls_at_import(summary: &ModuleSummary, name: &str, package: &str) -> Vec<RawEdge> {
     use crate::extract::{Binding, ScopeKind};
     let mut calls = Vec::new();
-    for read in summary.definition_uses(0) {
+    for read in summary.import_time_calls() {
         let Some(bindings) = summary.bindings_of(read.name) else {
             continue;
         };
@@ -943,7 +952,30 @@ fn module_entries(
         import_time_edges(summary, name, is_package),
     ))
     .chain(functions)
+    .chain(lazy_names(summary, name, package))
     .collect()
+}
+
+/// A module that answers attribute reads itself (PEP 562's module `__getattr__`, as
+/// huggingface_hub's lazy `_attach` or scientific Python's lazy_loader make one) imports on
+/// demand what its `TYPE_CHECKING` block names for type checkers: `from huggingface_hub import
+/// HfApi` runs `huggingface_hub.hf_api`. Each name a `TYPE_CHECKING` `from m import name` binds
+/// there, by its node's name ([`LAZY`]), with that import (optional).
+fn lazy_names(summary: &ModuleSummary, name: &str, package: &str) -> Vec<(String, Vec<RawEdge>)> {
+    let serves = (summary.name_id("__getattr__"))
+        .and_then(|id| summary.bindings_of(id))
+        .is_some();
+    if !serves {
+        return Vec::new();
+    }
+    (summary.imports.iter())
+        .filter(|edge| edge.context.type_checking && !edge.context.in_function)
+        .filter_map(|edge| {
+            let member = summary.edge_member(edge).filter(|m| *m != "*")?;
+            let imported = raw_edge(summary, edge, package);
+            Some((format!("{name}{LAZY}{member}"), vec![imported]))
+        })
+        .collect()
 }
 
 /// Per node, the distributions reachable from it over the edges `follow` keeps (its own
@@ -1475,6 +1507,7 @@ def load():
 load()
 util.by_attribute()
 aliased.by_alias()
+registry = [util.never_called]
 ";
         let util = "\
 def import_extra():
@@ -1522,14 +1555,17 @@ if TYPE_CHECKING:
                 ("omega/__init__.py", lazy),
                 ("omega/api.py", "import lambda_\nclass Api: pass\n"),
                 ("typed.py", eager),
+                ("user.py", "from omega import Api\n"),
+                ("other.py", "import omega\nfrom typed import mu\n"),
             ],
         );
         leaf_dists(&site, &["lambda_", "mu"]);
-        let (any, required) = reached_from(&site, "omega");
+        let (any, required) = reached_from(&site, "user");
         assert_eq!(any, ["lambda_", "omega"]);
         assert_eq!(required, ["omega"]);
-        // Without a module __getattr__, TYPE_CHECKING imports stay for type checkers alone.
-        assert_eq!(reached_from(&site, "typed").0, ["omega"]);
+        // Importing the module alone asks it for nothing; and without a module __getattr__,
+        // TYPE_CHECKING imports stay for type checkers alone.
+        assert_eq!(reached_from(&site, "other").0, ["omega"]);
     }
 
     #[test]
