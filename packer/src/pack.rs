@@ -309,6 +309,11 @@ fn with_tests_imported_by_own_modules(
     kept: &BTreeSet<String>,
 ) -> Result<BTreeSet<String>> {
     let mut with_imported = kept.clone();
+    // Most distributions have no tests directory to leave out: nothing to read then.
+    let mut archive_paths = dist.files.iter().map(|f| placement.archive_path(dist, f));
+    if !archive_paths.any(|path| path.is_ok_and(|path| is_unneeded_test_file(&path, kept))) {
+        return Ok(with_imported);
+    }
     for file in (dist.files.iter()).filter(|f| f.extension().is_some_and(|e| e == "py")) {
         let archive_path = placement.archive_path(dist, file)?;
         let components = site_components(&archive_path);
