@@ -14,7 +14,9 @@ MODULE`'s distributions. lfm run has no import log (it runs any command), so it 
 Environment: LFM, PY (the corpus venv's interpreter); PATHS (comma-separated, default
 call,serve,pack), ONLY (comma-separated modules), JOBS (default 2), OUT (the JSON report),
 PACK_MAX_GB (default 1.5: a module whose import loads more is not packed, and is listed so),
-RECALL=0 (no closure recall), REUSE (an earlier OUT: its imports again, the recall anew).
+RECALL=0 (no closure recall), REUSE (an earlier OUT: its imports again, the recall anew; with
+ONLY, of those modules alone: `PATHS= RECALL=0 OUT=plain.json` once, then `REUSE=plain.json
+ONLY=torch` for each turn on the closure rules).
 Never imports the corpus in this interpreter: only PY does.
 """
 
@@ -315,6 +317,8 @@ def main():
         if os.environ.get("REUSE"):
             with open(os.environ["REUSE"]) as earlier:
                 rows = json.load(earlier)["rows"]
+            # ONLY with REUSE: the recall of those modules alone, the quickest turn on it.
+            rows = {m: row for m, row in rows.items() if m in modules}
         else:
             rows = measure(bench, sorted(modules), paths, jobs)
         closure_recall = None

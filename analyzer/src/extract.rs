@@ -46,6 +46,10 @@ pub struct ModuleSummary {
     /// something called (a decorator, bare or called, or a call's callee): (name, path or
     /// [`BARE`], line, decorated scope or [`BARE`]) quadruples; see [`crate::engine`].
     engine_callees: Vec<u32>,
+    /// What module-level statements call, and the decorators of top-level defs and classes:
+    /// (name, path or [`BARE`]) pairs, sorted and unique (see
+    /// [`ModuleSummary::import_time_calls`]).
+    import_time_calls: Vec<u32>,
     /// Problems found while reading this file: syntax errors, non-constant dynamic imports.
     pub problems: Vec<Problem>,
 }
@@ -384,6 +388,13 @@ impl ModuleSummary {
             })
     }
 
+    /// What the module's own statements call when it is imported (the callee of each call,
+    /// as a [`Use`]; the decorators of its top-level defs and classes too): a def's body runs
+    /// at import only through these.
+    pub fn import_time_calls(&self) -> impl Iterator<Item = Use> + '_ {
+        uses_of(&self.import_time_calls)
+    }
+
     /// Reads of names that imports of this scope bind, from the scope or the scopes nested in
     /// it that do not bind the name themselves (for a class, from its own body only).
     pub fn import_uses(&self, scope: u32) -> impl Iterator<Item = ImportUse> + '_ {
@@ -437,6 +448,7 @@ impl ModuleSummary {
             + 4 * self.binding_offsets.capacity()
             + 4 * self.value_lists.capacity()
             + 4 * self.engine_callees.capacity()
+            + 4 * self.import_time_calls.capacity()
     }
 
     /// The module-level statements that bind `name`.
@@ -599,6 +611,8 @@ struct CalleeBuild {
     pair: [NameId; 2],
     offset: TextSize,
     decorates: Option<u32>,
+    /// The scope the call is in (a decorator: the decorated def's enclosing scope).
+    scope: u32,
 }
 
 /// Collects what one module-level statement reads and imports, to attach to the names it binds.
@@ -798,6 +812,7 @@ impl<'a> Extractor<'a> {
             pair,
             offset: callee.start(),
             decorates,
+            scope: self.current,
         });
         true
     }
@@ -1235,6 +1250,7 @@ impl<'a> Extractor<'a> {
         let engine_names = self.engine_import_names();
         let uses = self.scope_uses(&renumbered, &engine_names);
         let engine_callees = self.engine_callees(&renumbered, &engine_names);
+        let import_time_calls = self.import_time_calls(&renumbered);
         let bindings = std::mem::take(&mut self.bindings);
         let (bindings, binding_offsets) = group_bindings(bindings, &renumbered, order.len());
         // A read of a name no module-level statement binds (a builtin, a typo) leads nowhere,
@@ -1289,6 +1305,7 @@ impl<'a> Extractor<'a> {
             binding_offsets,
             value_lists,
             engine_callees,
+            import_time_calls,
             problems: self.problems,
         }
     }
@@ -1349,6 +1366,15 @@ impl<'a> Extractor<'a> {
         }
         out.shrink_to_fit();
         out
+    }
+
+    /// See [`ModuleSummary::import_time_calls`] (renumbered, as pairs end to end).
+    fn import_time_calls(&self, renumbered: &[NameId]) -> Vec<u32> {
+        let pairs: Vec<[NameId; 2]> = (self.callees.iter())
+            .filter(|callee| callee.scope == 0)
+            .map(|callee| callee.pair)
+            .collect();
+        sorted_uses(&pairs, renumbered).concat()
     }
 
     /// Each scope's import edges, by index.

@@ -4,10 +4,11 @@
 //! installed code also imports what it finds installed (`try: import pandas` in scikit-learn,
 //! numpy in joblib): Python runs those imports because the distribution is there, and a pack
 //! without it behaves otherwise. This module follows the import-time edges of installed modules
-//! (module level and class bodies; not function bodies, not `TYPE_CHECKING`) through installed
-//! code, and says for each installed module which distributions importing it reaches, and which
-//! of them through imports that cannot fail over to doing without (not inside `try`, not under
-//! a condition).
+//! (module level and class bodies, and the bodies of the functions the module level calls; not
+//! `TYPE_CHECKING` but where a module `__getattr__` serves those names) through installed code,
+//! and says for each installed module which distributions importing it reaches, and which of
+//! them through imports that cannot fail over to doing without (not inside `try`, not under a
+//! condition).
 //!
 //! A distribution's edges come from parsing its Python files once (or from the summaries the
 //! run already made of them), and are kept between runs ([`DIR`], one file a distribution)
@@ -39,6 +40,23 @@ struct RawEdge {
     line: u32,
     /// Inside `try` or under a condition: the module can import without it.
     optional: bool,
+    /// A call, at import time, of function `member` of `module`: what its body imports runs
+    /// too (see [`FUNCTION`]).
+    #[serde(default)]
+    call: bool,
+}
+
+/// Joins a module's name and one of its top-level functions in the name of the function's
+/// node (`torch.utils._import_utils:import_dill`): its edges are the imports its body runs.
+const FUNCTION: char = ':';
+/// Joins a module's name and a name its PEP 562 `__getattr__` serves in the name of that
+/// name's node (`huggingface_hub;HfApi`): its edges are the imports `TYPE_CHECKING` names
+/// for it (see [`lazy_names`]).
+const LAZY: char = ';';
+
+/// Whether node `name` is a function's or a lazily served name's (no module of its own).
+fn is_member_node(name: &str) -> bool {
+    name.contains([FUNCTION, LAZY])
 }
 
 /// A distribution's modules, each with its import-time edges.
@@ -145,6 +163,7 @@ impl InstalledImports {
                 ..InstalledImports::default()
             },
             absent: Default::default(),
+            functions: HashMap::default(),
         };
         let mut queue = VecDeque::new();
         for root in roots {
@@ -334,6 +353,10 @@ struct Builder<'s, 'a> {
     distutils_shim: bool,
     /// Names that are no installed module (stdlib, not installed, namespace directories).
     absent: rustc_hash::FxHashSet<String>,
+    /// Without kept edges: the edges of the functions of the modules read so far that import
+    /// anything, by function node name, taken when such a node is made's turn comes (its
+    /// module's node is always older: the call's edge made it first).
+    functions: HashMap<String, Vec<RawEdge>>,
 }
 
 impl Builder<'_, '_> {
@@ -345,7 +368,10 @@ impl Builder<'_, '_> {
         if self.absent.contains(name) {
             return None;
         }
-        let Some((dist, path)) = self.locate(name) else {
+        let module = name
+            .split_once([FUNCTION, LAZY])
+            .map_or(name, |(module, _)| module);
+        let Some((dist, path)) = self.locate(module) else {
             self.absent.insert(name.to_string());
             return None;
         };
@@ -416,7 +442,11 @@ impl Builder<'_, '_> {
     fn edges_of(&mut self, id: u32, raw: Vec<RawEdge>, queue: &mut VecDeque<u32>) -> Vec<Edge> {
         let name = self.graph.nodes[id as usize].name.clone();
         let mut edges = Vec::new();
-        if let Some((parent, _)) = name.rsplit_once('.') {
+        // A function's module is imported by whoever calls it: its node has no parent.
+        let parent = (!is_member_node(&name))
+            .then(|| name.rsplit_once('.'))
+            .flatten();
+        if let Some((parent, _)) = parent {
             if let Some(to) = self.longest_installed(parent, queue) {
                 edges.push(Edge {
                     to,
@@ -444,8 +474,41 @@ impl Builder<'_, '_> {
                     optional: edge.optional,
                 });
             }
+            let joint = if edge.call { FUNCTION } else { LAZY };
+            let called = match (&edge.member, whole.is_none()) {
+                (Some(member), true) if member != "*" => {
+                    self.member_node(target, &edge.module, joint, member, queue)
+                }
+                _ => None,
+            };
+            if let Some(to) = called {
+                edges.push(Edge {
+                    to,
+                    line: edge.line,
+                    optional: true,
+                });
+            }
         }
         edges
+    }
+
+    /// The node of `member` of installed module `module` (a function called, `joint`
+    /// [`FUNCTION`], or a name imported from it, [`LAZY`]), where `target` (the node the
+    /// edge reached) is that module itself. Its edges are empty unless the function imports
+    /// anything, or the module serves the name lazily.
+    fn member_node(
+        &mut self,
+        target: Option<u32>,
+        module: &str,
+        joint: char,
+        member: &str,
+        queue: &mut VecDeque<u32>,
+    ) -> Option<u32> {
+        let target = target?;
+        if self.graph.nodes[target as usize].name != module {
+            return None;
+        }
+        self.node(&format!("{module}{joint}{member}"), queue)
     }
 
     fn longest_installed(&mut self, name: &str, queue: &mut VecDeque<u32>) -> Option<u32> {
@@ -476,9 +539,27 @@ impl Builder<'_, '_> {
                 .collect();
         }
         let (nodes, sources) = (&self.graph.nodes, self.sources);
-        wave.par_iter()
+        let read: Vec<Vec<(String, Vec<RawEdge>)>> = wave
+            .par_iter()
             .map(|&id| node_edges(sources, &nodes[id as usize]))
-            .collect()
+            .collect();
+        let mut own: Vec<Vec<RawEdge>> = read.into_iter().map(|e| self.keep_functions(e)).collect();
+        // A function's module may be in this very wave: its entries are kept by now.
+        for (&id, edges) in wave.iter().zip(own.iter_mut()) {
+            let name = &self.graph.nodes[id as usize].name;
+            if is_member_node(name) {
+                *edges = self.functions.remove(name).unwrap_or_default();
+            }
+        }
+        own
+    }
+
+    /// A module's entries ([`module_entries`]): its functions' kept, its own returned.
+    fn keep_functions(&mut self, entries: Vec<(String, Vec<RawEdge>)>) -> Vec<RawEdge> {
+        let mut entries = entries.into_iter();
+        let own = entries.next().map(|(_, edges)| edges).unwrap_or_default();
+        self.functions.extend(entries);
+        own
     }
 
     /// What the waves of [`InstalledImports::build`] do without kept edges, without waiting
@@ -490,11 +571,14 @@ impl Builder<'_, '_> {
         let sources = self.sources;
         let (sender, receiver) = std::sync::mpsc::channel();
         rayon::in_place_scope(|scope| {
-            let mut read: HashMap<u32, Vec<RawEdge>> = HashMap::default();
+            let mut read: HashMap<u32, Vec<(String, Vec<RawEdge>)>> = HashMap::default();
             let mut next = 0u32;
             loop {
                 while let Some(id) = queue.pop_front() {
                     let node = &self.graph.nodes[id as usize];
+                    if is_member_node(&node.name) {
+                        continue; // its edges come with its module's (see `functions`)
+                    }
                     let (name, path) = (node.name.clone(), node.path.clone());
                     let sender = sender.clone();
                     scope.spawn(move |_| {
@@ -515,9 +599,13 @@ impl Builder<'_, '_> {
                 if next as usize == self.graph.nodes.len() {
                     break;
                 }
+                let name = &self.graph.nodes[next as usize].name;
                 let raw = loop {
+                    if is_member_node(name) {
+                        break self.functions.remove(name).unwrap_or_default();
+                    }
                     if let Some(raw) = read.remove(&next) {
-                        break raw;
+                        break self.keep_functions(raw);
                     }
                     // This thread holds a sender: a receive fails only if that is dropped.
                     let Ok((id, edges)) = receiver.recv() else {
@@ -642,8 +730,8 @@ fn load_dist_edges(
     };
     let edges: DistEdges = files
         .par_iter()
-        .map(|(name, path, is_package)| {
-            (name.clone(), module_edges(sources, path, name, *is_package))
+        .flat_map_iter(|(name, path, is_package)| {
+            module_entries(&summary_of(sources, path), name, *is_package)
         })
         .collect();
     if let Some((dir, name)) = entry.filter(|_| settled(&stamps, stamped_at)) {
@@ -652,21 +740,19 @@ fn load_dist_edges(
     (edges, stamps)
 }
 
-/// The import-time edges of installed module `name` (file `path`), from the summary this run
-/// made of it if any.
-/// The import-time edges `node`'s file writes (none for an extension module).
-fn node_edges(sources: &Sources, node: &Node) -> Vec<RawEdge> {
+/// The entries ([`module_entries`]) of module node `node`'s file: none for an extension
+/// module, nor for a function's node (its module's entries hold its edges).
+fn node_edges(sources: &Sources, node: &Node) -> Vec<(String, Vec<RawEdge>)> {
     let is_package = node.path.ends_with("__init__.py");
-    match node.path.extension().is_some_and(|e| e == "py") {
-        true => module_edges(sources, &node.path, &node.name, is_package),
-        false => Vec::new(), // an extension module: no Python to read
+    if node.path.extension().is_none_or(|e| e != "py") || is_member_node(&node.name) {
+        return Vec::new();
     }
+    module_entries(&summary_of(sources, &node.path), &node.name, is_package)
 }
 
-fn module_edges(sources: &Sources, path: &Path, name: &str, is_package: bool) -> Vec<RawEdge> {
-    let summary =
-        (sources.loaded)(path).unwrap_or_else(|| crate::project::read_and_summarize(path, None).0);
-    import_time_edges(&summary, name, is_package)
+/// The summary of installed file `path`: the one this run made of it, if any.
+fn summary_of(sources: &Sources, path: &Path) -> Arc<ModuleSummary> {
+    (sources.loaded)(path).unwrap_or_else(|| crate::project::read_and_summarize(path, None).0)
 }
 
 /// The entry's file name: the lfm executable, the extractor's version and the distribution's
@@ -711,29 +797,184 @@ fn is_identifier(text: &str) -> bool {
         && chars.all(|c| c == '_' || c.is_alphanumeric())
 }
 
-/// The imports module `name` runs when it is imported, absolute.
+/// The imports module `name` runs when it is imported, absolute: its module level and class
+/// bodies (not `TYPE_CHECKING`), and the functions it calls there (see [`calls_at_import`]).
 fn import_time_edges(summary: &ModuleSummary, name: &str, is_package: bool) -> Vec<RawEdge> {
-    let package = match (is_package, name.rsplit_once('.')) {
+    let package = package_of(name, is_package);
+    let mut edges: Vec<RawEdge> = (summary.imports.iter())
+        .filter(|edge| !edge.context.in_function && !edge.context.type_checking)
+        .map(|edge| raw_edge(summary, edge, package))
+        .filter(|edge| !edge.module.is_empty())
+        .collect();
+    edges.extend(calls_at_import(summary, name, package));
+    edges
+}
+
+/// The package relative imports of module `name` start from.
+fn package_of(name: &str, is_package: bool) -> &str {
+    match (is_package, name.rsplit_once('.')) {
         (true, _) => name,
         (false, Some((parent, _))) => parent,
         (false, None) => "",
+    }
+}
+
+/// Import `edge` of a module of package `package`, made absolute.
+fn raw_edge(summary: &ModuleSummary, edge: &crate::extract::ImportEdge, package: &str) -> RawEdge {
+    let written = summary.edge_module(edge);
+    let module = match edge.level {
+        0 => written.to_string(),
+        level => join_relative(package, level, written),
     };
-    (summary.imports.iter())
-        .filter(|edge| !edge.context.in_function && !edge.context.type_checking)
-        .map(|edge| {
-            let written = summary.edge_module(edge);
-            let module = match edge.level {
-                0 => written.to_string(),
-                level => join_relative(package, level, written),
+    let context = edge.context;
+    RawEdge {
+        module,
+        member: summary.edge_member(edge).map(str::to_string),
+        line: edge.line,
+        optional: context.optional || context.conditional || context.type_checking,
+        call: false,
+    }
+}
+
+/// Functions module `name` calls when it is imported, as call edges: the callees of its
+/// module-level calls and of its top-level decorators that a top-level `def` of its own binds, or a module-level `from m import f`
+/// (`f`), `from m import sub` read as `sub.f`, or `import m` read as `m.f`. What such a function's body imports runs at import
+/// (torch's `dill = import_dill()`, flatbuffers' `np = import_numpy()`); optional, since what
+/// a body runs depends on what it is given and finds.
+fn calls_at_import(summary: &ModuleSummary, name: &str, package: &str) -> Vec<RawEdge> {
+    use crate::extract::{Binding, ScopeKind};
+    let mut calls = Vec::new();
+    for read in summary.import_time_calls() {
+        let Some(bindings) = summary.bindings_of(read.name) else {
+            continue;
+        };
+        let path = read.path.map(|path| summary.name(path));
+        for binding in bindings {
+            let (module, function, line) = match *binding {
+                Binding::Definition { scope } if path.is_none() => {
+                    let defined = &summary.scopes[scope as usize];
+                    if defined.kind != ScopeKind::Function {
+                        continue;
+                    }
+                    let function = summary.name(read.name).to_string();
+                    (name.to_string(), function, defined.line)
+                }
+                Binding::Import { edge } => {
+                    let edge = &summary.imports[edge as usize];
+                    let Some(called) = called_through_import(summary, edge, path, package) else {
+                        continue;
+                    };
+                    (called.0, called.1, edge.line)
+                }
+                _ => continue,
             };
-            RawEdge {
+            calls.push(RawEdge {
                 module,
-                member: summary.edge_member(edge).map(str::to_string),
-                line: edge.line,
-                optional: edge.context.optional || edge.context.conditional,
-            }
+                member: Some(function),
+                line,
+                optional: true,
+                call: true,
+            });
+        }
+    }
+    calls
+}
+
+/// The module and function a module-level read calls through import `edge` (that bound the
+/// name read, `path` the attributes read from it): `from m import f` read as `f`, or `import
+/// m.sub` read as `m.sub.f`, or `from m import sub` read as `sub.f`. None for anything else.
+fn called_through_import(
+    summary: &ModuleSummary,
+    edge: &crate::extract::ImportEdge,
+    path: Option<&str>,
+    package: &str,
+) -> Option<(String, String)> {
+    if edge.context.in_function || edge.context.type_checking {
+        return None;
+    }
+    let imported = raw_edge(summary, edge, package);
+    match (imported.member, path) {
+        (Some(member), None) if member != "*" => Some((imported.module, member)),
+        // `from m import sub` read as `sub.f`: a function of submodule `m.sub`, if it is one.
+        (Some(member), Some(path)) if member != "*" => {
+            let dotted = format!("{}.{member}.{path}", imported.module);
+            let (module, function) = dotted.rsplit_once('.')?;
+            Some((module.to_string(), function.to_string()))
+        }
+        (None, Some(path)) => {
+            // `import a.b` binds `a` (read as `a.b.f`); `import a.b as c` binds `a.b`.
+            let bound = match edge.aliased {
+                true => imported.module.as_str(),
+                false => imported.module.split('.').next().unwrap_or_default(),
+            };
+            let dotted = format!("{bound}.{path}");
+            let (module, function) = dotted.rsplit_once('.')?;
+            Some((module.to_string(), function.to_string()))
+        }
+        _ => None,
+    }
+}
+
+fn top_level_functions(summary: &ModuleSummary) -> impl Iterator<Item = u32> + '_ {
+    (1..summary.scopes.len() as u32).filter(|&scope| {
+        let scope = &summary.scopes[scope as usize];
+        scope.parent == 0 && scope.kind == crate::extract::ScopeKind::Function
+    })
+}
+
+fn scope_edges(summary: &ModuleSummary, scope: u32, package: &str) -> Vec<RawEdge> {
+    (summary.scope_imports(scope).iter())
+        .map(|&edge| &summary.imports[edge as usize])
+        .filter(|edge| !edge.context.type_checking)
+        .map(|edge| RawEdge {
+            optional: true,
+            ..raw_edge(summary, edge, package)
         })
         .filter(|edge| !edge.module.is_empty())
+        .collect()
+}
+
+/// Module `name`'s import-time edges, and those of each of its top-level functions that
+/// imports anything (by its function node's name): a distribution's entries.
+fn module_entries(
+    summary: &ModuleSummary,
+    name: &str,
+    is_package: bool,
+) -> Vec<(String, Vec<RawEdge>)> {
+    let package = package_of(name, is_package);
+    let functions = top_level_functions(summary).filter_map(|scope| {
+        let edges = scope_edges(summary, scope, package);
+        let function = summary.scope_name(scope);
+        (!edges.is_empty()).then(|| (format!("{name}{FUNCTION}{function}"), edges))
+    });
+    std::iter::once((
+        name.to_string(),
+        import_time_edges(summary, name, is_package),
+    ))
+    .chain(functions)
+    .chain(lazy_names(summary, name, package))
+    .collect()
+}
+
+/// A module that answers attribute reads itself (PEP 562's module `__getattr__`, as
+/// huggingface_hub's lazy `_attach` or scientific Python's lazy_loader make one) imports on
+/// demand what its `TYPE_CHECKING` block names for type checkers: `from huggingface_hub import
+/// HfApi` runs `huggingface_hub.hf_api`. Each name a `TYPE_CHECKING` `from m import name` binds
+/// there, by its node's name ([`LAZY`]), with that import (optional).
+fn lazy_names(summary: &ModuleSummary, name: &str, package: &str) -> Vec<(String, Vec<RawEdge>)> {
+    let serves = (summary.name_id("__getattr__"))
+        .and_then(|id| summary.bindings_of(id))
+        .is_some();
+    if !serves {
+        return Vec::new();
+    }
+    (summary.imports.iter())
+        .filter(|edge| edge.context.type_checking && !edge.context.in_function)
+        .filter_map(|edge| {
+            let member = summary.edge_member(edge).filter(|m| *m != "*")?;
+            let imported = raw_edge(summary, edge, package);
+            Some((format!("{name}{LAZY}{member}"), vec![imported]))
+        })
         .collect()
 }
 
@@ -1084,8 +1325,10 @@ class C:
 ";
         let summary = crate::extract::summarize(source);
         let edges = import_time_edges(&summary, "pkg.mod", false);
+        // Calls of functions (none here reach one that imports) are another test's.
         let shown: Vec<(String, Option<String>, bool)> = edges
             .into_iter()
+            .filter(|e| !e.call)
             .map(|e| (e.module, e.member, e.optional))
             .collect();
         let expected = [
@@ -1208,6 +1451,123 @@ class C:
         assert_eq!(reached(&site, &cache), edited);
     }
 
+    /// The distributions importing `root` reaches (all, then through required imports only),
+    /// by a graph read ahead without kept edges and by one made in waves from kept edges:
+    /// both must say the same.
+    fn reached_from(site: &Path, root: &str) -> (Vec<String>, Vec<String>) {
+        let dists = DistIndex::build(&[site.to_path_buf()], None);
+        let loaded = |_: &Path| None;
+        let cache = tempfile::tempdir().unwrap();
+        let answers: Vec<(Vec<String>, Vec<String>)> = [None, Some(cache.path())]
+            .into_iter()
+            .map(|cache_dir| {
+                let sources = Sources {
+                    dists: &dists,
+                    site_dirs: &[site.to_path_buf()],
+                    extension_suffixes: &[],
+                    loaded: &loaded,
+                    cache_dir,
+                };
+                let graph = InstalledImports::build(&sources, [root.to_string()]);
+                let (_, any, required) = graph.reached([(root, true)]);
+                let names = |set: DistSet| -> Vec<String> {
+                    let mut names: Vec<String> = (set.ids())
+                        .map(|id| dists.dists[id as usize].name.clone())
+                        .collect();
+                    names.sort();
+                    names
+                };
+                (names(any), names(required))
+            })
+            .collect();
+        assert_eq!(answers[0], answers[1], "read ahead, then in waves");
+        answers[0].clone()
+    }
+
+    fn leaf_dists(site: &Path, names: &[&str]) {
+        for name in names {
+            let file = format!("{name}.py");
+            crate::test_site::dist(site, name, "1.0", &[(&file, "import os\n")]);
+        }
+    }
+
+    #[test]
+    fn a_function_called_at_import_time_brings_what_its_body_imports() {
+        let root = tempfile::tempdir().unwrap();
+        let site = root.path().join("site-packages");
+        let init = "\
+from alpha.util import import_extra
+from alpha import util
+import alpha.util as aliased
+extra = import_extra()
+def load():
+    import eta
+    def later():
+        import theta
+load()
+util.by_attribute()
+aliased.by_alias()
+registry = [util.never_called]
+";
+        let util = "\
+def import_extra():
+    if not wanted():
+        return None
+    import epsilon
+    return epsilon
+def by_attribute():
+    from iota import x
+def by_alias():
+    import kappa
+def never_called():
+    import zeta
+";
+        crate::test_site::dist(
+            &site,
+            "alpha",
+            "1.0",
+            &[("alpha/__init__.py", init), ("alpha/util.py", util)],
+        );
+        leaf_dists(&site, &["epsilon", "eta", "theta", "iota", "kappa", "zeta"]);
+        let (any, required) = reached_from(&site, "alpha");
+        assert_eq!(any, ["alpha", "epsilon", "eta", "iota", "kappa"]);
+        assert_eq!(required, ["alpha"]);
+    }
+
+    #[test]
+    fn a_module_with_getattr_imports_its_type_checking_names_on_demand() {
+        let root = tempfile::tempdir().unwrap();
+        let site = root.path().join("site-packages");
+        let lazy = "\
+from typing import TYPE_CHECKING
+import importlib
+def __getattr__(name):
+    return getattr(importlib.import_module('.api', __name__), name)
+if TYPE_CHECKING:
+    from .api import Api
+";
+        let eager = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import mu\n";
+        crate::test_site::dist(
+            &site,
+            "omega",
+            "1.0",
+            &[
+                ("omega/__init__.py", lazy),
+                ("omega/api.py", "import lambda_\nclass Api: pass\n"),
+                ("typed.py", eager),
+                ("user.py", "from omega import Api\n"),
+                ("other.py", "import omega\nfrom typed import mu\n"),
+            ],
+        );
+        leaf_dists(&site, &["lambda_", "mu"]);
+        let (any, required) = reached_from(&site, "user");
+        assert_eq!(any, ["lambda_", "omega"]);
+        assert_eq!(required, ["omega"]);
+        // Importing the module alone asks it for nothing; and without a module __getattr__,
+        // TYPE_CHECKING imports stay for type checkers alone.
+        assert_eq!(reached_from(&site, "other").0, ["omega"]);
+    }
+
     #[test]
     fn the_distutils_shim_serves_distutils_from_setuptools() {
         let edge = |module: &str| RawEdge {
@@ -1215,6 +1575,7 @@ class C:
             member: None,
             line: 1,
             optional: false,
+            call: false,
         };
         for (written, served) in [
             ("distutils", "setuptools._distutils"),

@@ -299,15 +299,77 @@ fn tests_directories_of(spec: &Spec) -> BTreeSet<String> {
         .collect()
 }
 
+/// `kept` and the `tests` directories of `dist` that its own modules outside them import when
+/// they are imported (module level, not `TYPE_CHECKING`): `astropy/__init__.py` runs `from
+/// .tests.runner import TestRunner`, so `astropy/tests` is library code, though a closure lists
+/// astropy as a leaf. Only the files that mention `tests` are parsed.
+fn with_tests_imported_by_own_modules(
+    dist: &Distribution,
+    placement: &Placement,
+    kept: &BTreeSet<String>,
+) -> Result<BTreeSet<String>> {
+    let mut with_imported = kept.clone();
+    // Most distributions have no tests directory to leave out: nothing to read then.
+    let mut archive_paths = dist.files.iter().map(|f| placement.archive_path(dist, f));
+    if !archive_paths.any(|path| path.is_ok_and(|path| is_unneeded_test_file(&path, kept))) {
+        return Ok(with_imported);
+    }
+    for file in (dist.files.iter()).filter(|f| f.extension().is_some_and(|e| e == "py")) {
+        let archive_path = placement.archive_path(dist, file)?;
+        let components = site_components(&archive_path);
+        if components.is_empty() || is_unneeded_test_file(&archive_path, kept) {
+            continue;
+        }
+        let Ok(source) = fs::read_to_string(file) else {
+            continue; // unreadable here: packing it reports why
+        };
+        if source.contains("tests") {
+            let package = &components[..components.len() - 1];
+            with_imported.extend(tests_imported(&source, package));
+        }
+    }
+    Ok(with_imported)
+}
+
+/// The `tests` directories (site-relative, `astropy/tests`) that the import-time imports of a
+/// module of package `package` (its directory's components) name.
+fn tests_imported(source: &str, package: &[&str]) -> Vec<String> {
+    let summary = lfm_analyzer::extract::summarize(source);
+    (summary.imports.iter())
+        .filter(|edge| !edge.context.in_function && !edge.context.type_checking)
+        .filter_map(|edge| {
+            let up = (edge.level as usize).saturating_sub(1);
+            let mut parts: Vec<&str> = match edge.level {
+                0 => Vec::new(),
+                _ => package[..package.len().checked_sub(up)?].to_vec(),
+            };
+            parts.extend(
+                summary
+                    .edge_module(edge)
+                    .split('.')
+                    .filter(|p| !p.is_empty()),
+            );
+            parts.extend(summary.edge_member(edge));
+            let at = parts.iter().position(|p| *p == "tests")?;
+            Some(parts[..=at].join("/"))
+        })
+        .collect()
+}
+
+/// The components of `archive_path` below its site-packages directory (none outside one).
+fn site_components(archive_path: &str) -> Vec<&str> {
+    archive_path
+        .split('/')
+        .skip_while(|c| *c != "site-packages" && *c != "dist-packages")
+        .skip(1)
+        .collect()
+}
+
 /// Is the file at `archive_path` in a `tests` directory of site-packages that no closure
 /// module lies in? Test suites are a third of numpy, pandas, scipy and scikit-learn, and no
 /// import of the library reaches them.
 fn is_unneeded_test_file(archive_path: &str, tests_kept: &BTreeSet<String>) -> bool {
-    let components: Vec<&str> = archive_path
-        .split('/')
-        .skip_while(|c| *c != "site-packages" && *c != "dist-packages")
-        .skip(1)
-        .collect();
+    let components = site_components(archive_path);
     let directories = components.len().saturating_sub(1);
     components[..directories]
         .iter()
@@ -337,9 +399,13 @@ fn add_distributions(
         let mut tests_left_out = 0;
         let packed_files =
             (dist.files.iter()).filter(|f| !is_bytecode(f) && !dist.editable_launchers.contains(f));
+        let tests_kept = match &selected.tests_kept {
+            Some(kept) => Some(with_tests_imported_by_own_modules(dist, placement, kept)?),
+            None => None,
+        };
         for file in packed_files {
             let archive_path = placement.archive_path(dist, file)?;
-            if let Some(kept) = &selected.tests_kept {
+            if let Some(kept) = &tests_kept {
                 if is_unneeded_test_file(&archive_path, kept) {
                     tests_left_out += 1;
                     continue;
@@ -967,6 +1033,29 @@ mod tests {
 
     fn kept(dirs: &[&str]) -> BTreeSet<String> {
         dirs.iter().map(|d| d.to_string()).collect()
+    }
+
+    #[test]
+    fn a_tests_directory_its_own_modules_import_at_import_time_is_library_code() {
+        // astropy/__init__.py, and what else a package's modules may write.
+        let init = "\
+from .tests.runner import TestRunner
+import pkg.tests.helpers
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:
+    from .tests import typed
+def test():
+    from .other.tests import run
+";
+        assert_eq!(
+            tests_imported(init, &["astropy"]),
+            ["astropy/tests", "pkg/tests"]
+        );
+        // From a submodule, `from .. import tests` is the package's own tests directory.
+        let sub = "from .. import tests\nfrom . import testing\n";
+        assert_eq!(tests_imported(sub, &["pkg", "sub"]), ["pkg/tests"]);
+        // A relative import above the site directory names nothing.
+        assert!(tests_imported("from ... import tests\n", &["pkg"]).is_empty());
     }
 
     #[test]
