@@ -384,6 +384,8 @@ fn assert_layout(layout: &str, cgroup: &str, ordinary_user: bool) {
         );
     }
 
+    assert_pooled_and_reused_calls_measured_alone(&lines, &context);
+
     // Not delegated (an ordinary user's read-only cgroup): cgroup v2 is not used, and the
     // Report says why.
     if ordinary_user {
@@ -464,4 +466,79 @@ fn v2_as_a_user_in_slurms_step_layout() {
         "/system.slice/slurmstepd.scope/job_1/step_0/user/task_0",
         true,
     );
+}
+
+/// Issue 54's pooled slot cgroups and issue 55's reused processes on cgroup v2: a 10 MiB call
+/// after a 300 MiB one, in its cgroup or its process, has its own peak (memory.peak reset).
+fn assert_pooled_and_reused_calls_measured_alone(
+    lines: &[serde_json::Value],
+    context: &dyn Fn(&str) -> String,
+) {
+    let replies = named(lines, "serve_slot");
+    assert_eq!(replies.len(), 6, "{}: {replies:?}", context("serve_slot"));
+    let reply = |id: &str| {
+        let found = &replies
+            .iter()
+            .find(|l| l["reply"]["id"] == id)
+            .unwrap_or_else(|| panic!("{}: no reply {id}", context("serve_slot")))["reply"];
+        assert_eq!(found["ok"], true, "{}: {found}", context("serve_slot"));
+        assert_eq!(
+            found["report"]["backend"],
+            "cgroup2",
+            "{}",
+            context("serve_slot")
+        );
+        found
+    };
+    let peak = |reply: &serde_json::Value, figure: &str| {
+        reply["report"]["memory"][figure]
+            .as_f64()
+            .unwrap_or(f64::MAX)
+            / MIB
+    };
+    let large = reply("large");
+    assert!(
+        peak(large, "peak_bytes") > 290.0,
+        "{}: {large}",
+        context("serve_slot")
+    );
+    let mut in_large_cgroup = 0;
+    for id in ["small1", "small2", "small3"] {
+        let small = reply(id);
+        for figure in ["peak_bytes", "cgroup_peak_bytes"] {
+            assert!(
+                peak(small, figure) < 100.0,
+                "{}: {id}'s {figure} is {:.1} MiB: {small}",
+                context("serve_slot"),
+                peak(small, figure)
+            );
+        }
+        in_large_cgroup += usize::from(small["result"]["cgroup"] == large["result"]["cgroup"]);
+    }
+    assert!(
+        in_large_cgroup > 0,
+        "{}: no small call ran in the large call's pooled cgroup",
+        context("serve_slot")
+    );
+    let (first, second) = (reply("reuse_large"), reply("reuse_small"));
+    assert_eq!(
+        first["result"]["pid"],
+        second["result"]["pid"],
+        "{}",
+        context("serve_slot")
+    );
+    assert_eq!(second["report"]["function"]["process"]["reused"], true);
+    assert!(
+        peak(first, "peak_bytes") > 290.0,
+        "{}: {first}",
+        context("serve_slot")
+    );
+    for figure in ["peak_bytes", "cgroup_peak_bytes"] {
+        assert!(
+            peak(second, figure) < 100.0,
+            "{}: the reused call's {figure} is {:.1} MiB: {second}",
+            context("serve_slot"),
+            peak(second, figure)
+        );
+    }
 }

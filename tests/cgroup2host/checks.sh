@@ -169,6 +169,23 @@ if [ -x /usr/bin/python3 ]; then
     while read -r reply; do
         printf '{"check": "serve", "status": 0, "report": null, "reply": %s}\n' "$reply"
     done <"$replies"
+
+    # One slot: a 300 MiB call, then 10 MiB ones, one at least in the large call's cgroup once
+    # it is back in the pool, each measured alone (memory.peak reset per call); then a reuse
+    # function's two calls in one kept process, the second's peak its own.
+    replies="$reports/serve-slot.jsonl"
+    { printf '%s\n' '{"id": "large", "function": "faults.py:alloc_where", "args": [300], "import_module": true}'
+      sleep 3
+      for i in 1 2 3; do
+          printf '%s\n' "{\"id\": \"small$i\", \"function\": \"faults.py:alloc_where\", \"args\": [10], \"import_module\": true}"
+          sleep 1
+      done
+      printf '%s\n' '{"id": "reuse_large", "function": "faults.py:alloc_where", "args": [300], "import_module": true, "reuse": true}' \
+        '{"id": "reuse_small", "function": "faults.py:alloc_where", "args": [10], "import_module": true, "reuse": true}'
+    } | (cd "$(dirname "$faults")" && guard "$lfm" serve --slots 1 --python /usr/bin/python3 --no-history --cache-dir "$reports/cache") >"$replies"
+    while read -r reply; do
+        printf '{"check": "serve_slot", "status": 0, "report": null, "reply": %s}\n' "$reply"
+    done <"$replies"
 fi
 
 # Nothing left behind, nothing of this shell moved.
