@@ -439,7 +439,7 @@ fn assert_layout(layout: &str, cgroup: &str, ordinary_user: bool) {
     assert_eq!(after["shell_cgroup"], cgroup, "{layout}");
     assert!(after["own_procs"].as_u64().unwrap() >= 1);
 
-    let expected = 10 + 16 + 2 + 2 * usize::from(ordinary_user);
+    let expected = 10 + 16 + 2 + 6 + 2 * usize::from(ordinary_user);
     let names: Vec<&Value> = lines.iter().map(|l| &l["check"]).collect();
     assert_eq!(lines.len(), expected, "{layout}: {names:?}");
     eprintln!("cgroup2 guest ({layout}): {} runs checked", lines.len());
@@ -498,21 +498,14 @@ fn assert_pooled_and_reused_calls_measured_alone(
     };
     let large = reply("large");
     assert!(
-        peak(large, "peak_bytes") > 290.0,
+        peak(large, "peak_bytes") > 250.0,
         "{}: {large}",
         context("serve_slot")
     );
     let mut in_large_cgroup = 0;
     for id in ["small1", "small2", "small3"] {
         let small = reply(id);
-        for figure in ["peak_bytes", "cgroup_peak_bytes"] {
-            assert!(
-                peak(small, figure) < 100.0,
-                "{}: {id}'s {figure} is {:.1} MiB: {small}",
-                context("serve_slot"),
-                peak(small, figure)
-            );
-        }
+        assert_own_peak(small, &context(&format!("serve_slot/{id}")));
         in_large_cgroup += usize::from(small["result"]["cgroup"] == large["result"]["cgroup"]);
     }
     assert!(
@@ -529,16 +522,38 @@ fn assert_pooled_and_reused_calls_measured_alone(
     );
     assert_eq!(second["report"]["function"]["process"]["reused"], true);
     assert!(
-        peak(first, "peak_bytes") > 290.0,
+        peak(first, "peak_bytes") > 250.0,
         "{}: {first}",
         context("serve_slot")
     );
-    for figure in ["peak_bytes", "cgroup_peak_bytes"] {
-        assert!(
-            peak(second, figure) < 100.0,
-            "{}: the reused call's {figure} is {:.1} MiB: {second}",
-            context("serve_slot"),
-            peak(second, figure)
-        );
+    assert_own_peak(second, &context("serve_slot/reuse_small"));
+}
+
+/// A 10 MiB call's peak is its own; the kernel's peak of a cgroup an earlier call used is in
+/// its Report only where the kernel could reset it (memory.peak is writable from Linux 6.12),
+/// else absent and a note says why, never the earlier call's.
+fn assert_own_peak(reply: &serde_json::Value, context: &str) {
+    let memory = &reply["report"]["memory"];
+    let mib = |figure: &str| memory[figure].as_f64().map(|bytes| bytes / MIB);
+    assert!(
+        mib("peak_bytes").is_some_and(|peak| peak < 100.0),
+        "{context}: {reply}"
+    );
+    match mib("cgroup_peak_bytes") {
+        Some(peak) => assert!(
+            peak < 100.0,
+            "{context}: cgroup peak {peak:.1} MiB: {reply}"
+        ),
+        None => assert!(
+            reply["report"]["notes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|note| note
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("memory.peak could not be reset")),
+            "{context}: no cgroup peak and no note saying why: {reply}"
+        ),
     }
 }

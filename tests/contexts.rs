@@ -5,13 +5,15 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+
+use common::serve::{Containment, ServeClient};
 
 const MIB: f64 = 1_048_576.0;
 const CONTEXT: &str = "model:load";
@@ -20,15 +22,14 @@ const CONTEXT: &str = "model:load";
 struct Setup {
     name: &'static str,
     dir: tempfile::TempDir,
-    backend: &'static str,
-    as_nobody: bool,
+    how: Containment,
 }
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state")
 }
 
-fn setup(name: &'static str, backend: &'static str, as_nobody: bool) -> Setup {
+fn setup(how: Containment) -> Setup {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::Builder::new()
         .prefix("lfm-contexts")
@@ -50,33 +51,19 @@ fn setup(name: &'static str, backend: &'static str, as_nobody: bool) -> Setup {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     Setup {
-        name,
+        name: how.name,
         dir,
-        backend,
-        as_nobody,
+        how,
     }
 }
 
 /// Every setup this machine offers, each missing one said.
 fn setups() -> Vec<Setup> {
-    let mut out = Vec::new();
-    if common::cgroup1_available() {
-        out.push(setup("cgroup1", "cgroup1", false));
-    } else {
-        eprintln!("SKIPPED cgroup1: no writable cgroup v1 hierarchy here");
-    }
-    if common::is_root() && Path::new("/usr/bin/python3").exists() {
-        out.push(setup("rlimit-as-nobody", "rlimit", true));
-    } else {
-        eprintln!("SKIPPED rlimit as nobody: needs root (to setpriv) and /usr/bin/python3");
-        out.push(setup("rlimit", "rlimit", false));
-    }
-    out
+    Containment::available().into_iter().map(setup).collect()
 }
 
 struct Server {
-    child: Child,
-    stdout: BufReader<std::process::ChildStdout>,
+    client: ServeClient,
     /// The serve's log, line by line as it comes.
     log: mpsc::Receiver<String>,
 }
@@ -88,37 +75,20 @@ impl Setup {
 
     /// A serve whose zygote finds the fixtures (`model`, and with `device` the fake torch).
     fn start(&self, device: bool) -> Server {
-        let lfm = self.dir.path().join("lfm");
-        let mut command = if self.as_nobody {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
-            c.arg(&lfm);
-            c
-        } else {
-            Command::new(&lfm)
-        };
-        let python = if self.as_nobody {
-            "/usr/bin/python3"
-        } else {
-            "python3"
-        };
+        let mut command = self.how.serve_command(&self.dir.path().join("lfm"));
         let mut path = self.dir.path().to_string_lossy().into_owned();
         if device {
             path = format!("{}:{path}", self.dir.path().join("site-packages").display());
         }
         command
-            .args(["serve", "--python", python, "--backend", self.backend])
             .args(["--no-history", "--cache-dir"])
             .arg(self.dir.path().join("cache"))
             .env("PYTHONPATH", path)
             .env("MODEL_LOADS", self.loads_file())
             .current_dir(self.dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("start lfm serve");
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut client = ServeClient::spawn(&mut command);
+        let stderr = BufReader::new(client.child.stderr.take().unwrap());
         let (sender, log) = mpsc::channel();
         std::thread::spawn(move || {
             for line in stderr.lines().map_while(Result::ok) {
@@ -128,7 +98,7 @@ impl Setup {
                 }
             }
         });
-        Server { child, stdout, log }
+        Server { client, log }
     }
 
     fn loads(&self) -> usize {
@@ -140,12 +110,7 @@ impl Setup {
 
 impl Server {
     fn ask(&mut self, request: &Value) -> Value {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        writeln!(stdin, "{request}").unwrap();
-        stdin.flush().unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+        self.client.ask(request)
     }
 
     /// Wait (at most 30 s) for a log line containing `text`.
@@ -159,10 +124,8 @@ impl Server {
         }
     }
 
-    fn end(mut self) {
-        drop(self.child.stdin.take());
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "serve exited with {status}");
+    fn end(self) {
+        self.client.end();
     }
 }
 

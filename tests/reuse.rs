@@ -5,9 +5,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+
+use common::serve::{Containment, ServeClient};
 
 use serde_json::{json, Value};
 
@@ -17,11 +17,10 @@ const MIB: f64 = 1_048_576.0;
 struct Setup {
     name: &'static str,
     dir: tempfile::TempDir,
-    backend: &'static str,
-    as_nobody: bool,
+    how: Containment,
 }
 
-fn setup(name: &'static str, backend: &'static str, as_nobody: bool) -> Setup {
+fn setup(how: Containment) -> Setup {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::Builder::new()
         .prefix("lfm-reuse")
@@ -32,79 +31,26 @@ fn setup(name: &'static str, backend: &'static str, as_nobody: bool) -> Setup {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reuse/work.py");
     std::fs::copy(fixture, dir.path().join("work.py")).unwrap();
     Setup {
-        name,
+        name: how.name,
         dir,
-        backend,
-        as_nobody,
+        how,
     }
 }
 
 /// Every setup this machine offers, each missing one said.
 fn setups() -> Vec<Setup> {
-    let mut out = Vec::new();
-    if common::cgroup1_available() {
-        out.push(setup("cgroup1", "cgroup1", false));
-    } else {
-        eprintln!("SKIPPED cgroup1: no writable cgroup v1 hierarchy here");
-    }
-    if common::is_root() && Path::new("/usr/bin/python3").exists() {
-        out.push(setup("rlimit-as-nobody", "rlimit", true));
-    } else {
-        eprintln!("SKIPPED rlimit as nobody: needs root (to setpriv) and /usr/bin/python3");
-        out.push(setup("rlimit", "rlimit", false));
-    }
-    out
-}
-
-struct Server {
-    child: Child,
-    stdout: BufReader<std::process::ChildStdout>,
+    Containment::available().into_iter().map(setup).collect()
 }
 
 impl Setup {
-    fn start(&self, slots: usize) -> Server {
-        let lfm = self.dir.path().join("lfm");
-        let mut command = if self.as_nobody {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
-            c.arg(&lfm);
-            c
-        } else {
-            Command::new(&lfm)
-        };
-        let python = if self.as_nobody {
-            "/usr/bin/python3"
-        } else {
-            "python3"
-        };
+    fn start(&self, slots: usize) -> ServeClient {
+        let mut command = self.how.serve_command(&self.dir.path().join("lfm"));
         command
-            .args(["serve", "--python", python, "--backend", self.backend])
             .args(["--slots", &slots.to_string(), "--no-history", "--cache-dir"])
             .arg(self.dir.path().join("cache"))
             .env("PYTHONPATH", self.dir.path())
-            .current_dir(self.dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
-        let mut child = command.spawn().expect("start lfm serve");
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Server { child, stdout }
-    }
-}
-
-impl Server {
-    fn ask(&mut self, request: &Value) -> Value {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        writeln!(stdin, "{request}").unwrap();
-        stdin.flush().unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
-    }
-
-    fn end(mut self) {
-        drop(self.child.stdin.take());
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "serve exited with {status}");
+            .current_dir(self.dir.path());
+        ServeClient::spawn(&mut command)
     }
 }
 

@@ -5,11 +5,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
+
+use common::serve::{Containment, ServeClient};
 
 const MIB: f64 = 1_048_576.0;
 
@@ -43,12 +43,11 @@ static SPAWN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 struct Setup {
     dir: tempfile::TempDir,
     lfm: PathBuf,
-    backend: &'static str,
-    as_nobody: bool,
+    how: Containment,
 }
 
 /// A world-writable directory holding lfm and the functions, so nobody can run them too.
-fn setup(backend: &'static str, as_nobody: bool) -> Setup {
+fn setup(how: Containment) -> Setup {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::Builder::new()
         .prefix("lfm-slots")
@@ -61,12 +60,7 @@ fn setup(backend: &'static str, as_nobody: bool) -> Setup {
         std::fs::copy(env!("CARGO_BIN_EXE_lfm"), &lfm).unwrap();
     }
     std::fs::write(dir.path().join("slots.py"), FUNCTIONS).unwrap();
-    Setup {
-        dir,
-        lfm,
-        backend,
-        as_nobody,
-    }
+    Setup { dir, lfm, how }
 }
 
 impl Setup {
@@ -75,48 +69,24 @@ impl Setup {
     /// return the replies in order.
     fn serve_in_turn(&self, requests: &[Value]) -> Vec<Value> {
         let spawning = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
-        let mut command = if self.as_nobody {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
-            c.arg(&self.lfm);
-            c
-        } else {
-            Command::new(&self.lfm)
-        };
-        let python = if self.as_nobody {
-            "/usr/bin/python3"
-        } else {
-            "python3"
-        };
-        let mut child = command
-            .args(["serve", "--python", python, "--backend", self.backend])
+        let mut command = self.how.serve_command(&self.lfm);
+        command
             .args(["--slots", "1", "--no-history", "--cache-dir"])
             .arg(self.dir.path().join("cache"))
-            .current_dir(self.dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start lfm serve");
+            .current_dir(self.dir.path());
+        let mut server = ServeClient::spawn(&mut command);
         drop(spawning);
-        let mut stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut replies = Vec::new();
         for request in requests {
-            writeln!(stdin, "{request}").unwrap();
-            stdin.flush().unwrap();
-            let mut line = String::new();
-            stdout.read_line(&mut line).unwrap();
-            let reply: Value =
-                serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
-            assert_eq!(reply["ok"], true, "{}: {reply}", self.backend);
+            let reply = server.ask(request);
+            assert_eq!(reply["ok"], true, "{}: {reply}", self.how.name);
             if replies.is_empty() {
                 // Releasing a cgroup that 64 MiB were written from waits for their writeback.
                 std::thread::sleep(std::time::Duration::from_secs(1));
             }
             replies.push(reply);
         }
-        drop(stdin);
-        assert!(child.wait().unwrap().success());
+        server.end();
         replies
     }
 
@@ -178,7 +148,7 @@ fn on_cgroup_v1_a_call_after_a_large_one_in_its_cgroup_is_measured_alone() {
         eprintln!("SKIPPED: needs a writable cgroup v1 hierarchy (root)");
         return;
     }
-    let setup = setup("cgroup1", false);
+    let setup = setup(Containment::new("cgroup1", "cgroup1", false));
     let replies = large_then_small(&setup);
     assert_small_calls_measured_alone(&replies, "cgroup1");
     // Some small call ran where the large one had: else this tested fresh cgroups only.
@@ -196,7 +166,7 @@ fn on_rlimit_as_nobody_a_call_after_a_large_one_is_measured_alone() {
         eprintln!("SKIPPED: needs root (to setpriv to nobody) and /usr/bin/python3");
         return;
     }
-    let setup = setup("rlimit", true);
+    let setup = setup(Containment::new("rlimit-as-nobody", "rlimit", true));
     let replies = large_then_small(&setup);
     assert_small_calls_measured_alone(&replies, "rlimit");
 }
@@ -207,7 +177,7 @@ fn a_serve_keeps_its_slot_cgroups_rather_than_making_one_per_call() {
         eprintln!("SKIPPED: needs a writable cgroup v1 hierarchy (root)");
         return;
     }
-    let setup = setup("cgroup1", false);
+    let setup = setup(Containment::new("cgroup1", "cgroup1", false));
     let requests: Vec<Value> = (0..12).map(|n| call(n, "small", json!([1]))).collect();
     let replies = setup.serve_in_turn(&requests);
     let mut cgroups: Vec<&str> = replies

@@ -1,6 +1,8 @@
 //! Helpers shared by the CLI tests: run the real binary, read its JSON.
 #![allow(dead_code)]
 
+pub mod serve;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
