@@ -734,9 +734,9 @@ fn shim_distutils(edge: &mut RawEdge) {
 fn load_dist_edges(
     sources: &Sources,
     dist: u32,
-    files: &[&std::ffi::OsStr],
+    dist_files: &[&std::ffi::OsStr],
 ) -> (DistEdges, Vec<Stamped>) {
-    let files: Vec<(String, &Path, bool)> = (files.iter().map(Path::new))
+    let files: Vec<(String, &Path, bool)> = (dist_files.iter().map(Path::new))
         .filter(|path| path.extension().is_some_and(|e| e == "py"))
         .filter_map(|path| {
             let (name, is_package) = module_name_of(path, sources.site_dirs)?;
@@ -751,18 +751,23 @@ fn load_dist_edges(
         }
     }
     let stamped_at = std::time::SystemTime::now();
+    // Cython sources are read for the extension modules beside them (see [`extension_entry`]).
+    let cython = (dist_files.iter().map(Path::new))
+        .filter(|path| path.extension().is_some_and(|e| e == "pyx" || e == "pxi"));
     let stamps: Vec<Stamped> = match sources.cache_dir {
-        Some(_) => paths()
+        Some(_) => (paths().chain(cython))
             .map(|path| (path.to_path_buf(), Stamp::of(path)))
             .collect(),
         None => Vec::new(),
     };
-    let edges: DistEdges = files
+    let mut edges: DistEdges = files
         .par_iter()
         .flat_map_iter(|(name, path, is_package)| {
             module_entries(&summary_of(sources, path), name, *is_package)
         })
         .collect();
+    let extensions = dist_files.iter().map(Path::new);
+    edges.extend(extensions.filter_map(|path| extension_entry(sources, path)));
     if let Some((dir, name)) = entry.filter(|_| settled(&stamps, stamped_at)) {
         store_stamped(dir, &name, ".bin", KEPT, &stamps, &edges);
     }
@@ -773,10 +778,47 @@ fn load_dist_edges(
 /// module, nor for a function's node (its module's entries hold its edges).
 fn node_edges(sources: &Sources, node: &Node) -> Vec<(String, Vec<RawEdge>)> {
     let is_package = node.path.ends_with("__init__.py");
-    if node.path.extension().is_none_or(|e| e != "py") || is_member_node(&node.name) {
+    if is_member_node(&node.name) {
         return Vec::new();
     }
+    if node.path.extension().is_none_or(|e| e != "py") {
+        return extension_entry(sources, &node.path).into_iter().collect();
+    }
     module_entries(&summary_of(sources, &node.path), &node.name, is_package)
+}
+
+/// The entry of extension module file `path` built from a Cython source shipped beside it
+/// (`pyarrow/lib.*.so` and `pyarrow/lib.pyx`): the Python-level imports of that source and
+/// of the `.pxi` files it includes, optional (a line-based reading, see
+/// [`crate::cython_imports`]). None for any other file, or one without its `.pyx`.
+fn extension_entry(sources: &Sources, path: &Path) -> Option<(String, Vec<RawEdge>)> {
+    let text = path.to_str()?;
+    let base = (sources.extension_suffixes.iter())
+        .find_map(|suffix| text.strip_suffix(suffix.as_str()))?;
+    let pyx = PathBuf::from(format!("{base}.pyx"));
+    if !pyx.is_file() || Path::new(&format!("{base}.py")).exists() {
+        return None;
+    }
+    let (name, _) = module_name_of(Path::new(&format!("{base}.py")), sources.site_dirs)?;
+    let package = package_of(&name, false);
+    let edges = (crate::cython_imports::python_imports(&pyx).into_iter())
+        .map(|import| {
+            let level = import.module.chars().take_while(|&c| c == '.').count();
+            let module = match level {
+                0 => import.module,
+                level => join_relative(package, level as u32, &import.module[level..]),
+            };
+            RawEdge {
+                module,
+                member: import.member,
+                line: import.line,
+                optional: true,
+                call: false,
+            }
+        })
+        .filter(|edge| !edge.module.is_empty())
+        .collect();
+    Some((name, edges))
 }
 
 /// The summary of installed file `path`: the one this run made of it, if any.
@@ -1536,7 +1578,7 @@ class C:
                 let sources = Sources {
                     dists: &dists,
                     site_dirs: &[site.to_path_buf()],
-                    extension_suffixes: &[],
+                    extension_suffixes: &[".so".to_string()],
                     loaded: &loaded,
                     cache_dir,
                 };
@@ -1649,6 +1691,43 @@ def describe(text):
         let (any, required) = reached_from(&site, "fabric");
         assert_eq!(any, ["epsilon", "eta", "fabric", "helpers", "theta"]);
         assert_eq!(required, ["fabric", "helpers"]);
+    }
+
+    #[test]
+    fn an_extension_module_imports_what_the_cython_source_beside_it_imports() {
+        let root = tempfile::tempdir().unwrap();
+        let site = root.path().join("site-packages");
+        // pyarrow.lib: lib.pyx includes compat.pxi, which tries `import cloudpickle`.
+        let lib = "\
+from cython.operator cimport dereference as deref
+cimport numpy
+import epsilon
+from . import _helpers
+include \"compat.pxi\"
+";
+        let compat = "\
+try:
+    import eta
+except ImportError:
+    pass
+cdef object later(int x):
+    import zeta
+";
+        let files = [
+            ("arrow/__init__.py", "from arrow.lib import Table\n"),
+            ("arrow/lib.so", "\x7fELF"),
+            ("arrow/lib.pyx", lib),
+            ("arrow/compat.pxi", compat),
+            ("arrow/_helpers.py", "import theta\n"),
+            // A .pyx beside a Python module of the same name is no extension's source.
+            ("arrow/pure.py", ""),
+            ("arrow/pure.pyx", "import iota\n"),
+        ];
+        crate::test_site::dist(&site, "arrow", "1.0", &files);
+        leaf_dists(&site, &["epsilon", "eta", "zeta", "theta", "iota", "numpy"]);
+        let (any, required) = reached_from(&site, "arrow");
+        assert_eq!(any, ["arrow", "epsilon", "eta", "theta"]);
+        assert_eq!(required, ["arrow"]);
     }
 
     #[test]
