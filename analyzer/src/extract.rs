@@ -486,6 +486,11 @@ impl ModuleSummary {
             + 4 * self.value_lists.capacity()
             + 4 * self.engine_callees.capacity()
             + 4 * self.import_time_calls.capacity()
+            + (self.literal_calls.iter())
+                .map(|call| call.text.capacity())
+                .sum::<usize>()
+            + self.literal_calls.capacity() * size_of::<LiteralCall>()
+            + self.parameter_imports.capacity() * size_of::<ParameterImport>()
     }
 
     /// The module-level statements that bind `name`.
