@@ -268,8 +268,12 @@ def recall(bench, rows, owners, startup):
         covered += len(used.keys() & closure)
         misses += [{"module": module, "distribution": d, "via": used[d]}
                    for d in sorted(used.keys() - closure)]
+    # Closure sizes weigh precision: what each target lists, whether or not the import ran it.
+    listed = {module: sorted(found.get(module) or ()) for module in imported}
     return {"truth_distributions": needed, "covered": covered, "misses": misses,
-            "recall": covered / needed if needed else 1.0}
+            "recall": covered / needed if needed else 1.0,
+            "closure_distributions": sum(len(names) for names in listed.values()),
+            "closures": listed}
 
 
 def print_table(rows, dists, paths_run, closure_recall):
@@ -287,7 +291,7 @@ def print_table(rows, dists, paths_run, closure_recall):
         r = closure_recall
         print(f"| closure recall (`lfm analyze --closure import`) | {len(imported)} | "
               f"{100 * r['recall']:.2f}% of {r['truth_distributions']} distributions loaded, "
-              f"{len(r['misses'])} missed |")
+              f"{len(r['misses'])} missed; closures list {r['closure_distributions']} |")
     for path in paths_run:
         for module in (m for m in imported if path in rows[m]["paths"]):
             why = differs(rows[module]["plain"], rows[module]["paths"][path])

@@ -50,6 +50,14 @@ pub struct ModuleSummary {
     /// (name, path or [`BARE`]) pairs, sorted and unique (see
     /// [`ModuleSummary::import_time_calls`]).
     import_time_calls: Vec<u32>,
+    /// Module-level calls with a string literal for a positional argument (see
+    /// [`LiteralCall`]): what a callee that imports that parameter imports.
+    #[serde(default)]
+    pub literal_calls: Vec<LiteralCall>,
+    /// Top-level functions that import one of their positional parameters (see
+    /// [`ParameterImport`]): `compare_version(package, ...)`'s `import_module(package)`.
+    #[serde(default)]
+    pub parameter_imports: Vec<ParameterImport>,
     /// Problems found while reading this file: syntax errors, non-constant dynamic imports.
     pub problems: Vec<Problem>,
 }
@@ -159,6 +167,35 @@ pub struct ImportUse {
     pub edge: u32,
     pub name: NameId,
     pub path: Option<NameId>,
+}
+
+/// A module-level call with string literal `text` for its positional argument `position`:
+/// `compare_version("torchmetrics", operator.ge, "1.0.0")`. `name` and `path` are the
+/// callee's read, as in [`Use`] ([`BARE`] for no path).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LiteralCall {
+    pub name: NameId,
+    pub path: NameId,
+    pub position: u32,
+    pub text: String,
+}
+
+impl LiteralCall {
+    pub fn callee(&self) -> Use {
+        Use {
+            name: self.name,
+            path: (self.path != BARE).then_some(self.path),
+        }
+    }
+}
+
+/// Top-level function `scope` passes its positional parameter `position` to an import call
+/// (`importlib.import_module`, `__import__` or an import helper) on line `line`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct ParameterImport {
+    pub scope: u32,
+    pub position: u32,
+    pub line: u32,
 }
 
 /// A read of an engine package's name as something called, anywhere in the module (see
@@ -449,6 +486,11 @@ impl ModuleSummary {
             + 4 * self.value_lists.capacity()
             + 4 * self.engine_callees.capacity()
             + 4 * self.import_time_calls.capacity()
+            + (self.literal_calls.iter())
+                .map(|call| call.text.capacity())
+                .sum::<usize>()
+            + self.literal_calls.capacity() * size_of::<LiteralCall>()
+            + self.parameter_imports.capacity() * size_of::<ParameterImport>()
     }
 
     /// The module-level statements that bind `name`.
@@ -660,6 +702,10 @@ struct Extractor<'a> {
     type_checking_aliases: HashSet<&'a str>,
     importlib_aliases: HashSet<&'a str>,
     import_module_aliases: HashSet<&'a str>,
+    /// The positional parameters of the top-level def being visited (empty elsewhere).
+    positional_parameters: Vec<&'a str>,
+    literal_calls: Vec<LiteralCall>,
+    parameter_imports: Vec<ParameterImport>,
 }
 
 impl<'a> Extractor<'a> {
@@ -691,6 +737,9 @@ impl<'a> Extractor<'a> {
             type_checking_aliases: ["TYPE_CHECKING"].into_iter().collect(),
             importlib_aliases: ["importlib"].into_iter().collect(),
             import_module_aliases: HashSet::default(),
+            positional_parameters: Vec::new(),
+            literal_calls: Vec::new(),
+            parameter_imports: Vec::new(),
         };
         extractor.new_scope(ScopeKind::Module, "", 0);
         extractor
@@ -1036,9 +1085,19 @@ impl<'a> Extractor<'a> {
         }
         self.header_targets.pop();
         self.bind(def.name.id.as_str(), || BindingBuild::Definition { scope });
+        let top_level = self.current == 0;
         self.enter_scope(scope, true, |this| {
             this.bind_parameters(&def.parameters);
+            let positional = match top_level {
+                true => (def.parameters.posonlyargs.iter())
+                    .chain(&def.parameters.args)
+                    .map(|parameter| parameter.parameter.name.id.as_str())
+                    .collect(),
+                false => Vec::new(),
+            };
+            let saved = std::mem::replace(&mut this.positional_parameters, positional);
             this.visit_body(&def.body);
+            this.positional_parameters = saved;
         });
     }
 
@@ -1165,6 +1224,13 @@ impl<'a> Extractor<'a> {
     /// or a problem for a computed name (not for a helper's: it may take anything).
     fn record_import_call(&mut self, call: &'a ast::ExprCall, helper: bool) {
         let line = self.line(call.start());
+        let argument = call.arguments.args.first().or_else(|| {
+            call.arguments
+                .find_keyword("name")
+                .or_else(|| call.arguments.find_keyword("module"))
+                .map(|keyword| &keyword.value)
+        });
+        self.record_parameter_import(argument, line);
         match call.arguments.args.first().or_else(|| {
             call.arguments
                 .find_keyword("name")
@@ -1217,6 +1283,47 @@ impl<'a> Extractor<'a> {
         }
     }
 
+    /// An import call whose module is a positional parameter of the top-level def it is in
+    /// (directly, not in a nested scope).
+    fn record_parameter_import(&mut self, argument: Option<&Expr>, line: u32) {
+        let Some(Expr::Name(name)) = argument else {
+            return;
+        };
+        let scope = self.current;
+        let in_def = self.scopes[scope as usize].kind == ScopeKind::Function;
+        let position = (self.positional_parameters.iter()).position(|p| *p == name.id.as_str());
+        if let (true, Some(position)) = (in_def, position) {
+            self.parameter_imports.push(ParameterImport {
+                scope,
+                position: position as u32,
+                line,
+            });
+        }
+    }
+
+    /// A module-level call's string literal positional arguments that may name a module,
+    /// with the callee just recorded.
+    fn record_literal_arguments(&mut self, call: &'a ast::ExprCall) {
+        let Some(callee) = self.callees.last() else {
+            return;
+        };
+        let [name, path] = callee.pair;
+        for (position, argument) in call.arguments.args.iter().enumerate() {
+            let Expr::StringLiteral(literal) = argument else {
+                continue;
+            };
+            let text = literal.value.to_str();
+            if text.split('.').all(is_identifier) {
+                self.literal_calls.push(LiteralCall {
+                    name,
+                    path,
+                    position: position as u32,
+                    text: text.to_string(),
+                });
+            }
+        }
+    }
+
     fn visit_scoped_expr(&mut self, kind: ScopeKind, expr: &'a Expr) {
         let line = self.line(expr.start());
         let name = match kind {
@@ -1251,6 +1358,14 @@ impl<'a> Extractor<'a> {
         let uses = self.scope_uses(&renumbered, &engine_names);
         let engine_callees = self.engine_callees(&renumbered, &engine_names);
         let import_time_calls = self.import_time_calls(&renumbered);
+        let renumber = |id: NameId| match id {
+            BARE => BARE,
+            id => renumbered[id as usize],
+        };
+        let mut literal_calls = std::mem::take(&mut self.literal_calls);
+        for call in &mut literal_calls {
+            (call.name, call.path) = (renumber(call.name), renumber(call.path));
+        }
         let bindings = std::mem::take(&mut self.bindings);
         let (bindings, binding_offsets) = group_bindings(bindings, &renumbered, order.len());
         // A read of a name no module-level statement binds (a builtin, a typo) leads nowhere,
@@ -1306,6 +1421,8 @@ impl<'a> Extractor<'a> {
             value_lists,
             engine_callees,
             import_time_calls,
+            literal_calls,
+            parameter_imports: self.parameter_imports,
             problems: self.problems,
         }
     }
@@ -1568,6 +1685,8 @@ impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
                 self.record_dynamic_import(call);
                 if !self.record_callee(&call.func, None) {
                     self.visit_expr(&call.func);
+                } else if self.current == 0 {
+                    self.record_literal_arguments(call);
                 }
                 self.visit_arguments(&call.arguments);
             }
@@ -1796,6 +1915,12 @@ fn capture_named_targets(stmt: &Stmt) -> Vec<&str> {
 
 /// Names of packages' own import helpers ([`Extractor::is_import_helper`]).
 const IMPORT_HELPERS: [&str; 2] = ["import_module", "import_optional_dependency"];
+
+pub(crate) fn is_identifier(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars.next().is_some_and(|c| c == '_' || c.is_alphabetic())
+        && chars.all(|c| c == '_' || c.is_alphanumeric())
+}
 
 /// The literal names of an import helper's `import_kwargs={'fromlist': [...]}` (what it passes
 /// on to `__import__`, which imports each as a submodule when there is one).

@@ -23,7 +23,7 @@ use rustc_hash::FxHashMap as HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::dists::DistIndex;
-use crate::extract::{join_relative, ModuleSummary};
+use crate::extract::{is_identifier, join_relative, ModuleSummary};
 use crate::kept_files::{
     executable_hasher, read_stamped_with_stamps, settled, store_stamped, Stamp, Stamped,
 };
@@ -53,6 +53,11 @@ const FUNCTION: char = ':';
 /// name's node (`huggingface_hub;HfApi`): its edges are the imports `TYPE_CHECKING` names
 /// for it (see [`lazy_names`]).
 const LAZY: char = ';';
+/// Joins a function's node name and a positional parameter it imports
+/// (`lightning_utilities.core.imports:compare_version#0`): that entry's one edge, its module
+/// left empty, is the import call. A call passing a literal there gets a node of its own,
+/// `...#0=torchmetrics`, whose edge imports the literal (see [`parameter_edges`]).
+const PARAMETER: char = '#';
 
 /// Whether node `name` is a function's or a lazily served name's (no module of its own).
 fn is_member_node(name: &str) -> bool {
@@ -532,6 +537,9 @@ impl Builder<'_, '_> {
             return (wave.iter())
                 .map(|&id| {
                     let node = &nodes[id as usize];
+                    if let Some(edges) = parameter_edges(&node.name, per_dist.get(&node.dist)) {
+                        return edges;
+                    }
                     let dist = per_dist.get_mut(&node.dist);
                     let edges = dist.and_then(|edges| edges.get_mut(&node.name));
                     edges.map(std::mem::take).unwrap_or_default()
@@ -548,7 +556,9 @@ impl Builder<'_, '_> {
         for (&id, edges) in wave.iter().zip(own.iter_mut()) {
             let name = &self.graph.nodes[id as usize].name;
             if is_member_node(name) {
-                *edges = self.functions.remove(name).unwrap_or_default();
+                *edges = parameter_edges(name, Some(&self.functions))
+                    .or_else(|| self.functions.remove(name))
+                    .unwrap_or_default();
             }
         }
         own
@@ -602,7 +612,9 @@ impl Builder<'_, '_> {
                 let name = &self.graph.nodes[next as usize].name;
                 let raw = loop {
                     if is_member_node(name) {
-                        break self.functions.remove(name).unwrap_or_default();
+                        break parameter_edges(name, Some(&self.functions))
+                            .or_else(|| self.functions.remove(name))
+                            .unwrap_or_default();
                     }
                     if let Some(raw) = read.remove(&next) {
                         break self.keep_functions(raw);
@@ -646,6 +658,23 @@ impl Builder<'_, '_> {
             self.per_dist.insert(dist, edges);
         }
     }
+}
+
+/// The edges of node `name` where it is a call passing a literal to a parameter
+/// (`m:f#0=torchmetrics`, see [`PARAMETER`]): the literal imported, where function `m:f`
+/// imports parameter 0 (its entry is among `entries`, those of its module's distribution);
+/// no edges where it does not. None for any other node.
+fn parameter_edges(name: &str, entries: Option<&DistEdges>) -> Option<Vec<RawEdge>> {
+    let (parameter, literal) = name.split_once('=')?;
+    if !parameter.contains(PARAMETER) {
+        return None;
+    }
+    let imports = entries.and_then(|entries| entries.get(parameter));
+    let edges = imports.into_iter().flatten().map(|edge| RawEdge {
+        module: literal.to_string(),
+        ..edge.clone()
+    });
+    Some(edges.collect())
 }
 
 /// The path of module `name` under a site directory, as its parts pushed one by one give it.
@@ -705,9 +734,9 @@ fn shim_distutils(edge: &mut RawEdge) {
 fn load_dist_edges(
     sources: &Sources,
     dist: u32,
-    files: &[&std::ffi::OsStr],
+    dist_files: &[&std::ffi::OsStr],
 ) -> (DistEdges, Vec<Stamped>) {
-    let files: Vec<(String, &Path, bool)> = (files.iter().map(Path::new))
+    let files: Vec<(String, &Path, bool)> = (dist_files.iter().map(Path::new))
         .filter(|path| path.extension().is_some_and(|e| e == "py"))
         .filter_map(|path| {
             let (name, is_package) = module_name_of(path, sources.site_dirs)?;
@@ -722,18 +751,23 @@ fn load_dist_edges(
         }
     }
     let stamped_at = std::time::SystemTime::now();
+    // Cython sources are read for the extension modules beside them (see [`extension_entry`]).
+    let cython = (dist_files.iter().map(Path::new))
+        .filter(|path| path.extension().is_some_and(|e| e == "pyx" || e == "pxi"));
     let stamps: Vec<Stamped> = match sources.cache_dir {
-        Some(_) => paths()
+        Some(_) => (paths().chain(cython))
             .map(|path| (path.to_path_buf(), Stamp::of(path)))
             .collect(),
         None => Vec::new(),
     };
-    let edges: DistEdges = files
+    let mut edges: DistEdges = files
         .par_iter()
         .flat_map_iter(|(name, path, is_package)| {
             module_entries(&summary_of(sources, path), name, *is_package)
         })
         .collect();
+    let extensions = dist_files.iter().map(Path::new);
+    edges.extend(extensions.filter_map(|path| extension_entry(sources, path)));
     if let Some((dir, name)) = entry.filter(|_| settled(&stamps, stamped_at)) {
         store_stamped(dir, &name, ".bin", KEPT, &stamps, &edges);
     }
@@ -744,10 +778,47 @@ fn load_dist_edges(
 /// module, nor for a function's node (its module's entries hold its edges).
 fn node_edges(sources: &Sources, node: &Node) -> Vec<(String, Vec<RawEdge>)> {
     let is_package = node.path.ends_with("__init__.py");
-    if node.path.extension().is_none_or(|e| e != "py") || is_member_node(&node.name) {
+    if is_member_node(&node.name) {
         return Vec::new();
     }
+    if node.path.extension().is_none_or(|e| e != "py") {
+        return extension_entry(sources, &node.path).into_iter().collect();
+    }
     module_entries(&summary_of(sources, &node.path), &node.name, is_package)
+}
+
+/// The entry of extension module file `path` built from a Cython source shipped beside it
+/// (`pyarrow/lib.*.so` and `pyarrow/lib.pyx`): the Python-level imports of that source and
+/// of the `.pxi` files it includes, optional (a line-based reading, see
+/// [`crate::cython_imports`]). None for any other file, or one without its `.pyx`.
+fn extension_entry(sources: &Sources, path: &Path) -> Option<(String, Vec<RawEdge>)> {
+    let text = path.to_str()?;
+    let base = (sources.extension_suffixes.iter())
+        .find_map(|suffix| text.strip_suffix(suffix.as_str()))?;
+    let pyx = PathBuf::from(format!("{base}.pyx"));
+    if !pyx.is_file() || Path::new(&format!("{base}.py")).exists() {
+        return None;
+    }
+    let (name, _) = module_name_of(Path::new(&format!("{base}.py")), sources.site_dirs)?;
+    let package = package_of(&name, false);
+    let edges = (crate::cython_imports::python_imports(&pyx).into_iter())
+        .map(|import| {
+            let level = import.module.chars().take_while(|&c| c == '.').count();
+            let module = match level {
+                0 => import.module,
+                level => join_relative(package, level as u32, &import.module[level..]),
+            };
+            RawEdge {
+                module,
+                member: import.member,
+                line: import.line,
+                optional: true,
+                call: false,
+            }
+        })
+        .filter(|edge| !edge.module.is_empty())
+        .collect();
+    Some((name, edges))
 }
 
 /// The summary of installed file `path`: the one this run made of it, if any.
@@ -789,12 +860,6 @@ fn module_name_of(path: &Path, site_dirs: &[PathBuf]) -> Option<(String, bool)> 
     }
     let importable = !parts.is_empty() && parts.iter().all(|p| is_identifier(p));
     importable.then(|| (parts.join("."), is_package))
-}
-
-fn is_identifier(text: &str) -> bool {
-    let mut chars = text.chars();
-    chars.next().is_some_and(|c| c == '_' || c.is_alphabetic())
-        && chars.all(|c| c == '_' || c.is_alphanumeric())
 }
 
 /// The imports module `name` runs when it is imported, absolute: its module level and class
@@ -842,32 +907,9 @@ fn raw_edge(summary: &ModuleSummary, edge: &crate::extract::ImportEdge, package:
 /// (torch's `dill = import_dill()`, flatbuffers' `np = import_numpy()`); optional, since what
 /// a body runs depends on what it is given and finds.
 fn calls_at_import(summary: &ModuleSummary, name: &str, package: &str) -> Vec<RawEdge> {
-    use crate::extract::{Binding, ScopeKind};
     let mut calls = Vec::new();
     for read in summary.import_time_calls() {
-        let Some(bindings) = summary.bindings_of(read.name) else {
-            continue;
-        };
-        let path = read.path.map(|path| summary.name(path));
-        for binding in bindings {
-            let (module, function, line) = match *binding {
-                Binding::Definition { scope } if path.is_none() => {
-                    let defined = &summary.scopes[scope as usize];
-                    if defined.kind != ScopeKind::Function {
-                        continue;
-                    }
-                    let function = summary.name(read.name).to_string();
-                    (name.to_string(), function, defined.line)
-                }
-                Binding::Import { edge } => {
-                    let edge = &summary.imports[edge as usize];
-                    let Some(called) = called_through_import(summary, edge, path, package) else {
-                        continue;
-                    };
-                    (called.0, called.1, edge.line)
-                }
-                _ => continue,
-            };
+        for (module, function, line) in called_functions(summary, read, name, package) {
             calls.push(RawEdge {
                 module,
                 member: Some(function),
@@ -877,7 +919,66 @@ fn calls_at_import(summary: &ModuleSummary, name: &str, package: &str) -> Vec<Ra
             });
         }
     }
+    calls.extend(literal_parameter_calls(summary, name, package));
     calls
+}
+
+/// Module-level calls that pass a string literal positionally, as call edges to a node
+/// naming the parameter and the literal (`f#0=torchmetrics`): where the callee imports that
+/// parameter (lightning_fabric's `compare_version("torchmetrics", ...)`), the literal is
+/// imported at import time (optional: the callee decides what it does with it).
+fn literal_parameter_calls(summary: &ModuleSummary, name: &str, package: &str) -> Vec<RawEdge> {
+    let mut calls = Vec::new();
+    for call in &summary.literal_calls {
+        for (module, function, line) in called_functions(summary, call.callee(), name, package) {
+            let member = format!("{function}{PARAMETER}{}={}", call.position, call.text);
+            calls.push(RawEdge {
+                module,
+                member: Some(member),
+                line,
+                optional: true,
+                call: true,
+            });
+        }
+    }
+    calls
+}
+
+/// The (module, function, line) each function a module-level read `read` may call, through
+/// a top-level `def` of module `name` or an import that bound the name read.
+fn called_functions(
+    summary: &ModuleSummary,
+    read: crate::extract::Use,
+    name: &str,
+    package: &str,
+) -> Vec<(String, String, u32)> {
+    use crate::extract::{Binding, ScopeKind};
+    let Some(bindings) = summary.bindings_of(read.name) else {
+        return Vec::new();
+    };
+    let path = read.path.map(|path| summary.name(path));
+    let mut called = Vec::new();
+    for binding in bindings {
+        match *binding {
+            Binding::Definition { scope } if path.is_none() => {
+                let defined = &summary.scopes[scope as usize];
+                if defined.kind == ScopeKind::Function {
+                    let function = summary.name(read.name).to_string();
+                    called.push((name.to_string(), function, defined.line));
+                }
+            }
+            Binding::Import { edge } => {
+                let edge = &summary.imports[edge as usize];
+                if let Some((module, function)) =
+                    called_through_import(summary, edge, path, package)
+                {
+                    called.push((module, function, edge.line));
+                }
+            }
+            _ => {}
+        }
+    }
+    called
 }
 
 /// The module and function a module-level read calls through import `edge` (that bound the
@@ -947,11 +1048,24 @@ fn module_entries(
         let function = summary.scope_name(scope);
         (!edges.is_empty()).then(|| (format!("{name}{FUNCTION}{function}"), edges))
     });
+    let parameters = summary.parameter_imports.iter().map(|imported| {
+        let function = summary.scope_name(imported.scope);
+        let edge = RawEdge {
+            module: String::new(),
+            member: None,
+            line: imported.line,
+            optional: true,
+            call: false,
+        };
+        let node = format!("{name}{FUNCTION}{function}{PARAMETER}{}", imported.position);
+        (node, vec![edge])
+    });
     std::iter::once((
         name.to_string(),
         import_time_edges(summary, name, is_package),
     ))
     .chain(functions)
+    .chain(parameters)
     .chain(lazy_names(summary, name, package))
     .collect()
 }
@@ -1464,7 +1578,7 @@ class C:
                 let sources = Sources {
                     dists: &dists,
                     site_dirs: &[site.to_path_buf()],
-                    extension_suffixes: &[],
+                    extension_suffixes: &[".so".to_string()],
                     loaded: &loaded,
                     cache_dir,
                 };
@@ -1532,6 +1646,88 @@ def never_called():
         let (any, required) = reached_from(&site, "alpha");
         assert_eq!(any, ["alpha", "epsilon", "eta", "iota", "kappa"]);
         assert_eq!(required, ["alpha"]);
+    }
+
+    #[test]
+    fn a_literal_passed_at_import_time_to_a_parameter_the_callee_imports_is_imported() {
+        let root = tempfile::tempdir().unwrap();
+        let site = root.path().join("site-packages");
+        // lightning_fabric's `compare_version("torchmetrics", ...)` and lightning_utilities'
+        // `importlib.import_module(package)`.
+        let fabric = "\
+from helpers.imports import compare_version, describe
+import helpers.imports as imports
+import operator
+NEW = compare_version(\"epsilon\", operator.ge, \"1.0\")
+AS_ATTRIBUTE = imports.compare_version(\"eta.sub\", operator.ge, \"1.0\")
+SECOND = imports.second_parameter(\"zeta\", \"theta\")
+TEXT = describe(\"iota\")
+def later():
+    compare_version(\"kappa\", operator.ge, \"1.0\")
+";
+        let imports = "\
+import importlib
+def compare_version(package, op, version):
+    try:
+        pkg = importlib.import_module(package)
+    except ImportError:
+        return False
+    return op(pkg.__version__, version)
+def second_parameter(first, second):
+    return __import__(second)
+def describe(text):
+    return text.upper()
+";
+        crate::test_site::dist(&site, "fabric", "1.0", &[("fabric.py", fabric)]);
+        let files = [("helpers/__init__.py", ""), ("helpers/imports.py", imports)];
+        crate::test_site::dist(&site, "helpers", "1.0", &files);
+        leaf_dists(&site, &["epsilon", "zeta", "theta", "iota", "kappa"]);
+        crate::test_site::dist(
+            &site,
+            "eta",
+            "1.0",
+            &[("eta/__init__.py", ""), ("eta/sub.py", "")],
+        );
+        let (any, required) = reached_from(&site, "fabric");
+        assert_eq!(any, ["epsilon", "eta", "fabric", "helpers", "theta"]);
+        assert_eq!(required, ["fabric", "helpers"]);
+    }
+
+    #[test]
+    fn an_extension_module_imports_what_the_cython_source_beside_it_imports() {
+        let root = tempfile::tempdir().unwrap();
+        let site = root.path().join("site-packages");
+        // pyarrow.lib: lib.pyx includes compat.pxi, which tries `import cloudpickle`.
+        let lib = "\
+from cython.operator cimport dereference as deref
+cimport numpy
+import epsilon
+from . import _helpers
+include \"compat.pxi\"
+";
+        let compat = "\
+try:
+    import eta
+except ImportError:
+    pass
+cdef object later(int x):
+    import zeta
+";
+        let files = [
+            ("arrow/__init__.py", "from arrow.lib import Table\n"),
+            ("arrow/lib.so", "\x7fELF"),
+            ("arrow/lib.pyx", lib),
+            ("arrow/compat.pxi", compat),
+            ("arrow/_helpers.py", "import theta\n"),
+            // A .pyx beside a Python module of the same name is no extension's source.
+            ("arrow/pure.py", ""),
+            ("arrow/pure.pyx", "import iota\n"),
+        ];
+        crate::test_site::dist(&site, "arrow", "1.0", &files);
+        leaf_dists(&site, &["epsilon", "eta", "zeta", "theta", "iota", "numpy"]);
+        let (any, required) = reached_from(&site, "arrow");
+        assert_eq!(any, ["arrow", "epsilon", "eta", "theta"]);
+        assert_eq!(required, ["arrow"]);
     }
 
     #[test]

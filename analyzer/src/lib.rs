@@ -16,6 +16,7 @@
 
 pub mod cache;
 pub mod closure;
+pub mod cython_imports;
 pub mod dists;
 pub mod dists_cache;
 pub mod engine;
