@@ -287,24 +287,14 @@ fn a_module_that_initialises_a_gpu_driver_is_not_learned_again_and_reports_say_s
 /// docs/serve.md "Contexts": the example's `report.function`, as a real second call has it.
 #[test]
 fn the_documented_context_example_is_what_a_serve_replies() {
-    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/serve.md"))
-        .unwrap();
-    let section = &doc[doc.find("## Contexts").unwrap()..];
-    let request_line = section
-        .lines()
-        .map(str::trim)
-        .find(|line| line.starts_with("{\"id\": 2"))
-        .expect("the example's request");
-    let block = section.split("```json").nth(1).unwrap();
-    let block = &block[..block.find("```").unwrap()];
-    let documented: Value = serde_json::from_str(block).expect("the example's JSON");
+    let (request, documented) = common::serve::documented_example("## Contexts");
     let setup = setups().pop().unwrap();
     let mut server = setup.start(false);
-    let mut first: Value = serde_json::from_str(request_line).unwrap();
+    let mut first = request.clone();
     first["id"] = json!(1);
     server.ask(&first);
     server.wait_for_log("the zygote loaded context model:load");
-    let second = server.ask(&serde_json::from_str(request_line).unwrap());
+    let second = server.ask(&request);
     assert_eq!(second["report"]["function"], documented, "{second}");
     server.end();
 }

@@ -230,20 +230,9 @@ fn an_idle_process_gives_its_slot_to_a_call_of_another_function() {
 /// has it (its pid aside).
 #[test]
 fn the_documented_reuse_example_is_what_a_serve_replies() {
-    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/serve.md"))
-        .unwrap();
-    let section = &doc[doc.find("## Reused processes").unwrap()..];
-    let request_line = section
-        .lines()
-        .map(str::trim)
-        .find(|line| line.starts_with("{\"id\": 2"))
-        .expect("the example's request");
-    let block = section.split("```json").nth(1).unwrap();
-    let block = &block[..block.find("```").unwrap()];
-    let mut documented: Value = serde_json::from_str(block).expect("the example's JSON");
+    let (second, mut documented) = common::serve::documented_example("## Reused processes");
     let setup = setups().pop().unwrap();
     let mut server = setup.start(1);
-    let second: Value = serde_json::from_str(request_line).unwrap();
     let mut first = second.clone();
     first["id"] = json!(1);
     first["args"] = json!(["a", 0]);

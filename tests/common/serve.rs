@@ -101,3 +101,24 @@ impl ServeClient {
         assert!(status.success(), "serve exited with {status}");
     }
 }
+
+/// The example of docs/serve.md's section `heading`: its request line whose `id` is 2 and the
+/// first JSON block after it (what a real reply's `report.function` must be).
+pub fn documented_example(heading: &str) -> (Value, Value) {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/serve.md"))
+        .unwrap();
+    let section = &doc[doc
+        .find(heading)
+        .unwrap_or_else(|| panic!("docs/serve.md has no {heading:?}"))..];
+    let request_line = section
+        .lines()
+        .map(str::trim)
+        .find(|line| line.starts_with("{\"id\": 2"))
+        .expect("the example's request");
+    let block = section.split("```json").nth(1).unwrap();
+    let block = &block[..block.find("```").unwrap()];
+    (
+        serde_json::from_str(request_line).expect("the example's request JSON"),
+        serde_json::from_str(block).expect("the example's JSON"),
+    )
+}
