@@ -13,7 +13,9 @@ MODULE`'s distributions. lfm run has no import log (it runs any command), so it 
 
 Environment: LFM, PY (the corpus venv's interpreter); PATHS (comma-separated, default
 call,serve,pack), ONLY (comma-separated modules), JOBS (default 2), OUT (the JSON report),
-PACK_MAX_GB (default 1.5: a module whose import loads more is not packed, and is listed so),
+PACK_MAX_GB (a module whose import loads more is not packed, and is listed so; default: no
+limit: every module's parts go to one directory and are unpacked into one cache, as on a node,
+so torch's part is written and unpacked once for the corpus, and both are removed at the end),
 RECALL=0 (no closure recall), REUSE (an earlier OUT: its imports again, the recall anew; with
 ONLY, of those modules alone: `PATHS= RECALL=0 OUT=plain.json` once, then `REUSE=plain.json
 ONLY=torch` for each turn on the closure rules).
@@ -50,8 +52,11 @@ class Bench:
         shutil.copy(os.path.join(BENCH, "ecosystem_probe.py"), self.probe_dir)
         self.probe = os.path.join(self.probe_dir, "ecosystem_probe.py")
         self.owners, self.sizes = {}, {}
-        # Modules whose imports load more than this are not packed (disk on a 2-core VM).
-        self.pack_max = float(os.environ.get("PACK_MAX_GB", "1.5")) * 2**30
+        # Modules whose imports load more than this are not packed (none by default).
+        self.pack_max = float(os.environ.get("PACK_MAX_GB", "inf")) * 2**30
+        # One parts directory and one unpack cache for every module, as a node keeps them.
+        self.parts = os.path.join(scratch, "parts")
+        self.unpacked = os.path.join(scratch, "packs")
 
     def run(self, command, **kwargs):
         try:
@@ -126,23 +131,14 @@ class Bench:
         return sum(self.sizes.get(owner, 0) for owner in owners if owner)
 
     def pack(self, module):
-        """The module's face from its pack, each pack's parts and unpacked copy removed after
-        (the corpus whole would need its size twice more on disk)."""
-        where = os.path.join(self.scratch, "packed", module)
-        try:
-            return self.pack_into(where, module)
-        finally:
-            shutil.rmtree(where, ignore_errors=True)
-
-    def pack_into(self, where, module):
-        parts = os.path.join(where, "parts")
+        """The module's face from its pack: its parts written beside every other module's
+        (a distribution's part is written once) and composed from the shared unpack cache."""
         packed = self.run([self.lfm, "pack", "--quiet", "--python", self.python, "--level", "1",
-                           "--parts", parts, self.importer(module)])
+                           "--parts", self.parts, self.importer(module)])
         if packed.returncode != 0:
             return {"ok": False, "error": "lfm pack: " + last_line(packed.stderr)}
         manifest = packed.stdout.strip().splitlines()[-1]
-        unpacked = self.run([self.lfm, "unpack", "--cache", os.path.join(where, "packs"),
-                             manifest])
+        unpacked = self.run([self.lfm, "unpack", "--cache", self.unpacked, manifest])
         if unpacked.returncode != 0:
             return {"ok": False, "error": "lfm unpack: " + last_line(unpacked.stderr)}
         root = unpacked.stdout.strip().splitlines()[-1]

@@ -37,7 +37,7 @@ use journal::Journal;
 
 /// Bump when extraction rules change: old entries then simply stop matching (stored results
 /// too, whose request keys hash it: a result made by other rules is another result).
-pub(crate) const EXTRACTOR_VERSION: &[u8] = b"lfm-extract-18";
+pub(crate) const EXTRACTOR_VERSION: &[u8] = b"lfm-extract-19";
 
 pub type CacheKey = [u8; 32];
 

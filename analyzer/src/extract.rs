@@ -50,8 +50,9 @@ pub struct ModuleSummary {
     /// (name, path or [`BARE`]) pairs, sorted and unique (see
     /// [`ModuleSummary::import_time_calls`]).
     import_time_calls: Vec<u32>,
-    /// Module-level calls with a string literal for a positional argument (see
-    /// [`LiteralCall`]): what a callee that imports that parameter imports.
+    /// Calls with a string literal for a positional argument, at module level and in
+    /// top-level functions (see [`LiteralCall`]): what a callee that imports (or looks up,
+    /// `find_spec`) that parameter imports.
     #[serde(default)]
     pub literal_calls: Vec<LiteralCall>,
     /// Top-level functions that import one of their positional parameters (see
@@ -169,15 +170,19 @@ pub struct ImportUse {
     pub path: Option<NameId>,
 }
 
-/// A module-level call with string literal `text` for its positional argument `position`:
-/// `compare_version("torchmetrics", operator.ge, "1.0.0")`. `name` and `path` are the
-/// callee's read, as in [`Use`] ([`BARE`] for no path).
+/// A call with string literal `text` for its positional argument `position`, at module level
+/// (`compare_version("torchmetrics", operator.ge, "1.0.0")`) or directly in the body of a
+/// top-level function (transformers' `is_torch_available()` calls
+/// `_is_package_available("torch")`), `scope` the one it is in. `name` and `path` are the
+/// callee's read, as in [`Use`] ([`BARE`] for no path); in a function, only callees a
+/// module-level statement binds are kept.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LiteralCall {
     pub name: NameId,
     pub path: NameId,
     pub position: u32,
     pub text: String,
+    pub scope: u32,
 }
 
 impl LiteralCall {
@@ -1198,7 +1203,7 @@ impl<'a> Extractor<'a> {
         };
         if is_import_call {
             self.record_import_call(call, false);
-        } else if self.is_import_helper(&call.func) {
+        } else if self.is_import_helper(&call.func) || is_module_lookup(&call.func) {
             self.record_import_call(call, true);
         }
     }
@@ -1301,8 +1306,14 @@ impl<'a> Extractor<'a> {
         }
     }
 
-    /// A module-level call's string literal positional arguments that may name a module,
-    /// with the callee just recorded.
+    /// Whether the current scope is a top-level def's own body.
+    fn in_top_level_function(&self) -> bool {
+        let scope = &self.scopes[self.current as usize];
+        scope.kind == ScopeKind::Function && scope.parent == 0
+    }
+
+    /// The string literal positional arguments that may name a module of a call at module
+    /// level or in a top-level def, with the callee just recorded.
     fn record_literal_arguments(&mut self, call: &'a ast::ExprCall) {
         let Some(callee) = self.callees.last() else {
             return;
@@ -1319,6 +1330,7 @@ impl<'a> Extractor<'a> {
                     path,
                     position: position as u32,
                     text: text.to_string(),
+                    scope: self.current,
                 });
             }
         }
@@ -1377,6 +1389,8 @@ impl<'a> Extractor<'a> {
             let name = pair[0] as usize;
             star_bound || binding_offsets[name] < binding_offsets[name + 1]
         };
+        // In a function, a call of a builtin or a local (`getattr(x, "name")`) leads nowhere.
+        literal_calls.retain(|call| call.scope == 0 || bound(&&[call.name, call.path]));
         let (bindings, mut value_lists) = flatten_bindings(bindings, &bound);
         let mut scope_lists = Vec::new();
         for (id, scope) in self.scopes.iter_mut().enumerate() {
@@ -1685,7 +1699,7 @@ impl<'a> SourceOrderVisitor<'a> for Extractor<'a> {
                 self.record_dynamic_import(call);
                 if !self.record_callee(&call.func, None) {
                     self.visit_expr(&call.func);
-                } else if self.current == 0 {
+                } else if self.current == 0 || self.in_top_level_function() {
                     self.record_literal_arguments(call);
                 }
                 self.visit_arguments(&call.arguments);
@@ -1916,6 +1930,20 @@ fn capture_named_targets(stmt: &Stmt) -> Vec<&str> {
 /// Names of packages' own import helpers ([`Extractor::is_import_helper`]).
 const IMPORT_HELPERS: [&str; 2] = ["import_module", "import_optional_dependency"];
 
+/// A call that asks whether a module is installed without importing it
+/// (`importlib.util.find_spec("torch")`, `pkgutil.find_loader("numba")`): the code then behaves
+/// as the answer says (transformers exports its torch classes, blosc2 its numba kernels), so
+/// what it looks up is read as an optional import (a dotted name's parents are imported).
+/// Known by its name, as helpers are.
+fn is_module_lookup(callee: &Expr) -> bool {
+    let name = match callee {
+        Expr::Name(name) => name.id.as_str(),
+        Expr::Attribute(attribute) => attribute.attr.id.as_str(),
+        _ => return false,
+    };
+    matches!(name, "find_spec" | "find_loader")
+}
+
 pub(crate) fn is_identifier(text: &str) -> bool {
     let mut chars = text.chars();
     chars.next().is_some_and(|c| c == '_' || c.is_alphabetic())
@@ -2052,6 +2080,49 @@ mod tests {
         );
         // A helper may be given anything: a computed name is no problem of the module's.
         assert!(summary.problems.is_empty(), "{:?}", summary.problems);
+    }
+
+    /// Issue 53: transformers decides what it exports by asking `importlib.util.find_spec`
+    /// whether torch is installed; blosc2 asks for numba the same way.
+    #[test]
+    fn a_module_lookup_is_an_optional_import() {
+        let summary = summarize(
+            "import importlib.util\nimport pkgutil\nfrom importlib.util import find_spec\n\nHAS_NUMBA = importlib.util.find_spec('numba') is not None\nHAS_TORCH = find_spec('torch.cuda')\nOLD = pkgutil.find_loader('cupy')\n\ndef available(name):\n    return find_spec(name) is not None\n",
+        );
+        let edges: Vec<(String, bool)> = (summary.imports.iter())
+            .filter(|edge| edge.context.dynamic)
+            .map(|edge| (summary.edge_module(edge).to_string(), edge.context.optional))
+            .collect();
+        assert_eq!(
+            edges,
+            [
+                ("numba".to_string(), true),
+                ("torch.cuda".to_string(), true),
+                ("cupy".to_string(), true),
+            ]
+        );
+        assert!(summary.problems.is_empty(), "{:?}", summary.problems);
+        // `available` looks up its parameter: a literal passed to it is looked up.
+        assert_eq!(summary.parameter_imports.len(), 1);
+        assert_eq!(summary.parameter_imports[0].position, 0);
+    }
+
+    /// Calls with literals are kept at module level and in a top-level def's own body, where
+    /// the callee is bound at module level (not a builtin, not a method's or nested def's).
+    #[test]
+    fn literal_calls_are_kept_at_module_level_and_in_top_level_defs() {
+        let summary = summarize(
+            "from checks import probe\nA = probe('alpha')\ndef f():\n    getattr(f, 'name')\n    return probe('beta')\nclass C:\n    def m(self):\n        return probe('gamma')\ndef g():\n    def inner():\n        return probe('delta')\n",
+        );
+        let kept: Vec<(&str, String)> = (summary.literal_calls.iter())
+            .map(|call| {
+                (
+                    call.text.as_str(),
+                    summary.scope_name(call.scope).to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(kept, [("alpha", String::new()), ("beta", "f".to_string())]);
     }
 
     #[test]

@@ -919,17 +919,28 @@ fn calls_at_import(summary: &ModuleSummary, name: &str, package: &str) -> Vec<Ra
             });
         }
     }
-    calls.extend(literal_parameter_calls(summary, name, package));
+    calls.extend(literal_parameter_calls(summary, 0, name, package));
     calls
 }
 
-/// Module-level calls that pass a string literal positionally, as call edges to a node
-/// naming the parameter and the literal (`f#0=torchmetrics`): where the callee imports that
-/// parameter (lightning_fabric's `compare_version("torchmetrics", ...)`), the literal is
-/// imported at import time (optional: the callee decides what it does with it).
-fn literal_parameter_calls(summary: &ModuleSummary, name: &str, package: &str) -> Vec<RawEdge> {
+/// The calls of scope `scope` (the module's, or a top-level function's) that pass a string
+/// literal positionally, as call edges to a node naming the parameter and the literal
+/// (`f#0=torchmetrics`): where the callee imports or looks up that parameter (lightning_fabric's
+/// `compare_version("torchmetrics", ...)`, transformers' `_is_package_available("torch")` in
+/// the `is_torch_available()` its module level calls), the literal is imported when the scope
+/// runs (optional: the callee decides what it does with it).
+fn literal_parameter_calls(
+    summary: &ModuleSummary,
+    scope: u32,
+    name: &str,
+    package: &str,
+) -> Vec<RawEdge> {
     let mut calls = Vec::new();
-    for call in &summary.literal_calls {
+    for call in summary
+        .literal_calls
+        .iter()
+        .filter(|call| call.scope == scope)
+    {
         for (module, function, line) in called_functions(summary, call.callee(), name, package) {
             let member = format!("{function}{PARAMETER}{}={}", call.position, call.text);
             calls.push(RawEdge {
@@ -1044,7 +1055,8 @@ fn module_entries(
 ) -> Vec<(String, Vec<RawEdge>)> {
     let package = package_of(name, is_package);
     let functions = top_level_functions(summary).filter_map(|scope| {
-        let edges = scope_edges(summary, scope, package);
+        let mut edges = scope_edges(summary, scope, package);
+        edges.extend(literal_parameter_calls(summary, scope, name, package));
         let function = summary.scope_name(scope);
         (!edges.is_empty()).then(|| (format!("{name}{FUNCTION}{function}"), edges))
     });
@@ -1691,6 +1703,42 @@ def describe(text):
         let (any, required) = reached_from(&site, "fabric");
         assert_eq!(any, ["epsilon", "eta", "fabric", "helpers", "theta"]);
         assert_eq!(required, ["fabric", "helpers"]);
+    }
+
+    #[test]
+    fn a_module_looked_up_at_import_time_is_imported() {
+        let root = tempfile::tempdir().unwrap();
+        let site = root.path().join("site-packages");
+        // transformers: `generic.py` runs `is_torch_available()`, whose body passes "torch" to
+        // `_is_package_available`, which asks `importlib.util.find_spec(pkg_name)`; blosc2 asks
+        // `find_spec("numba")` at its module level.
+        let generic = "\
+from helpers.checks import is_epsilon_available, is_never_asked
+import importlib.util
+from pkgutil import find_loader
+if is_epsilon_available():
+    READY = True
+HAS_ETA = importlib.util.find_spec(\"eta\") is not None
+HAS_ZETA = find_loader(\"zeta\") is not None
+";
+        let checks = "\
+import importlib.util
+def _is_package_available(pkg_name):
+    return importlib.util.find_spec(pkg_name) is not None
+def is_epsilon_available():
+    return _is_package_available(\"epsilon\")
+def is_never_asked():
+    return _is_package_available(\"theta\")
+def looks_up_a_name(getattr_name):
+    return getattr(object, \"iota\")
+";
+        crate::test_site::dist(&site, "generic", "1.0", &[("generic.py", generic)]);
+        let files = [("helpers/__init__.py", ""), ("helpers/checks.py", checks)];
+        crate::test_site::dist(&site, "helpers", "1.0", &files);
+        leaf_dists(&site, &["epsilon", "eta", "zeta", "theta", "iota"]);
+        let (any, required) = reached_from(&site, "generic");
+        assert_eq!(any, ["epsilon", "eta", "generic", "helpers", "zeta"]);
+        assert_eq!(required, ["generic", "helpers"]);
     }
 
     #[test]
