@@ -10,8 +10,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=target/bench-venv-ecosystem
 PINS=bench/ecosystem_requirements.txt
+# A venv is not relocatable: its scripts' shebangs name the directory it was made in (a venv
+# moved from a worktree starts Parsl's interchange.py with a python that is gone).
+moved_from() {
+  local interpreter
+  interpreter=$(head -n1 "$VENV/bin/pip" 2>/dev/null || true)
+  interpreter=${interpreter#\#!}
+  [ "$(dirname "$interpreter")" = "$(cd "$VENV" && pwd)/bin" ] || echo "$interpreter"
+}
 if [ -f "$VENV/.complete" ] && [ -z "${FREEZE:-}" ]; then
-  echo "ecosystem venv: $VENV is complete"; exit 0
+  moved=$(moved_from)
+  if [ -z "$moved" ]; then
+    echo "ecosystem venv: $VENV is complete"; exit 0
+  fi
+  echo "ecosystem venv: $VENV was made elsewhere (its scripts start $moved); rebuilding" >&2
 fi
 free_gb=$(df -BG --output=avail . | tail -1 | tr -dc 0-9)
 if [ "$free_gb" -lt 25 ]; then
