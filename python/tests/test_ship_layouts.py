@@ -1,7 +1,8 @@
 """Environments laid out beyond one venv, shipped to bare nodes (issue 53): the submit side is
 a venv whose every distribution lies outside it (`.pth` lines naming the test venv's
-site-packages and lfm's sources, a directory that pip installed a distribution into, and an
-editable install of the job's project through setuptools' finder); Parsl HTEX and Dask run the
+site-packages and lfm's sources, a directory that pip installed a distribution into, an
+editable install of the job's project through setuptools' finder, and plain shared code on
+PYTHONPATH that no distribution lists); Parsl HTEX and Dask run the
 job on "nodes" (shipping/node.sh) that hide all of it and hold only python3, the engine, lfm's
 client and binary. Each node gets the job's pack, and the job runs from the pack's files.
 Needs root (mount namespaces) and, for the editable install's build backend, the package
@@ -44,8 +45,9 @@ def editable_install(venv, project):
 def outside_distribution(submit):
     """layout_outside, installed by pip into a directory of no environment."""
     base = getattr(sys, "_base_executable", sys.executable)
-    wheel = subprocess.run([base, os.path.join(FIXTURES, "make_wheel.py"), "layout_outside", submit],
-                           check=True, capture_output=True, text=True).stdout.strip()
+    make_wheel = os.path.join(FIXTURES, "make_wheel.py")
+    wheel = subprocess.run([base, make_wheel, "layout_outside", submit], check=True,
+                           capture_output=True, text=True).stdout.strip()
     outside = os.path.join(submit, "outside")
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
                     "--target", outside, wheel], check=True)
@@ -54,7 +56,8 @@ def outside_distribution(submit):
 
 def submit_layout(submit):
     """The submit side's venv: the job's project editable, and `.pth` lines naming the test
-    venv's site-packages (the engines, cloudpickle), lfm's sources and the outside directory."""
+    venv's site-packages (the engines, cloudpickle), lfm's sources and the outside directory;
+    beside it, the shared code that `submit` puts on PYTHONPATH."""
     venv = os.path.join(submit, "venv")
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", venv], check=True)
@@ -63,11 +66,15 @@ def submit_layout(submit):
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
     editable_install(venv, project)
     [site] = glob.glob(os.path.join(venv, "lib", "python3*", "site-packages"))
+    finders = glob.glob(os.path.join(site, "__editable___layout_job_*_finder.py"))
+    assert finders, f"setuptools installed layout_job without its finder: {os.listdir(site)}"
     engines = os.path.join(sys.prefix, os.path.relpath(site, venv))
     with open(os.path.join(site, "submit-side.pth"), "w") as handle:
         handle.write(f"{engines}\n{PYTHON_DIR}\n")
     with open(os.path.join(site, "outside.pth"), "w") as handle:
         handle.write(f"{outside_distribution(submit)}\n")
+    shutil.copytree(os.path.join(SHIPPING, "layout_pythonpath"), os.path.join(submit, "shared"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
     return venv
 
 
@@ -88,7 +95,7 @@ def cluster(submit_side, request):
     """Bare nodes of their own for one test, that hide the submit side (with the test venv,
     whose site-packages the submit side's `.pth` names, and lfm's sources)."""
     venv, site = worker_venv()
-    for absent in ("layout_outside", "layout_job", "numpy"):
+    for absent in ("layout_outside", "layout_job"):
         assert not os.path.exists(os.path.join(site, absent)), f"the worker venv has {absent}"
     run = os.path.join(submit_side["run"], request.node.name)
     nodes = os.path.join(run, "nodes")
@@ -98,10 +105,12 @@ def cluster(submit_side, request):
 
 
 def submit(cluster, engine):
-    """Run the job CALLS times through `engine` from the layout venv's python, with nothing
-    of the test process's PYTHONPATH: what the submit side finds, it finds through its venv."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONUSERBASE")}
-    env.update(HOME=os.path.join(cluster["submit"], "home"), LFM_SHIP_HOST="127.0.0.1",
+    """Run the job CALLS times through `engine` from the layout venv's python, with the
+    submit side's shared code as its PYTHONPATH (none of the test process's): what the submit
+    side finds, it finds through its venv and that."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUSERBASE"}
+    env.update(PYTHONPATH=os.path.join(cluster["submit"], "shared"), LFM_SHIP_HOST="127.0.0.1",
+               HOME=os.path.join(cluster["submit"], "home"),
                XDG_CACHE_HOME=os.path.join(cluster["submit"], "cache"))
     nodes = {k: cluster[k] for k in ("venv", "nodes", "hidden", "run")}
     done = subprocess.run([cluster["submit_python"], os.path.join(SHIPPING, "submit_layout.py"),
@@ -127,10 +136,10 @@ def assert_ran_from_the_pack(cluster, shipped):
     pack = shipped["pack"]
     wanted = {pack["hash"]} | {part["sha256"] for part in pack["parts"]}
     ran_on = set()
-    for n, (value, described, outside_file, job_file) in enumerate(shipped["results"]):
-        assert (value, described) == (3 * n + 100, "layout_outside 1.0"), n
-        assert os.path.basename(outside_file) == os.path.basename(job_file) == "__init__.py"
-        for module, file in (("layout_outside", outside_file), ("layout_job", job_file)):
+    for n, (value, described, *files) in enumerate(shipped["results"]):
+        assert (value, described) == (3 * n + 100 + 1000, "layout_outside 1.0"), n
+        assert [os.path.basename(file) for file in files] == ["__init__.py"] * 3
+        for module, file in zip(("layout_outside", "layout_job", "layout_shared"), files):
             assert file not in pack["submit_files"], f"{module} ran from the submit side's {file}"
             ran_on.add(node_of(cluster, file))
     assert_shipped_once_per_node(cluster, wanted)

@@ -55,7 +55,8 @@ def offered_pack():
 
     ref = pack_transport.offer(layout_job.compute)
     return {"hash": ref.hash, "parts": ref.parts or [],
-            "submit_files": [sys.modules["layout_outside"].__file__, layout_job.__file__]}
+            "submit_files": [sys.modules[name].__file__
+                             for name in ("layout_outside", "layout_job", "layout_shared")]}
 
 
 def main(engine, cluster_json, calls):
