@@ -7,11 +7,9 @@ pure-Python module) through Parsl HTEX and through Dask. Each node receives each
 once; a fetch killed mid-transfer leaves nothing the next call uses. Needs root (mount
 namespaces); skipped otherwise, with the reason."""
 
-import hashlib
 import http.server
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -20,50 +18,16 @@ import time
 
 import pytest
 
-from conftest import HERE, PYTHON_DIR
+from conftest import PYTHON_DIR
+from shipping.nodes import (SHIP_DIR, SHIPPING, assert_shipped_once_per_node, dask_workers,
+                            node_command, parsl_executor, transfers, worker_venv)
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None,
     reason="the multi-node test needs root and unshare(1) for its mount namespaces",
 )
 
-SHIPPING = os.path.join(HERE, "shipping")
-TARGET = os.path.join(os.path.dirname(PYTHON_DIR), "target")
-# Each node mounts a private /tmp, which hides anything under /tmp: from a checkout there, the
-# worker venv and the nodes' storage (which nodes must see) go under /var/tmp instead.
-SHIP_DIR = (os.path.join("/var/tmp", f"lfm-ship-{os.getuid()}")
-            if os.path.realpath(TARGET).startswith("/tmp/") else TARGET)
-WORKER_VENV = os.path.join(SHIP_DIR, "ship-worker-venv")
 CALLS = 20
-
-
-def worker_venv():
-    """python3 with only the engines, lfm's client and binary: what a bare worker holds. The
-    engines are pinned as the test venv pins them (cached; the client is copied each run)."""
-    requirements = os.path.join(PYTHON_DIR, "requirements-test.txt")
-    wanted = open(requirements).read()
-    stamp = os.path.join(WORKER_VENV, "lfm-requirements.txt")
-    if not os.path.exists(stamp) or open(stamp).read() != wanted:
-        shutil.rmtree(WORKER_VENV, ignore_errors=True)
-        base = getattr(sys, "_base_executable", sys.executable)
-        subprocess.run([base, "-m", "venv", WORKER_VENV], check=True)
-        subprocess.run([os.path.join(WORKER_VENV, "bin", "pip"), "install", "--quiet",
-                        "--disable-pip-version-check", "-c", requirements,
-                        "parsl", "distributed", "cloudpickle"], check=True)
-        with open(stamp, "w") as handle:
-            handle.write(wanted)
-    site = subprocess.run([os.path.join(WORKER_VENV, "bin", "python"), "-c",
-                           "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    for package in ("lfm", "lfm_runner", "lfm_shared"):
-        shutil.rmtree(os.path.join(site, package), ignore_errors=True)
-        shutil.copytree(os.path.join(PYTHON_DIR, package), os.path.join(site, package),
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    # A serve of the last run may still run the old binary: replace it, never write into it.
-    binary = os.path.join(WORKER_VENV, "bin", "lfm")
-    shutil.copy2(os.environ["LFM_BIN"], binary + ".new")
-    os.replace(binary + ".new", binary)
-    return WORKER_VENV, site
 
 
 @pytest.fixture()
@@ -98,37 +62,6 @@ def workflow():
     return [(spread, lambda n: float(__import__("numpy").arange(n, dtype=float).std())),
             (slope, lambda n: 3.0),
             (count, lambda n: n)]
-
-
-def node_command(cluster, *command):
-    return [os.path.join(SHIPPING, "node.sh"), cluster["nodes"], cluster["venv"],
-            cluster["hidden"], *command]
-
-
-def node_dirs(cluster):
-    return sorted(os.path.join(cluster["nodes"], d) for d in os.listdir(cluster["nodes"]))
-
-
-def assert_shipped_once_per_node(cluster, packs):
-    """Each node got each pack at most once, whole, and holds nothing partial."""
-    per_node = {}
-    for node in node_dirs(cluster):
-        shipped = os.path.join(node, "cache", "shipped")
-        if not os.path.isdir(shipped):
-            continue
-        transfers = [json.loads(line) for line in open(os.path.join(shipped, "transfers.jsonl"))]
-        hashes = [t["hash"] for t in transfers]
-        assert len(hashes) == len(set(hashes)), f"{node} got a pack twice: {transfers}"
-        assert set(hashes) <= packs
-        assert all(t["source"] == "url" for t in transfers), "a node saw the submit side's files"
-        for name in os.listdir(shipped):
-            assert ".part-" not in name, f"{node} holds a partial pack {name}"
-            if name.endswith(".tar.zst"):
-                data = open(os.path.join(shipped, name), "rb").read()
-                assert hashlib.sha256(data).hexdigest() + ".tar.zst" == name
-        per_node[os.path.basename(node)] = {t["name"]: t["bytes"] for t in transfers}
-    print("transfers per node:", json.dumps(per_node, indent=1))
-    return per_node
 
 
 def shipped_hashes(functions):
@@ -206,30 +139,11 @@ def kill_a_fetch_midway(cluster, fn):
 def test_parsl_htex_workers_that_have_nothing(cluster):
     import parsl
     from parsl.config import Config
-    from parsl.launchers.base import Launcher
-    from parsl.providers import LocalProvider
-
-    from lfm.parsl import LfmHighThroughputExecutor
-
-    class NodeLauncher(Launcher):
-        def __init__(self, wrapper: str = ""):
-            super().__init__(debug=False)
-            self.wrapper = wrapper
-
-        def __call__(self, command, tasks_per_node, nodes_per_block, script_dir=""):
-            return f"{self.wrapper} /bin/sh -c {shlex.quote(command)}"
 
     functions = workflow()
     killed = kill_a_fetch_midway(cluster, functions[0][0])
-    wrapper = " ".join(shlex.quote(part) for part in node_command(cluster))
-    executor = LfmHighThroughputExecutor(
-        label="nodes", address="127.0.0.1", max_workers_per_node=2, encrypted=False,
-        provider=LocalProvider(init_blocks=3, min_blocks=3, max_blocks=3,
-                               launcher=NodeLauncher(wrapper)),
-        lfm={"pack": True},
-    )
-    config = Config(executors=[executor], run_dir=os.path.join(cluster["run"], "runinfo"),
-                    strategy="none")
+    config = Config(executors=[parsl_executor(cluster, blocks=3, workers_per_node=2)],
+                    run_dir=os.path.join(cluster["run"], "runinfo"), strategy="none")
     with parsl.load(config):
         apps = [(parsl.python_app(fn, executors=["nodes"]), want) for fn, want in functions]
         futures = [(app(n), want(n), n) for app, want in apps for n in range(2, 2 + CALLS)]
@@ -238,8 +152,7 @@ def test_parsl_htex_workers_that_have_nothing(cluster):
     parsl.clear()
     per_node = assert_shipped_once_per_node(cluster, shipped_hashes(functions))
     assert len(per_node) == 3, f"three nodes ran calls: {sorted(per_node)}"
-    node0 = [json.loads(line)["hash"] for line in
-             open(os.path.join(cluster["nodes"], "node-0", "cache", "shipped", "transfers.jsonl"))]
+    node0 = [t["hash"] for t in transfers(os.path.join(cluster["nodes"], "node-0"))]
     assert killed in node0, "the node whose fetch was killed got that pack afterwards"
 
 
@@ -251,11 +164,7 @@ def test_dask_workers_that_have_nothing(cluster):
     functions = workflow()
     with LocalCluster(n_workers=0, host="127.0.0.1", scheduler_port=0, dashboard_address=None,
                       processes=False, protocol="tcp://") as local, Client(local) as client:
-        workers = [subprocess.Popen(node_command(
-            cluster, "dask", "worker", local.scheduler_address, "--nworkers", "2",
-            "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"))
-            for _ in range(3)]
-        try:
+        with dask_workers(cluster, local.scheduler_address, nodes=3, workers_per_node=2):
             client.wait_for_workers(6, timeout=120)
             tasks = [(shipped(fn), want) for fn, want in functions]
             futures = [(client.submit(task, n, pure=False), want(n), n)
@@ -269,10 +178,5 @@ def test_dask_workers_that_have_nothing(cluster):
             assert chained.result(timeout=300) == pytest.approx(0.5)  # std of arange(1.41)
             reported = {event["report"]["category"] for _, event in client.get_events("lfm-report")}
             assert {"spread", "slope", "count"} <= reported
-        finally:
-            for worker in workers:
-                worker.terminate()
-            for worker in workers:
-                worker.wait(timeout=60)
     per_node = assert_shipped_once_per_node(cluster, shipped_hashes(functions))
     assert len(per_node) == 3, f"three nodes ran calls: {sorted(per_node)}"

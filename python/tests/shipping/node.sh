@@ -1,9 +1,10 @@
 #!/bin/sh
 # node.sh NODES VENV HIDDEN COMMAND...: run COMMAND as one "node" of the multi-node test.
 # It claims the first free NODES/node-K, then runs in a mount namespace of its own: a private
-# /tmp, each of the colon-separated HIDDEN directories (the submit side's venv, home, project
-# and lfm sources) under an empty tmpfs, and an environment holding only VENV (python3, the
-# engine, lfm's client and binary), with NODES/node-K/cache as its node-local storage.
+# /tmp, each of the colon-separated HIDDEN directories (the submit side's: its venv, home,
+# project, the directories its layout names outside the venv, lfm sources) under an empty
+# tmpfs, and an environment holding only VENV (python3, the engine, lfm's client and binary),
+# with NODES/node-K/cache as its node-local storage.
 set -eu
 nodes=$1 venv=$2 hidden=$3
 shift 3
