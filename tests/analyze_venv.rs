@@ -47,6 +47,11 @@ def use_google_api():
 
 def use_requests():
     return requests.get
+
+
+def use_the_namespace():
+    import google
+    return google.__path__
 "#;
 
 fn dists(target: &serde_json::Value) -> Vec<(String, bool)> {
@@ -156,6 +161,16 @@ fn maps_modules_to_real_distributions_and_follows_requires_dist() {
             ("protobuf".to_string(), false)
         ]
     );
+
+    // `import google` alone imports the namespace, whose `__path__` holds every portion:
+    // both distributions providing one are needed, and neither is a guess.
+    let namespace = target(&spec, "workflow:use_the_namespace");
+    assert_eq!(
+        dist_names(namespace),
+        ["googleapis-common-protos", "protobuf"]
+    );
+    let warnings = namespace["warnings"].as_array().unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
 
     // requests' own requirements, markers evaluated; extras (socks, charset) not requested.
     let requests = target(&spec, "workflow:use_requests");

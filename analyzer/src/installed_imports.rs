@@ -1072,14 +1072,58 @@ fn module_entries(
         let node = format!("{name}{FUNCTION}{function}{PARAMETER}{}", imported.position);
         (node, vec![edge])
     });
+    let reexported = match is_package {
+        true => reexported_names(summary, name, package),
+        false => Vec::new(),
+    };
     std::iter::once((
         name.to_string(),
         import_time_edges(summary, name, is_package),
     ))
+    .chain(reexported)
     .chain(functions)
     .chain(parameters)
     .chain(lazy_names(summary, name, package))
     .collect()
+}
+
+/// A package's `__init__` re-exports what its submodules define (transformers.utils runs `from
+/// .import_utils import is_torchvision_available`, and `transformers/__init__.py` calls
+/// `is_torchvision_available()` imported from `transformers.utils`): each name a module-level
+/// `from m import f` binds there, by its function node's name, with one call edge to `m`'s
+/// `f`, so a call through the package reaches the body that runs. Only packages: a re-export
+/// is what they are for, and every other module's from-imports would double the entries.
+/// (A top-level `def` of the same name comes later among the entries, and replaces it.)
+fn reexported_names(
+    summary: &ModuleSummary,
+    name: &str,
+    package: &str,
+) -> Vec<(String, Vec<RawEdge>)> {
+    use crate::extract::Binding;
+    let names = summary.binding_offsets.len().saturating_sub(1) as u32;
+    let mut entries = Vec::new();
+    for id in 0..names {
+        for binding in summary.bindings_of(id).unwrap_or_default() {
+            let Binding::Import { edge } = *binding else {
+                continue;
+            };
+            let edge = &summary.imports[edge as usize];
+            if edge.context.in_function || edge.context.type_checking {
+                continue;
+            }
+            let imported = raw_edge(summary, edge, package);
+            if imported.module.is_empty() || imported.member.as_deref().is_none_or(|m| m == "*") {
+                continue;
+            }
+            let call = RawEdge {
+                optional: true,
+                call: true,
+                ..imported
+            };
+            entries.push((format!("{name}{FUNCTION}{}", summary.name(id)), vec![call]));
+        }
+    }
+    entries
 }
 
 /// A module that answers attribute reads itself (PEP 562's module `__getattr__`, as
@@ -1714,10 +1758,13 @@ def describe(text):
         // `find_spec("numba")` at its module level.
         let generic = "\
 from helpers.checks import is_epsilon_available, is_never_asked
+from helpers import is_kappa_available
 import importlib.util
 from pkgutil import find_loader
 if is_epsilon_available():
     READY = True
+if not is_kappa_available():
+    raise ImportError
 HAS_ETA = importlib.util.find_spec(\"eta\") is not None
 HAS_ZETA = find_loader(\"zeta\") is not None
 ";
@@ -1731,13 +1778,23 @@ def is_never_asked():
     return _is_package_available(\"theta\")
 def looks_up_a_name(getattr_name):
     return getattr(object, \"iota\")
+def is_kappa_available():
+    return _is_package_available(\"kappa\")
 ";
+        // transformers.utils re-exports import_utils' checks; the caller imports them from it.
+        let reexports = "from .checks import is_kappa_available, is_never_asked as renamed\n";
         crate::test_site::dist(&site, "generic", "1.0", &[("generic.py", generic)]);
-        let files = [("helpers/__init__.py", ""), ("helpers/checks.py", checks)];
+        let files = [
+            ("helpers/__init__.py", reexports),
+            ("helpers/checks.py", checks),
+        ];
         crate::test_site::dist(&site, "helpers", "1.0", &files);
-        leaf_dists(&site, &["epsilon", "eta", "zeta", "theta", "iota"]);
+        leaf_dists(&site, &["epsilon", "eta", "zeta", "theta", "iota", "kappa"]);
         let (any, required) = reached_from(&site, "generic");
-        assert_eq!(any, ["epsilon", "eta", "generic", "helpers", "zeta"]);
+        assert_eq!(
+            any,
+            ["epsilon", "eta", "generic", "helpers", "kappa", "zeta"]
+        );
         assert_eq!(required, ["generic", "helpers"]);
     }
 

@@ -174,6 +174,15 @@ fn module_views<'p>(
                 entry.1.push(Cow::Borrowed(name));
                 distribution = Some(project.dists.dists[id as usize].name.as_str());
             }
+            Some(Owner::Ambiguous(ids)) if is_namespace_package(reached.file) => {
+                // Each provider holds a portion of it, and Python puts them all on its
+                // `__path__` (`cuda` of cuda-bindings and cuda-pathfinder): all are needed.
+                for &id in ids {
+                    let entry = direct.entry(id).or_insert((false, Vec::new()));
+                    entry.0 |= reached.required;
+                    entry.1.push(Cow::Borrowed(name));
+                }
+            }
             Some(Owner::Ambiguous(ids)) => {
                 let names: Vec<&str> = ids
                     .iter()
@@ -209,6 +218,13 @@ fn module_views<'p>(
         });
     }
     modules
+}
+
+/// Whether an installed module's file is a directory with no `__init__`: a namespace package
+/// (PEP 420), which several distributions may each provide a portion of.
+fn is_namespace_package(file: Option<&str>) -> bool {
+    file.map(std::path::Path::new)
+        .is_some_and(|dir| dir.is_dir() && !dir.join("__init__.py").exists())
 }
 
 /// The distributions the modules need with their Requires-Dist closure (required ones first,
