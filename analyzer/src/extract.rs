@@ -1216,12 +1216,7 @@ impl<'a> Extractor<'a> {
     /// (Helpers are known by name: the call and the helper's body are in different files,
     /// and each file is summarised alone.)
     fn is_import_helper(&self, callee: &Expr) -> bool {
-        let name = match callee {
-            Expr::Name(name) => name.id.as_str(),
-            Expr::Attribute(attribute) => attribute.attr.id.as_str(),
-            _ => return false,
-        };
-        IMPORT_HELPERS.contains(&name)
+        called_name(callee).is_some_and(|name| IMPORT_HELPERS.contains(&name))
     }
 
     /// The import edge of an import call with a literal module name (and of its literal
@@ -1936,12 +1931,16 @@ const IMPORT_HELPERS: [&str; 2] = ["import_module", "import_optional_dependency"
 /// what it looks up is read as an optional import (a dotted name's parents are imported).
 /// Known by its name, as helpers are.
 fn is_module_lookup(callee: &Expr) -> bool {
-    let name = match callee {
-        Expr::Name(name) => name.id.as_str(),
-        Expr::Attribute(attribute) => attribute.attr.id.as_str(),
-        _ => return false,
-    };
-    matches!(name, "find_spec" | "find_loader")
+    matches!(called_name(callee), Some("find_spec" | "find_loader"))
+}
+
+/// The name a call reads last: `f` of `f(...)` and of `a.b.f(...)`.
+fn called_name(callee: &Expr) -> Option<&str> {
+    match callee {
+        Expr::Name(name) => Some(name.id.as_str()),
+        Expr::Attribute(attribute) => Some(attribute.attr.id.as_str()),
+        _ => None,
+    }
 }
 
 pub(crate) fn is_identifier(text: &str) -> bool {
