@@ -100,10 +100,10 @@ fn call(id: usize, function: &str, args: Value) -> Value {
            "import_module": true, "args": args})
 }
 
-/// A large call (300 MiB, 0.3 s of CPU, 64 MiB written to a file outside its sandbox, whose
+/// A large call (300 MiB, 1 s of CPU, 64 MiB written to a file outside its sandbox, whose
 /// page cache stays charged where it was written), then small calls (10 MiB) after it.
 fn large_then_small(setup: &Setup) -> Vec<Value> {
-    let mut requests = vec![call(0, "large", json!([300, 0.3, setup.cache_file()]))];
+    let mut requests = vec![call(0, "large", json!([300, 1.0, setup.cache_file()]))];
     requests.extend((1..5).map(|n| call(n, "small", json!([10]))));
     setup.serve_in_turn(&requests)
 }
@@ -134,10 +134,12 @@ fn assert_small_calls_measured_alone(replies: &[Value], backend: &str) {
             "{backend}: call {id} counts {:.1} MiB of page cache (the large call wrote 64)",
             mib(report, "file_bytes")
         );
+        // A forked small call uses milliseconds; half a second leaves a loaded host room and
+        // still fails if the large call's second were counted.
         let cpu = report["cpu_time"]["total"].as_f64().unwrap();
         assert!(
-            cpu < 0.2,
-            "{backend}: call {id} used {cpu} s of CPU, the large call's 0.3 s counted"
+            cpu < 0.5,
+            "{backend}: call {id} used {cpu} s of CPU, the large call's 1 s counted"
         );
     }
 }
