@@ -125,10 +125,10 @@ impl Learner {
         self.in_flight = self.in_flight.saturating_sub(1);
         if learned.imported > 0 {
             eprintln!(
-                "lfm serve: the zygote imported {} module(s) calls used (of {}) in {:.0} ms, now {} MiB \
+                "lfm serve: the zygote imported {} module(s) calls used{} in {:.0} ms, now {} MiB \
                  ({} left to the calls: not installed or not loadable here)",
                 learned.imported,
-                named(&learned.installed),
+                of_packages(&learned.installed),
                 learned.seconds * 1e3,
                 learned.rss >> 20,
                 learned.skipped + learned.failed,
@@ -159,15 +159,17 @@ impl Learner {
 }
 
 /// The public top-level names, at most ten of them.
-fn named(packages: &[String]) -> String {
+/// " (of numpy, pandas)", or nothing where no public package was among them.
+fn of_packages(packages: &[String]) -> String {
     let public: Vec<&str> = packages
         .iter()
         .map(String::as_str)
         .filter(|name| !name.starts_with('_'))
         .collect();
     match public.len() {
-        0..=10 => public.join(", "),
-        more => format!("{}, and {} more", public[..10].join(", "), more - 10),
+        0 => String::new(),
+        1..=10 => format!(" (of {})", public.join(", ")),
+        more => format!(" (of {}, and {} more)", public[..10].join(", "), more - 10),
     }
 }
 
@@ -201,12 +203,14 @@ mod tests {
     #[test]
     fn the_log_names_ten_public_packages_at_most() {
         let names: Vec<String> = ["_csv", "numpy", "pandas"].map(String::from).to_vec();
-        assert_eq!(named(&names), "numpy, pandas");
+        assert_eq!(of_packages(&names), " (of numpy, pandas)");
         let many: Vec<String> = (0..13).map(|n| format!("p{n:02}")).collect();
         assert!(
-            named(&many).ends_with("p09, and 3 more"),
+            of_packages(&many).ends_with("p09, and 3 more)"),
             "{}",
-            named(&many)
+            of_packages(&many)
         );
+        let private_only: Vec<String> = vec!["_csv".into()];
+        assert_eq!(of_packages(&private_only), "", "no empty \"(of )\"");
     }
 }
