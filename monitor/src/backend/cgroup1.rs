@@ -423,6 +423,10 @@ mod tests {
 
     /// Run `script` in Python inside `cgroup`, as a call in it would; returns the CPU time the
     /// process itself used (wait4's rusage), in microseconds.
+    #[allow(
+        clippy::zombie_processes,
+        reason = "wait4 reaps the child, for its rusage"
+    )]
     fn run_inside(cgroup: &Cgroup1, script: &str) -> u64 {
         let fds = cgroup.join_fds();
         let mut command = std::process::Command::new("python3");
@@ -467,7 +471,10 @@ mod tests {
         );
         let first = cgroup.read();
         assert!(first.memory_peak.unwrap() > 290 * MIB, "{first:?}");
-        assert!(first.cpu_total_us.unwrap() >= large_cpu * 9 / 10, "{first:?}");
+        assert!(
+            first.cpu_total_us.unwrap() >= large_cpu * 9 / 10,
+            "{first:?}"
+        );
         cgroup.open_window(&Limits::default()).unwrap();
         let small_cpu = run_inside(&cgroup, "b = bytearray(10 << 20)");
         let second = cgroup.read();
@@ -480,7 +487,10 @@ mod tests {
             window_cpu.abs_diff(small_cpu) < slack,
             "window {window_cpu} us, the run's own {small_cpu} us: {second:?}"
         );
-        assert!(large_cpu > small_cpu + slack, "the large run must be told apart");
+        assert!(
+            large_cpu > small_cpu + slack,
+            "the large run must be told apart"
+        );
         cgroup.remove().unwrap();
     }
 
