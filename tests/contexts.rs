@@ -31,12 +31,7 @@ fn fixtures() -> PathBuf {
 
 fn setup(how: Containment) -> Setup {
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::Builder::new()
-        .prefix("lfm-contexts")
-        .tempdir_in("/tmp")
-        .unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    std::fs::copy(env!("CARGO_BIN_EXE_lfm"), dir.path().join("lfm")).unwrap();
+    let (dir, _) = common::shared_dir_with_lfm("lfm-contexts");
     for file in ["model.py", "uses_device.py"] {
         std::fs::copy(fixtures().join(file), dir.path().join(file)).unwrap();
     }

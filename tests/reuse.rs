@@ -21,13 +21,7 @@ struct Setup {
 }
 
 fn setup(how: Containment) -> Setup {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::Builder::new()
-        .prefix("lfm-reuse")
-        .tempdir_in("/tmp")
-        .unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    std::fs::copy(env!("CARGO_BIN_EXE_lfm"), dir.path().join("lfm")).unwrap();
+    let (dir, _) = common::shared_dir_with_lfm("lfm-reuse");
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reuse/work.py");
     std::fs::copy(fixture, dir.path().join("work.py")).unwrap();
     Setup {

@@ -625,18 +625,8 @@ fn rlimit_backend_works_for_an_unprivileged_user() {
     }
     let workload = workload();
     // nobody needs to reach the binaries: copy them somewhere world-readable.
-    let dir = tempfile::Builder::new()
-        .prefix("lfm-nobody")
-        .tempdir_in("/tmp")
-        .unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
-    let lfm_copy = dir.path().join("lfm");
+    let (dir, lfm_copy) = common::shared_dir_with_lfm("lfm-nobody");
     let workload_copy = dir.path().join("workload");
-    std::fs::copy(env!("CARGO_BIN_EXE_lfm"), &lfm_copy).unwrap();
     std::fs::copy(&workload, &workload_copy).unwrap();
     // As nobody (uid 65534), with lfm and the workloads copied where nobody can run them.
     let as_nobody = |limits: &[&str], command: &[&str]| -> serde_json::Value {

@@ -28,14 +28,7 @@ fn fixtures() -> PathBuf {
 
 /// A world-readable directory holding lfm and the fixtures, so nobody can run them too.
 fn setup(name: &'static str, backend: &'static str, as_nobody: bool) -> Setup {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::Builder::new()
-        .prefix("lfm-serve")
-        .tempdir_in("/tmp")
-        .unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let lfm = dir.path().join("lfm");
-    std::fs::copy(env!("CARGO_BIN_EXE_lfm"), &lfm).unwrap();
+    let (dir, lfm) = common::shared_dir_with_lfm("lfm-serve");
     for file in ["faults.py", "big.py"] {
         std::fs::copy(fixtures().join(file), dir.path().join(file)).unwrap();
     }

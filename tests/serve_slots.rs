@@ -36,10 +36,6 @@ def small(mib):
     return cgroup()
 "#;
 
-/// One copy of lfm or start of a serve at a time: a copy's descriptor inherited by another
-/// test's fork would make its exec fail (ETXTBSY).
-static SPAWN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 struct Setup {
     dir: tempfile::TempDir,
     lfm: PathBuf,
@@ -48,17 +44,7 @@ struct Setup {
 
 /// A world-writable directory holding lfm and the functions, so nobody can run them too.
 fn setup(how: Containment) -> Setup {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::Builder::new()
-        .prefix("lfm-slots")
-        .tempdir_in("/tmp")
-        .unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let lfm = dir.path().join("lfm");
-    {
-        let _copying = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
-        std::fs::copy(env!("CARGO_BIN_EXE_lfm"), &lfm).unwrap();
-    }
+    let (dir, lfm) = common::shared_dir_with_lfm("lfm-slots");
     std::fs::write(dir.path().join("slots.py"), FUNCTIONS).unwrap();
     Setup { dir, lfm, how }
 }
@@ -68,14 +54,12 @@ impl Setup {
     /// second after the first's: its cgroup is back in the pool by then) on one slot, and
     /// return the replies in order.
     fn serve_in_turn(&self, requests: &[Value]) -> Vec<Value> {
-        let spawning = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
         let mut command = self.how.serve_command(&self.lfm);
         command
             .args(["--slots", "1", "--no-history", "--cache-dir"])
             .arg(self.dir.path().join("cache"))
             .current_dir(self.dir.path());
         let mut server = ServeClient::spawn(&mut command);
-        drop(spawning);
         let mut replies = Vec::new();
         for request in requests {
             let reply = server.ask(request);

@@ -299,6 +299,25 @@ pub fn pid_written_to(path: &std::path::Path, timeout: std::time::Duration) -> O
     }
 }
 
+/// Held while a test copies lfm or starts a process that must exec a copy: a copy's descriptor,
+/// inherited by another thread's fork until its exec, makes exec of the copy fail (ETXTBSY).
+pub static SPAWN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A directory under /tmp that anyone may enter and write, holding a copy of lfm: a test that
+/// runs lfm as nobody (setpriv) cannot reach root's target/. Returns the directory and the copy.
+pub fn shared_dir_with_lfm(prefix: &str) -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let lfm = dir.path().join("lfm");
+    let _copying = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+    std::fs::copy(env!("CARGO_BIN_EXE_lfm"), &lfm).unwrap();
+    (dir, lfm)
+}
+
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }

@@ -70,12 +70,15 @@ pub struct ServeClient {
 }
 
 impl ServeClient {
+    /// Started under `SPAWN` (why: there), as lfm is often a test's own copy.
     pub fn spawn(command: &mut Command) -> ServeClient {
+        let spawning = super::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .expect("start lfm serve");
+        drop(spawning);
         let stdout = BufReader::new(child.stdout.take().unwrap());
         ServeClient { child, stdout }
     }
