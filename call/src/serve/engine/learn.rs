@@ -158,8 +158,8 @@ impl Learner {
     }
 }
 
-/// The public top-level names, at most ten of them.
-/// " (of numpy, pandas)", or nothing where no public package was among them.
+/// The public top-level names, at most ten, as " (of numpy, pandas)"; nothing where no public
+/// package was among them.
 fn of_packages(packages: &[String]) -> String {
     let public: Vec<&str> = packages
         .iter()
