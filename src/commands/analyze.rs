@@ -10,7 +10,9 @@ use lfm_analyzer::render;
 use lfm_analyzer::results::{
     Outcome, RequestKey, ResultWriter, ResultsCache, SharedBytes, TargetOutcome,
 };
-use lfm_analyzer::spec::{DistributionNeed, ModuleKind, TargetSpec, TargetView, SPEC_FORMAT};
+use lfm_analyzer::spec::{
+    DistributionNeed, ModuleKind, ModuleNeed, TargetSpec, TargetView, SPEC_FORMAT,
+};
 use lfm_analyzer::{prepare_or_reuse, Analysis, AnalyzeError, Environment, Options, Prepared};
 
 use crate::cli::{AnalyzeArgs, Format};
@@ -1056,24 +1058,33 @@ fn write_modules(out: &mut String, target: &TargetSpec) {
         }
         let _ = writeln!(out, "  {title} modules:");
         for module in modules {
-            let via = if module.reason.chain.len() > 1 {
-                format!(" via {}", module.reason.chain.join(" -> "))
-            } else {
-                String::new()
-            };
-            let tags = module.contexts.join(",");
-            let _ = writeln!(
-                out,
-                "    {:<28} {}:{} [{}]{}{}",
-                module.name,
-                module.reason.file,
-                module.reason.line,
-                tags,
-                via,
-                if module.optional { " (optional)" } else { "" }
-            );
+            let _ = writeln!(out, "    {}", module_line(module));
         }
     }
+}
+
+/// One module of a target: where it is first imported, its contexts, the chain that reached it.
+/// The contexts are every import edge's together, so "optional" there means some edge was; a
+/// module that an unguarded import also reaches says so, since leaving it out would break that.
+fn module_line(module: &ModuleNeed) -> String {
+    let via = if module.reason.chain.len() > 1 {
+        format!(" via {}", module.reason.chain.join(" -> "))
+    } else {
+        String::new()
+    };
+    let some_edge_optional = module.contexts.iter().any(|c| c == "optional");
+    let required_too = if some_edge_optional && !module.optional {
+        " (also imported unguarded)"
+    } else {
+        ""
+    };
+    format!(
+        "{:<28} {}:{} [{}]{via}{required_too}",
+        module.name,
+        module.reason.file,
+        module.reason.line,
+        module.contexts.join(","),
+    )
 }
 
 fn write_missing(out: &mut String, target: &TargetSpec) {
@@ -1124,5 +1135,42 @@ mod tests {
         assert_eq!(sizer.next(), (CHUNK_BYTES / (2 << 20)).max(fewest));
         sizer.saw(4, 4 * (64 << 20));
         assert_eq!(sizer.next(), fewest);
+    }
+
+    fn module(optional: bool, contexts: &[&'static str]) -> ModuleNeed {
+        ModuleNeed {
+            name: "yaml".into(),
+            kind: ModuleKind::ThirdParty,
+            file: None,
+            distribution: None,
+            optional,
+            contexts: contexts.iter().map(|c| (*c).into()).collect(),
+            reason: lfm_analyzer::spec::Reason {
+                file: "w.py".into(),
+                line: 14,
+                chain: vec!["w".into(), "load".into()],
+            },
+        }
+    }
+
+    #[test]
+    fn a_module_line_says_optional_once_and_flags_an_unguarded_import_beside_a_guarded_one() {
+        let only_guarded = module_line(&module(true, &["optional", "top-level"]));
+        assert_eq!(
+            only_guarded.matches("optional").count(),
+            1,
+            "{only_guarded}"
+        );
+        assert!(
+            only_guarded.ends_with("w.py:14 [optional,top-level] via w -> load"),
+            "{only_guarded}"
+        );
+        let both = module_line(&module(false, &["optional", "top-level"]));
+        assert!(both.ends_with("(also imported unguarded)"), "{both}");
+        let required = module_line(&module(false, &["top-level"]));
+        assert!(
+            required.ends_with("[top-level] via w -> load"),
+            "{required}"
+        );
     }
 }
