@@ -12,7 +12,8 @@
 # and slurm: nothing under /root).
 #
 # Exit 3: the guest could not be prepared (setup.sh says why on stderr); exit 4: the guest booted
-# but reported no status (the console log is printed on stderr). Environment: CACHE (default
+# but reported no status (the console log is printed on stderr and kept under CACHE/hung/; the
+# kernel's warnings reach the console, so a stall shows there). Environment: CACHE (default
 # target/cgroup2host), LFM_GUEST_MEMORY (MiB, default 1024), LFM_GUEST_CPUS (default 2),
 # LFM_GUEST_TIMEOUT (seconds before a hung guest is stopped, default 600).
 set -euo pipefail
@@ -36,7 +37,7 @@ set +e
 timeout "${LFM_GUEST_TIMEOUT:-600}" qemu-system-x86_64 -accel tcg -m "${LFM_GUEST_MEMORY:-1024}" -smp "${LFM_GUEST_CPUS:-2}" \
     -nographic -no-reboot -nodefaults -serial "file:$run/console.log" \
     -kernel "$KERNEL" -initrd "$INITRD" \
-    -append "console=ttyS0 panic=-1 quiet loglevel=3 lfm.out=$run lfm.guest=$here/guest.sh" \
+    -append "console=ttyS0 panic=-1 quiet loglevel=5 lfm.out=$run lfm.guest=$here/guest.sh" \
     -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
     -virtfs "local,path=$run,mount_tag=out,security_model=none" \
     -drive "file=$run/scratch.img,format=raw,if=virtio,cache=unsafe" \
@@ -50,8 +51,13 @@ cat "$run/output" 2>/dev/null || true
     cat "$run/guest-info" 2>/dev/null || true
 } >&2
 if [ ! -s "$run/status" ]; then
-    echo "cgroup2host: the guest reported no exit status (qemu exit $qemu_status); console and qemu log:" >&2
-    tail -n 40 "$run/console.log" "$run/qemu.log" >&2 || true
+    # Kept (the run directory goes): a guest that stops answering is rare, and a test that boots
+    # it again and passes hides this output.
+    kept="$cache/hung/$layout.$(date -u +%Y%m%dT%H%M%S).$$"
+    mkdir -p "$kept" || true
+    cp "$run/console.log" "$run/qemu.log" "$run/output" "$kept/" 2>/dev/null || true
+    echo "cgroup2host: the guest reported no exit status (qemu exit $qemu_status; logs kept in $kept); console and qemu log:" >&2
+    tail -n 60 "$run/console.log" "$run/qemu.log" >&2 || true
     exit 4
 fi
 exit "$(cat "$run/status")"
