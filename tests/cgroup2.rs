@@ -273,14 +273,23 @@ fn assert_layout(layout: &str, cgroup: &str, ordinary_user: bool) {
         "{}: average cores {average}",
         context("cpu_max")
     );
-    // cpu.stat: the limit was binding, and the Report says so.
+    // cpu.stat: the limit was binding, and the Report says so; unless the emulated guest gave
+    // the two busy threads less than the limit all along (then nothing was throttled).
     let throttling = &line["report"]["cpu_throttling"];
-    assert!(
-        throttling["throttled_periods"].as_u64().unwrap_or(0) > 0
-            && throttling["throttled_seconds"].as_f64().unwrap_or(0.0) > 0.0,
-        "{}: {throttling}",
-        context("cpu_max")
-    );
+    if throttling["throttled_periods"].as_u64().unwrap_or(0) == 0 {
+        assert!(
+            average < 0.45,
+            "{}: never throttled at {average} cores: {throttling}",
+            context("cpu_max")
+        );
+        println!("NOTE {layout}: the guest gave the workload {average} cores, under the limit: nothing to throttle");
+    } else {
+        assert!(
+            throttling["throttled_seconds"].as_f64().unwrap_or(0.0) > 0.0,
+            "{}: {throttling}",
+            context("cpu_max")
+        );
+    }
 
     // pids.max stops a fork bomb at 20 processes.
     let line = one(&lines, "pids_max");
@@ -477,8 +486,13 @@ fn assert_pooled_and_reused_calls_measured_alone(
     lines: &[serde_json::Value],
     context: &dyn Fn(&str) -> String,
 ) {
+    // The large call, 3 to 10 small ones (sent until one ran in its cgroup), two reused.
     let replies = named(lines, "serve_slot");
-    assert_eq!(replies.len(), 6, "{}: {replies:?}", context("serve_slot"));
+    assert!(
+        (6..=13).contains(&replies.len()),
+        "{}: {replies:?}",
+        context("serve_slot")
+    );
     let reply = |id: &str| {
         let found = &replies
             .iter()
@@ -506,8 +520,9 @@ fn assert_pooled_and_reused_calls_measured_alone(
         context("serve_slot")
     );
     let mut in_large_cgroup = 0;
-    for id in ["small1", "small2", "small3"] {
-        let small = reply(id);
+    for n in 1..=replies.len() - 3 {
+        let id = format!("small{n}");
+        let small = reply(&id);
         assert_own_peak(small, &context(&format!("serve_slot/{id}")));
         in_large_cgroup += usize::from(small["result"]["cgroup"] == large["result"]["cgroup"]);
     }

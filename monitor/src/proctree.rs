@@ -426,7 +426,8 @@ mod tests {
             .unwrap();
         let root = child.id() as i32;
         let mut found = Vec::new();
-        for _ in 0..100 {
+        // Up to 30 s for the shell to start its sleep: a loaded machine took over a second.
+        for _ in 0..3000 {
             found = files.samples_of(&[root]);
             found.extend(files.descendants(root));
             if found.len() == 2 {
@@ -469,7 +470,7 @@ mod tests {
             pids
         };
         let mut by_children = Vec::new();
-        for _ in 0..100 {
+        for _ in 0..3000 {
             by_children = pids(ProcFiles::new().descendants(root));
             if by_children.len() >= 2 {
                 break;

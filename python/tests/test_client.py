@@ -413,7 +413,8 @@ def test_the_node_serve_runs_as_many_calls_as_their_memory_fits(monkeypatch):
     monkeypatch.setenv("LFM_NODE_MEMORY", "1G")
     monkeypatch.setenv("LFM_SLOTS", "8")
     with lfm.Executor(max_workers=8, memory="400M") as ex:
-        futures = [ex.submit(fns.sleep_then, 0.4, n) for n in range(6)]
+        # 1.5 s each, so the third call arrives while two hold their room on a loaded machine.
+        futures = [ex.submit(fns.sleep_then, 1.5, n) for n in range(6)]
         assert [f.result(timeout=60) for f in futures] == list(range(6))
     reports = [f.report for f in futures]
     for report in reports:

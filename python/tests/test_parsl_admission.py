@@ -38,7 +38,9 @@ def dfk(tmp_path_factory):
 
 def test_six_workers_run_as_many_apps_as_their_memory_fits(dfk):
     app = python_app(fns.sleep_then, executors=["lfm-packed"])
-    futures = [app(0.5, n, parsl_resource_specification={"memory": "300M"}) for n in range(6)]
+    # Calls of 2 s: the interchange may spread the six arrivals over a loaded second, and a
+    # fourth must still arrive while three hold their room.
+    futures = [app(2.0, n, parsl_resource_specification={"memory": "300M"}) for n in range(6)]
     assert [f.result(timeout=120) for f in futures] == list(range(6))
     reports = [report_of(f) for f in futures]
     for report in reports:

@@ -170,19 +170,38 @@ if [ -x /usr/bin/python3 ]; then
         printf '{"check": "serve", "status": 0, "report": null, "reply": %s}\n' "$reply"
     done <"$replies"
 
-    # One slot: a 300 MiB call, then 10 MiB ones, one at least in the large call's cgroup once
-    # it is back in the pool, each measured alone (memory.peak reset per call); then a reuse
-    # function's two calls in one kept process, the second's peak its own.
+    # One slot: a 300 MiB call, then 10 MiB ones, each measured alone (memory.peak reset per
+    # call): three, and more (ten at most) until one has run in the large call's cgroup, back
+    # in the pool once the janitor released it (however slow the emulated guest is); then a
+    # reuse function's two calls in one kept process, the second's peak its own.
     replies="$reports/serve-slot.jsonl"
-    { printf '%s\n' '{"id": "large", "function": "faults.py:alloc_where", "args": [300], "import_module": true}'
-      sleep 3
-      for i in 1 2 3; do
-          printf '%s\n' "{\"id\": \"small$i\", \"function\": \"faults.py:alloc_where\", \"args\": [10], \"import_module\": true}"
-          sleep 1
-      done
-      printf '%s\n' '{"id": "reuse_large", "function": "faults.py:alloc_where", "args": [300], "import_module": true, "reuse": true}' \
-        '{"id": "reuse_small", "function": "faults.py:alloc_where", "args": [10], "import_module": true, "reuse": true}'
-    } | (cd "$(dirname "$faults")" && guard "$lfm" serve --slots 1 --python /usr/bin/python3 --no-history --cache-dir "$reports/cache") >"$replies"
+    : >"$replies"
+    serve_slot_calls() (
+        cd "$(dirname "$faults")" || exit 1
+        coproc SERVE { guard "$lfm" serve --slots 1 --python /usr/bin/python3 --no-history --cache-dir "$reports/cache"; }
+        ask() { # REQUEST: send it, append its reply to $replies, print the reply's cgroup
+            local reply
+            printf '%s\n' "$1" >&"${SERVE[1]}"
+            IFS= read -r -t 240 reply <&"${SERVE[0]}" || return 1
+            printf '%s\n' "$reply" >>"$replies"
+            grep -o '"cgroup": *"[^"]*"' <<<"$reply" | head -n 1
+        }
+        call() { # ID MIB [REUSE]
+            printf '{"id": "%s", "function": "faults.py:alloc_where", "args": [%s], "import_module": true%s}' \
+                "$1" "$2" "${3:+, \"reuse\": true}"
+        }
+        large="$(ask "$(call large 300)")" || exit 1
+        for i in 1 2 3 4 5 6 7 8 9 10; do
+            small="$(ask "$(call "small$i" 10)")" || exit 1
+            [ "$i" -ge 3 ] && [ -n "$large" ] && [ "$small" = "$large" ] && break
+            sleep 0.5
+        done
+        ask "$(call reuse_large 300 reuse)" >/dev/null || exit 1
+        ask "$(call reuse_small 10 reuse)" >/dev/null || exit 1
+        eval "exec ${SERVE[1]}>&-"
+        wait "$SERVE_PID"
+    )
+    serve_slot_calls
     while read -r reply; do
         printf '{"check": "serve_slot", "status": 0, "report": null, "reply": %s}\n' "$reply"
     done <"$replies"
