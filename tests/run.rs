@@ -688,6 +688,61 @@ fn rlimit_backend_works_for_an_unprivileged_user() {
     );
 }
 
+/// RLIMIT_NPROC counts the user's threads, not only processes: with a 60-thread process of the
+/// same user running beside it, a run limited to 10 processes still forks its three children.
+#[test]
+fn a_process_limit_leaves_room_beside_the_users_threaded_processes() {
+    // Not beside the other test whose runs are nobody's: its fork bomb's tasks, made after
+    // this run counted nobody's, would eat this run's room (and these threads the bomb's).
+    let _turn = cpu_heavy();
+    if !is_root() || !Path::new("/usr/bin/python3").exists() {
+        eprintln!("SKIPPED: needs root (to switch to nobody) and /usr/bin/python3");
+        return;
+    }
+    let (dir, lfm_copy) = common::shared_dir_with_lfm("lfm-nproc");
+    let nobody = |program: &Path| {
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(program)
+            .current_dir(dir.path());
+        command
+    };
+    let threads = "import threading, time\n\
+                   for _ in range(60): threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n\
+                   print('ready', flush=True)\n\
+                   time.sleep(60)";
+    let mut threaded = nobody(Path::new("/usr/bin/python3"))
+        .args(["-c", threads])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(threaded.stdout.take().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let report = dir.path().join("report.json");
+    let output = nobody(&lfm_copy)
+        .args(["run", "--quiet", "--backend", "rlimit", "--processes", "10"])
+        .arg("--report")
+        .arg(&report)
+        .args(["--", "sh", "-c", "sleep 0.2 & sleep 0.2 & sleep 0.2 & wait"])
+        .output()
+        .unwrap();
+    threaded.kill().unwrap();
+    threaded.wait().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+    let value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(value["exit"]["type"], "normal", "{value}");
+    assert_eq!(value["limits_exceeded"], serde_json::json!({}), "{value}");
+    assert!(value["total_processes"].as_u64().unwrap() >= 4, "{value}");
+}
+
 fn walk_run_dirs(root: &Path) -> Vec<String> {
     walkdir_names(root, 0)
 }

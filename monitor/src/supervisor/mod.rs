@@ -319,12 +319,12 @@ pub fn child_rlimits(
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if let Some(processes) = limits.processes {
-        // RLIMIT_NPROC counts every process of the user, and root ignores it: only useful for
-        // an unprivileged user without a pids controller.
+        // RLIMIT_NPROC counts every task of the user (threads too), and root ignores it: only
+        // useful for an unprivileged user without a pids controller.
         if !root && !backend.enforced().processes {
             // One above the limit: the kernel stops the growth, and the supervisor sees the
             // count pass the limit and reports it.
-            let current = count_user_processes();
+            let current = count_user_tasks();
             out.push((
                 libc::RLIMIT_NPROC,
                 (current + processes + 1) as libc::rlim_t,
@@ -347,7 +347,10 @@ fn prefer_supervisor_over_workload() {
     unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) };
 }
 
-fn count_user_processes() -> u64 {
+/// What RLIMIT_NPROC counts against: every task (thread) whose real uid is ours, not only
+/// processes. A user's threaded processes (a Python with a thread pool, a Dask worker) would
+/// otherwise eat the headroom, and a `--processes 10` run could not fork at all.
+fn count_user_tasks() -> u64 {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -360,11 +363,21 @@ fn count_user_processes() -> u64 {
                 .to_str()
                 .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
         })
-        .filter(|e| {
-            use std::os::unix::fs::MetadataExt;
-            e.metadata().is_ok_and(|m| m.uid() == uid)
-        })
-        .count() as u64
+        .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
+        .filter_map(|status| tasks_of_real_uid(&status, uid))
+        .sum()
+}
+
+/// The thread count in a /proc/PID/status text when its real uid is `uid`.
+fn tasks_of_real_uid(status: &str, uid: libc::uid_t) -> Option<u64> {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+    };
+    let real_uid: libc::uid_t = field("Uid:")?.parse().ok()?;
+    (real_uid == uid).then(|| field("Threads:")?.parse().ok())?
 }
 
 fn pidfd_open(pid: i32) -> Option<i32> {
@@ -394,4 +407,22 @@ pub(crate) fn now_seconds() -> f64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_counts_its_threads_for_its_real_uid_only() {
+        let status =
+            "Name:\tpython3\nUid:\t1000\t0\t0\t0\nGid:\t1000\t1000\t1000\t1000\nThreads:\t61\n";
+        assert_eq!(tasks_of_real_uid(status, 1000), Some(61));
+        assert_eq!(
+            tasks_of_real_uid(status, 0),
+            None,
+            "0 is only its effective uid"
+        );
+        assert_eq!(tasks_of_real_uid("Name:\tx\nUid:\t1000\n", 1000), None);
+    }
 }
