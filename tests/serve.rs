@@ -521,10 +521,7 @@ fn sigterm_lets_running_calls_finish_then_leaves_nothing() {
         json!([pidfile, 0.5]),
         json!({}),
     ));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !pidfile.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(10, || pidfile.exists());
     // SAFETY: kill(2) on the server this test started.
     unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
     let reply = server.reply();
@@ -539,10 +536,7 @@ fn socket_clients_are_served_at_once_and_a_gone_client_loses_only_its_call() {
     let setup = setup("auto", "auto", false);
     let socket = setup.dir.path().join("private/serve.sock");
     let mut server = setup.start(&["--socket", socket.to_str().unwrap(), "--slots", "2"]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !socket.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(20, || socket.exists());
     use std::os::unix::fs::PermissionsExt;
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&socket), 0o600);
@@ -584,10 +578,7 @@ fn socket_clients_are_served_at_once_and_a_gone_client_loses_only_its_call() {
         let reply = client.join().unwrap();
         assert_eq!(reply["result"], 10 + n as i64, "{reply}");
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Path::new(&format!("/proc/{call_pid}")).exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(20, || !Path::new(&format!("/proc/{call_pid}")).exists());
     assert!(!alive(call_pid), "the gone client's call still runs");
     // SAFETY: kill(2) on the server this test started.
     unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
@@ -650,6 +641,14 @@ fn what_a_call_leaves_running_is_killed_once_its_reply_is_out() {
         assert_gone(3, pid3);
         drop(server.child.stdin.take());
         assert!(server.child.wait().unwrap().success());
+    }
+}
+
+/// Polls `done` until it holds or `seconds` have passed; the caller asserts what it needs.
+fn wait_until(seconds: u64, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while !done() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -803,12 +802,8 @@ fn ten_thousand_calls_leave_no_process_cgroup_or_descriptor_behind() {
             .filter(|&p| alive(p))
             .collect()
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut waiting = live_children();
-    while waiting.len() > 2 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-        waiting = live_children();
-    }
+    wait_until(10, || live_children().len() <= 2);
+    let waiting = live_children();
     assert!(waiting.len() <= 2, "calls still running: {waiting:?}");
     // And the slot cgroups kept for the next calls: up to two idle a slot, and one a slot that
     // the last calls left and the cleanup thread hands back.
@@ -857,10 +852,7 @@ fn an_idle_socket_server_exits_by_itself_but_not_while_a_client_is_connected() {
     let socket = setup.dir.path().join("private/idle.sock");
     let socket_arg = socket.to_str().unwrap();
     let mut server = setup.start(&["--socket", socket_arg, "--idle-timeout", "1s"]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !socket.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(20, || socket.exists());
     let mut stream = UnixStream::connect(&socket).unwrap();
     // Longer than the idle timeout, connected: the server must still answer.
     std::thread::sleep(Duration::from_secs(3));
@@ -946,10 +938,7 @@ fn spares_run_only_calls_of_their_limits_and_a_killed_spare_is_replaced() {
         let roomy = ask("roomy", "alloc", json!([20]), "400M");
         assert_eq!(roomy["ok"], true, "{name}: {roomy}");
         let zygote = children_of(server_pid)[0];
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while children_of(zygote).is_empty() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until(20, || !children_of(zygote).is_empty());
         assert!(!children_of(zygote).is_empty(), "{name}: no spare waits");
         // Spares were made for 400M: this call is limited at 100M all the same. It holds its
         // 200M for a second: the rlimit backend enforces memory by sampling /proc, and a
